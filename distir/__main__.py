@@ -1,0 +1,5 @@
+import sys
+
+from distir.cli import main
+
+sys.exit(main())

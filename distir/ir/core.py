@@ -1,0 +1,213 @@
+"""Values, ops, functions and modules: the DistIR program representation.
+
+Invariants:
+- ``Value`` and ``Op`` compare by identity; types and attributes compare by value.
+- A ``Function`` is a straight line of ops ending in its ``returns``; every value is defined
+  once (as a parameter or an op result) before its uses. ``verify`` checks this; constructors
+  check only local facts.
+- Names are hints: the printer makes printed names unique, so a pass never has to invent
+  globally unique names.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+from distir.errors import Loc
+from distir.ir.types import DenseAttr, DType, Type
+
+__all__ = ["Value", "Op", "Function", "Module", "AttrValue", "CALL"]
+
+AttrValue = int | float | bool | str | DType | DenseAttr | tuple
+"""Attribute values are immutable: lists are tuples, tensors are ``DenseAttr``."""
+
+CALL = "call"
+"""The op type of a call; its callee is ``Op.callee``."""
+
+_EMPTY_ATTRS: dict[str, Any] = {}
+
+
+class Value:
+    """An SSA value. ``name`` is a hint; ``type`` is the declared type, if any."""
+
+    __slots__ = ("name", "type", "loc")
+
+    def __init__(self, name: str | None = None, type: Type | None = None,
+                 loc: Loc | None = None) -> None:
+        self.name = name
+        self.type = type
+        self.loc = loc
+
+    def __repr__(self) -> str:
+        return f"%{self.name}" if self.name is not None else f"<Value {id(self):x}>"
+
+
+class Op:
+    """One op application: ``outputs = op_type(inputs, attrs)``.
+
+    ``inputs`` may contain ``None`` for an omitted optional input (written ``_``). For a call,
+    ``op_type`` is ``"call"`` and ``callee`` is the called ``Function``.
+    """
+
+    __slots__ = ("op_type", "inputs", "attrs", "outputs", "callee", "loc", "_key")
+
+    def __init__(self, op_type: str, inputs: Sequence[Value | None] = (),
+                 attrs: dict[str, AttrValue] | None = None,
+                 outputs: Sequence[Value] = (), callee: Function | None = None,
+                 loc: Loc | None = None) -> None:
+        self.op_type = op_type
+        self.inputs: tuple[Value | None, ...] = tuple(inputs)
+        self.attrs: dict[str, AttrValue] = attrs if attrs else _EMPTY_ATTRS
+        self.outputs: tuple[Value, ...] = tuple(outputs)
+        self.callee = callee
+        self.loc = loc
+        self._key: tuple | None = None
+
+    @property
+    def attrs_key(self) -> tuple:
+        """A hashable form of the attributes, computed once."""
+        k = self._key
+        if k is None:
+            k = self._key = tuple(sorted(self.attrs.items())) if self.attrs else ()
+        return k
+
+    def attr(self, name: str, default: Any = None) -> Any:
+        return self.attrs.get(name, default)
+
+    @property
+    def is_call(self) -> bool:
+        return self.op_type == CALL
+
+    def __repr__(self) -> str:
+        outs = ", ".join(repr(v) for v in self.outputs)
+        ins = ", ".join("_" if v is None else repr(v) for v in self.inputs)
+        target = f"call @{self.callee.name}" if self.callee is not None else self.op_type
+        return f"<Op {outs} = {target}({ins})>"
+
+
+class Function:
+    """A straight-line SSA function.
+
+    ``return_types``, when given, is the declared ``-> (types)`` list.
+    """
+
+    __slots__ = ("name", "params", "ops", "returns", "return_types", "loc", "end_loc",
+                 "__weakref__")
+
+    def __init__(self, name: str, params: Sequence[Value], ops: Sequence[Op],
+                 returns: Sequence[Value], return_types: Sequence[Type] | None = None,
+                 loc: Loc | None = None, end_loc: Loc | None = None) -> None:
+        self.name = name
+        self.params: tuple[Value, ...] = tuple(params)
+        self.ops: list[Op] = list(ops)
+        self.returns: tuple[Value, ...] = tuple(returns)
+        self.return_types: tuple[Type, ...] | None = (
+            None if return_types is None else tuple(return_types))
+        self.loc = loc
+        self.end_loc = end_loc
+
+    @property
+    def is_typed(self) -> bool:
+        """Whether every parameter has a declared type."""
+        return all(p.type is not None for p in self.params)
+
+    @property
+    def param_types(self) -> tuple[Type | None, ...]:
+        return tuple(p.type for p in self.params)
+
+    def callees(self) -> Iterator[Function]:
+        """The functions this one calls directly, each once, in order of first call."""
+        seen: dict[int, Function] = {}
+        for op in self.ops:
+            c = op.callee
+            if c is not None and id(c) not in seen:
+                seen[id(c)] = c
+                yield c
+
+    def num_ops(self, *, inline_calls: bool = False) -> int:
+        """The number of ops; with ``inline_calls``, a call counts as its callee's ops."""
+        if not inline_calls:
+            return len(self.ops)
+        memo: dict[int, int] = {}
+
+        def count(f: Function) -> int:
+            n = memo.get(id(f))
+            if n is None:
+                n = sum(count(op.callee) if op.callee is not None else 1 for op in f.ops)
+                memo[id(f)] = n
+            return n
+
+        return count(self)
+
+    def __repr__(self) -> str:
+        return f"<Function @{self.name}: {len(self.params)} params, {len(self.ops)} ops>"
+
+
+class Module:
+    """An ordered collection of functions, plus values attached to parameters.
+
+    ``initializers`` maps a parameter name of the entry function to a numpy array (imported
+    ONNX weights): the executor supplies them, so a caller passes only the other inputs.
+    """
+
+    __slots__ = ("functions", "initializers", "filename")
+
+    def __init__(self, functions: Sequence[Function] = (), filename: str = "<module>",
+                 initializers: dict[str, Any] | None = None) -> None:
+        self.functions: dict[str, Function] = {}
+        for f in functions:
+            self.add(f)
+        self.initializers: dict[str, Any] = dict(initializers or {})
+        self.filename = filename
+
+    def add(self, fn: Function) -> Function:
+        self.functions[fn.name] = fn
+        return fn
+
+    @property
+    def entry(self) -> Function:
+        """``@main`` when the module has one, otherwise the last function."""
+        if "main" in self.functions:
+            return self.functions["main"]
+        if not self.functions:
+            from distir.errors import VerifyError
+
+            raise VerifyError(f"{self.filename}: the module has no functions")
+        return next(reversed(self.functions.values()))
+
+    def __getitem__(self, name: str) -> Function:
+        return self.functions[name]
+
+    def __iter__(self) -> Iterator[Function]:
+        return iter(self.functions.values())
+
+    def __len__(self) -> int:
+        return len(self.functions)
+
+    def __repr__(self) -> str:
+        return f"<Module {self.filename}: {', '.join('@' + n for n in self.functions)}>"
+
+    @staticmethod
+    def of(fn: Function) -> Module:
+        """The module holding ``fn`` and, transitively, every function it calls."""
+        order: list[Function] = []
+        seen: set[int] = set()
+
+        def visit(f: Function) -> None:
+            if id(f) in seen:
+                return
+            seen.add(id(f))
+            for c in f.callees():
+                visit(c)
+            order.append(f)
+
+        visit(fn)
+        names: set[str] = set()
+        for f in order:  # names are hints: keep them unique within the module
+            base, k = f.name, 1
+            while f.name in names:
+                f.name = f"{base}.{k}"
+                k += 1
+            names.add(f.name)
+        return Module(order)

@@ -1,0 +1,48 @@
+"""Reading DistIR text: ``parse`` (from a string) and ``load`` (from a file)."""
+
+from __future__ import annotations
+
+import os
+
+from distir.errors import ConfigError
+from distir.ir.core import Module
+from distir.ir.parser import parse_module
+from distir.ir.verify import verify
+
+__all__ = ["parse", "load", "weights_path"]
+
+
+def parse(text: str, filename: str = "<string>") -> Module:
+    """Parse and verify ``text``; raises ``DistIRError`` with ``file:line:col``."""
+    m = parse_module(text, filename)
+    verify(m)
+    return m
+
+
+def weights_path(path: str | os.PathLike[str]) -> str:
+    """Where the values of a module's large parameters live: ``X.npz`` beside ``X.dir``."""
+    base, _ = os.path.splitext(os.fspath(path))
+    return base + ".npz"
+
+
+def load(path: str | os.PathLike[str]) -> Module:
+    """Parse and verify a ``.dir`` file; picks up ``X.npz`` beside ``X.dir`` as the values of
+    parameters named in it (imported weights)."""
+    p = os.fspath(path)
+    try:
+        with open(p, encoding="utf-8") as f:
+            text = f.read()
+    except FileNotFoundError:
+        raise ConfigError(f"{p}: no such file") from None
+    except IsADirectoryError:
+        raise ConfigError(f"{p}: is a directory, not a .dir file") from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{p}: not a text file (byte {e.start} is not UTF-8)") from None
+    m = parse(text, p)
+    wp = weights_path(p)
+    if os.path.exists(wp):
+        import numpy as np
+
+        with np.load(wp, allow_pickle=False) as z:
+            m.initializers = {k: z[k] for k in z.files}
+    return m
