@@ -93,7 +93,7 @@ class Function:
     """
 
     __slots__ = ("name", "params", "ops", "returns", "return_types", "loc", "end_loc",
-                 "__weakref__")
+                 "initializers", "__weakref__")
 
     def __init__(self, name: str, params: Sequence[Value], ops: Sequence[Op],
                  returns: Sequence[Value], return_types: Sequence[Type] | None = None,
@@ -106,6 +106,8 @@ class Function:
             None if return_types is None else tuple(return_types))
         self.loc = loc
         self.end_loc = end_loc
+        self.initializers: dict[str, Any] = {}
+        """Values bound to parameters by name (imported weights); callers omit them."""
 
     @property
     def is_typed(self) -> bool:
@@ -145,21 +147,31 @@ class Function:
 
 
 class Module:
-    """An ordered collection of functions, plus values attached to parameters.
+    """An ordered collection of functions.
 
     ``initializers`` maps a parameter name of the entry function to a numpy array (imported
     ONNX weights): the executor supplies them, so a caller passes only the other inputs.
     """
 
-    __slots__ = ("functions", "initializers", "filename")
+    __slots__ = ("functions", "filename")
 
     def __init__(self, functions: Sequence[Function] = (), filename: str = "<module>",
                  initializers: dict[str, Any] | None = None) -> None:
         self.functions: dict[str, Function] = {}
         for f in functions:
             self.add(f)
-        self.initializers: dict[str, Any] = dict(initializers or {})
         self.filename = filename
+        if initializers:
+            self.initializers = dict(initializers)
+
+    @property
+    def initializers(self) -> dict[str, Any]:
+        """The entry function's values bound to parameters by name (imported weights)."""
+        return self.entry.initializers if self.functions else {}
+
+    @initializers.setter
+    def initializers(self, values: dict[str, Any]) -> None:
+        self.entry.initializers = dict(values)
 
     def add(self, fn: Function) -> Function:
         self.functions[fn.name] = fn

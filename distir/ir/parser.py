@@ -28,11 +28,32 @@ _DTYPES = {d.value: d for d in DType}
 _LOCK = threading.Lock()
 
 
-def _unquote(tok: str) -> str:
+def _unquote(tok: Any, file: str) -> str:
     body = tok[1:]
     if body.startswith('"'):
-        return json.loads(body)
+        return _json_string(body, tok, file)
     return body
+
+
+def _json_string(text: str, tok: Any, file: str) -> str:
+    """The value of a quoted string (JSON escapes); a bad escape is a ``ParseError``."""
+    try:
+        return json.loads(text, strict=False)  # strict=False: a raw tab is fine
+    except ValueError as e:
+        msg = getattr(e, "msg", str(e))
+        raise ParseError(f"bad escape in {tok}: {msg} (strings use JSON escapes: \\\" \\\\ "
+                         "\\n \\t \\uXXXX)", Loc(file, tok.line, tok.column)) from None
+
+
+def _has_float(data: Any) -> bool:
+    stack = [data]
+    while stack:
+        x = stack.pop()
+        if isinstance(x, tuple):
+            stack.extend(x)
+        elif isinstance(x, float):
+            return True
+    return False
 
 
 class _Item:
@@ -113,7 +134,7 @@ class _Builder:
         return False
 
     def string_attr(self, c: list) -> str:
-        return json.loads(c[0])
+        return _json_string(c[0], c[0], self.file)
 
     def dtype_attr(self, c: list) -> DType:
         return _DTYPES[c[0]]
@@ -126,6 +147,9 @@ class _Builder:
         shape = c[2] if len(c) == 4 else None
         data = c[-1]
         dt = _DTYPES[dt_tok]
+        if not dt.is_float and _has_float(data):
+            raise self.err(f"dense<{dt.value}> literal holds a number with a fraction or "
+                           "exponent: write integers, or use a float dtype", tok)
         try:
             arr = np.array(data, dtype=dt.np) if data != () else np.zeros((0,), dt.np)
         except (ValueError, TypeError, OverflowError):
@@ -146,7 +170,7 @@ class _Builder:
 
     # -- statements ----------------------------------------------------------------------
     def use(self, tok: Any) -> Value:
-        name = _unquote(tok)
+        name = _unquote(tok, self.file)
         v = self.scope.get(name)
         if v is None:
             loc = self.loc(tok)
@@ -161,7 +185,7 @@ class _Builder:
         return _Item(False, self.use(tok), self.loc(tok))
 
     def param(self, c: list) -> Value:
-        return Value(_unquote(c[0]), c[1] if len(c) > 1 else None, self.loc(c[0]))
+        return Value(_unquote(c[0], self.file), c[1] if len(c) > 1 else None, self.loc(c[0]))
 
     def params(self, c: list) -> tuple[str, list]:
         return ("params", c)
@@ -173,7 +197,7 @@ class _Builder:
         tok = c[0]
         if tok.type == "DISCARD":
             return Value("_", None, self.loc(tok))
-        return Value(_unquote(tok), c[1] if len(c) > 1 else None, self.loc(tok))
+        return Value(_unquote(tok, self.file), c[1] if len(c) > 1 else None, self.loc(tok))
 
     def define(self, v: Value) -> None:
         name = v.name
@@ -210,7 +234,7 @@ class _Builder:
     def callapp(self, c: list) -> Op:
         call_tok, g = c[0], c[1]
         op = Op(CALL, [m.payload for m in c[2:]], None, loc=self.loc(call_tok))
-        self.pending_calls.append((op, _unquote(g), self.loc(g)))
+        self.pending_calls.append((op, _unquote(g, self.file), self.loc(g)))
         return op
 
     def assign(self, c: list) -> Op:
@@ -238,7 +262,7 @@ class _Builder:
         self.unresolved = []
         for p in params:
             self.define(p)
-        name = _unquote(g)
+        name = _unquote(g, self.file)
         if name in self.fn_locs:
             prev = self.fn_locs[name]
             raise self.err(f"function @{name} is already defined (at {prev.line}:{prev.col}); "
@@ -487,7 +511,9 @@ def _syntax_error(e: _Unexpected, filename: str) -> ParseError:
 
 def _char_error(e: _BadChar) -> ParseError:
     hint = ""
-    if e.char == "%":
+    if e.char == '"':
+        hint = ": unterminated string (a string ends with \" on the same line)"
+    elif e.char == "%":
         hint = ": a value name is %name with letters, digits, _ . $ -, or %\"quoted\""
     elif e.char == "@":
         hint = ": a function name is @name"

@@ -112,7 +112,8 @@ def verify_function(fn: Function, *, members: set[int] | None = None,
                               fn.end_loc)
     if fn.return_types is not None and len(fn.return_types) != len(fn.returns):
         raise VerifyError(f"@{fn.name} declares {len(fn.return_types)} result types but "
-                          f"returns {len(fn.returns)} values", fn.loc)
+                          f"returns {len(fn.returns)} value{'s' * (len(fn.returns) != 1)}",
+                          fn.loc)
 
 
 def _unknown_op(name: str) -> str:

@@ -1,0 +1,138 @@
+"""Type inference and reference execution: the user-facing entry points."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from distir.errors import ExecutionError, TypeInferenceError
+from distir.analysis.interpreter import NumpyInterpreter, TypeInterpreter
+from distir.analysis.values import make_concrete, type_of
+from distir.ir.core import Function, Module, Value
+from distir.ir.types import DType, TensorType, Type
+
+__all__ = ["infer_types", "type_env", "infer_module_types", "execute", "bind_inputs",
+           "random_inputs"]
+
+
+def _input_values(fn: Function, input_types: Sequence[Type | None] | None) -> list[Any]:
+    """The abstract arguments of ``fn``: declared types, overridden by ``input_types``;
+    initializer-bound parameters become concrete when small."""
+    params = fn.params
+    if input_types is not None and len(input_types) != len(params):
+        free = [p for p in params if p.name not in fn.initializers]
+        if len(input_types) != len(free):
+            raise TypeInferenceError(f"@{fn.name} takes {len(free)} inputs, "
+                                     f"{len(input_types)} types given", fn.loc)
+        it = iter(input_types)
+        given = [None if p.name in fn.initializers else next(it) for p in params]
+    else:
+        given = list(input_types) if input_types is not None else [None] * len(params)
+    args: list[Any] = []
+    for p, g in zip(params, given):
+        t = g if g is not None else p.type
+        if t is None and p.name in fn.initializers:
+            arr = np.asarray(fn.initializers[p.name])
+            t = TensorType(DType.from_np(arr.dtype), arr.shape, 0)
+        if t is None:
+            raise TypeInferenceError(f"parameter %{p.name} of @{fn.name} has no type: "
+                                     "declare it or pass input types", p.loc or fn.loc)
+        if p.name in fn.initializers and isinstance(t, TensorType) and t.numel <= 4096:
+            args.append(make_concrete(np.asarray(fn.initializers[p.name]), t.device))
+        else:
+            args.append(t)
+    return args
+
+
+def infer_types(fn: Function | Module, input_types: Sequence[Type | None] | None = None,
+                ) -> tuple[Type, ...]:
+    """The types of ``fn``'s results. Raises ``TypeInferenceError`` (or ``PlacementError``)
+    at the first op whose inputs do not fit its rule."""
+    if isinstance(fn, Module):
+        fn = fn.entry
+    outs = TypeInterpreter().run(fn, _input_values(fn, input_types))
+    return tuple(type_of(o) for o in outs)
+
+
+def type_env(fn: Function, input_types: Sequence[Type | None] | None = None,
+             ) -> dict[Value, Any]:
+    """The abstract value (``Type`` or ``Concrete``) of every value of ``fn``."""
+    record: dict[Value, Any] = {}
+    TypeInterpreter(record=record).run(fn, _input_values(fn, input_types))
+    return record
+
+
+def infer_module_types(m: Module) -> dict[Value, Type]:
+    """Types of every value of the module's typed functions (the entry first), for
+    ``distir check --types``; generic functions are typed through the entry's calls."""
+    record: dict[Value, Any] = {}
+    interp = TypeInterpreter(record=record)
+    entry = m.entry
+    interp.run(entry, _input_values(entry, None))
+    for f in m:
+        if f is not entry and f.is_typed and f.params and f.params[0] not in record:
+            interp.run(f, [p.type for p in f.params])
+    return {v: type_of(a) for v, a in record.items() if a is not None}
+
+
+def bind_inputs(fn: Function, inputs: Sequence[Any]) -> list[np.ndarray]:
+    """All of ``fn``'s arguments: ``inputs`` for the free parameters in order, initializer
+    values for the bound ones (or ``inputs`` for all parameters, when that many are given)."""
+    params = fn.params
+    if len(inputs) == len(params):
+        return [np.asarray(x) for x in inputs]
+    free = [p for p in params if p.name not in fn.initializers]
+    if len(inputs) != len(free):
+        names = ", ".join("%" + str(p.name) for p in free)
+        raise ExecutionError(f"@{fn.name} takes {len(free)} inputs ({names}), "
+                             f"{len(inputs)} given", fn.loc)
+    it = iter(inputs)
+    return [np.asarray(fn.initializers[p.name]) if p.name in fn.initializers
+            else np.asarray(next(it)) for p in params]
+
+
+def execute(fn: Function | Module, inputs: Sequence[Any], *, check_types: bool = True,
+            ) -> list[np.ndarray]:
+    """Run ``fn`` on numpy inputs with the reference semantics of every op.
+
+    The types of the inputs are inferred first (placement and annotations are checked), so
+    a badly placed op is reported before anything runs.
+    """
+    if isinstance(fn, Module):
+        fn = fn.entry
+    args = bind_inputs(fn, inputs)
+    if check_types:
+        in_types = []
+        for p, a in zip(fn.params, args):
+            dev = p.type.devices[0] if p.type is not None and p.type.devices else 0
+            try:
+                dt = DType.from_np(a.dtype)
+            except KeyError:
+                raise ExecutionError(f"input %{p.name} has dtype {a.dtype}, which DistIR does "
+                                     "not support", p.loc) from None
+            in_types.append(TensorType(dt, tuple(a.shape), dev))
+        TypeInterpreter().run(fn, in_types)
+    return list(NumpyInterpreter().run(fn, args))
+
+
+def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
+    """Random values for ``fn``'s free parameters (those without initializers): normal for
+    floats, small non-negative integers for integers."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for p in fn.params:
+        if p.name in fn.initializers:
+            continue
+        t = p.type
+        if not isinstance(t, TensorType):
+            raise ExecutionError(f"parameter %{p.name} of @{fn.name} needs a tensor type to "
+                                 "make a random input; pass inputs instead", p.loc)
+        if t.dtype.is_float:
+            out.append(rng.standard_normal(t.shape).astype(t.dtype.np))
+        elif t.dtype is DType.Bool:
+            out.append(rng.integers(0, 2, t.shape).astype(bool))
+        else:
+            out.append(rng.integers(0, 8, t.shape).astype(t.dtype.np))
+    return out

@@ -1,0 +1,83 @@
+"""Type rules of elementwise ops: unary, broadcasting binary and variadic, comparisons."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.analysis.rules import TYPE_RULES
+from distir.analysis.type_rules._util import broadcast_shapes, fail, same_dtype, tensor
+from distir.ir.types import DType, TensorType
+
+UNARY = ("Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
+         "Gelu", "Floor", "Ceil", "Sin", "Cos", "LeakyRelu", "Softplus", "Identity", "Clip")
+BINARY = ("Add", "Sub", "Mul", "Div", "Pow")
+VARIADIC = ("Sum", "Max", "Min")
+COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
+LOGICAL = ("And", "Or")
+
+
+@TYPE_RULES.register(*UNARY)
+def unary(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return (tensor(args[0]),)
+
+
+@TYPE_RULES.register("Not")
+def not_(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    if t.dtype is not DType.Bool:
+        raise fail(f"Not needs a Bool tensor, got {t.dtype.value}")
+    return (t,)
+
+
+@TYPE_RULES.register("IsNaN")
+def isnan(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    return (TensorType(DType.Bool, t.shape, t.device),)
+
+
+def _broadcast(op_type: str, args: tuple) -> tuple[list[TensorType], tuple[int, ...]]:
+    ts = [tensor(a, f"input {i}") for i, a in enumerate(args) if a is not None]
+    return ts, broadcast_shapes(*(t.shape for t in ts))
+
+
+@TYPE_RULES.register(*BINARY, *VARIADIC)
+def binary(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts, shape = _broadcast(op_type, args)
+    if op_type == "Pow":  # the exponent may have another dtype
+        dt = ts[0].dtype
+    else:
+        dt = same_dtype(ts, op_type)
+    return (TensorType(dt, shape, ts[0].device),)
+
+
+@TYPE_RULES.register(*COMPARE, *LOGICAL)
+def compare(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts, shape = _broadcast(op_type, args)
+    same_dtype(ts, op_type)
+    return (TensorType(DType.Bool, shape, ts[0].device),)
+
+
+@TYPE_RULES.register("Where")
+def where(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    c, x, y = (tensor(a) for a in args)
+    if c.dtype is not DType.Bool:
+        raise fail(f"the condition of Where must be Bool, got {c.dtype.value}")
+    dt = same_dtype([x, y], op_type)
+    return (TensorType(dt, broadcast_shapes(c.shape, x.shape, y.shape), x.device),)
+
+
+@TYPE_RULES.register("Cast")
+def cast(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    to = attrs["to"]
+    if not isinstance(to, DType):
+        raise fail("attribute to of Cast must be a dtype (to=Float16)")
+    return (TensorType(to, t.shape, t.device),)
+
+
+@TYPE_RULES.register("Dropout")
+def dropout(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    if n_out == 2:
+        return (t, TensorType(DType.Bool, t.shape, t.device))
+    return (t,)
