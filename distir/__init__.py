@@ -37,7 +37,15 @@ from distir.ir import (
 __version__ = "0.1.0"
 
 # Public names that live in modules with heavier imports: name -> (module, attribute).
-_LAZY: dict[str, tuple[str, str | None]] = {}
+_LAZY: dict[str, tuple[str, str | None]] = {
+    "infer_types": ("distir.analysis", "infer_types"),
+    "execute": ("distir.analysis", "execute"),
+    "import_onnx": ("distir.importers.onnx", "import_onnx"),
+    "simulate": ("distir.analysis.simulator", "simulate"),
+    "run": ("distir.backend", "run"),
+    "models": ("distir.models", None),
+    "transforms": ("distir.transforms", None),
+}
 
 __all__ = [
     "DType",

@@ -26,12 +26,10 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run_check(args: argparse.Namespace) -> int:
     import distir
 
-    m = distir.load(args.file)
-    types = None
-    if hasattr(distir, "_LAZY") and "infer_types" in distir._LAZY:
-        from distir.analysis import infer_module_types
+    from distir.analysis import infer_module_types
 
-        types = infer_module_types(m)
+    m = distir.load(args.file)
+    types = infer_module_types(m)
     if args.types:
         sys.stdout.write(distir.dumps(m, types=types))
     return 0
