@@ -10,8 +10,11 @@ from distir.errors import TypeInferenceError
 from distir.analysis.values import Concrete, type_of
 from distir.ir.types import DType, TensorType, Type
 
-__all__ = ["tensor", "broadcast_shapes", "device_of", "norm_axis", "const_ints", "fail",
-           "same_dtype"]
+__all__ = ["tensor", "broadcast_shapes", "device_of", "norm_axis", "norm_axes", "const_ints",
+           "const_array", "fail", "same_dtype", "int_tensor", "prod", "INT_DTYPES"]
+
+INT_DTYPES = frozenset({DType.Int32, DType.Int64})
+"""Index dtypes that ONNX accepts for indices (Gather, ScatterND, ...)."""
 
 
 def fail(msg: str) -> TypeInferenceError:
@@ -71,14 +74,47 @@ def norm_axis(axis: int, rank: int, what: str = "axis") -> int:
     return axis + rank if axis < 0 else axis
 
 
-def const_ints(a: Any, what: str) -> list[int]:
-    """The integer values of a concrete input (shape, axes, ...); an error if abstract."""
+def const_array(a: Any, what: str) -> np.ndarray:
+    """The value of a concrete input; an error naming ``what`` if it is missing or abstract."""
     if a is None:
         raise fail(f"{what} is missing")
     if not isinstance(a, Concrete):
         raise fail(f"{what} must be known to infer the result shape, but it is computed from "
                    "abstract values; make it a Constant or derive it from Shape")
-    return [int(x) for x in np.asarray(a.value).reshape(-1)]
+    return np.asarray(a.value)
+
+
+def const_ints(a: Any, what: str) -> list[int]:
+    """The integer values of a concrete input (shape, axes, ...), flattened; an error if it is
+    abstract or not of an integer dtype."""
+    arr = const_array(a, what)
+    if arr.dtype.kind not in "iu":
+        raise fail(f"{what} must be an integer tensor, got {type_of(a)}")
+    return [int(x) for x in arr.reshape(-1)]
+
+
+def int_tensor(a: Any, what: str) -> TensorType:
+    """The type of an index input: an Int32 or Int64 tensor."""
+    t = tensor(a, what)
+    if t.dtype not in INT_DTYPES:
+        raise fail(f"{what} must be Int32 or Int64, got {t.dtype.value}")
+    return t
+
+
+def norm_axes(axes: list[int] | tuple[int, ...], rank: int, what: str = "axes") -> list[int]:
+    """Axes made non-negative; an error for one out of ``[-rank, rank)`` or a repeated one."""
+    out = [norm_axis(a, rank, what) for a in axes]
+    if len(set(out)) != len(out):
+        raise fail(f"{what} {list(axes)} repeat an axis (rank {rank})")
+    return out
+
+
+def prod(dims: Any) -> int:
+    """The product of integers (1 for none): an element count."""
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def as_type(t: Type) -> Type:

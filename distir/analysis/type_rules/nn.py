@@ -1,0 +1,267 @@
+"""Type rules of neural-network ops: MatMul, Gemm, Conv, pooling, normalization, softmax,
+reductions.
+
+Semantics are ONNX opset 21's; every result lives on the device of the inputs. Spatial ops
+take ``(N, C, D1, ..., Dn)`` inputs; their output sizes follow the ONNX formulas:
+
+- explicit pads: ``floor((D + pad_begin + pad_end - ((k - 1) * dilation + 1)) / stride) + 1``
+  (``ceil`` with ``ceil_mode``, dropping a last window that would start in the end padding);
+- ``SAME_UPPER``/``SAME_LOWER``: ``ceil(D / stride)``;
+- ``VALID``: ``floor((D - ((k - 1) * dilation + 1)) / stride) + 1``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.analysis.rules import TYPE_RULES
+from distir.analysis.type_rules._util import (
+    broadcast_shapes,
+    const_ints,
+    fail,
+    norm_axes,
+    norm_axis,
+    same_dtype,
+    tensor,
+)
+from distir.errors import TypeInferenceError
+from distir.ir.types import DType, TensorType
+
+# ONNX TensorProto codes of the stash types LayerNormalization accepts.
+_STASH = {1: DType.Float32, 10: DType.Float16, 11: DType.Float64, 16: DType.BFloat16}
+
+
+# --- Matrix products ---------------------------------------------------------------------------
+
+@TYPE_RULES.register("MatMul")
+def matmul(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """numpy.matmul: a 1-D left operand gains (and loses) a leading 1, a 1-D right operand a
+    trailing 1; batch dimensions broadcast."""
+    a, b = tensor(args[0], "A"), tensor(args[1], "B")
+    if a.rank == 0 or b.rank == 0:
+        raise fail(f"operands must have rank >= 1, got {a.shape} @ {b.shape}")
+    dt = same_dtype([a, b], op_type)
+    sa = (1,) + a.shape if a.rank == 1 else a.shape
+    sb = b.shape + (1,) if b.rank == 1 else b.shape
+    if sa[-1] != sb[-2]:
+        raise fail(f"inner dimensions differ: {a.shape} @ {b.shape}")
+    try:
+        batch = broadcast_shapes(sa[:-2], sb[:-2])
+    except TypeInferenceError:
+        raise fail(f"batch dimensions do not broadcast: {a.shape} @ {b.shape}") from None
+    shape = batch + ((sa[-2],) if a.rank > 1 else ()) + ((sb[-1],) if b.rank > 1 else ())
+    return (TensorType(dt, shape, a.device),)
+
+
+@TYPE_RULES.register("Gemm")
+def gemm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """``alpha * A' @ B' + beta * C`` with A' = A or A^T (``transA``), likewise B; C is
+    unidirectionally broadcast to ``(M, N)``."""
+    a, b = tensor(args[0], "A"), tensor(args[1], "B")
+    if a.rank != 2 or b.rank != 2:
+        raise fail(f"A and B must be matrices, got {a.shape} and {b.shape}")
+    ts = [a, b]
+    m, k = a.shape[::-1] if attrs.get("transA", 0) else a.shape
+    k2, n = b.shape[::-1] if attrs.get("transB", 0) else b.shape
+    if k != k2:
+        raise fail(f"inner dimensions differ: {a.shape} @ {b.shape} (transA="
+                   f"{attrs.get('transA', 0)}, transB={attrs.get('transB', 0)})")
+    if len(args) > 2 and args[2] is not None:
+        c = tensor(args[2], "C")
+        ts.append(c)
+        if c.rank > 2 or any(x not in (1, y) for x, y in zip(c.shape[::-1], (n, m))):
+            raise fail(f"C of shape {c.shape} does not broadcast to the result {(m, n)}")
+    return (TensorType(same_dtype(ts, op_type), (m, n), a.device),)
+
+
+# --- Convolution and pooling -------------------------------------------------------------------
+
+def _spatial_ints(attrs: dict[str, Any], name: str, n: int, default: int) -> tuple[int, ...]:
+    v = attrs.get(name)
+    if v is None:
+        return (default,) * n
+    v = tuple(v)
+    if len(v) != n:
+        raise fail(f"{name} {list(v)} must have {n} entries, one per spatial axis")
+    if any(x < 1 for x in v):
+        raise fail(f"{name} {list(v)} must be positive")
+    return v
+
+
+def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
+                 attrs: dict[str, Any], ceil_mode: bool) -> tuple[int, ...]:
+    """The output spatial sizes of a convolution or pooling over ``x``'s spatial axes."""
+    spatial = x.shape[2:]
+    n = len(spatial)
+    strides = _spatial_ints(attrs, "strides", n, 1)
+    dilations = _spatial_ints(attrs, "dilations", n, 1)
+    auto_pad = attrs.get("auto_pad", "NOTSET")
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
+        return tuple(-(-d // s) for d, s in zip(spatial, strides))
+    if auto_pad == "VALID":
+        pads: tuple[int, ...] = (0,) * (2 * n)
+    elif auto_pad == "NOTSET":
+        pads = tuple(attrs.get("pads") or (0,) * (2 * n))
+        if len(pads) != 2 * n or any(p < 0 for p in pads):
+            raise fail(f"pads {list(pads)} must have {2 * n} non-negative entries (the begins "
+                       "of the spatial axes, then their ends)")
+    else:
+        raise fail(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got "
+                   f"{auto_pad!r}")
+    out = []
+    for i, (d, s, e) in enumerate(zip(spatial, strides, eff)):
+        span = d + pads[i] + pads[n + i] - e
+        if span < 0:
+            raise fail(f"the window {kernel} (dilations {list(dilations)}) is larger than the "
+                       f"padded input {x.shape}")
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if ceil_mode and (o - 1) * s >= d + pads[i]:
+            o -= 1  # the last window would start in the end padding
+        out.append(o)
+    return tuple(out)
+
+
+@TYPE_RULES.register("Conv")
+def conv(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, w = tensor(args[0], "X"), tensor(args[1], "W")
+    if x.rank < 3 or w.rank != x.rank:
+        raise fail(f"X must be (N, C, D1, ...) and W (M, C/group, k1, ...) of the same rank, "
+                   f"got {x.shape} and {w.shape}")
+    ts = [x, w]
+    group = attrs.get("group", 1)
+    m = w.shape[0]
+    if group < 1 or x.shape[1] != w.shape[1] * group or m % group:
+        raise fail(f"channels do not match: X {x.shape} has {x.shape[1]}, W {w.shape} expects "
+                   f"{w.shape[1]} per group x {group} groups (and M={m} divisible by group)")
+    kernel = w.shape[2:]
+    ks = attrs.get("kernel_shape")
+    if ks is not None and tuple(ks) != kernel:
+        raise fail(f"kernel_shape {list(ks)} differs from the kernel of W {w.shape}")
+    if len(args) > 2 and args[2] is not None:
+        b = tensor(args[2], "B")
+        ts.append(b)
+        if b.shape != (m,):
+            raise fail(f"B must have shape {(m,)}, got {b.shape}")
+    dt = same_dtype(ts, op_type)
+    out = _spatial_out(op_type, x, kernel, attrs, False)
+    return (TensorType(dt, (x.shape[0], m) + out, x.device),)
+
+
+@TYPE_RULES.register("MaxPool", "AveragePool")
+def pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0], "X")
+    kernel = attrs.get("kernel_shape")
+    if x.rank < 3:
+        raise fail(f"X must be (N, C, D1, ...), got {x.shape}")
+    if kernel is None or len(kernel) != x.rank - 2:
+        raise fail(f"kernel_shape {kernel} must have one entry per spatial axis of {x.shape}")
+    out = _spatial_out(op_type, x, tuple(kernel), attrs, bool(attrs.get("ceil_mode", 0)))
+    y = x.with_shape(x.shape[:2] + out)
+    if n_out == 2:
+        if op_type != "MaxPool":
+            raise fail("has one result")
+        return (y, TensorType(DType.Int64, y.shape, x.device))
+    return (y,)
+
+
+@TYPE_RULES.register("GlobalAveragePool")
+def global_pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0], "X")
+    if x.rank < 3:
+        raise fail(f"X must be (N, C, D1, ...), got {x.shape}")
+    return (x.with_shape(x.shape[:2] + (1,) * (x.rank - 2)),)
+
+
+# --- Normalization -----------------------------------------------------------------------------
+
+@TYPE_RULES.register("BatchNormalization")
+def batch_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Inference: Y. Training (``training_mode=1``): Y, running_mean, running_var."""
+    x = tensor(args[0], "X")
+    if x.rank < 2:
+        raise fail(f"X must be (N, C, ...), got {x.shape}")
+    c = x.shape[1]
+    params = [tensor(a, n) for a, n in zip(args[1:], ("scale", "B", "input_mean", "input_var"))]
+    for t, name in zip(params, ("scale", "B", "input_mean", "input_var")):
+        if t.shape != (c,):
+            raise fail(f"{name} must have shape {(c,)} (the channels of X {x.shape}), got "
+                       f"{t.shape}")
+    same_dtype(params[:2], op_type)
+    same_dtype(params[2:], op_type)
+    training = bool(attrs.get("training_mode", 0))
+    if not training and n_out != 1:
+        raise fail("has one result unless training_mode=1")
+    if training and n_out != 3:
+        raise fail(f"with training_mode=1 has 3 results (Y, running_mean, running_var), "
+                   f"{n_out} named")
+    return (x,) + ((params[2], params[3]) if training else ())
+
+
+@TYPE_RULES.register("LayerNormalization")
+def layer_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Y like X; Mean and InvStdDev of shape ``X.shape[:axis] + (1,) * (rank - axis)`` in
+    the ``stash_type`` dtype (Float32 by default)."""
+    x = tensor(args[0], "X")
+    axis = norm_axis(attrs.get("axis", -1), x.rank)
+    norm_shape = x.shape[axis:]
+    for a, name in zip(args[1:], ("Scale", "B")):
+        if a is None:
+            continue
+        t = tensor(a, name)
+        if t.dtype != x.dtype:
+            raise fail(f"{name} must be {x.dtype.value} like X, got {t.dtype.value}")
+        try:
+            ok = broadcast_shapes(t.shape, norm_shape) == norm_shape
+        except TypeInferenceError:
+            ok = False
+        if not ok:
+            raise fail(f"{name} of shape {t.shape} does not broadcast to {norm_shape}, the "
+                       f"normalized axes of X {x.shape}")
+    stash = _STASH.get(attrs.get("stash_type", 1))
+    if stash is None:
+        raise fail(f"stash_type {attrs.get('stash_type')} is not a float type code (1, 10, 11 "
+                   "or 16)")
+    stat = TensorType(stash, x.shape[:axis] + (1,) * (x.rank - axis), x.device)
+    return ((x, stat, stat))[:n_out]
+
+
+@TYPE_RULES.register("LRN")
+def lrn(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0], "X")
+    if x.rank < 3:
+        raise fail(f"X must be (N, C, D1, ...), got {x.shape}")
+    if attrs.get("size", 0) < 1:
+        raise fail(f"size must be positive, got {attrs.get('size')}")
+    return (x,)
+
+
+@TYPE_RULES.register("Softmax", "LogSoftmax")
+def softmax(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0])
+    norm_axis(attrs.get("axis", -1), x.rank)
+    if not x.dtype.is_float:
+        raise fail(f"needs a float tensor, got {x.dtype.value}")
+    return (x,)
+
+
+# --- Reductions --------------------------------------------------------------------------------
+
+@TYPE_RULES.register("ReduceMean", "ReduceSum", "ReduceMax")
+def reduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Axes from the optional ``axes`` input; none (or empty) reduces every axis, unless
+    ``noop_with_empty_axes`` makes it the identity."""
+    x = tensor(args[0])
+    axes_in = args[1] if len(args) > 1 else None
+    given = [] if axes_in is None else const_ints(axes_in, "the axes input")
+    if not given:
+        if attrs.get("noop_with_empty_axes", 0):
+            return (x,)
+        axes = set(range(x.rank))
+    else:
+        axes = set(norm_axes(given, x.rank))
+    if attrs.get("keepdims", 1):
+        shape = tuple(1 if i in axes else d for i, d in enumerate(x.shape))
+    else:
+        shape = tuple(d for i, d in enumerate(x.shape) if i not in axes)
+    return (x.with_shape(shape),)
