@@ -64,7 +64,7 @@ def same_dtype(ts: list[TensorType], op_type: str) -> DType:
     dt = ts[0].dtype
     for t in ts[1:]:
         if t.dtype != dt:
-            raise fail(f"{op_type} needs inputs of one dtype, got {dt.value} and {t.dtype.value}")
+            raise fail(f"inputs must have one dtype, got {dt.value} and {t.dtype.value}")
     return dt
 
 

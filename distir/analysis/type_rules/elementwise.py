@@ -25,7 +25,7 @@ def unary(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple
 def not_(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     t = tensor(args[0])
     if t.dtype is not DType.Bool:
-        raise fail(f"Not needs a Bool tensor, got {t.dtype.value}")
+        raise fail(f"needs a Bool tensor, got {t.dtype.value}")
     return (t,)
 
 
@@ -61,7 +61,7 @@ def compare(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tup
 def where(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     c, x, y = (tensor(a) for a in args)
     if c.dtype is not DType.Bool:
-        raise fail(f"the condition of Where must be Bool, got {c.dtype.value}")
+        raise fail(f"the condition must be Bool, got {c.dtype.value}")
     dt = same_dtype([x, y], op_type)
     return (TensorType(dt, broadcast_shapes(c.shape, x.shape, y.shape), x.device),)
 
@@ -71,7 +71,7 @@ def cast(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     t = tensor(args[0])
     to = attrs["to"]
     if not isinstance(to, DType):
-        raise fail("attribute to of Cast must be a dtype (to=Float16)")
+        raise fail("attribute to must be a dtype (to=Float16)")
     return (TensorType(to, t.shape, t.device),)
 
 
