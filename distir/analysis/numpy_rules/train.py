@@ -1,0 +1,211 @@
+"""Numpy rules of the training ops: the reference semantics of gradients, losses and
+optimizers.
+
+Conventions (the type rules in ``distir.analysis.type_rules.train`` check the shapes):
+
+- Gradients have the dtype of their inputs; where an input was broadcast in the forward op
+  (``MatMul``'s batch dimensions, ``Gemm``'s ``C``), its gradient is summed over the
+  broadcast dimensions, so it has the input's shape.
+- Losses reduce by ``"sum"`` by default, so that the gradients of microbatches and of
+  data-parallel replicas add up to the full-batch gradient; ``"mean"`` divides the sum by
+  the number of terms (elements of ``p`` for MSE, labels for cross entropy).
+- ``MSELoss(p, y)`` is ``0.5 * sum((p - y)^2)`` (note the 0.5: ``torch.nn.MSELoss`` has
+  none) and ``MSELossGrad(p, y)`` is ``p - y``, its exact gradient.
+- ``SoftmaxCrossEntropyLoss(logits, labels)``: ``logits`` has shape ``(..., C)`` with the
+  classes on the last axis; ``labels`` has shape ``(...)`` and holds class indices in
+  ``[0, C)`` (Int64 or Int32). The loss is ``-sum(log_softmax(logits)[..., labels])`` over
+  all positions ``...`` (``torch.nn.functional.cross_entropy`` of the flattened logits with
+  ``reduction="sum"``); its gradient is ``softmax(logits) - one_hot(labels)``.
+- ``SGDOptimizer`` is ``w - lr * dw`` (``torch.optim.SGD`` without momentum).
+- ``AdamOptimizer(w, dw, m, v, step)`` is one step of ``torch.optim.Adam`` (no amsgrad, not
+  maximizing, weight decay as L2 added to the gradient): ``step`` is the number of this step,
+  1 for the first; it returns the new ``w``, ``m``, ``v``.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from distir.analysis.rules import NUMPY_RULES
+from distir.errors import ExecutionError
+
+__all__ = ["unbroadcast", "erf"]
+
+_SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+_GELU_TANH_C = 0.044715
+
+
+def unbroadcast(g: np.ndarray, shape: tuple[int, ...]) -> np.ndarray:
+    """``g`` summed over the dimensions along which a tensor of ``shape`` was broadcast."""
+    while g.ndim > len(shape):
+        g = g.sum(axis=0)
+    axes = tuple(i for i, s in enumerate(shape) if s == 1 and g.shape[i] != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    return g
+
+
+def erf(x: np.ndarray) -> np.ndarray:
+    """The error function, elementwise, in float64."""
+    try:
+        from scipy.special import erf as _erf  # a dependency of scikit-learn
+    except ImportError:  # pragma: no cover - exact but slower
+        return np.vectorize(math.erf, otypes=[np.float64])(x)
+    return _erf(np.asarray(x, dtype=np.float64))
+
+
+def _compute_dtype(dt: np.dtype) -> np.dtype:
+    """Half-precision inputs are computed in float32, like PyTorch's CPU kernels."""
+    return np.promote_types(dt, np.float32)
+
+
+def _swap(x: np.ndarray) -> np.ndarray:
+    return np.swapaxes(x, -1, -2)
+
+
+@NUMPY_RULES.register("MatMulGrad")
+def matmul_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    a, b, dy = (np.asarray(x) for x in args)
+    a2 = a[None, :] if a.ndim == 1 else a
+    b2 = b[:, None] if b.ndim == 1 else b
+    dy2 = dy[..., None] if b.ndim == 1 else dy
+    dy2 = dy2[..., None, :] if a.ndim == 1 else dy2
+    da = unbroadcast(np.matmul(dy2, _swap(b2)), a2.shape).reshape(a.shape)
+    db = unbroadcast(np.matmul(_swap(a2), dy2), b2.shape).reshape(b.shape)
+    return (da.astype(a.dtype, copy=False), db.astype(b.dtype, copy=False))
+
+
+@NUMPY_RULES.register("GemmGrad")
+def gemm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    a, b = np.asarray(args[0]), np.asarray(args[1])
+    c = np.asarray(args[2]) if len(args) == 4 and args[2] is not None else None
+    dy = np.asarray(args[-1])
+    alpha, beta = attrs["alpha"], attrs["beta"]
+    a_op = a.T if attrs["transA"] else a
+    b_op = b.T if attrs["transB"] else b
+    da = alpha * (dy @ b_op.T)  # the gradient of op(A)
+    db = alpha * (a_op.T @ dy)  # the gradient of op(B)
+    outs = [(da.T if attrs["transA"] else da).astype(a.dtype, copy=False),
+            (db.T if attrs["transB"] else db).astype(b.dtype, copy=False)]
+    if n_out == 3:
+        if c is None:
+            raise ExecutionError("GemmGrad gives dc only when given c (inputs a, b, c, dy)")
+        outs.append((beta * unbroadcast(dy, c.shape)).reshape(c.shape).astype(c.dtype))
+    return tuple(outs)
+
+
+@NUMPY_RULES.register("ReluGrad")
+def relu_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, dy = np.asarray(args[0]), np.asarray(args[1])
+    return (np.where(x > 0, dy, np.zeros((), dy.dtype)).astype(dy.dtype, copy=False),)
+
+
+@NUMPY_RULES.register("GeluGrad")
+def gelu_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """The derivative of ``Gelu(x)`` times ``dy``: ``Phi(x) + x * phi(x)`` for
+    ``approximate="none"``; the derivative of ``0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715
+    x^3)))`` for ``"tanh"``. Computed in float64, returned in ``dy``'s dtype."""
+    x, dy = np.asarray(args[0]), np.asarray(args[1])
+    x64 = x.astype(np.float64)
+    if attrs["approximate"] == "tanh":
+        t = np.tanh(_SQRT_2_OVER_PI * (x64 + _GELU_TANH_C * x64 ** 3))
+        d = 0.5 * (1.0 + t) + 0.5 * x64 * (1.0 - t * t) * _SQRT_2_OVER_PI * (
+            1.0 + 3.0 * _GELU_TANH_C * x64 * x64)
+    elif attrs["approximate"] == "none":
+        cdf = 0.5 * (1.0 + erf(x64 / math.sqrt(2.0)))
+        pdf = np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
+        d = cdf + x64 * pdf
+    else:
+        raise ExecutionError(f"GeluGrad: approximate must be \"none\" or \"tanh\", got "
+                             f"{attrs['approximate']!r}")
+    return ((d * dy).astype(dy.dtype),)
+
+
+def _reduce_scale(attrs: dict[str, Any], count: int) -> float:
+    r = attrs["reduction"]
+    if r == "sum":
+        return 1.0
+    if r == "mean":
+        return 1.0 / max(count, 1)
+    raise ExecutionError(f"reduction must be \"sum\" or \"mean\", got {r!r}")
+
+
+@NUMPY_RULES.register("MSELoss")
+def mse_loss(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    p, y = np.asarray(args[0]), np.asarray(args[1])
+    d = (p - y).astype(_compute_dtype(p.dtype))
+    loss = 0.5 * np.sum(d * d) * _reduce_scale(attrs, d.size)
+    return (np.asarray(loss, dtype=p.dtype),)
+
+
+@NUMPY_RULES.register("MSELossGrad")
+def mse_loss_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    p, y = np.asarray(args[0]), np.asarray(args[1])
+    s = _reduce_scale(attrs, p.size)
+    d = p - y
+    return ((d if s == 1.0 else d * s).astype(p.dtype, copy=False),)
+
+
+def _log_softmax_and_labels(logits: np.ndarray, labels: np.ndarray,
+                            ) -> tuple[np.ndarray, np.ndarray]:
+    """The log-softmax over the last axis (computed in at least float32) and the labels
+    as int64 with a trailing axis, checked to lie in ``[0, C)``."""
+    x = logits.astype(_compute_dtype(logits.dtype))
+    z = x - x.max(axis=-1, keepdims=True)
+    logp = z - np.log(np.exp(z).sum(axis=-1, keepdims=True))
+    lab = np.asarray(labels).astype(np.int64)
+    n_classes = logits.shape[-1]
+    if lab.size and (lab.min() < 0 or lab.max() >= n_classes):
+        bad = lab[(lab < 0) | (lab >= n_classes)].reshape(-1)[0]
+        raise ExecutionError(f"label {bad} is not a class index in [0, {n_classes})")
+    return logp, lab[..., None]
+
+
+@NUMPY_RULES.register("SoftmaxCrossEntropyLoss")
+def softmax_xent(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    logits = np.asarray(args[0])
+    logp, lab = _log_softmax_and_labels(logits, args[1])
+    loss = -np.take_along_axis(logp, lab, axis=-1).sum() * _reduce_scale(attrs, lab.size)
+    return (np.asarray(loss, dtype=logits.dtype),)
+
+
+@NUMPY_RULES.register("SoftmaxCrossEntropyLossGrad")
+def softmax_xent_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    logits = np.asarray(args[0])
+    logp, lab = _log_softmax_and_labels(logits, args[1])
+    g = np.exp(logp)
+    np.put_along_axis(g, lab, np.take_along_axis(g, lab, axis=-1) - 1, axis=-1)
+    s = _reduce_scale(attrs, lab.size)
+    return ((g if s == 1.0 else g * s).astype(logits.dtype),)
+
+
+@NUMPY_RULES.register("SGDOptimizer")
+def sgd(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    w, dw = np.asarray(args[0]), np.asarray(args[1])
+    return ((w - attrs["lr"] * dw).astype(w.dtype, copy=False),)
+
+
+@NUMPY_RULES.register("AdamOptimizer")
+def adam(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """One ``torch.optim.Adam`` step, in the order of operations of its single-tensor path:
+    ``g = dw + weight_decay * w``; ``m += (1 - beta1) * (g - m)``; ``v = beta2 * v + (1 -
+    beta2) * g * g``; ``w -= lr / (1 - beta1^step) * m / (sqrt(v) / sqrt(1 - beta2^step) +
+    eps)``. Tensors are computed in ``w``'s dtype, the step-dependent scalars in float64."""
+    w, dw, m, v = (np.asarray(x) for x in args[:4])
+    step = float(np.asarray(args[4]).reshape(-1)[0])
+    if step < 1:
+        raise ExecutionError(f"AdamOptimizer: step counts from 1 (the first step), got {step:g}")
+    lr, beta1, beta2 = attrs["lr"], attrs["beta1"], attrs["beta2"]
+    eps, wd = attrs["eps"], attrs["weight_decay"]
+    dt = w.dtype
+    g = dw + wd * w if wd != 0 else dw
+    m_new = m + (1.0 - beta1) * (g - m)
+    v_new = v * beta2 + (1.0 - beta2) * (g * g)
+    step_size = lr / (1.0 - beta1 ** step)
+    bc2_sqrt = (1.0 - beta2 ** step) ** 0.5
+    denom = np.sqrt(v_new) / bc2_sqrt + eps
+    w_new = w - step_size * (m_new / denom)
+    return tuple(x.astype(dt, copy=False) for x in (w_new, m_new, v_new))

@@ -1,0 +1,152 @@
+"""Type rules of the communication ops: shapes, dtypes and the devices of their results.
+
+Placement is the point of these ops, so their rules check it (the interpreter checks
+placement only for the other ops): a ``Send`` must move its value to another device, a
+collective takes at most one input per device and lists each destination device once, and
+a scatter must split its axis evenly. Results live where the spec's table puts them:
+``MPIAllreduce``/``MPIAllgather``/``MPIReduceScatter`` result i on the i-th input's device,
+``MPIBroadcast``/``MPIScatter`` result i on ``devices[i]``, ``MPIGather``/``MPIReduce`` on
+``device``.
+
+Messages do not start with the op name: the interpreter prefixes it with the op's place.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.analysis.rules import TYPE_RULES
+from distir.analysis.type_rules._util import norm_axis, same_dtype, tensor
+from distir.analysis.values import type_of
+from distir.errors import PlacementError, TypeInferenceError
+from distir.ir.types import ScalarType, TensorType
+
+__all__ = ["check_one_per_device", "check_device_list", "shard_size"]
+
+
+def check_one_per_device(op_type: str, ts: list[TensorType]) -> None:
+    """A collective takes at most one input per device."""
+    seen: dict[int, int] = {}
+    for i, t in enumerate(ts):
+        j = seen.get(t.device)
+        if j is not None:
+            raise PlacementError(f"inputs {j} and {i} are both on device {t.device}, but "
+                                 f"{op_type} takes one input per device: combine them first")
+        seen[t.device] = i
+
+
+def check_device_list(op_type: str, devices: Any) -> tuple[int, ...]:
+    """The ``devices`` attribute as a tuple of distinct devices."""
+    if isinstance(devices, int) and not isinstance(devices, bool):
+        devices = (devices,)
+    if not isinstance(devices, tuple) or not devices or not all(
+            isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in devices):
+        raise TypeInferenceError("devices must be [d0, d1, ...], a non-empty list of "
+                                 f"devices, got {devices!r}")
+    seen: set[int] = set()
+    for d in devices:
+        if d in seen:
+            raise PlacementError(f"device {d} is listed twice in devices="
+                                 f"{list(devices)}; {op_type} sends one copy per device")
+        seen.add(d)
+    return devices
+
+
+def shard_size(op_type: str, t: TensorType, axis: int, n: int) -> int:
+    """The size along ``axis`` of each of ``n`` equal shards of ``t``."""
+    size = t.shape[axis]
+    if size % n:
+        raise TypeInferenceError(f"cannot split axis {axis} of size {size} (shape "
+                                 f"{t.shape}) into {n} equal shards: use a size divisible by "
+                                 f"{n}")
+    return size // n
+
+
+def _collective_inputs(op_type: str, args: tuple, *, same_shape: bool) -> list[TensorType]:
+    ts = [tensor(a, f"input {i}") for i, a in enumerate(args)]
+    check_one_per_device(op_type, ts)
+    same_dtype(ts, op_type)
+    if same_shape:
+        for i, t in enumerate(ts[1:], 1):
+            if t.shape != ts[0].shape:
+                raise TypeInferenceError(f"inputs must have one shape, input 0 (on "
+                                         f"device {ts[0].device}) is {ts[0].shape} and input "
+                                         f"{i} (on device {t.device}) is {t.shape}")
+    return ts
+
+
+def _concat_shape(op_type: str, ts: list[TensorType], axis_attr: int) -> tuple[int, ...]:
+    rank = ts[0].rank
+    axis = norm_axis(axis_attr, rank)
+    total = 0
+    for i, t in enumerate(ts):
+        if t.rank != rank or t.shape[:axis] + t.shape[axis + 1:] != \
+                ts[0].shape[:axis] + ts[0].shape[axis + 1:]:
+            raise TypeInferenceError(f"concatenating along axis {axis_attr} needs inputs whose "
+                                     f"shapes agree off that axis, input 0 is {ts[0].shape} "
+                                     f"and input {i} (on device {t.device}) is {t.shape}")
+        total += t.shape[axis]
+    return ts[0].shape[:axis] + (total,) + ts[0].shape[axis + 1:]
+
+
+@TYPE_RULES.register("Send")
+def send(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = type_of(args[0])
+    d = attrs["device"]
+    if not isinstance(t, (TensorType, ScalarType)):
+        raise TypeInferenceError(f"Send moves a tensor or a scalar, got {t}")
+    if t.device == d:
+        raise PlacementError(f"the value is already on device {d}; a Send must move it to "
+                             "another device: remove the Send or change device=")
+    return (t.with_device(d),)
+
+
+@TYPE_RULES.register("MPIAllreduce")
+def allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return tuple(_collective_inputs(op_type, args, same_shape=True))
+
+
+@TYPE_RULES.register("MPIAllgather")
+def allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts = _collective_inputs(op_type, args, same_shape=False)
+    shape = _concat_shape(op_type, ts, attrs["axis"])
+    return tuple(t.with_shape(shape) for t in ts)
+
+
+@TYPE_RULES.register("MPIReduceScatter")
+def reduce_scatter(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts = _collective_inputs(op_type, args, same_shape=True)
+    t0 = ts[0]
+    axis = norm_axis(attrs["axis"], t0.rank)
+    size = shard_size(op_type, t0, axis, len(ts))
+    shape = t0.shape[:axis] + (size,) + t0.shape[axis + 1:]
+    return tuple(t.with_shape(shape) for t in ts)
+
+
+@TYPE_RULES.register("MPIBroadcast")
+def broadcast(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    return tuple(t.with_device(d) for d in check_device_list(op_type, attrs["devices"]))
+
+
+@TYPE_RULES.register("MPIScatter")
+def scatter(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0])
+    devices = check_device_list(op_type, attrs["devices"])
+    axis = norm_axis(attrs["axis"], t.rank)
+    size = shard_size(op_type, t, axis, len(devices))
+    shape = t.shape[:axis] + (size,) + t.shape[axis + 1:]
+    return tuple(TensorType(t.dtype, shape, d) for d in devices)
+
+
+@TYPE_RULES.register("MPIGather")
+def gather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts = _collective_inputs(op_type, args, same_shape=False)
+    shape = _concat_shape(op_type, ts, attrs["axis"])
+    return (TensorType(ts[0].dtype, shape, attrs["device"]),)
+
+
+@TYPE_RULES.register("MPIReduce")
+def reduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    ts = _collective_inputs(op_type, args, same_shape=True)
+    return (ts[0].with_device(attrs["device"]),)

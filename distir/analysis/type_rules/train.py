@@ -1,0 +1,155 @@
+"""Type rules of the training ops: gradients, losses and optimizers.
+
+A gradient has the type of what it is the gradient of; a loss is a scalar tensor (shape
+``()``) of the prediction's dtype; an optimizer's new state has the type of the old. The
+exact semantics (reductions, label encoding, Adam's bias correction) are documented in
+``distir.analysis.numpy_rules.train``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.analysis.rules import TYPE_RULES
+from distir.analysis.type_rules._util import broadcast_shapes, fail, same_dtype, tensor
+from distir.analysis.values import Concrete, type_of
+from distir.ir.types import DType, ScalarType, TensorType
+
+__all__ = ["matmul_shape"]
+
+_REDUCTIONS = ("sum", "mean")
+
+
+def matmul_shape(a: tuple[int, ...], b: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of ``MatMul(a, b)`` (numpy ``matmul`` semantics, 1-D operands promoted)."""
+    if not a or not b:
+        raise fail("MatMul operands must have rank >= 1, got shapes "
+                   f"{a} and {b}")
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise fail(f"cannot multiply shapes {a} and {b}: {a2[-1]} != {b2[-2]}")
+    batch = broadcast_shapes(a2[:-2], b2[:-2])
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return out
+
+
+def _same(what: str, t: TensorType, u: TensorType) -> None:
+    if t.shape != u.shape:
+        raise fail(f"{what} must have the shape {t.shape} of the value it belongs to, got "
+                   f"{u.shape}")
+    if t.dtype != u.dtype:
+        raise fail(f"{what} must have dtype {t.dtype.value}, got {u.dtype.value}")
+
+
+def _reduction(attrs: dict[str, Any]) -> None:
+    r = attrs.get("reduction", "sum")
+    if r not in _REDUCTIONS:
+        raise fail(f"reduction must be \"sum\" or \"mean\", got {r!r}")
+
+
+def _float(t: TensorType, what: str) -> None:
+    if not t.dtype.is_float:
+        raise fail(f"{what} must be a floating-point tensor, got {t.dtype.value}")
+
+
+@TYPE_RULES.register("MatMulGrad")
+def matmul_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    a, b, dy = (tensor(x, n) for x, n in zip(args, ("a", "b", "dy")))
+    same_dtype([a, b, dy], op_type)
+    want = matmul_shape(a.shape, b.shape)
+    if dy.shape != want:
+        raise fail(f"dy must have the shape {want} of MatMul(a, b) for a {a.shape} and b "
+                   f"{b.shape}, got {dy.shape}")
+    return (a, b)
+
+
+@TYPE_RULES.register("GemmGrad")
+def gemm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    a, b = tensor(args[0], "a"), tensor(args[1], "b")
+    c = tensor(args[2], "c") if len(args) == 4 and args[2] is not None else None
+    dy = tensor(args[-1], "dy")
+    if a.rank != 2 or b.rank != 2:
+        raise fail(f"a and b must be matrices, got shapes {a.shape} and {b.shape}")
+    same_dtype([a, b, dy] + ([c] if c is not None else []), op_type)
+    m, k = a.shape[::-1] if attrs["transA"] else a.shape
+    k2, n = b.shape[::-1] if attrs["transB"] else b.shape
+    if k != k2:
+        raise fail(f"cannot multiply a {a.shape} (transA={attrs['transA']}) by b {b.shape} "
+                   f"(transB={attrs['transB']}): {k} != {k2}")
+    if dy.shape != (m, n):
+        raise fail(f"dy must have the shape {(m, n)} of Gemm's result, got {dy.shape}")
+    if c is not None:
+        broadcast_shapes(c.shape, (m, n))
+    if n_out == 3:
+        if c is None:
+            raise fail("three results (da, db, dc) need the inputs a, b, c, dy")
+        return (a, b, c)
+    return (a, b)
+
+
+@TYPE_RULES.register("ReluGrad", "GeluGrad")
+def activation_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, dy = tensor(args[0], "x"), tensor(args[1], "dy")
+    _same("dy", x, dy)
+    if op_type == "GeluGrad":
+        _float(x, "x")
+        if attrs["approximate"] not in ("none", "tanh"):
+            raise fail(f"approximate must be \"none\" or \"tanh\", got "
+                       f"{attrs['approximate']!r}")
+    return (x,)
+
+
+@TYPE_RULES.register("MSELoss", "MSELossGrad")
+def mse(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    p, y = tensor(args[0], "p"), tensor(args[1], "y")
+    _same("the target y", p, y)
+    _float(p, "p")
+    _reduction(attrs)
+    return (p.with_shape(()) if op_type == "MSELoss" else p,)
+
+
+@TYPE_RULES.register("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad")
+def softmax_xent(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    logits, labels = tensor(args[0], "logits"), tensor(args[1], "labels")
+    _float(logits, "logits")
+    _reduction(attrs)
+    if logits.rank < 1:
+        raise fail("logits must have a class axis (the last), got a scalar")
+    if labels.dtype not in (DType.Int64, DType.Int32):
+        raise fail(f"labels must be Int64 (or Int32) class indices, got {labels.dtype.value}")
+    if labels.shape != logits.shape[:-1]:
+        raise fail(f"labels must have the shape {logits.shape[:-1]} of logits {logits.shape} "
+                   f"without its class axis, got {labels.shape}")
+    return (logits.with_shape(()) if op_type == "SoftmaxCrossEntropyLoss" else logits,)
+
+
+@TYPE_RULES.register("SGDOptimizer")
+def sgd(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    w, dw = tensor(args[0], "w"), tensor(args[1], "dw")
+    _same("the gradient dw", w, dw)
+    _float(w, "w")
+    return (w,)
+
+
+@TYPE_RULES.register("AdamOptimizer")
+def adam(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    w = tensor(args[0], "w")
+    _float(w, "w")
+    for x, what in zip(args[1:4], ("the gradient dw", "the first moment m",
+                                   "the second moment v")):
+        _same(what, w, tensor(x, what))
+    st = type_of(args[4])
+    if isinstance(st, TensorType):
+        if st.numel != 1:
+            raise fail(f"step must hold one number (shape () or (1,)), got shape {st.shape}")
+    elif not isinstance(st, ScalarType):
+        raise fail(f"step must be a scalar tensor, got {st}")
+    s = args[4]
+    if isinstance(s, Concrete) and float(s.value.reshape(-1)[0]) < 1:
+        raise fail(f"step counts from 1 (the first step), got {s.value.reshape(-1)[0]}")
+    return (w, w, w)
