@@ -119,7 +119,7 @@ class MLPConfig:
             da, dws[i] = b.op("MatMulGrad", acts[i], ws[i], dh,
                               name=(f"da{i - 1}" if i > 0 else "_", f"dw{i}"))
         news = [b.op("SGDOptimizer", w, dw, lr=float(self.lr), name=f"w{i}_new")
-                for i, (w, dw) in enumerate(zip(ws, dws))]
+                for i, (w, dw) in enumerate(zip(ws, dws, strict=True))]
         return b.ret(*news)
 
 
