@@ -9,7 +9,7 @@ import numpy as np
 
 from distir.errors import ExecutionError, TypeInferenceError
 from distir.analysis.interpreter import NumpyInterpreter, TypeInterpreter
-from distir.analysis.values import make_concrete, type_of
+from distir.analysis.values import CONCRETE_LIMIT, make_concrete, type_of
 from distir.ir.core import Function, Module, Value
 from distir.ir.types import DType, TensorType, Type
 
@@ -112,7 +112,12 @@ def execute(fn: Function | Module, inputs: Sequence[Any], *, check_types: bool =
             except KeyError:
                 raise ExecutionError(f"input %{p.name} has dtype {a.dtype}, which DistIR does "
                                      "not support", p.loc) from None
-            in_types.append(TensorType(dt, tuple(a.shape), dev))
+            # Small inputs are known values here (shapes, axes, initializers): keep them
+            # concrete so that ops whose result shape depends on them type-check.
+            if a.size <= CONCRETE_LIMIT:
+                in_types.append(make_concrete(a, dev))
+            else:
+                in_types.append(TensorType(dt, tuple(a.shape), dev))
         TypeInterpreter().run(fn, in_types)
     return list(NumpyInterpreter().run(fn, args))
 
