@@ -1,0 +1,102 @@
+"""``distir import MODEL.onnx [-o OUT.dir] [--dim NAME=N ...]``: ONNX to DistIR text.
+
+Weights never go into the text: with ``-o OUT.dir`` the initializer values are written
+beside it as ``OUT.npz`` (``distir.ir.text.weights_path``), which ``distir.load`` and every
+command that reads ``OUT.dir`` pick up; without ``-o`` only the text is printed, and standard
+error says that the weights were not written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "import", help="convert an ONNX model to DistIR text",
+        description="Convert an ONNX model to DistIR text. Models of other opsets are "
+        "converted to opset 21 first. Initializer values (weights) are written to OUT.npz "
+        "beside OUT.dir, never into the text.")
+    p.add_argument("model", help="an .onnx file (external data files beside it are read)")
+    p.add_argument("-o", "--output", metavar="OUT.dir",
+                   help="write the text here and the weights to OUT.npz beside it "
+                   "(default: print the text; weights are not written)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="bind a symbolic input dimension, e.g. --dim batch=8 (repeatable)")
+    p.add_argument("--device", type=int, default=0, metavar="D",
+                   help="the device of every parameter and constant (default 0)")
+    p.set_defaults(func=run_import)
+
+
+def parse_dims(items: list[str]) -> dict[str, int]:
+    """``["batch=8", "seq=128"]`` as ``{"batch": 8, "seq": 128}``."""
+    from distir.errors import ConfigError
+
+    dims: dict[str, int] = {}
+    for item in items:
+        name, eq, value = item.partition("=")
+        name = name.strip()
+        try:
+            n = int(value)
+        except ValueError:
+            n = -1
+        if not eq or not name or n < 0:
+            raise ConfigError(f"--dim {item}: expected NAME=N with N a non-negative integer, "
+                              "e.g. --dim batch=8")
+        if name in dims and dims[name] != n:
+            raise ConfigError(f"--dim {name} is given twice ({dims[name]} and {n})")
+        dims[name] = n
+    return dims
+
+
+def _write_npz(path: str, arrays: dict[str, Any]) -> None:
+    """Write ``arrays`` as an uncompressed ``.npz``; any string may be a key (``np.savez``
+    would take keys such as ``file`` as its own arguments)."""
+    import zipfile
+
+    import numpy as np
+
+    tmp = path + ".tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, arr in arrays.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
+    os.replace(tmp, path)
+
+
+def _header(args: argparse.Namespace, n_weights: int, weights: str | None) -> str:
+    src = os.path.basename(args.model)
+    where = f"; weights in {os.path.basename(weights)}" if weights and n_weights else ""
+    return f"// Imported from {src} by `distir import`{where}.\n"
+
+
+def run_import(args: argparse.Namespace) -> int:
+    import distir
+    from distir.importers.onnx import import_onnx
+    from distir.ir.text import weights_path
+
+    m = import_onnx(args.model, dims=parse_dims(args.dim), device=args.device)
+    inits = m.entry.initializers
+    text = distir.dumps(m)
+    if args.output is None:
+        sys.stdout.write(_header(args, len(inits), None) + text)
+        if inits:
+            nbytes = sum(int(a.nbytes) for a in inits.values())
+            print(f"note: the values of {len(inits)} initializers ({nbytes / 1e6:.1f} MB) "
+                  "were not written; pass -o OUT.dir to write them to OUT.npz beside it",
+                  file=sys.stderr)
+        return 0
+    out = args.output
+    wp = weights_path(out)
+    with open(out, "w", encoding="utf-8") as f:
+        f.write(_header(args, len(inits), wp) + text)
+    if inits:
+        _write_npz(wp, inits)
+    elif os.path.exists(wp):  # a stale file would be picked up as this module's weights
+        os.remove(wp)
+        print(f"note: removed {wp}, left by an earlier import (this model has no "
+              "initializers)", file=sys.stderr)
+    return 0

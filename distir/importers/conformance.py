@@ -1,0 +1,265 @@
+"""Conformance with suites no one here wrote: ONNX's backend node tests and shipped models.
+
+A node case (``onnx.backend.test.case.node.collect_testcases``) passes when its model
+imports, type propagation gives the expected outputs' dtypes and shapes, and the reference
+executor gives the expected values within the case's tolerances, compared the way ONNX's
+backend runner compares them (``assert_similar``). A case outside DistIR's spec is excluded
+with a reason that is decided from the case itself, before anything runs (see
+``exclusion``); a case is never excluded because it fails.
+
+The real models are the nine of ``onnx/backend/test/data/light``, run on the input ONNX's
+runner makes for them (``light_input``) and compared with the ``_output_0.pb`` shipped beside
+each.
+
+``tests/importers`` runs both; ``scripts/conformance_table.py`` writes docs/conformance.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import glob
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import onnx
+from onnx import TensorProto, numpy_helper
+
+from distir.importers._onnx_graph import DTYPES, dtype_name
+from distir.importers.onnx import import_onnx, unsupported_ops
+from distir.ir.types import DType, TensorType
+
+__all__ = ["SPEC_OPS", "NodeCase", "node_cases", "exclusion", "run_node_case",
+           "assert_similar", "light_models", "light_input", "light_expected", "LIGHT_RTOL"]
+
+SPEC_OPS: tuple[str, ...] = tuple("""
+Abs Add AveragePool BatchNormalization Cast Concat Constant ConstantOfShape Conv Div Dropout
+Equal Erf Exp Expand Flatten Gather Gelu Gemm GlobalAveragePool Identity LayerNormalization
+Less Log LRN MatMul Max MaxPool Mul Neg Not Pow Range Reciprocal ReduceMean ReduceSum Relu
+Reshape Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Unsqueeze Where
+""".split())
+"""The minimum op set of the spec (shared/spec/ops.md)."""
+
+# Inputs whose values fix the result's shape, by op and input index: type propagation
+# needs them known, so the harness gives them to it as values, as a model would give them
+# as initializers or constants. Every other input is given to it by its type only.
+SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
+    "Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (1, 2, 3, 4),
+    "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,),
+    "ReduceMax": (1,), "Split": (1,), "Range": (0, 1, 2), "Tile": (1,),
+}
+
+_EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
+
+
+@dataclass(frozen=True)
+class NodeCase:
+    """One node test case of an op of the minimum set. ``excluded`` is the reason it is
+    outside DistIR's spec, or ``None``."""
+
+    op: str
+    name: str
+    model: onnx.ModelProto
+    inputs: tuple[Any, ...]
+    outputs: tuple[Any, ...]
+    rtol: float
+    atol: float
+    excluded: str | None
+
+
+@functools.cache
+def node_cases(ops: tuple[str, ...] = SPEC_OPS) -> tuple[NodeCase, ...]:
+    """Every case ``collect_testcases`` yields for ``ops``, in ONNX's order.
+
+    A case belongs to the op of its single node; an ``_expanded`` case (the op's function
+    body) belongs to the op of the case it expands. ``collect_testcases`` is called once
+    without a filter: it collects by importing modules, so a filtered first call would hide
+    every other op's cases from later calls.
+    """
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():  # ONNX's case generators overflow casts on purpose
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    op_of: dict[str, str] = {}
+    for c in cases:
+        if not _EXPANDED.search(c.name) and len(c.model.graph.node) == 1:
+            op_of[c.name] = c.model.graph.node[0].op_type
+    wanted = set(ops)
+    out = []
+    for c in cases:
+        op = op_of.get(_EXPANDED.sub("", c.name))
+        if op not in wanted:
+            continue
+        inputs, outputs = c.data_sets[0]
+        out.append(NodeCase(op, c.name, c.model, tuple(inputs), tuple(outputs), c.rtol,
+                            c.atol, None))
+    return tuple(NodeCase(c.op, c.name, c.model, c.inputs, c.outputs, c.rtol, c.atol,
+                          exclusion(c)) for c in out)
+
+
+def _value(x: Any) -> Any:
+    """A case's input or output as numpy (ONNX stores some as ``TensorProto``)."""
+    if isinstance(x, TensorProto):
+        return numpy_helper.to_array(x)
+    return x
+
+
+def exclusion(case: NodeCase) -> str | None:
+    """Why ``case`` is outside DistIR's spec, or ``None``; decided without running it."""
+    g = case.model.graph
+    for vi in list(g.input) + list(g.output):
+        kind = vi.type.WhichOneof("value")
+        if kind != "tensor_type":
+            word = {"sequence_type": "sequence", "optional_type": "optional",
+                    "map_type": "map"}.get(kind or "", str(kind))
+            return f"{word} values ('{vi.name}'): DistIR has tensors only"
+        et = vi.type.tensor_type.elem_type
+        if et not in DTYPES:
+            return f"dtype {dtype_name(et)} ('{vi.name}') is outside DistIR's dtypes"
+    for n in g.node:
+        for a in n.attribute:
+            if n.op_type == "Cast" and a.name == "to" and a.i not in DTYPES:
+                return f"casts to {dtype_name(a.i)}, outside DistIR's dtypes"
+            if a.type == onnx.AttributeProto.TENSOR and a.t.data_type not in DTYPES:
+                return f"a {dtype_name(a.t.data_type)} constant, outside DistIR's dtypes"
+    bad = unsupported_ops(g)
+    if bad:
+        ops = ", ".join(sorted(bad))
+        body = "its expanded function body" if _EXPANDED.search(case.name) else "it"
+        return f"{body} uses {ops}, outside DistIR's op set"
+    gap = _opset_type_gap(g)
+    if gap is not None:
+        return gap
+    if case.op == "Dropout" and _random_dropout(case):
+        return ("training-mode Dropout: the output depends on a random mask that ONNX's "
+                "generator drew")
+    return None
+
+
+def _opset_type_gap(g: onnx.GraphProto) -> str | None:
+    """Why an op of ``g`` cannot take its input's dtype at DistIR's opset, or ``None``: a
+    case written for a later opset that widened the op's types (``Range`` on float16 came in
+    opset 27) has no opset-21 form, which the version converter rightly refuses."""
+    from onnx import defs
+
+    from distir.ir.schemas import OPSET
+
+    elem = {vi.name: vi.type.tensor_type.elem_type for vi in g.input}
+    for n in g.node:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        try:
+            s = defs.get_schema(n.op_type, OPSET)
+        except defs.SchemaError:
+            continue
+        allowed_by = {c.type_param_str: set(c.allowed_type_strs) for c in s.type_constraints}
+        formals = list(s.inputs)
+        for i, x in enumerate(n.input):
+            if not x or x not in elem or not formals:
+                continue
+            f = formals[min(i, len(formals) - 1)]
+            allowed = allowed_by.get(f.type_str, {f.type_str})
+            t = f"tensor({dtype_name(elem[x]).lower()})"
+            if t not in allowed:
+                return (f"{n.op_type} at opset {OPSET} does not take {dtype_name(elem[x])} "
+                        f"(a later opset added it), and DistIR's ops are opset {OPSET}'s")
+    return None
+
+
+def _random_dropout(case: NodeCase) -> bool:
+    g = case.model.graph
+    data = {vi.name: _value(x) for vi, x in zip(g.input, case.inputs)}
+    for n in g.node:
+        if n.op_type != "Dropout":
+            continue
+        training = n.input[2] if len(n.input) > 2 else ""
+        if not training or not bool(np.asarray(data.get(training, False))):
+            continue
+        ratio = n.input[1] if len(n.input) > 1 else ""
+        if ratio and float(np.asarray(data.get(ratio, 0.5))) == 0.0:
+            continue
+        return True
+    return False
+
+
+def _shape_operand_names(model: onnx.ModelProto) -> set[str]:
+    names: set[str] = set()
+    for n in model.graph.node:
+        for i in SHAPE_OPERANDS.get(n.op_type, ()):
+            if i < len(n.input) and n.input[i]:
+                names.add(n.input[i])
+    return names
+
+
+def assert_similar(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray],
+                   rtol: float, atol: float) -> None:
+    """The comparison of ONNX's backend runner: same count, shapes and dtypes; values
+    within ``rtol``/``atol`` (bfloat16 compared in float32 with ``rtol`` at least 2**-6)."""
+    assert len(outputs) == len(expected), f"{len(outputs)} outputs, expected {len(expected)}"
+    for i, (out, ref) in enumerate(zip(outputs, expected)):
+        out, ref = np.asarray(out), np.asarray(ref)
+        assert out.shape == ref.shape, f"output {i} has shape {out.shape}, expected {ref.shape}"
+        assert out.dtype == ref.dtype, f"output {i} has dtype {out.dtype}, expected {ref.dtype}"
+        r = rtol
+        if out.dtype.name == "bfloat16":
+            r = max(rtol, 2**-6)
+            out, ref = out.astype(np.float32), ref.astype(np.float32)
+        np.testing.assert_allclose(out, ref, rtol=r, atol=atol,
+                                   err_msg=f"output {i} differs")
+
+
+def run_node_case(case: NodeCase) -> None:
+    """Import, type-propagate and execute ``case``; an ``AssertionError`` (or the
+    ``DistIRError`` that stopped it) when it does not conform."""
+    from distir.analysis import execute
+    from distir.analysis.interpreter import TypeInterpreter
+    from distir.analysis.values import make_concrete, type_of
+
+    m = import_onnx(case.model)
+    fn = m.entry
+    inputs = [np.asarray(_value(x)) for x in case.inputs]
+    expected = [np.asarray(_value(x)) for x in case.outputs]
+    known = _shape_operand_names(case.model)
+    args: list[Any] = []
+    for p, x in zip(fn.params, inputs):
+        t = p.type
+        args.append(make_concrete(x, 0) if p.name in known else t)
+    got = [type_of(a) for a in TypeInterpreter().run(fn, args)]
+    want = [TensorType(DType.from_np(e.dtype), tuple(e.shape), 0) for e in expected]
+    assert got == want, f"type propagation gives {_types(got)}, expected {_types(want)}"
+    outs = execute(fn, inputs)
+    assert_similar(outs, expected, case.rtol, case.atol)
+
+
+def _types(ts: Sequence[Any]) -> str:
+    return ", ".join(str(t) for t in ts)
+
+
+# --- the models of onnx/backend/test/data/light ---------------------------------------
+
+LIGHT_RTOL: dict[str, float] = {"densenet121": 2e-3}
+"""The rtol ONNX's own model tests use where it is not 1e-3 (atol is 1e-7 for all)."""
+
+
+def light_models() -> list[str]:
+    """Paths of the models shipped in ``onnx/backend/test/data/light``, sorted."""
+    d = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light")
+    return sorted(glob.glob(os.path.join(d, "light_*.onnx")))
+
+
+def light_input(shape: Sequence[int]) -> np.ndarray:
+    """The input ONNX's backend runner feeds these models: ``arange(n) / n`` in float32,
+    the values that the shipped ``_output_0.pb`` files were computed from."""
+    n = int(np.prod(shape))
+    return (np.arange(n).reshape(tuple(shape)) / n).astype(np.float32)
+
+
+def light_expected(path: str) -> np.ndarray:
+    """The shipped expected output of the model at ``path``."""
+    return numpy_helper.to_array(onnx.load_tensor(path[: -len(".onnx")] + "_output_0.pb"))
