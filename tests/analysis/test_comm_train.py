@@ -231,7 +231,7 @@ def test_relu_and_gelu_grads_match_autograd() -> None:
     np.testing.assert_array_equal(dx, want.astype(np.float32))
     for approx in ("none", "tanh"):
         (dx,) = run_op("GeluGrad", [x, dy], {"approximate": approx})
-        (want,) = _grads(lambda t: torch.nn.functional.gelu(t, approximate=approx), [x], dy)
+        (want,) = _grads(lambda t, a=approx: torch.nn.functional.gelu(t, approximate=a), [x], dy)
         assert dx.dtype == np.float32
         np.testing.assert_allclose(dx, want, rtol=1e-6, atol=1e-6)
 

@@ -19,7 +19,7 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 
@@ -45,7 +45,8 @@ def onnx_attributes(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
     """
     from onnx import helper, numpy_helper
 
-    kinds = {a[0]: a[1] for a in ONNX_SCHEMAS[op_type]["attrs"]}
+    specs = cast("tuple[tuple[str, str, bool, Any], ...]", ONNX_SCHEMAS[op_type]["attrs"])
+    kinds = {a[0]: a[1] for a in specs}
     out: dict[str, Any] = {}
     for name, v in attrs.items():
         kind = kinds.get(name)
