@@ -1,0 +1,35 @@
+"""Cost rules of communication ops: ``Hardware.comm_time(kind, bytes, devices)``, the
+profile's fitted model of the collective within a node, else the alpha-beta model of a ring
+(``hardware.collective_factors``). An op occupies every device of its group for its whole
+duration (collectives are synchronous), so the simulator starts it when all are free.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.analysis.cost import COST_RULES, OpCost
+from distir.analysis.hardware import Hardware
+
+_KIND = {"Send": "send", "MPIAllreduce": "allreduce", "MPIAllgather": "allgather",
+         "MPIReduceScatter": "reduce_scatter", "MPIBroadcast": "broadcast",
+         "MPIScatter": "scatter", "MPIGather": "gather", "MPIReduce": "reduce"}
+# Which buffer's size is the message size: the first input's or the first result's.
+_BY_OUTPUT = frozenset({"MPIAllgather", "MPIGather"})
+
+
+def _group(ins: tuple, outs: tuple) -> list[int]:
+    seen: dict[int, None] = {}
+    for t in (*ins, *outs):
+        if t is not None:
+            for d in t.devices:
+                seen[d] = None
+    return list(seen)
+
+
+@COST_RULES.register(*_KIND)
+def collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+               hw: Hardware) -> OpCost:
+    nbytes = float((outs[0] if op_type in _BY_OUTPUT else ins[0]).size_bytes)
+    devices = _group(ins, outs)
+    return OpCost(hw.comm_time(_KIND[op_type], nbytes, devices), 0.0, nbytes, True)

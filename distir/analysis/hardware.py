@@ -1,0 +1,445 @@
+"""Hardware profiles: what the simulator's cost rules read.
+
+A profile describes one kind of device and how devices are linked. It is a JSON file
+(format ``distir-hardware/1``, documented in ``calibration/README.md``) holding:
+
+- the device: memory capacity (bytes), peak FLOP/s per dtype, memory bandwidth (bytes/s),
+  kernel launch overhead (s);
+- the interconnect: devices per node, and link bandwidth (bytes/s, the per-device "bus
+  bandwidth" of NCCL's tests) and latency (s per step) by group size, within a node and
+  across nodes;
+- optionally, fitted regressions per op family (``fits``): ``matmul`` by dtype (features
+  ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``elementwise`` (feature ``bytes``), and each
+  collective (``allreduce``, ``allgather``, ``reduce_scatter``, ``broadcast``, ``send``, ...)
+  by group size (feature ``bytes``). A fitted family replaces the analytic formula for it.
+
+Profiles are found by name in ``calibration/profiles/NAME.json`` beside the ``distir``
+package (the repository checkout, or site-packages where both are installed), in the
+folders of ``$DISTIR_PROFILE_PATH``, or by a path to a ``.json`` file. ``distir`` reads the
+files; it never imports the ``calibration`` package.
+
+All times are seconds, sizes bytes, rates per second. ``Hardware`` and ``FitModel`` are
+frozen and hashable: cost rules are memoized per profile.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from itertools import combinations_with_replacement
+from pathlib import Path
+from typing import Any
+
+from distir.errors import ConfigError
+
+__all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
+           "profile_dirs", "available_profiles", "collective_factors", "loglog_terms"]
+
+FORMAT = "distir-hardware/1"
+
+FIT_KINDS = ("linear", "loglog", "piecewise")
+
+
+@dataclass(frozen=True, slots=True)
+class FitModel:
+    """A fitted time model ``t(features)`` in seconds; one of three kinds.
+
+    - ``linear``: ``t = intercept + sum(coef[i] * x[i])``.
+    - ``loglog``: ``log t = intercept + sum(coef[j] * term[j])``, the terms being every
+      monomial of degree 1..``degree`` in ``log x`` (in ``combinations_with_replacement``
+      order, the order of scikit-learn's ``PolynomialFeatures``). Each feature is clamped
+      to its calibrated range ``[lo, hi]``; above ``hi`` the time grows in proportion to
+      ``x / hi`` (features are extensive: sizes, FLOPs, bytes), below ``lo`` it stays.
+    - ``piecewise``: one feature; ``t`` is interpolated linearly in log-log space between
+      the knots ``(xs, ts)``; constant below the first knot, proportional to ``x`` beyond
+      the last.
+    """
+
+    kind: str
+    features: tuple[str, ...]
+    intercept: float = 0.0
+    coef: tuple[float, ...] = ()
+    degree: int = 1
+    lo: tuple[float, ...] = ()
+    hi: tuple[float, ...] = ()
+    xs: tuple[float, ...] = ()
+    ts: tuple[float, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.kind not in FIT_KINDS:
+            raise ConfigError(f"fit kind '{self.kind}' is not one of {', '.join(FIT_KINDS)}")
+        if self.kind == "linear" and len(self.coef) != len(self.features):
+            raise ConfigError("a linear fit needs one coefficient per feature")
+        if self.kind == "loglog":
+            if len(self.coef) != len(_monomials(len(self.features), self.degree)):
+                raise ConfigError(f"a degree-{self.degree} loglog fit of "
+                                  f"{len(self.features)} features needs "
+                                  f"{len(_monomials(len(self.features), self.degree))} "
+                                  "coefficients")
+            if len(self.lo) != len(self.features) or len(self.hi) != len(self.features):
+                raise ConfigError("a loglog fit needs lo and hi for every feature")
+        if self.kind == "piecewise":
+            if len(self.features) != 1 or len(self.xs) != len(self.ts) or not self.xs:
+                raise ConfigError("a piecewise fit needs one feature and knots xs, ts of "
+                                  "equal length")
+            if any(b <= a for a, b in zip(self.xs, self.xs[1:])):
+                raise ConfigError("the knots xs of a piecewise fit must increase")
+            if any(x <= 0 for x in self.xs) or any(t <= 0 for t in self.ts):
+                raise ConfigError("the knots of a piecewise fit must be positive")
+
+    def __call__(self, x: Mapping[str, float]) -> float:
+        """The predicted time (s) for the features ``x`` (a mapping by feature name)."""
+        vals = [float(x[f]) for f in self.features]
+        kind = self.kind
+        if kind == "linear":
+            return self.intercept + sum(c * v for c, v in zip(self.coef, vals))
+        if kind == "loglog":
+            scale = 1.0
+            logs = []
+            for v, lo, hi in zip(vals, self.lo, self.hi):
+                if v > hi:
+                    scale *= v / hi
+                    v = hi
+                elif v < lo:
+                    v = lo
+                logs.append(math.log(max(v, 1e-30)))
+            y = self.intercept
+            for c, idx in zip(self.coef, _monomials(len(logs), self.degree)):
+                term = 1.0
+                for i in idx:
+                    term *= logs[i]
+                y += c * term
+            return math.exp(y) * scale
+        v = vals[0]
+        xs, ts = self.xs, self.ts
+        if v <= xs[0]:
+            return ts[0]
+        if v >= xs[-1]:
+            return ts[-1] * v / xs[-1]
+        lo, hi = 0, len(xs) - 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if xs[mid] <= v:
+                lo = mid
+            else:
+                hi = mid
+        f = (math.log(v) - math.log(xs[lo])) / (math.log(xs[hi]) - math.log(xs[lo]))
+        return math.exp(math.log(ts[lo]) + f * (math.log(ts[hi]) - math.log(ts[lo])))
+
+    def to_json(self) -> dict[str, Any]:
+        d: dict[str, Any] = {"kind": self.kind, "features": list(self.features)}
+        if self.kind == "piecewise":
+            d.update(xs=list(self.xs), ts=list(self.ts))
+            return d
+        d.update(intercept=self.intercept, coef=list(self.coef))
+        if self.kind == "loglog":
+            d.update(degree=self.degree, lo=list(self.lo), hi=list(self.hi))
+        return d
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], where: str = "fit") -> FitModel:
+        try:
+            return FitModel(
+                kind=str(d["kind"]), features=tuple(d["features"]),
+                intercept=float(d.get("intercept", 0.0)),
+                coef=tuple(float(c) for c in d.get("coef", ())),
+                degree=int(d.get("degree", 1)),
+                lo=tuple(float(v) for v in d.get("lo", ())),
+                hi=tuple(float(v) for v in d.get("hi", ())),
+                xs=tuple(float(v) for v in d.get("xs", ())),
+                ts=tuple(float(v) for v in d.get("ts", ())))
+        except (KeyError, TypeError, ValueError) as e:
+            raise ConfigError(f"{where}: malformed fit ({type(e).__name__}: {e}); see "
+                              "calibration/README.md for the format") from None
+
+
+_MONO: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
+
+
+def _monomials(n: int, degree: int) -> tuple[tuple[int, ...], ...]:
+    """Index tuples of the monomials of degree 1..degree in n variables."""
+    key = (n, degree)
+    m = _MONO.get(key)
+    if m is None:
+        m = _MONO[key] = tuple(idx for d in range(1, degree + 1)
+                               for idx in combinations_with_replacement(range(n), d))
+    return m
+
+
+def loglog_terms(logs: Sequence[float], degree: int) -> list[float]:
+    """The regression terms of a ``loglog`` fit for feature logarithms ``logs`` (used by
+    the calibration to build its design matrix in exactly the evaluation order)."""
+    out = []
+    for idx in _monomials(len(logs), degree):
+        t = 1.0
+        for i in idx:
+            t *= logs[i]
+        out.append(t)
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class LinkSpec:
+    """Links for collectives of ``group_size`` devices (and larger, up to the next entry):
+    ``bandwidth`` in bytes/s per device (bus bandwidth), ``latency`` in s per step."""
+
+    group_size: int
+    bandwidth: float
+    latency: float
+
+
+def collective_factors(kind: str, n: int) -> tuple[float, float]:
+    """``(steps, volume)`` of the alpha-beta model of a collective over ``n`` devices:
+    ``t = steps * latency + volume * bytes / bandwidth``, ``bytes`` being the largest
+    per-device buffer (the whole tensor for allreduce, broadcast, send and reduce; the
+    concatenation for allgather and gather; the unsplit input for reduce-scatter and
+    scatter). Ring algorithms, as NCCL uses for large messages."""
+    if n <= 1:
+        return 0.0, 0.0
+    f = (n - 1) / n
+    if kind == "allreduce":
+        return 2.0 * (n - 1), 2.0 * f
+    if kind in ("allgather", "reduce_scatter", "scatter", "gather"):
+        return float(n - 1), f
+    if kind in ("broadcast", "reduce"):
+        return float(n - 1), 1.0
+    if kind == "send":
+        return 1.0, 1.0
+    raise ConfigError(f"unknown collective '{kind}'")
+
+
+COLLECTIVES = ("allreduce", "allgather", "reduce_scatter", "broadcast", "scatter", "gather",
+               "reduce", "send")
+
+
+@dataclass(frozen=True, slots=True)
+class Hardware:
+    """A hardware profile (see the module docstring). Frozen and hashable (by name, source
+    and values), so cost rules can be memoized per profile."""
+
+    name: str
+    memory_bytes: int
+    peak_flops: tuple[tuple[str, float], ...]
+    memory_bandwidth: float
+    launch_overhead: float
+    devices_per_node: int
+    intra_node: tuple[LinkSpec, ...]
+    inter_node: tuple[LinkSpec, ...]
+    fits: tuple[tuple[str, str, FitModel], ...] = ()
+    description: str = ""
+    calibrated: bool = False
+    source: str = ""
+    _peak: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
+                                    repr=False)
+    _fits: dict[tuple[str, str], FitModel] = field(default_factory=dict, compare=False,
+                                                   hash=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self._peak.update(self.peak_flops)
+        self._fits.update({(fam, key): m for fam, key, m in self.fits})
+        if not self.intra_node:
+            raise ConfigError(f"profile {self.name}: interconnect.intra_node needs an entry")
+
+    # -- compute ---------------------------------------------------------------------
+    def peak(self, dtype: str) -> float:
+        """Peak FLOP/s for a dtype name; Float32's figure for a dtype the profile lacks."""
+        p = self._peak.get(dtype)
+        if p is None:
+            p = self._peak.get("Float32") or max(self._peak.values())
+        return p
+
+    def fit(self, family: str, key: str) -> FitModel | None:
+        return self._fits.get((family, key))
+
+    def roofline_time(self, flops: float, nbytes: float, dtype: str) -> float:
+        """Launch overhead plus the larger of compute and memory time."""
+        return self.launch_overhead + max(flops / self.peak(dtype),
+                                          nbytes / self.memory_bandwidth)
+
+    def matmul_time(self, m: int, n: int, k: int, dtype: str, itemsize: int) -> float:
+        """An (m x k) @ (k x n) product; batches are folded into ``m`` by the caller."""
+        flops = 2.0 * m * n * k
+        nbytes = float((m * k + k * n + m * n) * itemsize)
+        f = self._fits.get(("matmul", dtype))
+        if f is not None:
+            return max(f({"m": m, "n": n, "k": k, "flops": flops, "bytes": nbytes}),
+                       self.launch_overhead)
+        return self.roofline_time(flops, nbytes, dtype)
+
+    def memory_time(self, nbytes: float, flops: float, dtype: str) -> float:
+        """A memory-bound kernel moving ``nbytes`` (read + written)."""
+        f = self._fits.get(("elementwise", "any"))
+        if f is not None:
+            t = max(f({"bytes": nbytes}), self.launch_overhead)
+            return max(t, self.launch_overhead + flops / self.peak(dtype))
+        return self.roofline_time(flops, nbytes, dtype)
+
+    # -- communication ---------------------------------------------------------------
+    def link(self, n: int, inter: bool) -> LinkSpec:
+        """The link entry for a group of ``n`` devices: the last entry whose group size
+        is at most ``n`` (the first entry for smaller groups)."""
+        table = self.inter_node if inter and self.inter_node else self.intra_node
+        best = table[0]
+        for spec in table:
+            if spec.group_size <= n:
+                best = spec
+        return best
+
+    def spans_nodes(self, devices: Sequence[int]) -> bool:
+        per = self.devices_per_node
+        return len({d // per for d in devices}) > 1
+
+    def comm_time(self, kind: str, nbytes: float, devices: Sequence[int]) -> float:
+        """A collective (or ``send``) of ``nbytes`` over ``devices`` (see
+        ``collective_factors`` for what ``nbytes`` means). A fitted collective is used
+        within a node: for the group size itself, else the nearest fitted one with the
+        bytes scaled by the ratio of ring volumes."""
+        n = len(devices)
+        if n <= 1:
+            return 0.0
+        inter = self.spans_nodes(devices)
+        if not inter:
+            f = self._comm_fit(kind, n, nbytes)
+            if f is not None:
+                return max(f, self.launch_overhead)
+        steps, volume = collective_factors(kind, n)
+        spec = self.link(n, inter)
+        return self.launch_overhead + steps * spec.latency + volume * nbytes / spec.bandwidth
+
+    def _comm_fit(self, kind: str, n: int, nbytes: float) -> float | None:
+        f = self._fits.get((kind, str(n)))
+        if f is not None:
+            return f({"bytes": nbytes})
+        sizes = [int(k) for fam, k in self._fits if fam == kind and k.isdigit()]
+        if not sizes:
+            return None
+        g = min(sizes, key=lambda s: (abs(math.log(s) - math.log(n)), s))
+        _, vol_n = collective_factors(kind, n)
+        _, vol_g = collective_factors(kind, g)
+        return self._fits[(kind, str(g))]({"bytes": nbytes * vol_n / vol_g})
+
+    # -- (de)serialization -----------------------------------------------------------
+    def to_json(self) -> dict[str, Any]:
+        fits: dict[str, dict[str, Any]] = {}
+        for fam, key, m in self.fits:
+            fits.setdefault(fam, {})[key] = m.to_json()
+        return {
+            "format": FORMAT,
+            "name": self.name,
+            "description": self.description,
+            "calibrated": self.calibrated,
+            "device": {
+                "memory_bytes": self.memory_bytes,
+                "peak_flops": dict(self.peak_flops),
+                "memory_bandwidth": self.memory_bandwidth,
+                "launch_overhead": self.launch_overhead,
+            },
+            "interconnect": {
+                "devices_per_node": self.devices_per_node,
+                "intra_node": [_link_json(s) for s in self.intra_node],
+                "inter_node": [_link_json(s) for s in self.inter_node],
+            },
+            "fits": fits,
+        }
+
+    @staticmethod
+    def from_json(d: Mapping[str, Any], source: str = "<profile>") -> Hardware:
+        """Build a profile from its JSON object; a ``ConfigError`` naming ``source`` and the
+        missing or malformed field otherwise."""
+        if d.get("format") != FORMAT:
+            raise ConfigError(f"{source}: not a distir hardware profile (format is "
+                              f"{d.get('format')!r}, expected {FORMAT!r})")
+        try:
+            dev = d["device"]
+            net = d["interconnect"]
+            fits: list[tuple[str, str, FitModel]] = []
+            for fam, by_key in (d.get("fits") or {}).items():
+                for key, m in by_key.items():
+                    fits.append((fam, str(key),
+                                 FitModel.from_json(m, f"{source}: fits.{fam}.{key}")))
+            return Hardware(
+                name=str(d["name"]),
+                description=str(d.get("description", "")),
+                calibrated=bool(d.get("calibrated", False)),
+                memory_bytes=int(dev["memory_bytes"]),
+                peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
+                memory_bandwidth=float(dev["memory_bandwidth"]),
+                launch_overhead=float(dev["launch_overhead"]),
+                devices_per_node=int(net.get("devices_per_node", 1 << 30)),
+                intra_node=tuple(_link(x) for x in net["intra_node"]),
+                inter_node=tuple(_link(x) for x in net.get("inter_node", ())),
+                fits=tuple(fits),
+                source=source)
+        except KeyError as e:
+            raise ConfigError(f"{source}: the profile lacks field {e}; see "
+                              "calibration/README.md for the format") from None
+        except (TypeError, ValueError, AttributeError) as e:
+            raise ConfigError(f"{source}: malformed profile ({e}); see "
+                              "calibration/README.md for the format") from None
+
+
+def _link(x: Mapping[str, Any]) -> LinkSpec:
+    return LinkSpec(int(x["group_size"]), float(x["bandwidth"]), float(x["latency"]))
+
+
+def _link_json(s: LinkSpec) -> dict[str, Any]:
+    return {"group_size": s.group_size, "bandwidth": s.bandwidth, "latency": s.latency}
+
+
+def profile_dirs() -> list[Path]:
+    """Folders searched for profiles by name: ``$DISTIR_PROFILE_PATH`` (os.pathsep
+    separated), then ``calibration/profiles`` beside the ``distir`` package."""
+    dirs = [Path(p) for p in os.environ.get("DISTIR_PROFILE_PATH", "").split(os.pathsep) if p]
+    dirs.append(Path(__file__).resolve().parent.parent.parent / "calibration" / "profiles")
+    return dirs
+
+
+def available_profiles() -> list[str]:
+    """The names of the profiles found in ``profile_dirs()``, sorted."""
+    names: set[str] = set()
+    for d in profile_dirs():
+        if d.is_dir():
+            names.update(p.stem for p in d.glob("*.json"))
+    return sorted(names)
+
+
+_CACHE: dict[tuple[str, float], Hardware] = {}
+
+
+def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:
+    """A profile by name (``"h100-sxm"``), by path to a JSON file, or as given.
+
+    Unknown names raise a one-line ``ConfigError`` that lists the available ones."""
+    if isinstance(spec, Hardware):
+        return spec
+    s = os.fspath(spec)
+    path: Path | None = None
+    if s.endswith(".json") or os.sep in s or (os.altsep and os.altsep in s):
+        path = Path(s)
+        if not path.is_file():
+            raise ConfigError(f"hardware profile file {s} does not exist")
+    else:
+        for d in profile_dirs():
+            p = d / f"{s}.json"
+            if p.is_file():
+                path = p
+                break
+        if path is None:
+            avail = ", ".join(available_profiles()) or "none found"
+            raise ConfigError(f"unknown hardware profile '{s}'; available: {avail} "
+                              "(or give a path to a profile .json file)")
+    key = (str(path.resolve()), path.stat().st_mtime)
+    hw = _CACHE.get(key)
+    if hw is None:
+        try:
+            data = json.loads(path.read_text(encoding="utf-8"))
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"{path}:{e.lineno}:{e.colno}: error: invalid JSON in hardware "
+                              f"profile: {e.msg}") from None
+        if not isinstance(data, dict):
+            raise ConfigError(f"{path}: a hardware profile must be a JSON object")
+        hw = _CACHE[key] = Hardware.from_json(data, str(path))
+    return hw

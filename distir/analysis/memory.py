@@ -1,0 +1,163 @@
+"""Liveness: when each value's storage is allocated and freed, computed once per function.
+
+The model (what ``Simulation.peak_memory_bytes`` measures):
+
+- An entry function's parameters are live throughout the step.
+- Every other value is live from the op that defines it to its last use (an op that reads
+  it, or the ``return`` that hands it to the caller, after which the caller's liveness
+  takes over). A value that is never used is freed right after the op that defines it.
+- A value occupies ``type.size_bytes`` on the device its type names, so a transferred value
+  counts on the receiving device (a ``Send``'s result) and on the sending one until the
+  original's last use.
+- Calls: a callee's temporaries are counted inside the callee; its results are allocated
+  there and become the caller's values. A result that is one of the callee's parameters
+  (or the same value returned twice) is an alias, not new storage. An argument whose last
+  use is the call, passed once and not returned, is *handed over*: the callee frees it at
+  its own last use, exactly as if the callee were written inline.
+
+``FunctionLiveness`` holds, per op, what to free after it; it depends only on the
+program's structure, never on types, so it is computed once per function.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distir.ir.core import Function, Op, Value
+from distir.ir.types import TensorType, TupleType, Type
+
+__all__ = ["OpLiveness", "FunctionLiveness", "liveness", "placed_bytes"]
+
+
+@dataclass(frozen=True, slots=True)
+class OpLiveness:
+    """What dies at one op.
+
+    - ``free_in``: input positions whose storage dies after the op (one position per
+      storage), not parameters of the function;
+    - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
+      the function is the op: freed only when the caller handed that parameter over;
+    - ``free_out``: results never used (freed right after the op);
+    - ``give``: for a call, ``(input position, parameter index or -1)`` of the arguments
+      handed over to the callee (-1: a value of this function; else handed over only if
+      this function owns that parameter).
+    """
+
+    free_in: tuple[int, ...] = ()
+    free_param: tuple[tuple[int, int], ...] = ()
+    free_out: tuple[int, ...] = ()
+    give: tuple[tuple[int, int], ...] = ()
+
+
+_NOTHING = OpLiveness()
+
+
+@dataclass(frozen=True, slots=True)
+class FunctionLiveness:
+    """Liveness facts of one function.
+
+    ``ops`` maps each op to its ``OpLiveness``; ``unused_params`` are parameter indices
+    never used nor returned (freed at entry when handed over); ``return_param[i]`` is the
+    index of the parameter that return ``i`` is (an alias), else ``None``;
+    ``return_dup[i]`` the index of an earlier return with the same storage, else ``None``;
+    ``returned_params`` the parameters returned (never handed over).
+    """
+
+    ops: dict[Op, OpLiveness]
+    unused_params: tuple[int, ...]
+    return_param: tuple[int | None, ...]
+    return_dup: tuple[int | None, ...]
+    returned_params: frozenset[int]
+
+
+def liveness(fn: Function, memo: dict[Function, FunctionLiveness] | None = None,
+             ) -> FunctionLiveness:
+    """The liveness facts of ``fn`` (and, in ``memo``, of the functions it calls)."""
+    if memo is None:
+        memo = {}
+    hit = memo.get(fn)
+    if hit is not None:
+        return hit
+    root: dict[Value, Value] = {}
+    param_index: dict[Value, int] = {}
+    for i, p in enumerate(fn.params):
+        root[p] = p
+        param_index.setdefault(p, i)
+    callee_live: dict[Op, FunctionLiveness] = {}
+    last: dict[Value, int] = {}
+    for idx, op in enumerate(fn.ops):
+        for v in op.inputs:
+            if v is not None:
+                last[root[v]] = idx
+        for v in op.outputs:
+            root[v] = v
+        if op.callee is not None:
+            cl = callee_live[op] = liveness(op.callee, memo)
+            for i, v in enumerate(op.outputs):
+                j = cl.return_param[i]
+                if j is not None and j < len(op.inputs) and op.inputs[j] is not None:
+                    root[v] = root[op.inputs[j]]  # type: ignore[index]
+                else:
+                    dup = cl.return_dup[i]
+                    if dup is not None:
+                        root[v] = root[op.outputs[dup]]
+    returned = {root[r] for r in fn.returns}
+    infos: dict[Op, OpLiveness] = {}
+    for idx, op in enumerate(fn.ops):
+        roots_in = [None if v is None else root[v] for v in op.inputs]
+        free_in: list[int] = []
+        free_param: list[tuple[int, int]] = []
+        give: list[tuple[int, int]] = []
+        seen: set[Value] = set()
+        cl = callee_live.get(op)
+        for pos, r in enumerate(roots_in):
+            if r is None or r in seen or last.get(r) != idx or r in returned:
+                continue
+            seen.add(r)
+            pi = param_index.get(r, -1) if r in param_index else -1
+            if (cl is not None and roots_in.count(r) == 1
+                    and pos not in cl.returned_params):
+                give.append((pos, pi))
+            elif pi >= 0:
+                free_param.append((pos, pi))
+            else:
+                free_in.append(pos)
+        free_out = [i for i, v in enumerate(op.outputs)
+                    if root[v] is v and v not in last and v not in returned]
+        if free_in or free_param or free_out or give:
+            infos[op] = OpLiveness(tuple(free_in), tuple(free_param), tuple(free_out),
+                                   tuple(give))
+        else:
+            infos[op] = _NOTHING
+    unused = tuple(i for i, p in enumerate(fn.params)
+                   if p not in last and p not in returned and param_index[p] == i)
+    ret_param: list[int | None] = []
+    ret_dup: list[int | None] = []
+    first_ret: dict[Value, int] = {}
+    for i, r in enumerate(fn.returns):
+        rr = root[r]
+        ret_param.append(param_index.get(rr) if rr in param_index else None)
+        if rr in first_ret and rr not in param_index:
+            ret_dup.append(first_ret[rr])
+        else:
+            ret_dup.append(None)
+            first_ret.setdefault(rr, i)
+    returned_params = frozenset(j for j in ret_param if j is not None)
+    fl = memo[fn] = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup),
+                                     returned_params)
+    return fl
+
+
+def placed_bytes(t: Any) -> tuple[tuple[int, int], ...]:
+    """``((device, bytes), ...)`` that a value of type ``t`` occupies."""
+    if isinstance(t, TensorType):
+        return ((t.device, t.size_bytes),)
+    if isinstance(t, TupleType):
+        out: list[tuple[int, int]] = []
+        for s in t.types:
+            out.extend(placed_bytes(s))
+        return tuple(out)
+    if isinstance(t, Type):
+        return tuple((d, t.size_bytes) for d in t.devices[:1])
+    return ()

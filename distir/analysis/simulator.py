@@ -1,0 +1,468 @@
+"""The simulator: per-device clocks and memory, as an interpretation on the one interpreter.
+
+``Simulator`` is a ``TypeInterpreter`` whose ``eval_op`` also times each op and tracks
+memory, and whose ``eval_call`` memoizes a called function's whole typed cost.
+
+Time (the execution semantics of spec/ops.md): each device has a clock. An op runs on the
+devices that hold its inputs and results; it starts when all of them are free (their
+values exist then too: every value was made by an op on its device) and occupies all of
+them for its cost, so ops on disjoint devices overlap and a ``Send`` or a collective
+synchronizes its devices.
+
+Calls: a function's clocks at its return are a max-plus linear function of the clocks at
+its entry, ``out[d] = max_k(entry[k] + delay[d][k])``. The first call of a function with
+given argument values simulates its body once with symbolic clocks (each device's clock
+is a vector of delays from the entry clocks of the devices touched, plus a shift); every
+later call applies the summary in O(devices touched), so a 128-microbatch pipeline that
+calls one stage function 128 times simulates its body once. Results are exactly those of
+the inlined program (a test checks it).
+
+Memory: see ``distir.analysis.memory``. Units: seconds, bytes, FLOPs.
+"""
+
+from __future__ import annotations
+
+import warnings
+from collections import defaultdict
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules
+from distir.analysis.hardware import Hardware, load_hardware
+from distir.analysis.interpreter import TypeInterpreter
+from distir.analysis.memory import FunctionLiveness, OpLiveness, liveness, placed_bytes
+from distir.analysis.values import type_of
+from distir.errors import SimulationError
+from distir.ir.core import Function, Module, Op
+from distir.ir.types import Type
+
+__all__ = ["Simulator", "Simulation", "simulate", "CostFallbackWarning"]
+
+ROOT = -1
+"""The clock symbol of the entry function: every device starts at time 0."""
+_NEG = float("-inf")
+_ROOT_VEC: dict[int, float] = {ROOT: 0.0}
+
+
+class CostFallbackWarning(UserWarning):
+    """Some ops had no cost rule and were costed by ``cost.fallback_cost``."""
+
+
+class _TopBases(dict):
+    """Clock vectors of the entry function: every device starts at the root symbol."""
+
+    def __missing__(self, d: int) -> dict[int, float]:
+        self[d] = _ROOT_VEC
+        return _ROOT_VEC
+
+
+class _EntryBases(dict):
+    """Clock vectors of a callee: each device starts at its own entry symbol."""
+
+    def __missing__(self, d: int) -> dict[int, float]:
+        v = self[d] = {d: 0.0}
+        return v
+
+
+class CallSummary:
+    """The typed cost of one call: results, clock delays (``vecs[d][k]``: the delay from
+    device ``k``'s entry clock to device ``d``'s exit clock), busy time per device, peak
+    and net memory relative to the entry, and the events (for traces)."""
+
+    __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops")
+
+    def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
+                 compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
+                 net: dict[int, int], events: list, n_ops: int) -> None:
+        self.fn = fn
+        self.outs = outs
+        self.vecs = vecs
+        self.compute = compute
+        self.comm = comm
+        self.peak = peak
+        self.net = net
+        self.events = events
+        self.n_ops = n_ops
+
+
+# A record of one op evaluated on given argument values (memoized):
+# (results, devices, seconds, is_comm, result bytes flat, input bytes per position, detail)
+# detail = (OpCost, input types, result types, result bytes per position)
+_Rec = tuple
+
+
+class Simulator(TypeInterpreter):
+    """Simulates functions on one hardware profile. Reusable: caches of op records, costs
+    and call summaries persist across ``simulate`` calls on the same simulator."""
+
+    def __init__(self, hardware: Hardware | str = "h100-sxm", *, fallback: bool = False,
+                 check_annotations: bool = True) -> None:
+        super().__init__(check_annotations=check_annotations)
+        load_cost_rules()
+        self.hw = load_hardware(hardware)
+        self.fallback = fallback
+        self.uncosted: dict[str, None] = {}
+        self._recs: dict[tuple, _Rec] = {}
+        self._costs: dict[tuple, OpCost] = {}
+        self._summaries: dict[tuple, CallSummary] = {}
+        self._live_memo: dict[Function, FunctionLiveness] = {}
+        self._prepared: set[Function] = set()
+        self._live_ops: dict[Op, OpLiveness] = {}
+        self._no_owned: dict[int, tuple[bool, ...]] = {}
+        self._n_ops = 0
+        self._new_state(top=True, owned=())
+
+    # -- state -----------------------------------------------------------------------
+    def _new_state(self, top: bool, owned: tuple[bool, ...]) -> None:
+        self._base: dict[int, dict[int, float]] = _TopBases() if top else _EntryBases()
+        self._shift: defaultdict[int, float] = defaultdict(float)
+        self._comp: defaultdict[int, float] = defaultdict(float)
+        self._comm: defaultdict[int, float] = defaultdict(float)
+        self._mem: defaultdict[int, int] = defaultdict(int)
+        self._peak: defaultdict[int, int] = defaultdict(int)
+        self._events: list = []
+        self._owned = owned
+        self._n_ops = 0
+
+    def _save(self) -> tuple:
+        return (self._base, self._shift, self._comp, self._comm, self._mem, self._peak,
+                self._events, self._owned, self._n_ops)
+
+    def _restore(self, s: tuple) -> None:
+        (self._base, self._shift, self._comp, self._comm, self._mem, self._peak,
+         self._events, self._owned, self._n_ops) = s
+
+    def _prepare(self, fn: Function) -> FunctionLiveness:
+        fl = liveness(fn, self._live_memo)
+        if fn not in self._prepared:
+            self._prepared.add(fn)
+            self._live_ops.update(fl.ops)
+        return fl
+
+    # -- the interpreter's hooks -----------------------------------------------------
+    def run(self, fn: Function, args: Sequence[Any]) -> tuple:
+        if fn not in self._prepared:
+            self._prepare(fn)
+        return super().run(fn, args)
+
+    def eval_op(self, op: Op, args: tuple) -> tuple:
+        key = (op.op_type, args, op.attrs_key, len(op.outputs))
+        rec = self._recs.get(key)
+        if rec is None:
+            rec = self._recs[key] = self._record(op, args)
+        outs, devs, cost, comm, out_mem, in_mem, _ = rec
+        base = self._base
+        shift = self._shift
+        if len(devs) == 1:
+            d = devs[0]
+            s = shift[d]
+            self._events.append((op, rec, base[d], s))
+            shift[d] = s + cost
+            (self._comm if comm else self._comp)[d] += cost
+        else:
+            m: dict[int, float] = {}
+            for d in devs:
+                sh = shift[d]
+                for k, v in base[d].items():
+                    v += sh
+                    if v > m.get(k, _NEG):
+                        m[k] = v
+            self._events.append((op, rec, m, 0.0))
+            busy = self._comm if comm else self._comp
+            for d in devs:
+                base[d] = m
+                shift[d] = cost
+                busy[d] += cost
+        mem = self._mem
+        if out_mem:
+            peak = self._peak
+            for d, b in out_mem:
+                x = mem[d] + b
+                mem[d] = x
+                if x > peak[d]:
+                    peak[d] = x
+        lv = self._live_ops[op]
+        if lv.free_in:
+            for i in lv.free_in:
+                for d, b in in_mem[i]:
+                    mem[d] -= b
+        if lv.free_param:
+            owned = self._owned
+            for i, j in lv.free_param:
+                if owned[j]:
+                    for d, b in in_mem[i]:
+                        mem[d] -= b
+        if lv.free_out:
+            per_out = rec[6][3]
+            for i in lv.free_out:
+                for d, b in per_out[i]:
+                    mem[d] -= b
+        self._n_ops += 1
+        return outs
+
+    def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
+        lv = self._live_ops[op]
+        if lv.give:
+            owned = self._owned
+            mask = [False] * len(args)
+            for pos, pi in lv.give:
+                if pi < 0 or owned[pi]:
+                    mask[pos] = True
+            given = tuple(mask)
+        else:
+            given = self._no_owned.get(len(args)) or self._no_owned.setdefault(
+                len(args), (False,) * len(args))
+        key = (callee, args, given)
+        s = self._summaries.get(key)
+        if s is None:
+            s = self._summaries[key] = self._summarize(callee, args, given)
+        self._apply(s)
+        mem = self._mem
+        for i in lv.free_in:
+            for d, b in placed_bytes(type_of(args[i])):
+                mem[d] -= b
+        for i, j in lv.free_param:
+            if self._owned[j]:
+                for d, b in placed_bytes(type_of(args[i])):
+                    mem[d] -= b
+        for i in lv.free_out:
+            for d, b in placed_bytes(type_of(s.outs[i])):
+                mem[d] -= b
+        return s.outs
+
+    # -- records, costs, calls ---------------------------------------------------------
+    def _record(self, op: Op, args: tuple) -> _Rec:
+        outs = self._infer(op, args)
+        in_types = tuple(None if a is None else type_of(a) for a in args)
+        out_types = tuple(type_of(o) for o in outs)
+        seen: dict[int, None] = {}
+        for t in (*in_types, *out_types):
+            if t is not None:
+                for d in t.devices:
+                    seen[d] = None
+        cost = self._cost(op, in_types, out_types)
+        per_out = tuple(placed_bytes(t) for t in out_types)
+        flat = tuple(x for p in per_out for x in p)
+        in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
+        return (outs, tuple(seen), cost.seconds, cost.comm, flat, in_mem,
+                (cost, in_types, out_types, per_out))
+
+    def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type, ...]) -> OpCost:
+        key = (op.op_type, ins, op.attrs_key, outs)
+        c = self._costs.get(key)
+        if c is None:
+            rule = COST_RULES.get(op.op_type)
+            attrs = self.attrs_of(op)
+            if rule is None:
+                if not self.fallback:
+                    raise SimulationError(
+                        f"no cost rule for op '{op.op_type}': add one to "
+                        "distir/analysis/cost/, or simulate with fallback=True (--fallback) "
+                        "to cost it as a memory-bound kernel")
+                self.uncosted[op.op_type] = None
+                c = fallback_cost(op.op_type, ins, outs, attrs, self.hw)
+            else:
+                c = rule(op.op_type, ins, outs, attrs, self.hw)
+            self._costs[key] = c
+        return c
+
+    def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
+                   ) -> CallSummary:
+        saved = self._save()
+        self._new_state(top=False, owned=given)
+        try:
+            fl = self._prepare(callee)
+            mem = self._mem
+            for j in fl.unused_params:
+                if given[j]:
+                    for d, b in placed_bytes(type_of(args[j])):
+                        mem[d] -= b
+            outs = self.run(callee, args)
+            shift = self._shift
+            vecs = {d: {k: v + shift[d] for k, v in vec.items()}
+                    for d, vec in self._base.items()}
+            return CallSummary(callee, outs, vecs, dict(self._comp), dict(self._comm),
+                               {d: p for d, p in self._peak.items() if p},
+                               {d: n for d, n in self._mem.items() if n}, self._events,
+                               self._n_ops)
+        finally:
+            self._restore(saved)
+
+    def _apply(self, s: CallSummary) -> None:
+        base = self._base
+        shift = self._shift
+        entry = {k: (base[k], shift[k]) for k in s.vecs}
+        new = []
+        for d, vec in s.vecs.items():
+            m: dict[int, float] = {}
+            for k, v in vec.items():
+                bk, sk = entry[k]
+                sk += v
+                for kk, vv in bk.items():
+                    x = vv + sk
+                    if x > m.get(kk, _NEG):
+                        m[kk] = x
+            new.append((d, m))
+        self._events.append((s, entry))
+        for d, m in new:
+            base[d] = m
+            shift[d] = 0.0
+        comp = self._comp
+        for d, c in s.compute.items():
+            comp[d] += c
+        comm = self._comm
+        for d, c in s.comm.items():
+            comm[d] += c
+        mem = self._mem
+        peak = self._peak
+        for d, p in s.peak.items():
+            x = mem[d] + p
+            if x > peak[d]:
+                peak[d] = x
+        for d, n in s.net.items():
+            mem[d] += n
+        self._n_ops += s.n_ops
+
+    # -- entry point ---------------------------------------------------------------------
+    def simulate(self, fn: Function, args: Sequence[Any], *, batch_size: int | None = None,
+                 ) -> Simulation:
+        """Simulate ``fn`` on abstract arguments ``args`` (types or concrete values)."""
+        self._new_state(top=True, owned=(False,) * len(fn.params))
+        mem, peak = self._mem, self._peak
+        for a in args:
+            for d, b in placed_bytes(type_of(a)):
+                mem[d] += b
+                peak[d] = max(peak[d], mem[d])
+        outs = self.run(fn, args)
+        for o in outs:
+            for d in type_of(o).devices:
+                mem[d] += 0  # a device holding only results still appears
+        base, shift = self._base, self._shift
+        devices = sorted(set(base) | set(mem) | set(peak))
+        end = {d: base[d][ROOT] + shift[d] for d in devices}
+        latency = max(end.values(), default=0.0)
+        comp = {d: self._comp.get(d, 0.0) for d in devices}
+        comm = {d: self._comm.get(d, 0.0) for d in devices}
+        busy = {d: comp[d] + comm[d] for d in devices}
+        sim = Simulation(
+            hardware=self.hw, function=fn.name, latency_s=latency, devices=tuple(devices),
+            busy_s=busy, compute_s=comp, comm_s=comm,
+            idle_s={d: max(latency - busy[d], 0.0) for d in devices},
+            peak_memory_bytes={d: peak.get(d, 0) for d in devices},
+            batch_size=batch_size, num_ops=self._n_ops,
+            uncosted_ops=tuple(sorted(self.uncosted)), _events=self._events)
+        self._new_state(top=True, owned=())
+        return sim
+
+
+@dataclass
+class Simulation:
+    """The simulated cost of one step.
+
+    ``latency_s``: when the last device finishes (s). Per device (dicts keyed by device):
+    ``busy_s`` = ``compute_s`` + ``comm_s`` (s of ops running), ``idle_s`` = latency minus
+    busy, ``peak_memory_bytes`` (liveness peak, see ``distir.analysis.memory``).
+    ``throughput`` is ``batch_size / latency_s`` samples/s when a batch size was given.
+    ``num_ops`` counts the ops simulated, those inside calls included.
+    """
+
+    hardware: Hardware
+    function: str
+    latency_s: float
+    devices: tuple[int, ...]
+    busy_s: dict[int, float]
+    compute_s: dict[int, float]
+    comm_s: dict[int, float]
+    idle_s: dict[int, float]
+    peak_memory_bytes: dict[int, int]
+    batch_size: int | None = None
+    num_ops: int = 0
+    uncosted_ops: tuple[str, ...] = ()
+    _events: list = field(default_factory=list, repr=False)
+
+    @property
+    def throughput(self) -> float | None:
+        """Samples per second, or ``None`` without a batch size."""
+        if self.batch_size is None or self.latency_s <= 0:
+            return None
+        return self.batch_size / self.latency_s
+
+    @property
+    def memory_capacity_bytes(self) -> int:
+        return self.hardware.memory_bytes
+
+    @property
+    def out_of_memory(self) -> tuple[int, ...]:
+        """The devices whose peak memory exceeds the profile's capacity."""
+        cap = self.hardware.memory_bytes
+        return tuple(d for d, p in self.peak_memory_bytes.items() if p > cap)
+
+    @property
+    def fits_in_memory(self) -> bool:
+        return not self.out_of_memory
+
+    def events(self) -> list[tuple[float, float, tuple[int, ...], Op, Any, str]]:
+        """Every op's ``(start_s, seconds, devices, op, detail, function name)`` in program
+        order, calls expanded (``detail`` is ``(OpCost, input types, result types, ...)``)."""
+        from distir.analysis.trace import expand_events
+
+        return expand_events(self._events, self.function)
+
+    def write_trace(self, path: str) -> None:
+        """Write the timeline as Chrome trace JSON (one track per device; opens in
+        Perfetto or chrome://tracing)."""
+        from distir.analysis.trace import write_chrome_trace
+
+        write_chrome_trace(self, path)
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready summary (device keys as strings)."""
+        def per(d: dict[int, Any]) -> dict[str, Any]:
+            return {str(k): v for k, v in d.items()}
+
+        return {
+            "function": self.function,
+            "hardware": self.hardware.name,
+            "calibrated": self.hardware.calibrated,
+            "latency_s": self.latency_s,
+            "batch_size": self.batch_size,
+            "throughput_samples_per_s": self.throughput,
+            "num_ops": self.num_ops,
+            "devices": list(self.devices),
+            "busy_s": per(self.busy_s),
+            "compute_s": per(self.compute_s),
+            "comm_s": per(self.comm_s),
+            "idle_s": per(self.idle_s),
+            "peak_memory_bytes": per(self.peak_memory_bytes),
+            "memory_capacity_bytes": self.hardware.memory_bytes,
+            "out_of_memory_devices": list(self.out_of_memory),
+            "uncosted_ops": list(self.uncosted_ops),
+        }
+
+
+def simulate(fn: Function | Module, hardware: Hardware | str = "h100-sxm",
+             batch_size: int | None = None, *,
+             input_types: Sequence[Type | None] | None = None,
+             fallback: bool = False) -> Simulation:
+    """Simulate one step of ``fn`` (a module's entry function) on ``hardware`` (a profile
+    name, a path to a profile file, or a ``Hardware``).
+
+    ``input_types`` override the parameters' declared types (as in ``infer_types``);
+    ``batch_size`` gives ``Simulation.throughput``. An op without a cost rule is a
+    ``SimulationError`` naming it; with ``fallback=True`` it is costed as a memory-bound
+    kernel and a ``CostFallbackWarning`` lists such ops.
+    """
+    from distir.analysis.api import _input_values
+
+    if isinstance(fn, Module):
+        fn = fn.entry
+    if batch_size is not None and batch_size <= 0:
+        raise SimulationError(f"batch size must be positive, got {batch_size}")
+    sim = Simulator(hardware, fallback=fallback)
+    result = sim.simulate(fn, _input_values(fn, input_types), batch_size=batch_size)
+    if result.uncosted_ops:
+        warnings.warn("no cost rule for " + ", ".join(result.uncosted_ops) + "; costed as "
+                      "memory-bound kernels (distir.analysis.cost.fallback_cost)",
+                      CostFallbackWarning, stacklevel=2)
+    return result
