@@ -234,17 +234,19 @@ class _GraphBuilder:
 
     # -- blocks -----------------------------------------------------------------------
     def split_heads(self, p: str, x: str, name: str, perm: list[int]) -> str:
-        """``(B, T, D) -> (B, T, H, hd)`` through a run-time shape, then ``Transpose``."""
-        cfg = self.cfg
+        """``(B, T, D) -> (B, T, H, hd)`` through the run-time shape ``(B, T, -1, hd)``, then
+        ``Transpose``. The head count is inferred from the width, so a graph whose columns
+        are sharded by heads (tensor parallelism) needs no change to this chain."""
         b, t = self.dims(p, x, name, 0, 1)
-        shape = self.node("Concat", [b, t, self.ints(p, cfg.n_head), self.ints(p, cfg.head_dim)],
-                          f"{p}{name}.heads_shape", axis=0)
+        hd = self.const(f"{p}attn.head_dim", np.array([self.cfg.head_dim], dtype=np.int64))
+        shape = self.node("Concat", [b, t, self.ints(p, -1), hd], f"{p}{name}.heads_shape",
+                          axis=0)
         r = self.node("Reshape", [x, shape], f"{p}{name}.heads")
         return self.node("Transpose", [r], f"{p}{name}.heads_t", perm=perm)
 
     def causal_mask(self, p: str, scores: str) -> str:
         """A Bool ``(T, T)`` tensor, true where a key comes after its query (masked)."""
-        shape = self.node("Shape", [scores], f"{p}attn.scores.shape")
+        shape = self.node("Shape", [scores], f"{p}attn.scaled.shape")
         tq = self.node("Gather", [shape, self.scalar_int(p, 2)], f"{p}attn.q_len", axis=0)
         tk = self.node("Gather", [shape, self.scalar_int(p, 3)], f"{p}attn.k_len", axis=0)
         zero, one = self.scalar_int(p, 0), self.scalar_int(p, 1)
@@ -273,8 +275,8 @@ class _GraphBuilder:
         ctx = self.node("MatMul", [probs, vh], f"{p}attn.ctx")  # (B, H, T, hd)
         ctx_t = self.node("Transpose", [ctx], f"{p}attn.ctx_t", perm=[0, 2, 1, 3])
         b, t = self.dims(p, ctx_t, "attn.ctx_t", 0, 1)
-        shape = self.node("Concat", [b, t, self.ints(p, cfg.d_model)],
-                          f"{p}attn.merge_shape", axis=0)
+        # (B, T, -1): the width is inferred, as the head count is in split_heads.
+        shape = self.node("Concat", [b, t, self.ints(p, -1)], f"{p}attn.merge_shape", axis=0)
         merged = self.node("Reshape", [ctx_t, shape], f"{p}attn.merged")  # (B, T, D)
         return self.linear(merged, f"{p}attn.c_proj", f"{p}attn.out")
 

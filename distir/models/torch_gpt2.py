@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import math
 import os
+import warnings
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -158,11 +159,15 @@ def export_gpt2_onnx(model: GPT2, path: str | os.PathLike[str], *, dynamo: bool 
             shapes = {"input_ids": {0: torch.export.Dim("batch"), 1: torch.export.Dim("seq")}}
         torch.onnx.export(model, (ids,), path, dynamo=True, opset_version=opset or 21,
                           input_names=["input_ids"], output_names=["logits"],
-                          dynamic_shapes=shapes, external_data=external_data)
+                          dynamic_shapes=shapes, external_data=external_data,
+                          verbose=False)
     else:
         axes = {"input_ids": {0: "batch", 1: "seq"},
                 "logits": {0: "batch", 1: "seq"}} if dynamic else None
-        torch.onnx.export(model, (ids,), path, dynamo=False, opset_version=opset or 20,
-                          input_names=["input_ids"], output_names=["logits"],
-                          dynamic_axes=axes)
+        with warnings.catch_warnings():
+            # The caller chose the legacy exporter; its deprecation notice is not news.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            torch.onnx.export(model, (ids,), path, dynamo=False, opset_version=opset or 20,
+                              input_names=["input_ids"], output_names=["logits"],
+                              dynamic_axes=axes)
     return path
