@@ -5,10 +5,10 @@ name           configuration                                           weights
 =============  ======================================================  ================
 ``mlp-1b``     MLP, 16 layers of width 8192                            1.07·10⁹
 ``mlp-17b``    MLP, 64 layers of width 16384                           17.2·10⁹
-``mlp-103b``   MLP, 96 layers of width 32768                           103·10⁹
+``mlp-103b``   MLP, 96 layers of width 32768                           103.1·10⁹
 ``gpt2-1.6b``  GPT-2, 24 layers, d_model 2048, 16 heads                1.31·10⁹
-``gpt2-13b``   GPT-2, 40 layers, d_model 5120, 40 heads                12.9·10⁹
-``gpt2-175b``  GPT-2, 96 layers, d_model 12288, 96 heads               175·10⁹
+``gpt2-13b``   GPT-2, 40 layers, d_model 5120, 40 heads                12.8·10⁹
+``gpt2-175b``  GPT-2, 96 layers, d_model 12288, 96 heads               174.6·10⁹
 =============  ======================================================  ================
 
 MLP presets are square (input, hidden and output width equal). GPT-2 presets have a
