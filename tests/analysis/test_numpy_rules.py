@@ -88,6 +88,8 @@ CASES: list[C] = [(op, [f32(3, 4)], {}, 1) for op in UNARY] + [
     ("BatchNormalization", [f32(2, 3, 4, 4), f32(3), f32(3), f32(3), pos(3)], {}, 1),
     ("BatchNormalization", [f32(2, 3, 4), f32(3), f32(3), f32(3), pos(3)],
      {"epsilon": 1e-3}, 1),
+    ("BatchNormalization", [f32(2, 3, 4), f32(3), f32(3), f32(3), pos(3)],
+     {"training_mode": 1, "momentum": 0.5}, 3),
     ("Cast", [f32(3, 4) * 10], {"to": DType.Float16}, 1),
     ("Cast", [f32(3, 4) * 10], {"to": DType.Int64}, 1),
     ("Cast", [ints(0, 3, 5)], {"to": DType.Bool}, 1),
@@ -282,3 +284,87 @@ def test_rule_module_does_not_import_onnx() -> None:
     code = ("import sys, distir.analysis.numpy_rules.onnx_ops; "
             "sys.exit(1 if 'onnx' in sys.modules else 0)")
     assert subprocess.run([sys.executable, "-c", code]).returncode == 0
+
+
+# ------------------------------------------ conformance: ONNX's own backend node test cases
+
+def _distir_attrs(node: Any) -> dict[str, Any] | None:
+    """The node's attributes as DistIR values, or None when DistIR cannot hold one."""
+    out: dict[str, Any] = {}
+    for a in node.attribute:
+        v = helper.get_attribute_value(a)
+        if isinstance(v, bytes):
+            v = v.decode()
+        elif isinstance(v, list):
+            if v and isinstance(v[0], bytes):
+                return None
+            v = tuple(v)
+        elif isinstance(v, onnx.TensorProto):
+            try:
+                v = DenseAttr.from_array(numpy_helper.to_array(v))
+            except KeyError:
+                return None
+        elif not isinstance(v, (int, float, str)):
+            return None
+        if node.op_type == "Cast" and a.name == "to":
+            try:
+                v = DType.from_np(helper.tensor_dtype_to_np_dtype(v))
+            except KeyError:
+                return None
+        out[a.name] = v
+    return out
+
+
+def _supported(x: Any) -> bool:
+    try:
+        DType.from_np(np.asarray(x).dtype)
+    except KeyError:
+        return False
+    return True
+
+
+def test_onnx_backend_node_cases() -> None:
+    """Every single-node case of ``onnx.backend.test.case.node`` for an op DistIR has, on
+    dtypes DistIR supports, at opset 21 or a later one (the op versions after 21 of these
+    ops only add element types, so on DistIR's dtypes they mean the same)."""
+    import warnings
+
+    from onnx.backend.test.case.node import collect_testcases
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        cases = collect_testcases()
+    ran: set[str] = set()
+    failures: list[str] = []
+    for case in cases:
+        g = case.model.graph
+        if len(g.node) != 1 or g.node[0].domain not in ("", "ai.onnx"):
+            continue
+        node = g.node[0]
+        op = node.op_type
+        opset = max(o.version for o in case.model.opset_import if o.domain in ("", "ai.onnx"))
+        if op not in ONNX_SCHEMAS or opset < ONNX_SCHEMAS[op]["since"]:
+            continue  # an older version of the op
+        attrs = _distir_attrs(node)
+        known = {a[0] for a in ONNX_SCHEMAS[op]["attrs"]}
+        if attrs is None or not set(attrs) <= known:
+            continue  # attributes of a newer version
+        for inputs, outputs in case.data_sets:
+            feeds = dict(zip([i.name for i in g.input], inputs))
+            args = [feeds[n] if n else None for n in node.input]
+            if not all(a is None or _supported(a) for a in args) or not all(
+                    _supported(o) for o in outputs):
+                continue
+            args = [None if a is None else np.asarray(a) for a in args]
+            ran.add(op)
+            try:
+                got = _ours(op, args, attrs, len(node.output))
+                for gv, want in zip(got, outputs):
+                    assert gv.dtype == np.asarray(want).dtype, (gv.dtype, want.dtype)
+                    np.testing.assert_allclose(gv.astype(np.float64) if gv.dtype.kind == "f"
+                                               else gv, want, rtol=case.rtol, atol=case.atol)
+            except Exception as e:  # noqa: BLE001 - collect every failure, report together
+                failures.append(f"{case.name}: {type(e).__name__}: "
+                                f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}")
+    assert not failures, "\n".join(failures)
+    assert len(ran) >= 60, sorted(set(ONNX_SCHEMAS) - ran)

@@ -96,17 +96,13 @@ class OnnxKernels:
     def kernel(self, op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> Any:
         """The kernel instance for this op application (built once per key)."""
         mask = tuple(a is None for a in args)
-        attrs_key = tuple(sorted(attrs.items()))
-        dtypes = None
-        if op_type in self.context_dependent:
-            dtypes = tuple(None if a is None else np.asarray(a).dtype.str for a in args)
-        key = (op_type, attrs_key, mask, n_out, dtypes)
+        base = (op_type, tuple(sorted(attrs.items())), mask, n_out)
+        key = base + (_dtypes(args),) if op_type in self.context_dependent else base
         inst = self.cache.get(key)
         if inst is None:
             inst = self._build(op_type, args, attrs, n_out, mask)
-            if op_type in self.context_dependent and dtypes is None:
-                key = key[:4] + (tuple(None if a is None else np.asarray(a).dtype.str
-                                       for a in args),)
+            if op_type in self.context_dependent:  # learned while building
+                key = base + (_dtypes(args),)
             self.cache[key] = inst
         return inst
 
@@ -160,6 +156,10 @@ def _no_log(pattern: str, *args: Any) -> None:
     return None
 
 
+def _dtypes(args: tuple) -> tuple[str | None, ...]:
+    return tuple(None if a is None else np.asarray(a).dtype.str for a in args)
+
+
 def _expected_dtype(op_type: str, args: tuple, attrs: dict[str, Any], i: int,
                     ) -> np.dtype | None:
     """The dtype ONNX's type constraints give result ``i``, where it is fixed."""
@@ -172,6 +172,8 @@ def _expected_dtype(op_type: str, args: tuple, attrs: dict[str, Any], i: int,
     if op_type == "ConstantOfShape":
         v = attrs.get("value")
         return v.dtype.np if isinstance(v, DenseAttr) else np.dtype(np.float32)
+    if op_type == "BatchNormalization" and i > 0:
+        return np.asarray(args[3]).dtype  # running statistics have the mean's type
     if op_type == "LayerNormalization" and i > 0:
         return None  # mean and inverse std dev have the stash type
     if op_type == "Where":
