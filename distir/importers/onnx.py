@@ -121,16 +121,21 @@ def _check_supported(proto: onnx.ModelProto) -> None:
         return
     items = sorted(bad.items(), key=lambda kv: (-kv[1], kv[0]))
     listing = ", ".join(f"{op} ({n} node{'s' * (n != 1)})" for op, n in items)
-    hint = ""
-    if any(op in _CONTROL_FLOW for op in bad):
-        hint = ("control flow cannot be imported, DistIR programs are straight lines: unroll "
-                "or specialize it before exporting; ")
-    if any(":" in op for op in bad):
-        hint += ("ops of other domains than ONNX's have no DistIR meaning: export without "
-                 "them; ")
+    cf = [op for op in bad if op in _CONTROL_FLOW]
+    other_domain = [op for op in bad if ":" in op]
+    fixes = []
+    if cf:
+        fixes.append("unroll or specialize control flow")
+    if other_domain:
+        fixes.append("export without ops of other domains")
+    if len(cf) + len(other_domain) < len(bad):
+        fixes.append("rewrite the other ops with ops DistIR defines" if fixes
+                     else f"rewrite {'it' if len(bad) == 1 else 'them'} with ops DistIR "
+                     "defines")
+    fix = ", ".join(fixes[:-1]) + (" and " if len(fixes) > 1 else "") + fixes[-1]
     raise ImportError_(f"{len(bad)} unsupported op type{'s' * (len(bad) != 1)}: {listing}; "
-                       f"{hint}DistIR imports the ONNX ops it defines (docs/importing.md "
-                       "lists them)")
+                       "DistIR imports straight-line graphs of ONNX ops it defines (see "
+                       f"docs/importing.md): {fix}")
 
 
 def _opset(proto: onnx.ModelProto) -> int | None:
