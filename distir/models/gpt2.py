@@ -171,6 +171,15 @@ def gpt2(n_layer: int, d_model: int, n_head: int, vocab_size: int, seq_len: int,
                       **kw).build()
 
 
+def _lowest(dtype: DType) -> float:
+    """The most negative finite value of a float dtype (the value of masked scores)."""
+    if dtype is DType.BFloat16:
+        import ml_dtypes
+
+        return float(ml_dtypes.finfo(ml_dtypes.bfloat16).min)
+    return float(np.finfo(dtype.np).min)
+
+
 class _GraphBuilder:
     """Writes the ONNX graph of one configuration. Value names are unique by construction
     (every name carries its layer prefix); node names repeat their first output's name."""
@@ -269,7 +278,7 @@ class _GraphBuilder:
         scaled = self.node("Div", [scores, self.scalar(f"{p}attn.scale", math.sqrt(cfg.head_dim))],
                            f"{p}attn.scaled")
         future = self.causal_mask(p, scaled)
-        neg = self.scalar(f"{p}attn.mask_value", float(np.finfo(cfg.dtype.np).min))
+        neg = self.scalar(f"{p}attn.mask_value", _lowest(cfg.dtype))
         masked = self.node("Where", [future, neg, scaled], f"{p}attn.masked")
         probs = self.node("Softmax", [masked], f"{p}attn.probs", axis=-1)
         ctx = self.node("MatMul", [probs, vh], f"{p}attn.ctx")  # (B, H, T, hd)

@@ -37,6 +37,7 @@ class _Attention(nn.Module):
         self.c_attn = nn.Linear(d, 3 * d)
         self.c_proj = nn.Linear(d, d)
         causal = torch.tril(torch.ones(n, n, dtype=torch.bool)).view(1, 1, n, n)
+        self.causal: torch.Tensor
         self.register_buffer("causal", causal, persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -62,7 +62,9 @@ def test_onnx_graph_is_valid_and_weightless(small_model: onnx.ModelProto) -> Non
                n_positions=9, gelu="none"),
     GPT2Config(n_layer=1, d_model=32, n_head=2, vocab_size=50, seq_len=8, batch_size=1,
                dtype=DType.Float64),
-], ids=["small", "odd-sizes", "float64"])
+    GPT2Config(n_layer=1, d_model=32, n_head=2, vocab_size=50, seq_len=8, batch_size=2,
+               dtype=DType.Float16),
+], ids=["small", "odd-sizes", "float64", "float16"])
 def test_imported_graph_matches_onnxruntime(cfg: GPT2Config) -> None:
     model = cfg.onnx_model()
     inputs = cfg.example_inputs(seed=1)
@@ -73,9 +75,22 @@ def test_imported_graph_matches_onnxruntime(cfg: GPT2Config) -> None:
         TensorType(cfg.dtype, (cfg.batch_size, cfg.seq_len, cfg.vocab_size), 0),)
     (got,) = distir.execute(fn, inputs)
     assert got.dtype == cfg.dtype.np and got.shape == want.shape
-    tol = 1e-10 if cfg.dtype is DType.Float64 else 1e-4
+    tol = {DType.Float64: 1e-10, DType.Float32: 1e-4, DType.Float16: 3e-3}[cfg.dtype]
     np.testing.assert_allclose(got, want, rtol=tol, atol=tol)
     assert np.abs(want).max() > 0.1  # not a degenerate comparison
+
+
+def test_bfloat16_graph_types_and_runs() -> None:
+    # onnxruntime has no BFloat16 kernels on CPU: compare with the Float32 model instead.
+    cfg = GPT2Config(n_layer=1, d_model=32, n_head=2, vocab_size=50, seq_len=8, batch_size=2,
+                     dtype=DType.BFloat16)
+    fn = cfg.build()
+    assert distir.infer_types(fn)[0].dtype is DType.BFloat16
+    inputs = cfg.example_inputs(seed=3)
+    (got,) = distir.execute(fn, inputs)
+    f32 = GPT2Config(1, 32, 2, 50, 8, 2)
+    want = run_ort(f32.onnx_model(), [inputs[0]] + [w.astype(np.float32) for w in inputs[1:]])
+    np.testing.assert_allclose(got.astype(np.float32), want, rtol=0.02, atol=0.01)
 
 
 def test_graph_is_gpt2_as_torch_computes_it() -> None:
