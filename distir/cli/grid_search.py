@@ -1,0 +1,98 @@
+"""``distir grid-search``: the simulated search over D/T/P/K (dispatches to grid_search/)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser(
+        "grid-search", help="simulate every D/T/P/K configuration and rank them",
+        description="Enumerate power-of-two data (D), tensor (T) and pipeline (P) degrees "
+        "with D*T*P = N and microbatches K, transform and simulate each configuration, drop "
+        "those that do not fit in device memory, and print the best ones.")
+    p.add_argument("--model", required=True,
+                   help="mlp, gpt2, or a preset (mlp-1b, mlp-17b, mlp-103b, gpt2-1.6b, "
+                   "gpt2-13b, gpt2-175b)")
+    p.add_argument("--preset", help="a preset of the model family (same names as --model)")
+    p.add_argument("--devices", type=int, required=True, help="number of devices N")
+    p.add_argument("--batch-sizes", type=int, nargs="+",
+                   help="global batch sizes (training: one per run; inference: the free "
+                   "variable); default: 8192 for MLP, 2^7..2^20 for GPT-2")
+    p.add_argument("--hardware", default="h100-sxm",
+                   help="hardware profile name or path (default: h100-sxm)")
+    p.add_argument("-o", "--out", help="write results to this CSV, row by row")
+    p.add_argument("--resume", action="store_true",
+                   help="keep the rows already in --out and simulate only the rest")
+    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
+                   help="simulation processes (default: all cores)")
+    p.add_argument("--fewer-devices", action="store_true",
+                   help="also try configurations using fewer than N devices")
+    p.add_argument("--max-microbatches", type=int, default=128)
+    p.add_argument("--schedules", nargs="+", default=["1f1b"], choices=["1f1b", "gpipe"],
+                   help="pipeline schedules to try for training (default: 1f1b)")
+    p.add_argument("--top", type=int, default=10, help="rows in the printed summary")
+    p.add_argument("--plot", help="write the memory/throughput plot here (PNG); default: "
+                   "beside --out")
+    p.add_argument("--dtype", choices=["Float32", "Float16", "BFloat16"],
+                   help="element type of the model (default: Float32)")
+    p.add_argument("--run-top", type=int, default=0, metavar="K",
+                   help="run the K best configurations for real and add measured columns")
+    p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"],
+                   help="backend for --run-top (default: nccl)")
+    g = p.add_argument_group("MLP sizes (with --model mlp)")
+    g.add_argument("--num-layers", type=int)
+    g.add_argument("--width", type=int)
+    g2 = p.add_argument_group("GPT-2 sizes (with --model gpt2)")
+    g2.add_argument("--n-layer", type=int)
+    g2.add_argument("--d-model", type=int)
+    g2.add_argument("--n-head", type=int)
+    g2.add_argument("--vocab-size", type=int)
+    g2.add_argument("--seq-len", type=int)
+    p.set_defaults(func=run)
+
+
+def run(args: argparse.Namespace) -> int:
+    from distir.errors import ConfigError
+    from grid_search import enumerate_space, run_search, summarize, workload
+    from grid_search.models import DEFAULT_BATCHES
+
+    w = workload(args.model, args.preset, num_layers=args.num_layers, width=args.width,
+                 n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
+                 vocab_size=args.vocab_size, seq_len=args.seq_len, dtype=args.dtype)
+    if args.workers < 1:
+        raise ConfigError(f"--workers {args.workers}: need at least 1")
+    if args.resume and not args.out:
+        raise ConfigError("--resume needs -o/--out (the CSV to continue)")
+    batches = args.batch_sizes or DEFAULT_BATCHES[w.family]
+    schedules = args.schedules if w.training else ["gpipe"]
+    configs = list(enumerate_space(w.name, args.devices, batches,
+                                   fewer_devices=args.fewer_devices,
+                                   max_microbatches=args.max_microbatches,
+                                   schedules=schedules))
+    print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
+          f"({args.hardware}), {args.workers} worker(s)", file=sys.stderr)
+    res = run_search(w, configs, hardware=args.hardware, out=args.out, workers=args.workers,
+                     resume=args.resume)
+    rows = res.rows
+    if args.out:
+        from grid_search.search import read_rows
+
+        rows = read_rows(args.out)
+    title = (f"{w.name} on {args.devices} x {args.hardware}: {len(rows)} configurations "
+             f"simulated in {res.seconds:.1f} s"
+             + (f" ({res.skipped} kept from {args.out})" if res.skipped else ""))
+    print(summarize(rows, top=args.top, title=title))
+    plot = args.plot or (os.path.splitext(args.out)[0] + ".png" if args.out else None)
+    if plot:
+        from grid_search.report import plot_memory_throughput
+
+        plot_memory_throughput(rows, plot, title=f"{w.name}, {args.devices} devices")
+        print(f"plot: {plot}", file=sys.stderr)
+    if args.run_top:
+        from grid_search.real import run_top
+
+        run_top(rows, w, args.run_top, out=args.out, backend=args.backend)
+    return 0

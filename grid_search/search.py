@@ -1,0 +1,213 @@
+"""Run a search: transform and simulate every configuration, write rows as they finish.
+
+Rows are written to the CSV in enumeration order, one line per configuration, flushed as
+soon as it is known, so an interrupted search loses nothing and ``resume=True`` continues
+where it stopped and produces the same file as an uninterrupted run.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distir.errors import ConfigError, DistIRError
+from grid_search.models import Workload
+from grid_search.space import Config, strategy
+
+__all__ = ["COLUMNS", "evaluate", "run_search", "read_rows", "SearchResult"]
+
+COLUMNS = [
+    "model", "batch_size", "dp", "tp", "pp", "microbatches", "schedule", "strategy",
+    "devices", "status", "fits", "latency_s", "throughput", "peak_memory_bytes",
+    "peak_memory_per_device", "ops", "sim_seconds", "reason",
+]
+
+
+# -- one configuration (runs in a worker process) ------------------------------------------
+
+@dataclass
+class _WorkerState:
+    workload: Workload | None = None
+    hardware: str = "h100-sxm"
+    models: dict[int, Any] | None = None
+
+
+_STATE = _WorkerState()
+
+
+def _init_worker(workload: Workload, hardware: str) -> None:
+    _STATE.workload = workload
+    _STATE.hardware = hardware
+    _STATE.models = {}
+
+
+def _model(batch: int) -> Any:
+    assert _STATE.workload is not None and _STATE.models is not None
+    fn = _STATE.models.get(batch)
+    if fn is None:
+        fn = _STATE.models[batch] = _STATE.workload.build(batch)
+    return fn
+
+
+def evaluate(cfg: Config) -> dict[str, Any]:
+    """Transform and simulate one configuration in this process; never raises for a
+    configuration the transform refuses or the simulator cannot place: the row says why."""
+    import distir
+    from distir.transforms import dtp
+
+    row: dict[str, Any] = {k: "" for k in COLUMNS}
+    row.update(cfg.as_row())
+    row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
+    row["devices"] = cfg.devices
+    t0 = time.perf_counter()
+    try:
+        seq = _model(cfg.batch_size)
+        fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
+                 schedule=cfg.schedule)
+        sim = distir.simulate(fn, hardware=_STATE.hardware, batch_size=cfg.batch_size)
+    except DistIRError as e:
+        kind = type(e).__name__
+        row["status"] = "refused" if kind == "TransformError" else "error"
+        row["fits"] = False
+        row["reason"] = e.message
+        row["sim_seconds"] = round(time.perf_counter() - t0, 4)
+        return row
+    peaks = sim.peak_memory_bytes
+    per_dev = [int(peaks.get(d, 0)) for d in range(cfg.devices)]
+    capacity = sim.memory_capacity_bytes
+    fits = max(per_dev) <= capacity
+    row.update(
+        status="ok" if fits else "oom",
+        fits=fits,
+        latency_s=sim.latency_s,
+        throughput=cfg.batch_size / sim.latency_s if sim.latency_s > 0 else "",
+        peak_memory_bytes=max(per_dev),
+        peak_memory_per_device=json.dumps(per_dev),
+        ops=fn.num_ops(inline_calls=True),
+        sim_seconds=round(time.perf_counter() - t0, 4),
+        reason="" if fits else (f"needs {max(per_dev) / 2**30:.1f} GiB on device "
+                                f"{per_dev.index(max(per_dev))}, has "
+                                f"{capacity / 2**30:.1f} GiB"),
+    )
+    return row
+
+
+# -- the CSV -----------------------------------------------------------------------------
+
+def _row_key(row: dict[str, Any]) -> tuple:
+    return (row["model"], int(row["batch_size"]), int(row["dp"]), int(row["tp"]),
+            int(row["pp"]), int(row["microbatches"]), row["schedule"])
+
+
+def read_rows(path: str) -> list[dict[str, str]]:
+    """The complete rows of a results CSV; a torn last line (a killed write) is dropped."""
+    if not os.path.exists(path):
+        return []
+    with open(path, newline="", encoding="utf-8") as f:
+        text = f.read()
+    lines = text.splitlines(keepends=True)
+    if lines and not lines[-1].endswith("\n"):
+        lines = lines[:-1]
+    rows = list(csv.DictReader(io.StringIO("".join(lines))))
+    return [r for r in rows if None not in r.values() and None not in r]
+
+
+def _prepare_csv(path: str, resume: bool) -> set[tuple]:
+    """Start a new CSV, or keep the complete rows of an old one (``resume``)."""
+    if not resume or not os.path.exists(path):
+        with open(path, "w", newline="", encoding="utf-8") as f:
+            csv.DictWriter(f, COLUMNS).writeheader()
+        return set()
+    with open(path, encoding="utf-8") as f:
+        header = f.readline().strip().split(",")
+    if header[: len(COLUMNS)] != COLUMNS:
+        raise ConfigError(f"{path}: not a results file of this version (its columns differ); "
+                          "write to a new file or drop --resume")
+    rows = read_rows(path)
+    # Rewrite without a torn last line, so appended rows start on a line of their own.
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+    return {_row_key(r) for r in rows}
+
+
+# -- the search --------------------------------------------------------------------------
+
+@dataclass
+class SearchResult:
+    rows: list[dict[str, Any]]
+    skipped: int
+    seconds: float
+
+
+def _progress(done: int, total: int, t0: float, stream: Any) -> None:
+    if stream is None:
+        return
+    width = 30
+    frac = done / total if total else 1.0
+    bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
+    el = time.perf_counter() - t0
+    eta = el / done * (total - done) if done else 0.0
+    stream.write(f"\r[{bar}] {done}/{total} configurations, {el:.1f} s elapsed, "
+                 f"~{eta:.0f} s left ")
+    if done == total:
+        stream.write("\n")
+    stream.flush()
+
+
+def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str,
+               out: str | None = None, workers: int = 1, resume: bool = False,
+               progress: Any = sys.stderr,
+               on_row: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
+    """Evaluate ``configs`` (in order) with ``workers`` processes; append rows to ``out``."""
+    todo = list(configs)
+    done_keys: set[tuple] = set()
+    if out is not None:
+        done_keys = _prepare_csv(out, resume)
+    pending = [c for c in todo if c.key not in done_keys]
+    skipped = len(todo) - len(pending)
+    t0 = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    f = open(out, "a", newline="", encoding="utf-8") if out is not None else None
+    writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore") if f is not None else None
+    try:
+        for i, row in enumerate(_evaluate_all(workload, hardware, pending, workers), 1):
+            rows.append(row)
+            if writer is not None and f is not None:
+                writer.writerow(row)
+                f.flush()
+            if on_row is not None:
+                on_row(row)
+            _progress(i, len(pending), t0, progress)
+    finally:
+        if f is not None:
+            f.close()
+    return SearchResult(rows, skipped, time.perf_counter() - t0)
+
+
+def _evaluate_all(workload: Workload, hardware: str, configs: Sequence[Config],
+                  workers: int) -> Iterable[dict[str, Any]]:
+    """Rows in the order of ``configs``; several processes when ``workers`` > 1."""
+    if not configs:
+        return
+    if workers <= 1 or len(configs) == 1:
+        _init_worker(workload, hardware)
+        for c in configs:
+            yield evaluate(c)
+        return
+    import multiprocessing as mp
+    from concurrent.futures import ProcessPoolExecutor
+
+    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
+    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
+                             initargs=(workload, hardware)) as pool:
+        # Group configurations of one batch size together so each worker builds few models.
+        yield from pool.map(evaluate, configs, chunksize=max(1, len(configs) // (4 * workers)))
