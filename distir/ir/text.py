@@ -7,6 +7,7 @@ import os
 from distir.errors import ConfigError
 from distir.ir.core import Module
 from distir.ir.parser import parse_module
+from distir.ir.types import TensorType
 from distir.ir.verify import verify
 
 __all__ = ["parse", "load", "weights_path"]
@@ -44,5 +45,14 @@ def load(path: str | os.PathLike[str]) -> Module:
         import numpy as np
 
         with np.load(wp, allow_pickle=False) as z:
-            m.initializers = {k: z[k] for k in z.files}
+            arrays = {k: z[k] for k in z.files}
+        # .npy has no bfloat16: such arrays come back as raw 2-byte voids, which the
+        # parameter's declared type reads back.
+        for p_ in m.entry.params:
+            a = arrays.get(p_.name or "")
+            t = p_.type
+            if a is not None and a.dtype.kind == "V" and isinstance(t, TensorType) \
+                    and t.dtype.np.itemsize == a.dtype.itemsize:
+                arrays[p_.name or ""] = a.view(t.dtype.np)
+        m.initializers = arrays
     return m
