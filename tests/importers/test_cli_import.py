@@ -110,3 +110,21 @@ def test_unsupported_model(tmp_path, capsys):
     assert main(["import", str(p)]) == 1
     err = capsys.readouterr().err
     assert "1 unsupported op type: NonZero (2 nodes)" in err and err.count("\n") == 1
+
+
+def test_bfloat16_weights_round_trip(tmp_path):
+    import ml_dtypes
+
+    w = np.array([1.5, -2.0, 3.25], np.float32)
+    nodes = [helper.make_node("Cast", ["w"], ["wf"], to=F32),
+             helper.make_node("Add", ["x", "wf"], ["y"])]
+    wt = helper.make_tensor("w", TensorProto.BFLOAT16, [3], w.tolist())
+    g = helper.make_graph(nodes, "g", [helper.make_tensor_value_info("x", F32, [3])],
+                          [helper.make_tensor_value_info("y", F32, [3])], [wt])
+    p = tmp_path / "bf.onnx"
+    onnx.save(helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)]), str(p))
+    assert main(["import", str(p), "-o", str(tmp_path / "bf.dir")]) == 0
+    m = distir.load(tmp_path / "bf.dir")
+    assert m.initializers["w"].dtype == np.dtype(ml_dtypes.bfloat16)
+    (y,) = execute(m.entry, [np.ones(3, np.float32)])
+    np.testing.assert_array_equal(y, w + 1)
