@@ -39,7 +39,7 @@ from distir.ir.types import DType
 if TYPE_CHECKING:
     import onnx
 
-__all__ = ["GPT2Config", "gpt2", "gpt2_onnx", "OPSET", "LAYER_WEIGHTS"]
+__all__ = ["GPT2Config", "gpt2", "gpt2_onnx", "layer_of", "OPSET", "LAYER_WEIGHTS"]
 
 OPSET = 21
 """The ONNX opset of the built graph (the spec's)."""
@@ -53,6 +53,19 @@ LAYER_WEIGHTS = (
     "mlp.c_proj.weight", "mlp.c_proj.bias",
 )
 """The weights of one layer, in graph-input order; layer ``i``'s are ``h.{i}.<name>``."""
+
+
+def layer_of(name: str | None) -> int | None:
+    """The layer a value or weight belongs to by its name (``h.3.attn.q`` -> 3), or ``None``
+    for the embeddings, the final LayerNorm and the LM head.
+
+    >>> layer_of("h.12.mlp.c_fc.weight"), layer_of("embed.out"), layer_of("logits")
+    (12, None, None)
+    """
+    if name is None or not name.startswith("h."):
+        return None
+    head, _, _ = name[2:].partition(".")
+    return int(head) if head.isdigit() else None
 
 
 @dataclass(frozen=True, slots=True)

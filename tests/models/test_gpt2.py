@@ -4,7 +4,6 @@ presets type-propagate with every shape known."""
 
 from __future__ import annotations
 
-import re
 from collections import Counter
 
 import numpy as np
@@ -16,7 +15,7 @@ from distir.analysis.values import type_of
 from distir.errors import ConfigError
 from distir.ir import DType, TensorType
 from distir.models import GPT2Config, gpt2, presets
-from distir.models.gpt2 import LAYER_WEIGHTS
+from distir.models.gpt2 import LAYER_WEIGHTS, layer_of
 
 onnx = pytest.importorskip("onnx")
 ort = pytest.importorskip("onnxruntime")
@@ -116,22 +115,19 @@ def test_naming_scheme() -> None:
     assert [r.name for r in fn.returns] == ["logits"]
     defined = [v.name for op in fn.ops for v in op.outputs]
     assert len(set(defined)) == len(defined)
-    layer_of = re.compile(r"^h\.(\d+)\.")
     # Ops come in layer order, each layer's values prefixed with it; layer i reads only the
     # residual stream of the previous layer (and its own weights and constants).
     seen_layers: list[int] = []
     for op in fn.ops:
-        m = layer_of.match(op.outputs[0].name)
-        if m is None:
+        i = layer_of(op.outputs[0].name)
+        if i is None:
             continue
-        i = int(m.group(1))
         if not seen_layers or seen_layers[-1] != i:
             seen_layers.append(i)
         prev_out = "embed.out" if i == 0 else f"h.{i - 1}.out"
         for v in op.inputs:
             assert v is not None
-            mv = layer_of.match(v.name)
-            assert (mv is not None and int(mv.group(1)) == i) or v.name == prev_out, (
+            assert layer_of(v.name) == i or v.name == prev_out, (
                 f"{op.outputs[0].name} reads {v.name}")
     assert seen_layers == [0, 1, 2]
     assert {"h.1.attn.qkv", "h.1.attn.q", "h.1.attn.probs", "h.1.attn.out",
