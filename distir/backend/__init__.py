@@ -1,0 +1,49 @@
+"""The PyTorch backend: run a distributed program for real and measure it.
+
+``distir.run(fn)`` projects ``fn`` to one program per device
+(``distir.analysis.projection``), lowers each op to PyTorch (``LOWERINGS``), starts one
+process per device (NCCL on GPUs, gloo on the CPU) and times the step. A ``Session`` keeps
+the processes and their communicators across programs; under ``torchrun`` the run happens
+in place, one rank per process. ``torch`` is imported only when a run starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from distir.backend.launch import Session, TorchrunSession, in_torchrun
+from distir.backend.timing import RunResult
+
+__all__ = ["run", "Session", "TorchrunSession", "RunResult"]
+
+
+def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = None,
+        steps: int = 10, warmup: int = 3, world_size: int | None = None,
+        outputs: bool | None = None, memory_limit: int | None = None, seed: int = 0,
+        timeout_s: float = 300.0) -> RunResult | None:
+    """Run ``fn`` (a ``Function``, a ``Module``'s entry, or a ``Projection``) for real.
+
+    One process per device of the program (``world_size`` may ask for more; the extra
+    ranks have nothing to do), ``backend`` ``"nccl"`` or ``"gloo"`` (default: NCCL when
+    there is a GPU per process). ``warmup`` untimed steps, then ``steps`` timed ones.
+    ``inputs`` are the entry's arguments as numpy arrays; without them, random inputs of
+    the declared types are drawn on each device. ``outputs`` (default: whether inputs were
+    given) brings the results back as numpy arrays, in order, in ``result.outputs``.
+
+    Returns a ``RunResult`` (``step_latency_s``, ``rank_times_s``, ``peak_memory_bytes``,
+    ``status`` ``"ok"`` or ``"oom"``, ...). Under ``torchrun`` every process calls this, rank
+    0 gets the result and the others ``None``. Raises a one-line ``DistIRError`` for an op
+    without a lowering, a failed op, a hung collective (after ``timeout_s``) or a dead
+    worker; every worker process is stopped whatever happens.
+    """
+    from distir.backend.launch import prepare
+
+    kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed)
+    if in_torchrun():
+        ts = TorchrunSession(backend, timeout_s=timeout_s)
+        return ts.run(fn, inputs, outputs=outputs, **kw)  # type: ignore[arg-type]
+    proj, args = prepare(fn, world_size, inputs)
+    want = inputs is not None if outputs is None else outputs
+    with Session(proj.world_size, backend, timeout_s=timeout_s) as s:
+        return s.run_prepared(proj, args, outputs=want, **kw)  # type: ignore[arg-type]

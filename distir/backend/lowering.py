@@ -1,0 +1,390 @@
+"""Lowering per-rank programs to PyTorch: the table of op lowerings and the compiled program.
+
+``LOWERINGS`` is the one table, keyed by op name, of how each op runs in PyTorch. An entry
+is a *compiler*: given what is known about one op before anything runs (``Static``: the
+attributes, the input and result types, the inputs whose values are known, the device, the
+process groups) it returns a *kernel*, a function from input tensors to a tuple of result
+tensors. Everything that depends only on types (shapes, slices, permutations, constants,
+process groups, buffer sizes) is computed once there, never per step.
+
+Entries are registered by ``distir.backend.ops_onnx``, ``ops_nn``, ``ops_train`` and
+``ops_comm``
+(one module per family), imported by ``load_lowerings()``.
+
+``compile_program`` turns a ``RankProgram`` into a ``CompiledProgram``: a list of kernels
+over numbered slots, with the slots to free after each op (so a tensor lives exactly as long
+as the program needs it, as in the simulator's liveness) and, per communication op, the
+inputs it may overwrite (its last use, with no live alias, never a parameter or a result).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from distir.analysis.rules import full_attrs
+from distir.errors import UnsupportedError
+from distir.ir.types import DType, ScalarType, TensorType, Type
+
+if TYPE_CHECKING:
+    import torch
+
+    from distir.analysis.projection import RankProgram
+    from distir.backend.groups import GroupCache
+
+__all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program",
+           "load_lowerings", "torch_dtype", "SimulatedOOM", "is_oom"]
+
+Kernel = Callable[..., tuple]
+
+
+@dataclass(frozen=True, slots=True)
+class Lowering:
+    """One table entry. ``view``: a result may share storage with an input (so it must
+    not be overwritten while the input lives, and vice versa). ``comm``: a communication
+    op (its kernel must be run, with dummy inputs, even after a failure elsewhere on this
+    rank, so that its peers are not left waiting). ``cached``: the kernel returns a tensor
+    it made at compile time (which must then never be overwritten)."""
+
+    compile: Callable[[Static], Kernel]
+    view: bool = False
+    comm: bool = False
+    cached: bool = False
+
+
+class LoweringTable:
+    """The table of lowerings, keyed by op name."""
+
+    def __init__(self) -> None:
+        self.entries: dict[str, Lowering] = {}
+
+    def register(self, *op_types: str, view: bool = False, comm: bool = False,
+                 cached: bool = False,
+                 ) -> Callable[[Callable[[Static], Kernel]], Callable[[Static], Kernel]]:
+        def deco(fn: Callable[[Static], Kernel]) -> Callable[[Static], Kernel]:
+            for name in op_types:
+                if name in self.entries:
+                    raise RuntimeError(f"two lowerings for {name}")
+                self.entries[name] = Lowering(fn, view, comm, cached)
+            return fn
+
+        return deco
+
+    def get(self, op_type: str) -> Lowering | None:
+        return self.entries.get(op_type)
+
+    def __contains__(self, op_type: str) -> bool:
+        return op_type in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+
+LOWERINGS = LoweringTable()
+_MODULES = ["distir.backend.ops_onnx", "distir.backend.ops_nn", "distir.backend.ops_train",
+            "distir.backend.ops_comm"]
+_loaded: list[bool] = []
+
+
+def load_lowerings() -> None:
+    """Import every lowering module once."""
+    if _loaded:
+        return
+    for name in _MODULES:
+        importlib.import_module(name)
+    _loaded.append(True)
+
+
+_TORCH_DTYPES: dict[DType, Any] = {}
+
+
+def torch_dtype(dt: DType) -> torch.dtype:
+    """The torch dtype of a DistIR dtype."""
+    if not _TORCH_DTYPES:
+        import torch
+
+        _TORCH_DTYPES.update({
+            DType.Bool: torch.bool, DType.Int8: torch.int8, DType.Int32: torch.int32,
+            DType.Int64: torch.int64, DType.Float16: torch.float16,
+            DType.BFloat16: torch.bfloat16, DType.Float32: torch.float32,
+            DType.Float64: torch.float64})
+    return _TORCH_DTYPES[dt]
+
+
+@dataclass(frozen=True, slots=True)
+class Static:
+    """What is known about one op of a rank's program before it runs.
+
+    ``consts[i]`` is input i's value when the program fixes it (a ``Constant``), else
+    ``None``. ``live_outputs[j]`` says whether result j is used later (a kernel may return
+    ``None`` for a dead one). ``donate[i]``: the kernel may overwrite input i.
+    """
+
+    op_type: str
+    attrs: dict[str, Any]
+    in_types: tuple[Type | None, ...]
+    out_types: tuple[Type, ...]
+    consts: tuple[np.ndarray | None, ...]
+    live_outputs: tuple[bool, ...]
+    donate: tuple[bool, ...]
+    device: Any
+    rank: int
+    groups: GroupCache | None
+
+    def out(self, j: int = 0) -> TensorType:
+        """Result j's type, as a tensor type (a scalar is a 0-d tensor)."""
+        return as_tensor_type(self.out_types[j])
+
+    def inp(self, i: int) -> TensorType:
+        t = self.in_types[i]
+        if t is None:
+            raise UnsupportedError(f"{self.op_type}: input {i} is omitted")
+        return as_tensor_type(t)
+
+    def const(self, i: int) -> np.ndarray | None:
+        return self.consts[i] if i < len(self.consts) else None
+
+    def empty(self, t: TensorType) -> torch.Tensor:
+        """An uninitialized tensor of type ``t`` on this rank's device."""
+        import torch
+
+        return torch.empty(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
+
+
+def as_tensor_type(t: Type) -> TensorType:
+    if isinstance(t, TensorType):
+        return t
+    if isinstance(t, ScalarType):
+        return TensorType(t.dtype, (), t.device)
+    raise UnsupportedError(f"the PyTorch backend runs tensors and scalars, not {t}")
+
+
+class SimulatedOOM(MemoryError):
+    """Raised when a program would exceed the memory limit given to the run (the limit is
+    checked against the live bytes the types imply, on devices without an allocator cap)."""
+
+
+def is_oom(exc: BaseException) -> bool:
+    """Whether ``exc`` means the device (or host) ran out of memory."""
+    if isinstance(exc, MemoryError):
+        return True
+    name = type(exc).__name__
+    if name == "OutOfMemoryError":
+        return True
+    msg = str(exc)
+    return isinstance(exc, RuntimeError) and (
+        "out of memory" in msg.lower() or "CUBLAS_STATUS_ALLOC_FAILED" in msg
+        or "CUDNN_STATUS_ALLOC_FAILED" in msg or "ALLOC_FAILED" in msg)
+
+
+@dataclass(slots=True)
+class _Step:
+    kernel: Kernel
+    ins: tuple[int, ...]  # slots; -1 for an omitted input
+    outs: tuple[int, ...]
+    frees: tuple[int, ...]
+    comm: bool
+    in_types: tuple[TensorType | None, ...]
+    op_type: str
+    seq: int
+
+
+class CompiledProgram:
+    """A rank's program as kernels over numbered slots.
+
+    ``run(inputs)`` executes it once on tensors for the rank's parameters (in
+    ``RankProgram.fn.params`` order) and returns the rank's results. If an op fails, the
+    communication ops after it still run on dummy buffers (so the other ranks finish the
+    step) and the first error is raised at the end. ``static_peak_bytes`` is the most bytes
+    the types say are live at once (parameters included, views counted as free).
+    """
+
+    def __init__(self, steps: list[_Step], n_slots: int, params: tuple[int, ...],
+                 returns: tuple[int, ...], static_peak_bytes: int, limit_op: int | None,
+                 device: Any, progress: Any = None, progress_base: int = 0) -> None:
+        self.steps = steps
+        self.n_slots = n_slots
+        self.params = params
+        self.returns = returns
+        self.static_peak_bytes = static_peak_bytes
+        self.limit_op = limit_op
+        self.device = device
+        self.progress = progress
+        self.progress_base = progress_base
+
+    def run(self, inputs: list[Any]) -> list[Any]:
+        env: list[Any] = [None] * self.n_slots
+        for s, x in zip(self.params, inputs):
+            env[s] = x
+        limit_op = self.limit_op
+        progress = self.progress
+        base = self.progress_base
+        for i, st in enumerate(self.steps):
+            try:
+                if i == limit_op:
+                    raise SimulatedOOM(f"the live tensors exceed the memory limit at {st.op_type} "
+                                       f"(op {i})")
+                if st.comm and progress is not None:
+                    progress[base] = st.seq
+                    progress[base + 1] = 2
+                res = st.kernel(*[None if j < 0 else env[j] for j in st.ins])
+                if st.comm and progress is not None:
+                    progress[base + 1] = 1
+            except BaseException as e:
+                if isinstance(e, KeyboardInterrupt):
+                    raise
+                env.clear()
+                if not st.comm:
+                    self.drain(i + 1)
+                elif is_oom(e):  # it failed allocating, before it reached its peers
+                    self.drain(i)
+                # (a collective that failed otherwise has broken its group: nothing to drain)
+                raise
+            for j, r in zip(st.outs, res):
+                env[j] = r
+            for j in st.frees:
+                env[j] = None
+        return [env[j] for j in self.returns]
+
+    def drain(self, start: int) -> None:
+        """Run the communication ops from op ``start`` on, with dummy inputs, discarding
+        their results: the rank's peers then complete the step."""
+        import torch
+
+        for st in self.steps[start:]:
+            if not st.comm:
+                continue
+            dummies = [None if t is None else
+                       torch.zeros(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
+                       for t in st.in_types]
+            st.kernel(*dummies)
+
+
+def _type_bytes(t: Type | None) -> int:
+    return 0 if t is None else t.size_bytes
+
+
+class _Aliases:
+    """Union-find over slots: slots whose tensors may share storage."""
+
+    def __init__(self, n: int) -> None:
+        self.parent = list(range(n))
+
+    def find(self, a: int) -> int:
+        p = self.parent
+        while p[a] != a:
+            p[a] = p[p[a]]
+            a = p[a]
+        return a
+
+    def union(self, a: int, b: int) -> None:
+        ra, rb = self.find(a), self.find(b)
+        if ra != rb:
+            self.parent[ra] = rb
+
+
+def compile_program(program: RankProgram, device: Any, *, rank: int | None = None,
+                    groups: GroupCache | None = None, memory_limit: int | None = None,
+                    progress: Any = None) -> CompiledProgram:
+    """Compile one rank's program for ``device``. Raises ``UnsupportedError`` naming the
+    first op without a lowering (before anything runs)."""
+    load_lowerings()
+    fn = program.fn
+    rank = program.device if rank is None else rank
+    slot: dict[int, int] = {}
+
+    def define(v: Any) -> int:
+        s = slot[id(v)] = len(slot)
+        return s
+
+    params = tuple(define(p) for p in fn.params)
+    ops = fn.ops
+    n_ops = len(ops)
+    op_slots: list[tuple[tuple[int, ...], tuple[int, ...]]] = []
+    for op in ops:
+        ins = tuple(-1 if v is None else slot[id(v)] for v in op.inputs)
+        outs = tuple(define(v) for v in op.outputs)
+        op_slots.append((ins, outs))
+    n = len(slot)
+    returns = tuple(slot[id(v)] for v in fn.returns)
+
+    # Last use of every slot; parameters, constants and results live to the end.
+    last = [-1] * n
+    for i, (ins, _) in enumerate(op_slots):
+        for s in ins:
+            if s >= 0:
+                last[s] = i
+    missing = [op.op_type for op in ops if op.op_type not in LOWERINGS]
+    if missing:
+        raise UnsupportedError(f"op '{missing[0]}' has no PyTorch lowering (in @{fn.name}); "
+                               "add one to distir.backend's LOWERINGS table")
+    pinned = set(params) | set(returns)
+    for op, (_, outs) in zip(ops, op_slots):
+        if LOWERINGS.entries[op.op_type].cached:
+            pinned.update(outs)
+    for s in pinned:
+        last[s] = n_ops
+
+    aliases = _Aliases(n)
+    for op, (ins, outs) in zip(ops, op_slots):
+        if LOWERINGS.entries[op.op_type].view or op.op_type in ("MPIAllreduce", "MPIReduce"):
+            for o in outs:
+                for s in ins:
+                    if s >= 0:
+                        aliases.union(o, s)
+    class_last: dict[int, int] = {}
+    for s in range(n):
+        r = aliases.find(s)
+        class_last[r] = max(class_last.get(r, -1), last[s])
+
+    # Bytes each slot holds: parameters are the caller's, views hold none of their own.
+    nbytes = [0] * n
+    for op, (_, outs) in zip(ops, op_slots):
+        if not LOWERINGS.entries[op.op_type].view:
+            for v, o in zip(op.outputs, outs):
+                nbytes[o] = _type_bytes(v.type)
+    live = sum(_type_bytes(p.type) for p in fn.params)
+    peak = live
+    limit_op: int | None = None
+    consts: dict[int, np.ndarray] = {}
+    steps: list[_Step] = []
+    for i, (op, (ins, outs)) in enumerate(zip(ops, op_slots)):
+        entry = LOWERINGS.entries[op.op_type]
+        attrs = full_attrs(op.op_type, op.attrs)
+        in_types = tuple(None if v is None else v.type for v in op.inputs)
+        out_types = tuple(v.type for v in op.outputs)
+        live_outs = tuple(last[o] > i for o in outs)
+        donate = tuple(s >= 0 and s not in pinned and class_last[aliases.find(s)] <= i
+                       and ins.count(s) == 1 for s in ins)
+        static = Static(op.op_type, attrs, in_types, out_types,
+                        tuple(None if s < 0 else consts.get(s) for s in ins), live_outs,
+                        donate, device, rank, groups)
+        try:
+            kernel = entry.compile(static)
+        except UnsupportedError as e:
+            raise UnsupportedError(f"in @{fn.name}, {op.op_type}: {e.message}") from None
+        if op.op_type == "Constant":
+            consts[outs[0]] = _const_value(attrs)
+        live += sum(nbytes[o] for o in outs)
+        if live > peak:
+            peak = live
+        if memory_limit is not None and limit_op is None and peak > memory_limit:
+            limit_op = i
+        frees = tuple(sorted(s for s in {*ins, *outs} if s >= 0 and last[s] <= i))
+        live -= sum(nbytes[s] for s in frees)
+        steps.append(_Step(kernel, ins, outs, frees, entry.comm,
+                           tuple(None if t is None else as_tensor_type(t) for t in in_types),
+                           op.op_type, int(op.attrs.get("seq", -1))))
+    return CompiledProgram(steps, n, params, returns, peak, limit_op, device, progress,
+                           2 * rank)
+
+
+def _const_value(attrs: dict[str, Any]) -> np.ndarray | None:
+    v = attrs.get("value")
+    if v is not None and hasattr(v, "array"):
+        return np.array(v.array)
+    return None

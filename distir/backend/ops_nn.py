@@ -1,0 +1,215 @@
+"""Lowerings of the ONNX neural-network ops: matrix products, normalization, softmax,
+reductions, convolution and pooling (ONNX opset 21 semantics).
+
+Padding, output sizes and reduction axes are worked out from the static shapes once.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from distir.backend.lowering import LOWERINGS, Kernel, Static
+from distir.errors import UnsupportedError
+
+
+@LOWERINGS.register("MatMul")
+def _matmul(s: Static) -> Kernel:
+    return lambda a, b: (torch.matmul(a, b),)
+
+
+@LOWERINGS.register("Gemm")
+def _gemm(s: Static) -> Kernel:
+    alpha, beta = float(s.attrs["alpha"]), float(s.attrs["beta"])
+    ta, tb = int(s.attrs["transA"]), int(s.attrs["transB"])
+    has_c = len(s.in_types) > 2 and s.in_types[2] is not None
+    out_shape = s.out().shape
+
+    def k(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor | None = None) -> tuple:
+        a = a.t() if ta else a
+        b = b.t() if tb else b
+        if c is None or beta == 0.0:
+            y = torch.mm(a, b)
+            return (y if alpha == 1.0 else y * alpha,)
+        return (torch.addmm(c.expand(out_shape), a, b, beta=beta, alpha=alpha),)
+
+    if not has_c:
+        return lambda a, b, *_: k(a, b)
+    return k
+
+
+@LOWERINGS.register("Softmax", "LogSoftmax")
+def _softmax(s: Static) -> Kernel:
+    axis = int(s.attrs.get("axis", -1))
+    f = F.softmax if s.op_type == "Softmax" else F.log_softmax
+    return lambda x: (f(x, dim=axis),)
+
+
+@LOWERINGS.register("LayerNormalization")
+def _layer_norm(s: Static) -> Kernel:
+    x_t = s.inp(0)
+    axis = int(s.attrs.get("axis", -1)) % x_t.rank
+    eps = float(s.attrs["epsilon"])
+    norm_shape = x_t.shape[axis:]
+    dims = tuple(range(axis, x_t.rank))
+    n_out = len(s.out_types)
+    exact = s.inp(1).shape == norm_shape and (
+        len(s.in_types) < 3 or s.in_types[2] is None or s.inp(2).shape == norm_shape)
+    if n_out == 1 and exact:
+        return lambda x, w, b=None: (F.layer_norm(x, norm_shape, w, b, eps),)
+
+    def k(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> tuple:
+        xf = x.float()
+        var, mean = torch.var_mean(xf, dim=dims, keepdim=True, correction=0)
+        inv = torch.rsqrt(var + eps)
+        y = ((xf - mean) * inv).to(x.dtype) * w
+        if b is not None:
+            y = y + b
+        return (y, mean, inv)[:n_out]
+
+    return k
+
+
+_REDUCE = {"ReduceSum": torch.sum, "ReduceMean": torch.mean, "ReduceMax": torch.amax,
+           "ReduceMin": torch.amin}
+
+
+@LOWERINGS.register(*_REDUCE)
+def _reduce(s: Static) -> Kernel:
+    rank = s.inp(0).rank
+    keep = bool(s.attrs.get("keepdims", 1))
+    if len(s.in_types) > 1 and s.in_types[1] is not None:
+        c = s.const(1)
+        if c is None:
+            raise UnsupportedError("the axes must be known before the run")
+        axes = tuple(int(a) % max(rank, 1) for a in c.reshape(-1))
+    else:
+        axes = ()
+    if not axes:
+        if s.attrs.get("noop_with_empty_axes", 0):
+            return lambda x, *_: (x,)
+        axes = tuple(range(rank))
+    f = _REDUCE[s.op_type]
+    if not axes:  # a scalar: nothing to reduce
+        return lambda x, *_: (x.clone(),)
+    return lambda x, *_: (f(x, dim=axes, keepdim=keep),)
+
+
+def _spatial(s: Static) -> tuple[int, list[int], list[int], list[int], list[int], list[int]]:
+    """Spatial rank, kernel, strides, dilations, begin pads and end pads of a conv/pool."""
+    x = s.inp(0)
+    n = x.rank - 2
+    if s.op_type == "Conv":
+        kernel = list(s.attrs.get("kernel_shape") or s.inp(1).shape[2:])
+    else:
+        kernel = list(s.attrs["kernel_shape"])
+    strides = list(s.attrs.get("strides") or [1] * n)
+    dil = list(s.attrs.get("dilations") or [1] * n)
+    pads = list(s.attrs.get("pads") or [0] * (2 * n))
+    auto = s.attrs.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        pads = [0] * (2 * n)
+        for i in range(n):
+            size = x.shape[2 + i]
+            out = -(-size // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size, 0)
+            small = total // 2
+            pads[i], pads[n + i] = ((small, total - small) if auto == "SAME_UPPER"
+                                    else (total - small, small))
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    return n, kernel, strides, dil, pads[:n], pads[n:]
+
+
+def _pad_arg(begin: list[int], end: list[int]) -> list[int]:
+    """``F.pad``'s argument (last dimension first)."""
+    out: list[int] = []
+    for b, e in zip(reversed(begin), reversed(end)):
+        out += [b, e]
+    return out
+
+
+@LOWERINGS.register("Conv")
+def _conv(s: Static) -> Kernel:
+    n, _, strides, dil, pb, pe = _spatial(s)
+    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}.get(n)
+    if conv is None:
+        raise UnsupportedError(f"a convolution over {n} spatial dimensions")
+    group = int(s.attrs.get("group", 1))
+    if pb == pe:
+        pad: Any = tuple(pb)
+        return lambda x, w, b=None: (conv(x, w, b, strides, pad, dil, group),)
+    padarg = _pad_arg(pb, pe)
+    return lambda x, w, b=None: (conv(F.pad(x, padarg), w, b, strides, 0, dil, group),)
+
+
+@LOWERINGS.register("MaxPool", "AveragePool")
+def _pool(s: Static) -> Kernel:
+    if len(s.out_types) > 1:
+        raise UnsupportedError("the indices result of MaxPool")
+    n, kernel, strides, dil, pb, pe = _spatial(s)
+    ceil = bool(s.attrs.get("ceil_mode", 0))
+    sym = pb == pe and all(2 * p <= k for p, k in zip(pb, kernel))
+    padarg = _pad_arg(pb, pe)
+    if s.op_type == "MaxPool":
+        pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
+        if sym:
+            return lambda x: (pool(x, kernel, strides, tuple(pb), dil, ceil),)
+        return lambda x: (pool(F.pad(x, padarg, value=float("-inf")), kernel, strides, 0, dil,
+                               ceil),)
+    if any(d != 1 for d in dil):
+        raise UnsupportedError("AveragePool with dilations")
+    pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[n]
+    include = bool(s.attrs.get("count_include_pad", 0))
+    if sym and (include or not any(pb)):
+        return lambda x: (pool(x, kernel, strides, tuple(pb), ceil, include),)
+    size = 1
+    for k in kernel:
+        size *= k
+    spatial = s.inp(0).shape[2:]
+
+    def k(x: torch.Tensor) -> tuple:
+        sums = pool(F.pad(x, padarg), kernel, strides, 0, ceil, True) * size
+        if include:
+            return (sums / size,)
+        ones = torch.ones((1, 1, *spatial), dtype=x.dtype, device=x.device)
+        counts = pool(F.pad(ones, padarg), kernel, strides, 0, ceil, True) * size
+        return (sums / counts,)
+
+    return k
+
+
+@LOWERINGS.register("GlobalAveragePool")
+def _global_avg(s: Static) -> Kernel:
+    dims = tuple(range(2, s.inp(0).rank))
+    return lambda x: (x.mean(dim=dims, keepdim=True),)
+
+
+@LOWERINGS.register("BatchNormalization")
+def _batch_norm(s: Static) -> Kernel:
+    if int(s.attrs.get("training_mode", 0)) or len(s.out_types) > 1:
+        raise UnsupportedError("BatchNormalization in training mode")
+    eps = float(s.attrs["epsilon"])
+    return lambda x, w, b, m, v: (F.batch_norm(x, m, v, w, b, False, 0.0, eps),)
+
+
+@LOWERINGS.register("LRN")
+def _lrn(s: Static) -> Kernel:
+    size = int(s.attrs["size"])
+    alpha, beta, bias = float(s.attrs["alpha"]), float(s.attrs["beta"]), float(s.attrs["bias"])
+    before, after = (size - 1) // 2, size - 1 - (size - 1) // 2
+    channels = s.inp(0).shape[1]
+    rank = s.inp(0).rank
+
+    def k(x: torch.Tensor) -> tuple:
+        sq = (x * x).transpose(1, rank - 1)  # channels last for F.pad
+        sq = F.pad(sq, (before, after))
+        acc = sq[..., 0:channels]
+        for i in range(1, size):
+            acc = acc + sq[..., i:i + channels]
+        acc = acc.transpose(1, rank - 1)
+        return (x / (bias + (alpha / size) * acc) ** beta,)
+
+    return k

@@ -1,0 +1,204 @@
+"""Lowerings of the training ops: gradients, losses and optimizers.
+
+They compute what ``distir.analysis.numpy_rules.train`` defines (see its docstring): losses
+reduce by sum unless ``reduction="mean"``, ``MSELoss`` carries the factor 0.5, the
+optimizers follow ``torch.optim``'s single-tensor update order. A gradient result that the
+program never uses is not computed (``_, %dw = MatMulGrad(...)`` costs one product).
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+
+from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
+from distir.errors import UnsupportedError
+
+
+def _unbroadcast(g: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
+    """``g`` summed over the dimensions along which a tensor of ``shape`` was broadcast."""
+    if g.shape == shape:
+        return g
+    lead = g.dim() - len(shape)
+    dims = list(range(lead)) + [lead + i for i, d in enumerate(shape)
+                                if d == 1 and g.shape[lead + i] != 1]
+    return g.sum(dim=dims).reshape(shape) if dims else g.reshape(shape)
+
+
+@LOWERINGS.register("MatMulGrad")
+def _matmul_grad(s: Static) -> Kernel:
+    a_t, b_t = s.inp(0), s.inp(1)
+    need_a, need_b = s.live_outputs
+    if a_t.rank == 1 or b_t.rank == 1:
+        a_shape, b_shape = a_t.shape, b_t.shape
+
+        def k1(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> tuple:
+            a2 = a.unsqueeze(0) if a.dim() == 1 else a
+            b2 = b.unsqueeze(1) if b.dim() == 1 else b
+            dy2 = dy.unsqueeze(-1) if b.dim() == 1 else dy
+            dy2 = dy2.unsqueeze(-2) if a.dim() == 1 else dy2
+            da = _unbroadcast(dy2 @ b2.mT, a2.shape).reshape(a_shape) if need_a else None
+            db = _unbroadcast(a2.mT @ dy2, b2.shape).reshape(b_shape) if need_b else None
+            return (da, db)
+
+        return k1
+    if b_t.rank == 2:
+        # The common case (a weight): fold a's batch dimensions into one product.
+        k_dim, n_dim = b_t.shape
+
+        def k2(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> tuple:
+            da = torch.matmul(dy, b.t()) if need_a else None
+            db = (torch.mm(a.reshape(-1, k_dim).t(), dy.reshape(-1, n_dim))
+                  if need_b else None)
+            return (da, db)
+
+        return k2
+    a_shape, b_shape = a_t.shape, b_t.shape
+
+    def k(a: torch.Tensor, b: torch.Tensor, dy: torch.Tensor) -> tuple:
+        da = _unbroadcast(torch.matmul(dy, b.mT), a_shape) if need_a else None
+        db = _unbroadcast(torch.matmul(a.mT, dy), b_shape) if need_b else None
+        return (da, db)
+
+    return k
+
+
+@LOWERINGS.register("GemmGrad")
+def _gemm_grad(s: Static) -> Kernel:
+    alpha, beta = float(s.attrs["alpha"]), float(s.attrs["beta"])
+    ta, tb = int(s.attrs["transA"]), int(s.attrs["transB"])
+    n_out = len(s.out_types)
+    c_shape = s.inp(2).shape if n_out == 3 else None
+
+    def k(*args: torch.Tensor) -> tuple:
+        a, b, dy = args[0], args[1], args[-1]
+        a_op = a.t() if ta else a
+        b_op = b.t() if tb else b
+        da = dy @ b_op.t()
+        db = a_op.t() @ dy
+        if alpha != 1.0:
+            da, db = da * alpha, db * alpha
+        outs = [da.t() if ta else da, db.t() if tb else db]
+        if c_shape is not None:
+            dc = _unbroadcast(dy, c_shape)
+            outs.append(dc * beta if beta != 1.0 else dc.clone())
+        return tuple(outs)
+
+    return k
+
+
+@LOWERINGS.register("ReluGrad")
+def _relu_grad(s: Static) -> Kernel:
+    tb = torch.ops.aten.threshold_backward
+    return lambda x, dy: (tb(dy, x, 0),)
+
+
+@LOWERINGS.register("GeluGrad")
+def _gelu_grad(s: Static) -> Kernel:
+    approx = s.attrs.get("approximate", "none")
+    if approx not in ("none", "tanh"):
+        raise UnsupportedError(f"approximate={approx!r} (expected \"none\" or \"tanh\")")
+    gb = torch.ops.aten.gelu_backward
+    return lambda x, dy: (gb(dy, x, approximate=approx),)
+
+
+def _scale(s: Static, count: int) -> float:
+    r = s.attrs.get("reduction", "sum")
+    if r == "sum":
+        return 1.0
+    if r == "mean":
+        return 1.0 / max(count, 1)
+    raise UnsupportedError(f"reduction={r!r} (expected \"sum\" or \"mean\")")
+
+
+def _compute(x: torch.Tensor) -> torch.Tensor:
+    """Half precision computed in float32, as the reference does."""
+    return x.float() if x.dtype in (torch.float16, torch.bfloat16) else x
+
+
+@LOWERINGS.register("MSELoss")
+def _mse_loss(s: Static) -> Kernel:
+    scale = 0.5 * _scale(s, s.inp(0).numel)
+    dt = torch_dtype(s.out().dtype)
+    return lambda p, y: ((torch.sum(torch.square(_compute(p) - _compute(y))) * scale).to(dt),)
+
+
+@LOWERINGS.register("MSELossGrad")
+def _mse_loss_grad(s: Static) -> Kernel:
+    scale = _scale(s, s.inp(0).numel)
+    if scale == 1.0:
+        return lambda p, y: (p - y,)
+    return lambda p, y: ((p - y) * scale,)
+
+
+@LOWERINGS.register("SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad")
+def _xent(s: Static) -> Kernel:
+    logits_t = s.inp(0)
+    classes = logits_t.shape[-1]
+    count = s.inp(1).numel
+    scale = _scale(s, count)
+    dt = torch_dtype(logits_t.dtype)
+    if s.op_type == "SoftmaxCrossEntropyLoss":
+        def loss(x: torch.Tensor, lab: torch.Tensor) -> tuple:
+            v = F.cross_entropy(_compute(x).reshape(-1, classes), lab.reshape(-1).long(),
+                                reduction="sum")
+            return ((v * scale).to(dt),)
+
+        return loss
+    shape = logits_t.shape
+
+    def grad(x: torch.Tensor, lab: torch.Tensor) -> tuple:
+        g = torch.softmax(_compute(x), dim=-1)
+        g = g.scatter_add(-1, lab.long().unsqueeze(-1),
+                          torch.full((*lab.shape, 1), -1.0, dtype=g.dtype, device=g.device))
+        if scale != 1.0:
+            g = g * scale
+        return (g.to(dt).reshape(shape),)
+
+    return grad
+
+
+@LOWERINGS.register("SGDOptimizer")
+def _sgd(s: Static) -> Kernel:
+    lr = float(s.attrs["lr"])
+    return lambda w, dw: (torch.add(w, dw, alpha=-lr),)
+
+
+@LOWERINGS.register("AdamOptimizer")
+def _adam(s: Static) -> Kernel:
+    lr, b1, b2 = float(s.attrs["lr"]), float(s.attrs["beta1"]), float(s.attrs["beta2"])
+    eps, wd = float(s.attrs["eps"]), float(s.attrs["weight_decay"])
+    step_c = s.const(4)
+
+    def moments(w: torch.Tensor, dw: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+                ) -> tuple[torch.Tensor, torch.Tensor]:
+        g = torch.add(dw, w, alpha=wd) if wd != 0 else dw
+        m_new = torch.lerp(m, g, 1.0 - b1)
+        v_new = torch.addcmul(v * b2, g, g, value=1.0 - b2)
+        return m_new, v_new
+
+    if step_c is not None:
+        step = float(step_c.reshape(-1)[0])
+        step_size = lr / (1.0 - b1 ** step)
+        bc2_sqrt = math.sqrt(1.0 - b2 ** step)
+
+        def k(w: torch.Tensor, dw: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+              _step: torch.Tensor) -> tuple:
+            m_new, v_new = moments(w, dw, m, v)
+            denom = (v_new.sqrt() / bc2_sqrt).add_(eps)
+            return (torch.addcdiv(w, m_new, denom, value=-step_size), m_new, v_new)
+
+        return k
+
+    def k_dyn(w: torch.Tensor, dw: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+              step: torch.Tensor) -> tuple:
+        m_new, v_new = moments(w, dw, m, v)
+        st = step.reshape(()).to(torch.float64)
+        step_size = (lr / (1.0 - torch.pow(b1, st))).to(w.dtype)
+        bc2_sqrt = torch.sqrt(1.0 - torch.pow(b2, st)).to(w.dtype)
+        denom = (v_new.sqrt() / bc2_sqrt).add_(eps)
+        return (w - step_size * (m_new / denom), m_new, v_new)
+
+    return k_dyn

@@ -1,0 +1,277 @@
+"""The rank side of a run: compile the rank's program, bind its inputs, time its steps.
+
+``RankRunner`` holds what a rank keeps between programs (its device, its process groups);
+``RankRunner.run(task)`` runs one program and returns a ``RankResult``. It is used by the
+local workers (``worker_main``, started by ``distir.backend.launch.Session``) and by
+``torchrun`` processes alike. Programs arrive as pickled IR objects, so a worker never
+imports the text parser (nor ``lark``).
+
+Failure protocol: every rank reports its status at each barrier (``agree``), so when one
+rank fails (out of memory, an error in an op) all ranks stop at the same step. A rank that
+fails in the middle of a step runs the rest of its communication on dummy buffers first
+(``CompiledProgram.drain``), so its peers are never left waiting in a collective.
+"""
+
+from __future__ import annotations
+
+import gc
+import os
+import signal
+import threading
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from distir.analysis.projection import RankProgram
+from distir.backend.timing import COMM_ERROR, ERROR, OK, OOM, RankResult, StepTimer
+from distir.errors import DistIRError
+
+__all__ = ["RankTask", "RankRunner", "worker_main", "to_torch", "to_numpy"]
+
+
+@dataclass(slots=True)
+class RankTask:
+    """One program for one rank. ``inputs`` are the rank's parameters in program order; a
+    ``None`` (or ``inputs=None``) stands for a random one of the declared type, drawn on the
+    device from ``seed``."""
+
+    name: str
+    program: RankProgram
+    groups: tuple[tuple[int, ...], ...]
+    inputs: list[np.ndarray | None] | None
+    steps: int
+    warmup: int
+    want_outputs: bool
+    memory_limit: int | None = None
+    seed: int = 0
+
+
+def to_torch(a: np.ndarray, device: Any) -> Any:
+    """A numpy array as a tensor on ``device`` (bfloat16 through its bits)."""
+    import torch
+
+    arr = np.ascontiguousarray(a)
+    if arr.dtype.name == "bfloat16":
+        return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16).to(device)
+    return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).to(device)
+
+
+def to_numpy(t: Any) -> np.ndarray:
+    """A tensor as a numpy array on the host (bfloat16 as ``ml_dtypes.bfloat16``)."""
+    import torch
+
+    t = t.detach().cpu()
+    if t.dtype == torch.bfloat16:
+        import ml_dtypes
+
+        return t.view(torch.int16).numpy().view(ml_dtypes.bfloat16)
+    return t.numpy()
+
+
+def random_tensor(t: Any, device: Any, gen: Any) -> Any:
+    """A random tensor of type ``t``: normal floats, integers in [0, 8), random booleans."""
+    import torch
+
+    from distir.backend.lowering import as_tensor_type, torch_dtype
+
+    tt = as_tensor_type(t)
+    dt = torch_dtype(tt.dtype)
+    if tt.dtype.is_float:
+        return torch.randn(tt.shape, dtype=dt, device=device, generator=gen)
+    hi = 2 if dt == torch.bool else 8
+    return torch.randint(0, hi, tt.shape, device=device, generator=gen).to(dt)
+
+
+class RankRunner:
+    """One rank's state across programs: device, process groups, progress slots."""
+
+    def __init__(self, rank: int, world_size: int, backend: str, device: Any,
+                 timeout_s: float, progress: Any = None) -> None:
+        from distir.backend.groups import GroupCache
+
+        self.rank = rank
+        self.world_size = world_size
+        self.backend = backend
+        self.device = device
+        self.progress = progress
+        self.groups = GroupCache(rank, world_size, device, timeout_s)
+        self.device_name = _device_name(device)
+
+    def beat(self) -> None:
+        if self.progress is not None:
+            self.progress[3 * self.rank + 2] += 1
+
+    def agree(self, status: int) -> int:
+        """Barrier of all ranks; returns the worst status any rank brought."""
+        import torch
+        import torch.distributed as dist
+
+        flag = torch.tensor([status], dtype=torch.int32, device=self.device)
+        dist.all_reduce(flag, op=dist.ReduceOp.MAX)
+        self.beat()
+        return int(flag.item())
+
+    def run(self, task: RankTask) -> RankResult:
+        """Run one program; never raises for a failure the other ranks must hear about.
+        The result's status is this rank's own (``OK`` when another rank failed)."""
+        import torch
+
+        from distir.backend.lowering import compile_program, is_oom
+
+        res = RankResult(self.rank, device_name=self.device_name)
+        mine, compiled, inputs = OK, None, None
+        try:
+            self.groups.ensure(task.groups)
+            compiled = compile_program(task.program, self.device, rank=self.rank,
+                                       groups=self.groups, memory_limit=self.memory_cap(task),
+                                       progress=self.progress)
+            res.static_peak_bytes = compiled.static_peak_bytes
+            inputs = self.bind(task)
+        except Exception as e:  # noqa: BLE001 - reported to the caller, with its kind
+            mine, res.message = (OOM if is_oom(e) else ERROR), _describe(e)
+            res.error_type = type(e).__name__
+        is_cuda = self.device.type == "cuda"
+        try:
+            # Every rank meets the same barriers (one before the first step, one after
+            # each), and they all carry the same verdict, so all ranks leave together.
+            agreed = self.agree(mine)
+            if is_cuda:
+                torch.cuda.reset_peak_memory_stats(self.device)
+            timer = StepTimer(self.device)
+            outs: list[Any] | None = None
+            total, step = task.warmup + task.steps, 0
+            while agreed == OK and step < total:
+                outs = None  # the previous step's results are not kept
+                timer.start()
+                try:
+                    with torch.inference_mode():
+                        outs = compiled.run(inputs)  # type: ignore[union-attr, arg-type]
+                    dt = timer.stop()
+                    if step >= task.warmup:
+                        res.times_s.append(dt)
+                except Exception as e:  # noqa: BLE001
+                    mine = OOM if is_oom(e) else (COMM_ERROR if _comm_failure(e) else ERROR)
+                    res.message, res.error_type = _describe(e, step), type(e).__name__
+                self.beat()
+                step += 1
+                agreed = self.agree(mine)
+            if is_cuda:
+                res.peak_memory_bytes = int(torch.cuda.max_memory_allocated(self.device))
+            if agreed == OK and task.want_outputs and outs is not None:
+                res.outputs = [to_numpy(o) for o in outs]
+        except Exception as e:  # noqa: BLE001 - the barrier itself failed: a broken group
+            mine = COMM_ERROR
+            res.message = res.message or _describe(e)
+        res.status = mine
+        del compiled, inputs
+        gc.collect()
+        if is_cuda:
+            torch.cuda.empty_cache()
+        return res
+
+    def memory_cap(self, task: RankTask) -> int | None:
+        """The limit checked against live bytes by types: only where no allocator cap is
+        set (the CPU); on a GPU the allocator enforces ``memory_limit`` itself."""
+        if task.memory_limit is None:
+            return None
+        if self.device.type == "cuda":
+            import torch
+
+            total = torch.cuda.get_device_properties(self.device).total_memory
+            torch.cuda.set_per_process_memory_fraction(min(1.0, task.memory_limit / total),
+                                                       self.device)
+            return None
+        return task.memory_limit
+
+    def bind(self, task: RankTask) -> list[Any]:
+        import torch
+
+        params = task.program.fn.params
+        given = task.inputs if task.inputs is not None else [None] * len(params)
+        gen = torch.Generator(device=self.device)
+        gen.manual_seed(task.seed * 1_000_003 + self.rank)
+        return [random_tensor(p.type, self.device, gen) if a is None else
+                to_torch(a, self.device) for p, a in zip(params, given)]
+
+
+def _describe(e: BaseException, step: int | None = None) -> str:
+    where = f" (step {step})" if step is not None else ""
+    if isinstance(e, DistIRError):
+        return e.message + where
+    msg = " ".join(str(e).split())
+    if len(msg) > 300:
+        msg = msg[:300] + "..."
+    return f"{type(e).__name__}: {msg}{where}"
+
+
+def _comm_failure(e: BaseException) -> bool:
+    """Whether ``e`` came from a collective (timeouts, closed connections): the process
+    groups may then be broken."""
+    text = f"{type(e).__name__} {e}".lower()
+    return any(k in text for k in ("timed out", "timeout", "connection", "nccl", "gloo",
+                                   "distbackenderror", "peer"))
+
+
+def _device_name(device: Any) -> str:
+    if getattr(device, "type", "") == "cuda":
+        import torch
+
+        return str(torch.cuda.get_device_name(device))
+    import platform
+
+    return f"cpu ({platform.machine()})"
+
+
+def _watch_parent(ppid: int) -> None:
+    """Exit when the launching process is gone (so no worker outlives a killed session)."""
+    while True:
+        time.sleep(0.5)
+        if os.getppid() != ppid:
+            os._exit(3)
+
+
+def worker_main(rank: int, world_size: int, backend: str, init_method: str,
+                timeout_s: float, commands: Any, results: Any, progress: Any,
+                ppid: int) -> None:
+    """The loop of a local worker process: set up, then run tasks until told to stop.
+
+    Interrupts go to the launcher, which stops the workers itself."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    try:
+        if backend == "nccl":
+            torch.cuda.set_device(rank)
+            device = torch.device("cuda", rank)
+            dist.init_process_group("nccl", init_method=init_method, rank=rank,
+                                    world_size=world_size, device_id=device,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        else:
+            # Share the cores: oversubscribed OpenMP threads spin against each other.
+            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
+            device = torch.device("cpu")
+            dist.init_process_group("gloo", init_method=init_method, rank=rank,
+                                    world_size=world_size,
+                                    timeout=datetime.timedelta(seconds=timeout_s))
+        runner = RankRunner(rank, world_size, backend, device, timeout_s, progress)
+        runner.agree(OK)
+    except Exception as e:  # noqa: BLE001
+        results.put(("fatal", rank, _describe(e)))
+        return
+    results.put(("ready", rank, runner.device_name))
+    while True:
+        cmd = commands.get()
+        if cmd is None:
+            break
+        res = runner.run(cmd)
+        results.put(("result", rank, res))
+    try:
+        dist.destroy_process_group()
+    except Exception:  # noqa: BLE001 - leaving anyway
+        pass
