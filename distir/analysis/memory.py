@@ -27,30 +27,24 @@ from typing import Any
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
-__all__ = ["OpLiveness", "FunctionLiveness", "liveness", "placed_bytes"]
+__all__ = ["OpLiveness", "NOTHING", "FunctionLiveness", "liveness", "placed_bytes"]
 
 
-@dataclass(frozen=True, slots=True)
-class OpLiveness:
-    """What dies at one op.
+OpLiveness = tuple
+"""What dies at one op, as a plain tuple ``(free_in, free_param, free_out, give)`` (built
+once per op of every function, read once per simulated op, so kept as cheap as possible):
 
-    - ``free_in``: input positions whose storage dies after the op (one position per
-      storage), not parameters of the function;
-    - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
-      the function is the op: freed only when the caller handed that parameter over;
-    - ``free_out``: results never used (freed right after the op);
-    - ``give``: for a call, ``(input position, parameter index or -1)`` of the arguments
-      handed over to the callee (-1: a value of this function; else handed over only if
-      this function owns that parameter).
-    """
+- ``free_in``: input positions whose storage dies after the op (one position per
+  storage), not parameters of the function;
+- ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
+  the function is the op: freed only when the caller handed that parameter over;
+- ``free_out``: results never used (freed right after the op);
+- ``give``: for a call, ``(input position, parameter index or -1)`` of the arguments
+  handed over to the callee (-1: a value of this function; else handed over only if this
+  function owns that parameter).
+"""
 
-    free_in: tuple[int, ...] = ()
-    free_param: tuple[tuple[int, int], ...] = ()
-    free_out: tuple[int, ...] = ()
-    give: tuple[tuple[int, int], ...] = ()
-
-
-_NOTHING = OpLiveness()
+NOTHING: OpLiveness = ((), (), (), ())
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,71 +67,80 @@ class FunctionLiveness:
 
 def liveness(fn: Function, memo: dict[Function, FunctionLiveness] | None = None,
              ) -> FunctionLiveness:
-    """The liveness facts of ``fn`` (and, in ``memo``, of the functions it calls)."""
+    """The liveness facts of ``fn`` (and, in ``memo``, of the functions it calls).
+
+    One forward pass over the calls finds the results that alias an argument's storage;
+    one backward pass finds each storage's last use (the first use seen backwards)."""
     if memo is None:
         memo = {}
     hit = memo.get(fn)
     if hit is not None:
         return hit
-    root: dict[Value, Value] = {}
-    param_index: dict[Value, int] = {}
-    for i, p in enumerate(fn.params):
-        root[p] = p
-        param_index.setdefault(p, i)
+    alias: dict[Value, Value] = {}  # call results that are an argument's storage
     callee_live: dict[Op, FunctionLiveness] = {}
-    last: dict[Value, int] = {}
-    for idx, op in enumerate(fn.ops):
-        for v in op.inputs:
-            if v is not None:
-                last[root[v]] = idx
-        for v in op.outputs:
-            root[v] = v
-        if op.callee is not None:
-            cl = callee_live[op] = liveness(op.callee, memo)
-            for i, v in enumerate(op.outputs):
-                j = cl.return_param[i]
-                if j is not None and j < len(op.inputs) and op.inputs[j] is not None:
-                    root[v] = root[op.inputs[j]]  # type: ignore[index]
-                else:
-                    dup = cl.return_dup[i]
-                    if dup is not None:
-                        root[v] = root[op.outputs[dup]]
-    returned = {root[r] for r in fn.returns}
+    for op in fn.ops:
+        if op.callee is None:
+            continue
+        cl = callee_live[op] = liveness(op.callee, memo)
+        for i, v in enumerate(op.outputs):
+            j = cl.return_param[i]
+            if j is not None and j < len(op.inputs) and op.inputs[j] is not None:
+                a = op.inputs[j]
+                alias[v] = alias.get(a, a)  # type: ignore[arg-type]
+            elif cl.return_dup[i] is not None:
+                a = op.outputs[cl.return_dup[i]]  # type: ignore[index]
+                alias[v] = alias.get(a, a)
+    param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
+    returned = {alias.get(r, r) for r in fn.returns}
+    live: set[Value] = set(returned)  # storages used later, or returned
     infos: dict[Op, OpLiveness] = {}
-    for idx, op in enumerate(fn.ops):
-        roots_in = [None if v is None else root[v] for v in op.inputs]
+    for op in reversed(fn.ops):
+        free_out = ()
+        outs = op.outputs
+        if len(outs) == 1:
+            v = outs[0]
+            if v not in live and v not in alias:
+                free_out = (0,)
+        else:
+            fo = [i for i, v in enumerate(outs) if v not in live and v not in alias]
+            if fo:
+                free_out = tuple(fo)
+        dying = None
+        for pos, v in enumerate(op.inputs):
+            if v is None:
+                continue
+            if alias:
+                v = alias.get(v, v)
+            if v not in live:
+                live.add(v)
+                if dying is None:
+                    dying = [(pos, v)]
+                else:
+                    dying.append((pos, v))
+        if dying is None:
+            infos[op] = ((), (), free_out, ()) if free_out else NOTHING
+            continue
         free_in: list[int] = []
         free_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []
-        seen: set[Value] = set()
-        cl = callee_live.get(op)
-        for pos, r in enumerate(roots_in):
-            if r is None or r in seen or last.get(r) != idx or r in returned:
-                continue
-            seen.add(r)
-            pi = param_index.get(r, -1) if r in param_index else -1
-            if (cl is not None and roots_in.count(r) == 1
-                    and pos not in cl.returned_params):
+        cl = callee_live.get(op) if callee_live else None
+        for pos, r in dying:
+            pi = param_index.get(r, -1)
+            if cl is not None and pos not in cl.returned_params and sum(
+                    1 for v in op.inputs if v is not None and alias.get(v, v) is r) == 1:
                 give.append((pos, pi))
             elif pi >= 0:
                 free_param.append((pos, pi))
             else:
                 free_in.append(pos)
-        free_out = [i for i, v in enumerate(op.outputs)
-                    if root[v] is v and v not in last and v not in returned]
-        if free_in or free_param or free_out or give:
-            infos[op] = OpLiveness(tuple(free_in), tuple(free_param), tuple(free_out),
-                                   tuple(give))
-        else:
-            infos[op] = _NOTHING
-    unused = tuple(i for i, p in enumerate(fn.params)
-                   if p not in last and p not in returned and param_index[p] == i)
+        infos[op] = (tuple(free_in), tuple(free_param), free_out, tuple(give))
+    unused = tuple(i for i, p in enumerate(fn.params) if p not in live)
     ret_param: list[int | None] = []
     ret_dup: list[int | None] = []
     first_ret: dict[Value, int] = {}
     for i, r in enumerate(fn.returns):
-        rr = root[r]
-        ret_param.append(param_index.get(rr) if rr in param_index else None)
+        rr = alias.get(r, r)
+        ret_param.append(param_index.get(rr))
         if rr in first_ret and rr not in param_index:
             ret_dup.append(first_ret[rr])
         else:

@@ -23,15 +23,23 @@ Memory: see ``distir.analysis.memory``. Units: seconds, bytes, FLOPs.
 from __future__ import annotations
 
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from operator import itemgetter
 from typing import Any
 
+from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.memory import FunctionLiveness, OpLiveness, liveness, placed_bytes
+from distir.analysis.memory import (
+    NOTHING,
+    FunctionLiveness,
+    OpLiveness,
+    liveness,
+    placed_bytes,
+)
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op
@@ -67,8 +75,9 @@ class _EntryBases(dict):
 
 class CallSummary:
     """The typed cost of one call: results, clock delays (``vecs[d][k]``: the delay from
-    device ``k``'s entry clock to device ``d``'s exit clock), busy time per device, peak
-    and net memory relative to the entry, and the events (for traces)."""
+    device ``k``'s entry clock to device ``d``'s exit clock, for every device touched),
+    compute and communication time per device, peak and net memory relative to the entry,
+    the events (for traces) and the number of ops."""
 
     __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops")
 
@@ -86,15 +95,18 @@ class CallSummary:
         self.n_ops = n_ops
 
 
-# A record of one op evaluated on given argument values (memoized):
-# (results, devices, seconds, is_comm, result bytes flat, input bytes per position, detail)
-# detail = (OpCost, input types, result types, result bytes per position)
+# A record of one op evaluated on given argument values, memoized by (op type, argument
+# values, attributes, result count); a plain tuple, unpacked on the hot path:
+#   0 results, 1 the device if the op and its results are on one device else -1,
+#   2 seconds, 3 bytes its results take on that device, 4 devices, 5 ((device, bytes), ...)
+#   of the results, 6 ((device, bytes), ...) per input, 7 detail: (OpCost, input types,
+#   result types, ((device, bytes), ...) per result)
 _Rec = tuple
 
 
 class Simulator(TypeInterpreter):
-    """Simulates functions on one hardware profile. Reusable: caches of op records, costs
-    and call summaries persist across ``simulate`` calls on the same simulator."""
+    """Simulates functions on one hardware profile. Op records, costs and call summaries
+    are cached on the simulator and reused across ``simulate`` calls."""
 
     def __init__(self, hardware: Hardware | str = "h100-sxm", *, fallback: bool = False,
                  check_annotations: bool = True) -> None:
@@ -108,42 +120,69 @@ class Simulator(TypeInterpreter):
         self._summaries: dict[tuple, CallSummary] = {}
         self._live_memo: dict[Function, FunctionLiveness] = {}
         self._prepared: set[Function] = set()
+        self._annotated: set[Function] = set()
         self._live_ops: dict[Op, OpLiveness] = {}
         self._no_owned: dict[int, tuple[bool, ...]] = {}
-        self._n_ops = 0
         self._new_state(top=True, owned=())
 
     # -- state -----------------------------------------------------------------------
     def _new_state(self, top: bool, owned: tuple[bool, ...]) -> None:
+        """Fresh clocks, memory and events, for the entry function (``top``: one clock
+        symbol for all devices) or a callee (one symbol per device)."""
         self._base: dict[int, dict[int, float]] = _TopBases() if top else _EntryBases()
         self._shift: defaultdict[int, float] = defaultdict(float)
-        self._comp: defaultdict[int, float] = defaultdict(float)
-        self._comm: defaultdict[int, float] = defaultdict(float)
         self._mem: defaultdict[int, int] = defaultdict(int)
         self._peak: defaultdict[int, int] = defaultdict(int)
         self._events: list = []
+        self._calls: list[CallSummary] = []
         self._owned = owned
-        self._n_ops = 0
 
     def _save(self) -> tuple:
-        return (self._base, self._shift, self._comp, self._comm, self._mem, self._peak,
-                self._events, self._owned, self._n_ops)
+        return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
+                self._owned)
 
     def _restore(self, s: tuple) -> None:
-        (self._base, self._shift, self._comp, self._comm, self._mem, self._peak,
-         self._events, self._owned, self._n_ops) = s
+        (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
+         self._owned) = s
+
+    def _busy(self) -> tuple[dict[int, float], dict[int, float], int]:
+        """Compute and communication seconds per device and the op count of the current
+        state's events: each distinct record's cost times its count, plus the calls'."""
+        comp: defaultdict[int, float] = defaultdict(float)
+        comm: defaultdict[int, float] = defaultdict(float)
+        counts = Counter(map(id, map(itemgetter(1), self._events)))
+        n = len(self._events) - len(self._calls)
+        for rec in self._recs.values():
+            c = counts.get(id(rec))
+            if c:
+                busy = comm if rec[7][0].comm else comp
+                t = rec[2] * c
+                for d in rec[4]:
+                    busy[d] += t
+        for s in self._calls:
+            for d, t in s.compute.items():
+                comp[d] += t
+            for d, t in s.comm.items():
+                comm[d] += t
+            n += s.n_ops
+        return dict(comp), dict(comm), n
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
         fl = liveness(fn, self._live_memo)
         if fn not in self._prepared:
             self._prepared.add(fn)
             self._live_ops.update(fl.ops)
+            if self.check_annotations and any(
+                    v.type is not None for op in fn.ops for v in op.outputs):
+                self._annotated.add(fn)
         return fl
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
         if fn not in self._prepared:
             self._prepare(fn)
+        # The type interpreter's per-op check, only where there is something to check.
+        self.post_op = self._post if fn in self._annotated else None
         return super().run(fn, args)
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
@@ -151,62 +190,70 @@ class Simulator(TypeInterpreter):
         rec = self._recs.get(key)
         if rec is None:
             rec = self._recs[key] = self._record(op, args)
-        outs, devs, cost, comm, out_mem, in_mem, _ = rec
-        base = self._base
-        shift = self._shift
-        if len(devs) == 1:
-            d = devs[0]
-            s = shift[d]
-            self._events.append((op, rec, base[d], s))
-            shift[d] = s + cost
-            (self._comm if comm else self._comp)[d] += cost
-        else:
-            m: dict[int, float] = {}
-            for d in devs:
-                sh = shift[d]
-                for k, v in base[d].items():
-                    v += sh
-                    if v > m.get(k, _NEG):
-                        m[k] = v
-            self._events.append((op, rec, m, 0.0))
-            busy = self._comm if comm else self._comp
-            for d in devs:
-                base[d] = m
-                shift[d] = cost
-                busy[d] += cost
-        mem = self._mem
-        if out_mem:
-            peak = self._peak
-            for d, b in out_mem:
+        self._events.append((op, rec))
+        d = rec[1]
+        if d >= 0:  # the common case: one device, results on it
+            self._shift[d] += rec[2]
+            b = rec[3]
+            if b:
+                mem = self._mem
                 x = mem[d] + b
                 mem[d] = x
+                peak = self._peak
                 if x > peak[d]:
                     peak[d] = x
+        else:
+            self._sync(rec)
         lv = self._live_ops[op]
-        if lv.free_in:
-            for i in lv.free_in:
-                for d, b in in_mem[i]:
+        if lv is not NOTHING:
+            free_in, free_param, free_out, _ = lv
+            mem = self._mem
+            for i in free_in:
+                for d, b in rec[6][i]:
                     mem[d] -= b
-        if lv.free_param:
-            owned = self._owned
-            for i, j in lv.free_param:
-                if owned[j]:
-                    for d, b in in_mem[i]:
+            if free_param:
+                owned = self._owned
+                for i, j in free_param:
+                    if owned[j]:
+                        for d, b in rec[6][i]:
+                            mem[d] -= b
+            if free_out:
+                per_out = rec[7][3]
+                for i in free_out:
+                    for d, b in per_out[i]:
                         mem[d] -= b
-        if lv.free_out:
-            per_out = rec[6][3]
-            for i in lv.free_out:
-                for d, b in per_out[i]:
-                    mem[d] -= b
-        self._n_ops += 1
-        return outs
+        return rec[0]
+
+    def _sync(self, rec: _Rec) -> None:
+        """An op on several devices: it starts when all are free and ends on all together."""
+        base = self._base
+        shift = self._shift
+        devs = rec[4]
+        m: dict[int, float] = {}
+        for d in devs:
+            sh = shift[d]
+            for k, v in base[d].items():
+                v += sh
+                if v > m.get(k, _NEG):
+                    m[k] = v
+        cost = rec[2]
+        for d in devs:
+            base[d] = m
+            shift[d] = cost
+        mem = self._mem
+        peak = self._peak
+        for d, b in rec[5]:
+            x = mem[d] + b
+            mem[d] = x
+            if x > peak[d]:
+                peak[d] = x
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
-        lv = self._live_ops[op]
-        if lv.give:
+        free_in, free_param, free_out, give = self._live_ops[op]
+        if give:
             owned = self._owned
             mask = [False] * len(args)
-            for pos, pi in lv.give:
+            for pos, pi in give:
                 if pi < 0 or owned[pi]:
                     mask[pos] = True
             given = tuple(mask)
@@ -219,14 +266,14 @@ class Simulator(TypeInterpreter):
             s = self._summaries[key] = self._summarize(callee, args, given)
         self._apply(s)
         mem = self._mem
-        for i in lv.free_in:
+        for i in free_in:
             for d, b in placed_bytes(type_of(args[i])):
                 mem[d] -= b
-        for i, j in lv.free_param:
+        for i, j in free_param:
             if self._owned[j]:
                 for d, b in placed_bytes(type_of(args[i])):
                     mem[d] -= b
-        for i in lv.free_out:
+        for i in free_out:
             for d, b in placed_bytes(type_of(s.outs[i])):
                 mem[d] -= b
         return s.outs
@@ -241,11 +288,13 @@ class Simulator(TypeInterpreter):
             if t is not None:
                 for d in t.devices:
                     seen[d] = None
+        devs = tuple(seen)
         cost = self._cost(op, in_types, out_types)
         per_out = tuple(placed_bytes(t) for t in out_types)
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
-        return (outs, tuple(seen), cost.seconds, cost.comm, flat, in_mem,
+        one = devs[0] if len(devs) == 1 and all(d == devs[0] for d, _ in flat) else -1
+        return (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
                 (cost, in_types, out_types, per_out))
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type, ...]) -> OpCost:
@@ -269,6 +318,7 @@ class Simulator(TypeInterpreter):
 
     def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
                    ) -> CallSummary:
+        """Simulate ``callee`` once with symbolic entry clocks and relative memory."""
         saved = self._save()
         self._new_state(top=False, owned=given)
         try:
@@ -279,41 +329,35 @@ class Simulator(TypeInterpreter):
                     for d, b in placed_bytes(type_of(args[j])):
                         mem[d] -= b
             outs = self.run(callee, args)
-            shift = self._shift
-            vecs = {d: {k: v + shift[d] for k, v in vec.items()}
-                    for d, vec in self._base.items()}
-            return CallSummary(callee, outs, vecs, dict(self._comp), dict(self._comm),
+            base, shift = self._base, self._shift
+            vecs = {d: {k: v + shift[d] for k, v in base[d].items()}
+                    for d in (*base, *(d for d in shift if d not in base))}
+            comp, comm, n = self._busy()
+            return CallSummary(callee, outs, vecs, comp, comm,
                                {d: p for d, p in self._peak.items() if p},
-                               {d: n for d, n in self._mem.items() if n}, self._events,
-                               self._n_ops)
+                               {d: x for d, x in self._mem.items() if x}, self._events, n)
         finally:
             self._restore(saved)
 
     def _apply(self, s: CallSummary) -> None:
+        """Advance the clocks and memory by a call's summary."""
         base = self._base
         shift = self._shift
-        entry = {k: (base[k], shift[k]) for k in s.vecs}
         new = []
         for d, vec in s.vecs.items():
             m: dict[int, float] = {}
             for k, v in vec.items():
-                bk, sk = entry[k]
-                sk += v
-                for kk, vv in bk.items():
+                sk = shift[k] + v
+                for kk, vv in base[k].items():
                     x = vv + sk
                     if x > m.get(kk, _NEG):
                         m[kk] = x
             new.append((d, m))
-        self._events.append((s, entry))
         for d, m in new:
             base[d] = m
             shift[d] = 0.0
-        comp = self._comp
-        for d, c in s.compute.items():
-            comp[d] += c
-        comm = self._comm
-        for d, c in s.comm.items():
-            comm[d] += c
+        self._events.append((s, None))
+        self._calls.append(s)
         mem = self._mem
         peak = self._peak
         for d, p in s.peak.items():
@@ -322,7 +366,6 @@ class Simulator(TypeInterpreter):
                 peak[d] = x
         for d, n in s.net.items():
             mem[d] += n
-        self._n_ops += s.n_ops
 
     # -- entry point ---------------------------------------------------------------------
     def simulate(self, fn: Function, args: Sequence[Any], *, batch_size: int | None = None,
@@ -334,23 +377,25 @@ class Simulator(TypeInterpreter):
             for d, b in placed_bytes(type_of(a)):
                 mem[d] += b
                 peak[d] = max(peak[d], mem[d])
-        outs = self.run(fn, args)
+        with no_gc():
+            outs = self.run(fn, args)
         for o in outs:
             for d in type_of(o).devices:
                 mem[d] += 0  # a device holding only results still appears
         base, shift = self._base, self._shift
-        devices = sorted(set(base) | set(mem) | set(peak))
+        devices = sorted(set(base) | set(shift) | set(mem))
         end = {d: base[d][ROOT] + shift[d] for d in devices}
         latency = max(end.values(), default=0.0)
-        comp = {d: self._comp.get(d, 0.0) for d in devices}
-        comm = {d: self._comm.get(d, 0.0) for d in devices}
+        comp_d, comm_d, n_ops = self._busy()
+        comp = {d: comp_d.get(d, 0.0) for d in devices}
+        comm = {d: comm_d.get(d, 0.0) for d in devices}
         busy = {d: comp[d] + comm[d] for d in devices}
         sim = Simulation(
             hardware=self.hw, function=fn.name, latency_s=latency, devices=tuple(devices),
             busy_s=busy, compute_s=comp, comm_s=comm,
             idle_s={d: max(latency - busy[d], 0.0) for d in devices},
             peak_memory_bytes={d: peak.get(d, 0) for d in devices},
-            batch_size=batch_size, num_ops=self._n_ops,
+            batch_size=batch_size, num_ops=n_ops,
             uncosted_ops=tuple(sorted(self.uncosted)), _events=self._events)
         self._new_state(top=True, owned=())
         return sim

@@ -19,33 +19,28 @@ if TYPE_CHECKING:
 __all__ = ["expand_events", "write_chrome_trace", "chrome_trace_events"]
 
 
-def _at(clock: dict[int, float], vec: dict[int, float], shift: float) -> float:
-    best = float("-inf")
-    for k, v in vec.items():
-        x = clock[k] + v
-        if x > best:
-            best = x
-    return best + shift
-
-
 def expand_events(events: list, function: str) -> list[tuple]:
-    """``(start_s, seconds, devices, op, detail, function name)`` for every op, calls
-    expanded at the clocks they were entered with."""
-    from distir.analysis.simulator import ROOT
+    """``(start_s, seconds, devices, op, detail, function name)`` for every op in program
+    order, calls expanded: the clocks are replayed exactly as the simulator ran them (an
+    op starts when all its devices are free and ends on all of them together)."""
+    from collections import defaultdict
 
+    clock: defaultdict[int, float] = defaultdict(float)
     out: list[tuple] = []
 
-    def walk(evs: list, clock: dict[int, float], fname: str) -> None:
-        for e in evs:
-            if len(e) == 4:
-                op, rec, vec, shift = e
-                out.append((_at(clock, vec, shift), rec[2], rec[1], op, rec[6], fname))
-            else:
-                s, entry = e
-                sub = {k: _at(clock, bk, sk) for k, (bk, sk) in entry.items()}
-                walk(s.events, sub, s.fn.name)
+    def walk(evs: list, fname: str) -> None:
+        for head, rec in evs:
+            if rec is None:  # a call: head is its summary
+                walk(head.events, head.fn.name)
+                continue
+            devs, secs = rec[4], rec[2]
+            start = max(clock[d] for d in devs)
+            end = start + secs
+            for d in devs:
+                clock[d] = end
+            out.append((start, secs, devs, head, rec[7], fname))
 
-    walk(events, {ROOT: 0.0}, function)
+    walk(events, function)
     return out
 
 
