@@ -143,11 +143,16 @@ class OnnxKernels:
             raise
         except Exception as e:  # noqa: BLE001 - any kernel failure is bad input here
             shapes = [None if a is None else tuple(np.shape(a)) for a in args]
-            first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-            raise ExecutionError(f"{op_type} failed on inputs of shapes {shapes}: "
-                                 f"{first}") from None
+            root: BaseException = e
+            while root.__cause__ is not None:  # onnx.reference wraps the kernel's error
+                root = root.__cause__
+            text = str(root).strip()
+            first = text.splitlines()[0] if text else type(root).__name__
+            raise ExecutionError(f"the ONNX reference kernel failed on inputs of shapes "
+                                 f"{shapes}: {first}") from None
         if len(outs) < n_out:
-            raise ExecutionError(f"{op_type} gave {len(outs)} results, {n_out} named")
+            raise ExecutionError(f"the ONNX reference kernel gave {len(outs)} results, "
+                                 f"{n_out} named")
         return tuple(_fix_dtype(op_type, args, attrs, i, o) for i, o in
                      enumerate(outs[:n_out]))
 
@@ -215,7 +220,7 @@ def constant_value(attrs: dict[str, Any]) -> np.ndarray:
     if attrs.get("sparse_value") is not None:
         raise UnsupportedError("Constant with a sparse_value is not supported; "
                                "give value=dense<...>[...] instead")
-    raise ExecutionError("Constant needs one of value, value_float, value_floats, value_int "
+    raise ExecutionError("a Constant needs one of value, value_float, value_floats, value_int "
                          "or value_ints")
 
 

@@ -92,7 +92,7 @@ def gemm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
             (db.T if attrs["transB"] else db).astype(b.dtype, copy=False)]
     if n_out == 3:
         if c is None:
-            raise ExecutionError("GemmGrad gives dc only when given c (inputs a, b, c, dy)")
+            raise ExecutionError("three results (da, db, dc) need the inputs a, b, c, dy")
         outs.append((beta * unbroadcast(dy, c.shape)).reshape(c.shape).astype(c.dtype))
     return tuple(outs)
 
@@ -119,7 +119,7 @@ def gelu_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
         pdf = np.exp(-0.5 * x64 * x64) / math.sqrt(2.0 * math.pi)
         d = cdf + x64 * pdf
     else:
-        raise ExecutionError(f"GeluGrad: approximate must be \"none\" or \"tanh\", got "
+        raise ExecutionError(f"approximate must be \"none\" or \"tanh\", got "
                              f"{attrs['approximate']!r}")
     return ((d * dy).astype(dy.dtype),)
 
@@ -197,7 +197,7 @@ def adam(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     w, dw, m, v = (np.asarray(x) for x in args[:4])
     step = float(np.asarray(args[4]).reshape(-1)[0])
     if step < 1:
-        raise ExecutionError(f"AdamOptimizer: step counts from 1 (the first step), got {step:g}")
+        raise ExecutionError(f"step counts from 1 (the first step), got {step:g}")
     lr, beta1, beta2 = attrs["lr"], attrs["beta1"], attrs["beta2"]
     eps, wd = attrs["eps"], attrs["weight_decay"]
     dt = w.dtype
