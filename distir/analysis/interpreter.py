@@ -20,6 +20,8 @@ from typing import Any
 
 import numpy as np
 
+from distir.analysis.rules import MIXED_RULES, NUMPY_RULES, TYPE_RULES, full_attrs, load_rules
+from distir.analysis.values import CONCRETE_LIMIT, Concrete, type_of
 from distir.errors import (
     DistIRError,
     ExecutionError,
@@ -31,8 +33,6 @@ from distir.errors import (
 from distir.ir.core import Function, Op, Value
 from distir.ir.schemas import COMM_OPS
 from distir.ir.types import TensorType, Type
-from distir.analysis.rules import MIXED_RULES, NUMPY_RULES, TYPE_RULES, full_attrs, load_rules
-from distir.analysis.values import CONCRETE_LIMIT, Concrete, type_of
 
 __all__ = ["Interpreter", "TypeInterpreter", "NumpyInterpreter", "Listener", "locate"]
 
@@ -177,24 +177,53 @@ class TypeInterpreter(Interpreter):
         op_type = op.op_type
         attrs = self.attrs_of(op)
         n_out = len(op.outputs)
-        if op_type not in COMM_OPS:
-            _check_placement(op_type, args)
-        mixed = MIXED_RULES.get(op_type)
+        all_concrete = True
+        dev = None
+        check = op_type not in COMM_OPS
+        for a in args:  # one pass: placement check and concreteness
+            if a is None:
+                continue
+            if isinstance(a, Concrete):
+                a = a.type
+            else:
+                all_concrete = False
+            if check:
+                if type(a) is TensorType:  # the common case, without building a tuple
+                    d = a.device
+                    if dev is None:
+                        dev = d
+                    elif d != dev:
+                        _placement_error(op_type, dev, d)
+                else:
+                    for d in a.devices:
+                        if dev is None:
+                            dev = d
+                        elif d != dev:
+                            _placement_error(op_type, dev, d)
+        mixed = MIXED_RULES.rules.get(op_type)
         if mixed is not None:
             return tuple(mixed(op_type, args, attrs, n_out))
-        rule = TYPE_RULES.get(op_type)
+        rule = TYPE_RULES.rules.get(op_type)
         if rule is None:
             raise UnsupportedError(f"no type rule for op '{op_type}'")
         types = tuple(rule(op_type, args, attrs, n_out))
-        if all(a is None or isinstance(a, Concrete) for a in args) and all(
-                isinstance(t, TensorType) and t.numel <= CONCRETE_LIMIT for t in types):
-            np_rule = NUMPY_RULES.get(op_type)
-            if np_rule is not None:
-                vals = np_rule(op_type, tuple(None if a is None else a.value for a in args),
-                               attrs, n_out)
-                return tuple(Concrete(t, np.asarray(v, dtype=t.dtype.np).reshape(t.shape))
-                             for t, v in zip(types, vals))
+        if not all_concrete:
+            return types
+        for t in types:
+            if not isinstance(t, TensorType) or t.numel > CONCRETE_LIMIT:
+                return types
+        np_rule = NUMPY_RULES.rules.get(op_type)
+        if np_rule is not None:
+            vals = np_rule(op_type, tuple(None if a is None else a.value for a in args),
+                           attrs, n_out)
+            return tuple(Concrete(t, np.asarray(v, dtype=t.dtype.np).reshape(t.shape))
+                         for t, v in zip(types, vals))
         return types
+
+
+def _placement_error(op_type: str, dev: int, d: int) -> None:
+    raise PlacementError(f"inputs are on devices {dev} and {d}; a {op_type} runs "
+                         "on one device: move an input with Send first")
 
 
 def _check_placement(op_type: str, args: tuple) -> None:
@@ -207,8 +236,7 @@ def _check_placement(op_type: str, args: tuple) -> None:
             if dev is None:
                 dev = d
             elif d != dev:
-                raise PlacementError(f"inputs are on devices {dev} and {d}; a {op_type} runs "
-                                     "on one device: move an input with Send first")
+                _placement_error(op_type, dev, d)
 
 
 class NumpyInterpreter(Interpreter):

@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from distir.errors import TypeInferenceError
 from distir.analysis.values import Concrete, type_of
+from distir.errors import TypeInferenceError
 from distir.ir.types import DType, TensorType, Type
 
 __all__ = ["tensor", "broadcast_shapes", "device_of", "norm_axis", "norm_axes", "const_ints",
@@ -23,7 +23,7 @@ def fail(msg: str) -> TypeInferenceError:
 
 def tensor(a: Any, what: str = "input") -> TensorType:
     """The tensor type of an abstract value; an error for anything else."""
-    t = type_of(a)
+    t = a.type if isinstance(a, Concrete) else a
     if not isinstance(t, TensorType):
         raise fail(f"{what} must be a tensor, got {t}")
     return t
@@ -40,6 +40,12 @@ def device_of(args: tuple, attrs: dict[str, Any] | None = None) -> int:
 
 def broadcast_shapes(*shapes: tuple[int, ...]) -> tuple[int, ...]:
     """NumPy/ONNX multidirectional broadcasting."""
+    s0 = shapes[0]
+    for s in shapes:
+        if s != s0:
+            break
+    else:
+        return s0
     rank = max(len(s) for s in shapes)
     out = []
     for i in range(rank):

@@ -6,6 +6,7 @@ from typing import Any
 
 from distir.analysis.rules import TYPE_RULES
 from distir.analysis.type_rules._util import broadcast_shapes, fail, same_dtype, tensor
+from distir.analysis.values import Concrete
 from distir.ir.types import DType, TensorType
 
 UNARY = ("Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
@@ -36,18 +37,30 @@ def isnan(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple
 
 
 def _broadcast(op_type: str, args: tuple) -> tuple[list[TensorType], tuple[int, ...]]:
-    ts = [tensor(a, f"input {i}") for i, a in enumerate(args) if a is not None]
-    return ts, broadcast_shapes(*(t.shape for t in ts))
+    ts = []
+    for i, a in enumerate(args):  # hot: no message is formatted unless an input is bad
+        if a is None:
+            continue
+        t = a.type if isinstance(a, Concrete) else a
+        if not isinstance(t, TensorType):
+            raise fail(f"input {i} must be a tensor, got {t}")
+        ts.append(t)
+    s0 = ts[0].shape
+    for t in ts:
+        if t.shape != s0:
+            return ts, broadcast_shapes(*(t.shape for t in ts))
+    return ts, s0
 
 
 @TYPE_RULES.register(*BINARY, *VARIADIC)
 def binary(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     ts, shape = _broadcast(op_type, args)
+    t0 = ts[0]
     if op_type == "Pow":  # the exponent may have another dtype
-        dt = ts[0].dtype
+        dt = t0.dtype
     else:
         dt = same_dtype(ts, op_type)
-    return (TensorType(dt, shape, ts[0].device),)
+    return (t0 if shape == t0.shape else TensorType(dt, shape, t0.device),)
 
 
 @TYPE_RULES.register(*COMPARE, *LOGICAL)
