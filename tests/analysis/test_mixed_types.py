@@ -267,3 +267,13 @@ def test_range_and_expand_from_shape() -> None:
     assert isinstance(by_name["pos"], Concrete)
     assert by_name["pos"].value.tolist() == [0, 1, 2, 3, 4]
     assert by_name["e"].type == TensorType(DType.Int64, (3, 5), 0)
+
+
+@needs_numpy_rules
+@pytest.mark.parametrize("index,axis_size", [(-1, 768), (0, 4), (-3, 4), (1, 128)])
+def test_gather_on_a_shape_with_negative_indices(index: int, axis_size: int) -> None:
+    src = FIGURE4.format(b=4, s=128, d=768, dev=0).replace(
+        "dense<Int64, ()>[2]", f"dense<Int64, ()>[{index}]")
+    env = {v.name: a for v, a in type_env(distir.parse(src).entry).items()}
+    assert isinstance(env["d"], Concrete) and int(env["d"].value) == axis_size
+    assert env["y"] == F(4 * 128 * 768 // axis_size, axis_size)
