@@ -342,3 +342,40 @@ def _trilu(s: Static) -> Kernel:
         k = int(c.reshape(-1)[0])
     f = torch.triu if int(s.attrs.get("upper", 1)) else torch.tril
     return lambda x, *_: (f(x, k),)
+
+
+@LOWERINGS.register("IsNaN")
+def _isnan(s: Static) -> Kernel:
+    return lambda x: (torch.isnan(x),)
+
+
+@LOWERINGS.register("ArgMax")
+def _argmax(s: Static) -> Kernel:
+    rank = s.inp(0).rank
+    axis = int(s.attrs.get("axis", 0)) % max(rank, 1)
+    keep = bool(s.attrs.get("keepdims", 1))
+    if int(s.attrs.get("select_last_index", 0)):
+        n = s.inp(0).shape[axis]
+        return lambda x: ((n - 1 - torch.argmax(x.flip(axis), dim=axis, keepdim=keep)),)
+    return lambda x: (torch.argmax(x, dim=axis, keepdim=keep),)
+
+
+@LOWERINGS.register("ScatterND")
+def _scatter_nd(s: Static) -> Kernel:
+    red = s.attrs.get("reduction", "none")
+    if red not in ("none", "add", "mul"):
+        raise UnsupportedError(f"ScatterND with reduction={red!r}")
+    depth = s.inp(1).shape[-1]
+
+    def k(data: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor) -> tuple:
+        out = data.clone()
+        flat = idx.reshape(-1, depth)
+        key = tuple(flat[:, j] for j in range(depth))
+        vals = upd.reshape(flat.shape[0], *data.shape[depth:])
+        if red == "mul":
+            out[key] = out[key] * vals  # ONNX: no repeated indices
+        else:
+            out.index_put_(key, vals, accumulate=red == "add")
+        return (out,)
+
+    return k
