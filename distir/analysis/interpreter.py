@@ -22,6 +22,7 @@ import numpy as np
 
 from distir.analysis.rules import MIXED_RULES, NUMPY_RULES, TYPE_RULES, full_attrs, load_rules
 from distir.analysis.values import CONCRETE_LIMIT, Concrete, type_of
+from distir._util import no_gc
 from distir.errors import (
     DistIRError,
     ExecutionError,
@@ -141,7 +142,8 @@ class TypeInterpreter(Interpreter):
         if self.record is not None:
             for p, a in zip(fn.params, args):
                 self.record[p] = a
-        outs = super().run(fn, args)
+        with no_gc():  # many small objects, next to no garbage: spare the full GC passes
+            outs = super().run(fn, args)
         if fn.return_types is not None:
             for i, (t, o) in enumerate(zip(fn.return_types, outs)):
                 if type_of(o) != t:
