@@ -33,13 +33,7 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.memory import (
-    NOTHING,
-    FunctionLiveness,
-    OpLiveness,
-    liveness,
-    placed_bytes,
-)
+from distir.analysis.memory import NOTHING, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op
@@ -118,10 +112,11 @@ class Simulator(TypeInterpreter):
         self._recs: dict[tuple, _Rec] = {}
         self._costs: dict[tuple, OpCost] = {}
         self._summaries: dict[tuple, CallSummary] = {}
-        self._live_memo: dict[Function, FunctionLiveness] = {}
+        self._live_memo: Memo = {}
         self._prepared: set[Function] = set()
         self._annotated: set[Function] = set()
-        self._live_ops: dict[Op, OpLiveness] = {}
+        self._lv: dict[Op, OpLiveness] = {}  # liveness of the ops of the function running
+        self._drop: frozenset[int] = frozenset()  # results its caller drops
         self._no_owned: dict[int, tuple[bool, ...]] = {}
         self._new_state(top=True, owned=())
 
@@ -139,11 +134,11 @@ class Simulator(TypeInterpreter):
 
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-                self._owned)
+                self._owned, self._lv, self._drop)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-         self._owned) = s
+         self._owned, self._lv, self._drop) = s
 
     def _busy(self) -> tuple[dict[int, float], dict[int, float], int]:
         """Compute and communication seconds per device and the op count of the current
@@ -168,10 +163,10 @@ class Simulator(TypeInterpreter):
         return dict(comp), dict(comm), n
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
-        fl = liveness(fn, self._live_memo)
+        """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
+        fl = liveness(fn, self._live_memo, self._drop)
         if fn not in self._prepared:
             self._prepared.add(fn)
-            self._live_ops.update(fl.ops)
             if self.check_annotations and any(
                     v.type is not None for op in fn.ops for v in op.outputs):
                 self._annotated.add(fn)
@@ -179,8 +174,7 @@ class Simulator(TypeInterpreter):
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
-        if fn not in self._prepared:
-            self._prepare(fn)
+        self._lv = self._prepare(fn).ops
         # The type interpreter's per-op check, only where there is something to check.
         self.post_op = self._post if fn in self._annotated else None
         return super().run(fn, args)
@@ -204,9 +198,9 @@ class Simulator(TypeInterpreter):
                     peak[d] = x
         else:
             self._sync(rec)
-        lv = self._live_ops[op]
+        lv = self._lv[op]
         if lv is not NOTHING:
-            free_in, free_param, free_out, _ = lv
+            free_in, free_param, free_out, _, _ = lv
             mem = self._mem
             for i in free_in:
                 for d, b in rec[6][i]:
@@ -249,7 +243,7 @@ class Simulator(TypeInterpreter):
                 peak[d] = x
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
-        free_in, free_param, free_out, give = self._live_ops[op]
+        free_in, free_param, free_out, give, drop = self._lv[op]
         if give:
             owned = self._owned
             mask = [False] * len(args)
@@ -260,10 +254,10 @@ class Simulator(TypeInterpreter):
         else:
             given = self._no_owned.get(len(args)) or self._no_owned.setdefault(
                 len(args), (False,) * len(args))
-        key = (callee, args, given)
+        key = (callee, args, given, drop)
         s = self._summaries.get(key)
         if s is None:
-            s = self._summaries[key] = self._summarize(callee, args, given)
+            s = self._summaries[key] = self._summarize(callee, args, given, drop)
         self._apply(s)
         mem = self._mem
         for i in free_in:
@@ -317,17 +311,13 @@ class Simulator(TypeInterpreter):
         return c
 
     def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
-                   ) -> CallSummary:
-        """Simulate ``callee`` once with symbolic entry clocks and relative memory."""
+                   drop: frozenset[int]) -> CallSummary:
+        """Simulate ``callee`` once with symbolic entry clocks and relative memory, owning
+        the arguments ``given`` and freeing the results ``drop`` inside."""
         saved = self._save()
         self._new_state(top=False, owned=given)
+        self._drop = drop
         try:
-            fl = self._prepare(callee)
-            mem = self._mem
-            for j in fl.unused_params:
-                if given[j]:
-                    for d, b in placed_bytes(type_of(args[j])):
-                        mem[d] -= b
             outs = self.run(callee, args)
             base, shift = self._base, self._shift
             vecs = {d: {k: v + shift[d] for k, v in base[d].items()}
@@ -372,6 +362,7 @@ class Simulator(TypeInterpreter):
                  ) -> Simulation:
         """Simulate ``fn`` on abstract arguments ``args`` (types or concrete values)."""
         self._new_state(top=True, owned=(False,) * len(fn.params))
+        self._drop = frozenset()
         mem, peak = self._mem, self._peak
         for a in args:
             for d, b in placed_bytes(type_of(a)):

@@ -1,0 +1,217 @@
+"""Peak memory from liveness, against hand-computed sums.
+
+Every tensor here is Float32 (4, 4) = 64 bytes unless said otherwise.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+import distir
+from distir.analysis.memory import NOTHING, liveness
+from distir.analysis.simulator import simulate
+
+T0 = "Tensor[Float32, (4, 4), 0]"
+
+
+def peaks(text: str) -> dict[int, int]:
+    return simulate(distir.parse(text), "h100-sxm").peak_memory_bytes
+
+
+def test_chain_frees_each_value_after_its_last_use() -> None:
+    # x | +a = 128 | +b = 192, -a | +c = 192, -b
+    assert peaks(f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %b = Relu(%a)
+  %c = Relu(%b)
+  return %c
+}}""") == {0: 192}
+
+
+def test_overlapping_lifetimes() -> None:
+    # x 64 | a 128 | b 192 | c 256, then -a -b | d 192, -c
+    assert peaks(f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %b = Neg(%x)
+  %c = Add(%a, %b)
+  %d = Relu(%c)
+  return %d
+}}""") == {0: 256}
+
+
+def test_parameters_live_throughout() -> None:
+    # Unused parameters still count; y is never freed although it is never used.
+    assert peaks(f"""
+func @main(%x: {T0}, %y: {T0}) {{
+  %a = Relu(%x)
+  return %a
+}}""") == {0: 192}
+
+
+def test_unused_result_is_freed_right_away() -> None:
+    # x (4, 8) 128 + w (8, 4) 128 + dy (4, 4) 64 = 320; MatMulGrad makes da 128 and dw 128
+    # (576), da is unused and freed (448); then Relu(dw) 128 more: 576 again.
+    assert peaks("""
+func @main(%x: Tensor[Float32, (4, 8), 0], %w: Tensor[Float32, (8, 4), 0],
+           %dy: Tensor[Float32, (4, 4), 0]) {
+  _, %dw = MatMulGrad(%x, %w, %dy)
+  %r = Relu(%dw)
+  return %r
+}""") == {0: 576}
+
+
+def test_transferred_value_counts_on_the_receiving_device() -> None:
+    # device 0: x 64, a 128 (a dies at the Send); device 1: b 64, c 128 (b dies after c).
+    assert peaks(f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %b = Send(%a, device=1)
+  %c = Relu(%b)
+  return %c
+}}""") == {0: 128, 1: 128}
+
+
+def test_collective_results_on_each_device() -> None:
+    # device 0: x 64, s0 128; device 1: y 64, s1 128; afterwards each relu + 64.
+    assert peaks(f"""
+func @main(%x: {T0}, %y: Tensor[Float32, (4, 4), 1]) {{
+  %s0, %s1 = MPIAllreduce(%x, %y)
+  %a = Relu(%s0)
+  %b = Relu(%s1)
+  return %a, %b
+}}""") == {0: 192, 1: 192}
+
+
+CALLEE = """
+func @f(%p) {
+  %t = Relu(%p)
+  %u = Neg(%t)
+  return %u
+}
+"""
+
+
+def test_argument_dying_at_a_call_is_freed_inside_it() -> None:
+    # x 64 | a 128 | in @f: t 192, a dies (128) | u 192, t dies (128) | s 192, u dies.
+    assert peaks(CALLEE + f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %r = call @f(%a)
+  %s = Add(%r, %x)
+  return %s
+}}""") == {0: 192}
+
+
+def test_argument_used_after_a_call_stays_live() -> None:
+    # x 64 | a 128 | t 192 | u 256, t dies (192) | s 256, r and a die (128).
+    assert peaks(CALLEE + f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %r = call @f(%a)
+  %s = Add(%r, %a)
+  return %s
+}}""") == {0: 256}
+
+
+def test_repeated_calls_reuse_the_summary_with_the_right_peak() -> None:
+    # Each call: the argument dies inside, so memory goes 128 -> 192 -> 128 per call.
+    text = CALLEE + f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %b = call @f(%a)
+  %c = call @f(%b)
+  %d = call @f(%c)
+  return %d
+}}"""
+    sim = simulate(distir.parse(text), "h100-sxm")
+    assert sim.peak_memory_bytes == {0: 192}
+    assert sim.num_ops == 7
+
+
+def test_dropped_call_result_is_freed_inside_the_callee() -> None:
+    # x 64 | a 128 | in @k: u 192, dropped by the caller so freed at once (128) | v 192,
+    # a dies (128) | w 192, v dies (128) | b 192. Were u kept to the end of the call, v
+    # would reach 256.
+    assert peaks(f"""
+func @k(%p) {{
+  %u = Relu(%p)
+  %v = Neg(%p)
+  %w = Exp(%v)
+  return %u, %w
+}}
+
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %r, %s = call @k(%a)
+  %b = Relu(%s)
+  return %b
+}}""") == {0: 192}
+
+
+def test_returned_parameter_is_an_alias_not_new_storage() -> None:
+    # x 64 | a 128 | in @g: q 192; b is a itself | d 256; then a (= b) and c die.
+    assert peaks(f"""
+func @g(%p) {{
+  %q = Relu(%p)
+  return %p, %q
+}}
+
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %b, %c = call @g(%a)
+  %d = Add(%b, %c)
+  %e = Relu(%d)
+  return %e
+}}""") == {0: 256}
+
+
+def test_callee_temporaries_on_two_devices() -> None:
+    # @h moves its argument to device 1 and back: device 1 holds at most m and n (128).
+    assert peaks(f"""
+func @h(%p) {{
+  %m = Send(%p, device=1)
+  %n = Relu(%m)
+  %o = Send(%n, device=0)
+  return %o
+}}
+
+func @main(%x: {T0}) {{
+  %r = call @h(%x)
+  %s = Relu(%r)
+  return %s
+}}""") == {0: 192, 1: 128}
+
+
+def test_liveness_facts() -> None:
+    m = distir.parse(CALLEE + f"""
+func @main(%x: {T0}, %y: {T0}) {{
+  %a = Relu(%x)
+  %r = call @f(%a)
+  %s, %t = Split(%r, axis=0, num_outputs=2)
+  return %s
+}}""")
+    live = liveness(m["main"])
+    ops = m["main"].ops
+    none = frozenset()
+    # x's last use: freed there only if a caller handed it over (never for an entry).
+    assert live.ops[ops[0]] == ((), ((0, 0),), (), (), none)
+    assert live.unused_params == {1}
+    assert live.ops[ops[1]] == ((), (), (), ((0, -1),), none)  # a is handed over to @f
+    assert live.ops[ops[2]] == ((0,), (), (1,), (), none)      # r dies, t is never used
+    f = liveness(m["f"])
+    assert f.ops[m["f"].ops[0]] == ((), ((0, 0),), (), (), none)  # p dies if handed over
+    assert f.return_param == (None,) and f.return_dup == (None,)
+    assert f.ops[m["f"].ops[1]] == ((0,), (), (), (), none)  # t dies at Neg
+    # A caller that drops the result: u is freed right after Neg, inside @f.
+    f_drop = liveness(m["f"], drop=frozenset({0}))
+    assert f_drop.ops[m["f"].ops[1]] == ((0,), (), (0,), (), none)
+    assert NOTHING == ((), (), (), (), none)
+
+
+@pytest.mark.parametrize("n", [1, 3])
+def test_peak_does_not_depend_on_memoization(n: int) -> None:
+    body = "\n".join(f"  %a{i + 1} = call @f(%a{i})" for i in range(n))
+    text = CALLEE + f"func @main(%a0: {T0}) {{\n{body}\n  return %a{n}\n}}"
+    assert peaks(text) == {0: 64 + 128}
