@@ -20,9 +20,9 @@ from typing import Any
 
 import numpy as np
 
+from distir._util import no_gc
 from distir.analysis.rules import MIXED_RULES, NUMPY_RULES, TYPE_RULES, full_attrs, load_rules
 from distir.analysis.values import CONCRETE_LIMIT, Concrete, type_of
-from distir._util import no_gc
 from distir.errors import (
     DistIRError,
     ExecutionError,

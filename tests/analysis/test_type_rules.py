@@ -97,13 +97,14 @@ def run_onnx(case: Case, arrays: list[np.ndarray | None]) -> list[np.ndarray]:
     node = helper.make_node(case.op, names, outs, **attrs)
     graph_in = [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(a.dtype),
                                               a.shape)
-                for n, a in zip(names, arrays) if a is not None]
+                for n, a in zip(names, arrays, strict=False) if a is not None]
     graph = helper.make_graph([node], "g", graph_in,
                               [helper.make_empty_tensor_value_info(o) for o in outs])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
-    feeds = {n: a for n, a in zip(names, arrays) if a is not None}
+    feeds = {n: a for n, a in zip(names, arrays, strict=False) if a is not None}
     if case.oracle == "infer":
-        known = {n for n, i in zip(names, case.inputs) if i is not None and i.value is not None}
+        known = {n for n, i in zip(names, case.inputs, strict=True)
+                 if i is not None and i.value is not None}
         graph = helper.make_graph(
             [node], "g", [v for v in graph_in if v.name not in known],
             graph.output, [numpy_helper.from_array(feeds[n], n) for n in known])
@@ -325,14 +326,14 @@ def test_rule_agrees_with_onnx(case: Case) -> None:
     rng = np.random.default_rng(0)
     arrays = [None if i is None else i.array(rng) for i in case.inputs]
     args = tuple(None if i is None else i.abstract(a)
-                 for i, a in zip(case.inputs, arrays))
+                 for i, a in zip(case.inputs, arrays, strict=False))
     attrs = dict(case.attrs)
     if not case.inputs:
         attrs["device"] = DEV
     got = rule_types(Case(case.op, case.inputs, attrs, case.n_out), args)
     want = run_onnx(case, arrays)
     assert len(got) == len(want)
-    for t, w in zip(got, want):
+    for t, w in zip(got, want, strict=False):
         w = np.asarray(w)
         assert isinstance(t, TensorType), t
         assert (t.shape, t.dtype, t.device) == (w.shape, DType.from_np(w.dtype), DEV)
@@ -341,7 +342,7 @@ def test_rule_agrees_with_onnx(case: Case) -> None:
     if mixed is not None:  # a mixed rule agrees with the type rule, and its values with ONNX
         res = mixed(case.op, args, full_attrs(case.op, attrs), case.n_out)
         assert tuple(type_of(r) for r in res) == got
-        for r, w in zip(res, want):
+        for r, w in zip(res, want, strict=False):
             if isinstance(r, Concrete):
                 np.testing.assert_array_equal(r.value, w)
 
@@ -543,7 +544,8 @@ def pool_cases(draw: Any) -> Case:
     dil = tuple(draw(st.integers(1, 2)) for _ in range(n))
     strides = tuple(draw(st.integers(1, 3)) for _ in range(n))
     pads = tuple(draw(st.integers(0, k - 1)) for k in kernel * 2)
-    spatial = tuple(draw(st.integers((k - 1) * dd + 1, 9)) for k, dd in zip(kernel, dil))
+    spatial = tuple(draw(st.integers((k - 1) * dd + 1, 9))
+                    for k, dd in zip(kernel, dil, strict=True))
     attrs = {"kernel_shape": kernel, "strides": strides, "dilations": dil, "pads": pads,
              "ceil_mode": draw(st.integers(0, 1))}
     # The reference mishandles asymmetric pads; onnxruntime follows the spec.
@@ -574,7 +576,8 @@ def conv_cases(draw: Any) -> Case:
     group = draw(st.sampled_from([1, 2]))
     kernel = tuple(draw(st.integers(1, 3)) for _ in range(n))
     dil = tuple(draw(st.integers(1, 2)) for _ in range(n))
-    spatial = tuple(draw(st.integers((k - 1) * dd + 1, 9)) for k, dd in zip(kernel, dil))
+    spatial = tuple(draw(st.integers((k - 1) * dd + 1, 9))
+                    for k, dd in zip(kernel, dil, strict=True))
     attrs: dict[str, Any] = {"strides": tuple(draw(st.integers(1, 3)) for _ in range(n)),
                              "dilations": dil, "group": group}
     pad = draw(st.sampled_from(["NOTSET", "SAME_UPPER", "SAME_LOWER", "VALID"]))

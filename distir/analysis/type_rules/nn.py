@@ -69,7 +69,7 @@ def gemm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     if len(args) > 2 and args[2] is not None:
         c = tensor(args[2], "C")
         ts.append(c)
-        if c.rank > 2 or any(x not in (1, y) for x, y in zip(c.shape[::-1], (n, m))):
+        if c.rank > 2 or any(x not in (1, y) for x, y in zip(c.shape[::-1], (n, m), strict=False)):
             raise fail(f"C of shape {c.shape} does not broadcast to the result {(m, n)}")
     return (TensorType(same_dtype(ts, op_type), (m, n), a.device),)
 
@@ -96,9 +96,9 @@ def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
     strides = _spatial_ints(attrs, "strides", n, 1)
     dilations = _spatial_ints(attrs, "dilations", n, 1)
     auto_pad = attrs.get("auto_pad", "NOTSET")
-    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations)]
+    eff = [(k - 1) * d + 1 for k, d in zip(kernel, dilations, strict=False)]
     if auto_pad in ("SAME_UPPER", "SAME_LOWER"):
-        return tuple(-(-d // s) for d, s in zip(spatial, strides))
+        return tuple(-(-d // s) for d, s in zip(spatial, strides, strict=False))
     if auto_pad == "VALID":
         pads: tuple[int, ...] = (0,) * (2 * n)
     elif auto_pad == "NOTSET":
@@ -110,7 +110,7 @@ def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
         raise fail(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got "
                    f"{auto_pad!r}")
     out = []
-    for i, (d, s, e) in enumerate(zip(spatial, strides, eff)):
+    for i, (d, s, e) in enumerate(zip(spatial, strides, eff, strict=False)):
         span = d + pads[i] + pads[n + i] - e
         if span < 0:
             raise fail(f"the window {kernel} (dilations {list(dilations)}) is larger than the "
@@ -182,8 +182,9 @@ def batch_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> 
     if x.rank < 2:
         raise fail(f"X must be (N, C, ...), got {x.shape}")
     c = x.shape[1]
-    params = [tensor(a, n) for a, n in zip(args[1:], ("scale", "B", "input_mean", "input_var"))]
-    for t, name in zip(params, ("scale", "B", "input_mean", "input_var")):
+    names = ("scale", "B", "input_mean", "input_var")
+    params = [tensor(a, n) for a, n in zip(args[1:], names, strict=True)]
+    for t, name in zip(params, names, strict=True):
         if t.shape != (c,):
             raise fail(f"{name} must have shape {(c,)} (the channels of X {x.shape}), got "
                        f"{t.shape}")
@@ -205,7 +206,7 @@ def layer_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> 
     x = tensor(args[0], "X")
     axis = norm_axis(attrs.get("axis", -1), x.rank)
     norm_shape = x.shape[axis:]
-    for a, name in zip(args[1:], ("Scale", "B")):
+    for a, name in zip(args[1:], ("Scale", "B"), strict=False):
         if a is None:
             continue
         t = tensor(a, name)

@@ -132,13 +132,13 @@ def constant_of_shape(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
 
 @TYPE_RULES.register("Range")
 def range_(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
-    ts = [tensor(a, n) for a, n in zip(args, ("start", "limit", "delta"))]
-    for t, n in zip(ts, ("start", "limit", "delta")):
+    ts = [tensor(a, n) for a, n in zip(args, ("start", "limit", "delta"), strict=False)]
+    for t, n in zip(ts, ("start", "limit", "delta"), strict=False):
         if t.numel != 1 or t.rank > 1:
             raise fail(f"{n} must be a scalar, got {t}")
     dt = same_dtype(ts, op_type)
     start, limit, delta = (const_array(a, n).reshape(()).item()
-                           for a, n in zip(args, ("start", "limit", "delta")))
+                           for a, n in zip(args, ("start", "limit", "delta"), strict=False))
     if delta == 0:
         raise fail("delta must not be 0")
     n = max(math.ceil((limit - start) / delta), 0)
@@ -255,7 +255,7 @@ def tile(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
         raise fail(f"repeats {reps} must have one entry per axis of {t.shape}")
     if any(r < 0 for r in reps):
         raise fail(f"repeats {reps} must not be negative")
-    return (t.with_shape(tuple(d * r for d, r in zip(t.shape, reps))),)
+    return (t.with_shape(tuple(d * r for d, r in zip(t.shape, reps, strict=False))),)
 
 
 @TYPE_RULES.register("Trilu")
@@ -283,7 +283,7 @@ def concat(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tupl
     total = 0
     for i, t in enumerate(ts):
         if t.rank != first.rank or any(a != b for k, (a, b) in enumerate(
-                zip(t.shape, first.shape)) if k != axis):
+                zip(t.shape, first.shape, strict=False)) if k != axis):
             raise fail(f"input {i} has shape {t.shape}, input 0 has {first.shape}: they must "
                        f"agree except on axis {axis}")
         total += t.shape[axis]
@@ -379,7 +379,7 @@ def slice_(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tupl
     if n > t.rank:
         raise fail(f"slices {n} axes of a tensor of rank {t.rank}")
     shape = list(t.shape)
-    for a, s, e, p in zip(axes, starts, ends, steps):
+    for a, s, e, p in zip(axes, starts, ends, steps, strict=False):
         if p == 0:
             raise fail(f"the step of axis {a} is 0")
         shape[a] = _slice_len(t.shape[a], s, e, p)
