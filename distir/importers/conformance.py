@@ -33,7 +33,8 @@ from distir.importers.onnx import import_onnx, unsupported_ops
 from distir.ir.types import DType, TensorType
 
 __all__ = ["SPEC_OPS", "NodeCase", "node_cases", "exclusion", "run_node_case",
-           "assert_similar", "light_models", "light_input", "light_expected", "LIGHT_RTOL"]
+           "assert_similar", "light_models", "light_input", "light_expected", "LIGHT_RTOL",
+           "light_random_weights"]
 
 SPEC_OPS: tuple[str, ...] = tuple("""
 Abs Add AveragePool BatchNormalization Cast Concat Constant ConstantOfShape Conv Div Dropout
@@ -263,3 +264,44 @@ def light_input(shape: Sequence[int]) -> np.ndarray:
 def light_expected(path: str) -> np.ndarray:
     """The shipped expected output of the model at ``path``."""
     return numpy_helper.to_array(onnx.load_tensor(path[: -len(".onnx")] + "_output_0.pb"))
+
+
+def light_random_weights(path: str, seed: int = 0) -> onnx.ModelProto:
+    """The model at ``path`` with its weights drawn at random.
+
+    The light models' weights are ``ConstantOfShape(shape, 0.02)`` nodes, under which most
+    of them output a uniform 0.001 whatever the input. Here each such node becomes an
+    initializer of random values, scaled so that the outputs stay informative: Conv and
+    Gemm weights ``N(0, 1/fan_in)``, BatchNormalization scales and variances
+    ``U(0.5, 1.5)``, everything else ``N(0, 0.01)``. The graph is otherwise the model's.
+    """
+    m = onnx.load(path)
+    rng = np.random.default_rng(seed)
+    inits = {t.name: t for t in m.graph.initializer}
+    role: dict[str, str] = {}
+    for n in m.graph.node:
+        if n.op_type in ("Conv", "Gemm") and len(n.input) > 1:
+            role[n.input[1]] = "weight"
+        elif n.op_type == "BatchNormalization":
+            role[n.input[1]] = role[n.input[4]] = "positive"
+    keep = []
+    for n in m.graph.node:
+        if n.op_type != "ConstantOfShape" or n.input[0] not in inits:
+            keep.append(n)
+            continue
+        shape = tuple(int(d) for d in numpy_helper.to_array(inits[n.input[0]]))
+        name = n.output[0]
+        kind = role.get(name)
+        if kind == "weight":
+            a = rng.normal(0.0, np.sqrt(1.0 / max(1, int(np.prod(shape[1:])))), shape)
+        elif kind == "positive":
+            a = rng.uniform(0.5, 1.5, shape)
+        else:
+            a = rng.normal(0.0, 0.01, shape)
+        m.graph.initializer.append(numpy_helper.from_array(a.astype(np.float32), name))
+        # IR version 3 lists every initializer among the graph's inputs.
+        m.graph.input.append(onnx.helper.make_tensor_value_info(name, TensorProto.FLOAT,
+                                                                shape))
+    del m.graph.node[:]
+    m.graph.node.extend(keep)
+    return m

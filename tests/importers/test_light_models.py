@@ -6,6 +6,10 @@ the shape of the shipped output, in well under a second. Executing them in numpy
 to 18 s each; the four slowest are marked ``slow`` (run ``pytest tests/importers -m slow``).
 Outputs are compared with the ``_output_0.pb`` shipped beside each model, at ONNX's own
 tolerances, and with onnxruntime on the original (opset 9) model.
+
+Under their constant weights most of these models output a uniform 0.001 whatever the
+input, so the same graphs also run with random weights and a random input against
+onnxruntime (``light_random_weights``); there the outputs vary by orders of magnitude.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from distir.importers.conformance import (
     light_expected,
     light_input,
     light_models,
+    light_random_weights,
 )
 from distir.importers.onnx import import_onnx
 from distir.ir.types import DType, TensorType
@@ -32,6 +37,9 @@ NAMES = [os.path.basename(p)[len("light_"):-len(".onnx")] for p in MODELS]
 # Seconds to execute in numpy, measured on the project's 2-core machine: densenet121 6.9,
 # inception_v1 9.3, inception_v2 18.0, vgg19 15.1; the others 1.5 to 3.7.
 SLOW = {"densenet121", "inception_v1", "inception_v2", "vgg19"}
+# With random weights, three of the fast ones by default (batch norm, residual sums,
+# channel shuffles, LRN, Gemm), all with -m slow.
+RANDOM_FAST = {"resnet50", "shufflenet", "bvlc_alexnet"}
 
 
 def test_all_nine_models_are_found():
@@ -54,12 +62,12 @@ def test_imports_and_types_every_value(path):
     assert type_of(env[out]) == TensorType(DType.Float32, expected.shape, 0)
 
 
-def _params(names):
-    return [pytest.param(p, id=n, marks=[pytest.mark.slow] if n in SLOW else [])
+def _params(names, fast):
+    return [pytest.param(p, id=n, marks=[] if n in fast else [pytest.mark.slow])
             for p, n in zip(MODELS, names)]
 
 
-@pytest.mark.parametrize("path", _params(NAMES))
+@pytest.mark.parametrize("path", _params(NAMES, set(NAMES) - SLOW))
 def test_executes_to_the_shipped_output_and_onnxruntime(path):
     ort = pytest.importorskip("onnxruntime")
     name = os.path.basename(path)[len("light_"):-len(".onnx")]
@@ -75,3 +83,21 @@ def test_executes_to_the_shipped_output_and_onnxruntime(path):
     (ref,) = sess.run(None, {sess.get_inputs()[0].name: x})
     assert_similar([y], [ref], rtol=rtol, atol=1e-7)
     assert np.isfinite(y).all()
+
+
+@pytest.mark.parametrize("path", _params(NAMES, RANDOM_FAST))
+def test_random_weights_match_onnxruntime(path):
+    ort = pytest.importorskip("onnxruntime")
+    model = light_random_weights(path, seed=0)
+    m = import_onnx(model)
+    shape = m.entry.params[0].type.shape
+    x = np.random.default_rng(1).random(shape, dtype=np.float32)
+    (y,) = execute(m.entry, [x])
+    so = ort.SessionOptions()
+    so.log_severity_level = 3
+    sess = ort.InferenceSession(model.SerializeToString(), so,
+                                providers=["CPUExecutionProvider"])
+    (ref,) = sess.run(None, {sess.get_inputs()[0].name: x})
+    # Not the uniform output of the constant weights: the probabilities spread by > 5 %.
+    assert np.ptp(ref) > 0.05 * ref.mean()
+    assert_similar([y], [ref], rtol=1e-3, atol=1e-7)

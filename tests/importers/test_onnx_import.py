@@ -386,3 +386,17 @@ def test_every_value_is_typed_after_import():
     for op in m.entry.ops:
         for v in op.outputs:
             assert v.name == "_" or v in env
+
+
+def test_importing_doc_lists_the_onnx_ops_distir_defines():
+    from distir.ir.schemas import SCHEMAS
+
+    doc = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "importing.md")
+    with open(doc, encoding="utf-8") as f:
+        text = f.read()
+    start = text.index("DistIR defines these")
+    listing = text[text.index(":", start) + 1:text.index(".\n", start)]
+    listed = [w.strip() for w in listing.replace("\n", " ").split(",")]
+    defined = sorted(n for n, s in SCHEMAS.items() if s.domain == "onnx")
+    assert sorted(listed) == defined
+    assert f"these {len(defined)} ONNX ops" in text
