@@ -42,11 +42,9 @@ class GroupCache:
 
                 raise BackendError(f"the program communicates between devices {list(g)}, "
                                    f"but only {self.world_size} processes run it")
-            if g == tuple(range(self.world_size)):
-                pg = dist.group.WORLD
-            else:
-                pg = dist.new_group(list(g), timeout=self.timeout)
-            self.groups[g] = pg
+            # Never the default group, even for all ranks: the default group carries the
+            # launcher's barriers, which a program's collectives must not be confused with.
+            self.groups[g] = dist.new_group(list(g), timeout=self.timeout)
             new.append(g)
         for g in new:
             if self.rank in g:

@@ -153,7 +153,9 @@ def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps
     bad = [r for r in results if r.status in (ERROR, COMM_ERROR)]
     if bad:
         r = bad[0]
-        raise _error_class(r.error_type)(f"@{proj.name} failed on rank {r.rank}: {r.message}")
+        raise _error_class(r.error_type)(f"@{proj.name} failed on rank {r.rank} {r.message}"
+                                         if r.message.startswith("at ") else
+                                         f"@{proj.name} failed on rank {r.rank}: {r.message}")
     ooms = [r for r in results if r.status == OOM]
     res = RunResult(proj.name, backend, len(results), steps, warmup,
                     peak_memory_bytes=[r.peak_memory_bytes for r in results],
@@ -162,7 +164,9 @@ def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps
     if ooms:
         res.status = "oom"
         res.oom_ranks = [r.rank for r in ooms]
-        res.message = "; ".join(f"rank {r.rank} ran out of memory: {r.message}" for r in ooms)
+        res.message = "; ".join(
+            f"rank {r.rank} ran out of memory" + (" " if r.message.startswith("at ") else ": ")
+            + r.message for r in ooms)
         return res
     res.rank_times_s = [list(r.times_s) for r in results]
     if any(r.outputs is not None for r in results):

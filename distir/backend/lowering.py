@@ -191,6 +191,7 @@ class _Step:
     in_types: tuple[TensorType | None, ...]
     op_type: str
     seq: int
+    where: str  # the op, for messages: "MatMul (op 12)"
 
 
 class CompiledProgram:
@@ -215,6 +216,8 @@ class CompiledProgram:
         self.device = device
         self.progress = progress
         self.progress_base = progress_base
+        self.failed_at: str | None = None
+        """Where the last run failed (the op), or ``None``."""
 
     def run(self, inputs: list[Any]) -> list[Any]:
         env: list[Any] = [None] * self.n_slots
@@ -226,8 +229,7 @@ class CompiledProgram:
         for i, st in enumerate(self.steps):
             try:
                 if i == limit_op:
-                    raise SimulatedOOM(f"the live tensors exceed the memory limit at {st.op_type} "
-                                       f"(op {i})")
+                    raise SimulatedOOM("the live tensors would exceed the memory limit")
                 if st.comm and progress is not None:
                     progress[base] = st.seq
                     progress[base + 1] = 2
@@ -237,6 +239,7 @@ class CompiledProgram:
             except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
                     raise
+                self.failed_at = st.where
                 env.clear()
                 if not st.comm:
                     self.drain(i + 1)
@@ -376,9 +379,13 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
             limit_op = i
         frees = tuple(sorted(s for s in {*ins, *outs} if s >= 0 and last[s] <= i))
         live -= sum(nbytes[s] for s in frees)
+        seq = int(op.attrs.get("seq", -1))
+        where = f"{op.op_type} (op {i}" + (
+            f", communication {seq} over devices {list(op.attrs['group'])})" if seq >= 0
+            else ")")
         steps.append(_Step(kernel, ins, outs, frees, entry.comm,
                            tuple(None if t is None else as_tensor_type(t) for t in in_types),
-                           op.op_type, int(op.attrs.get("seq", -1))))
+                           op.op_type, seq, where))
     return CompiledProgram(steps, n, params, returns, peak, limit_op, device, progress,
                            2 * rank)
 

@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import gc
 import os
+import re
 import signal
+import sys
 import threading
 import time
 from dataclasses import dataclass
@@ -153,7 +155,8 @@ class RankRunner:
                         res.times_s.append(dt)
                 except Exception as e:  # noqa: BLE001
                     mine = OOM if is_oom(e) else (COMM_ERROR if _comm_failure(e) else ERROR)
-                    res.message, res.error_type = _describe(e, step), type(e).__name__
+                    res.message = _describe(e, step, compiled.failed_at)  # type: ignore[union-attr]
+                    res.error_type = type(e).__name__
                 self.beat()
                 step += 1
                 agreed = self.agree(mine)
@@ -196,14 +199,20 @@ class RankRunner:
                 to_torch(a, self.device) for p, a in zip(params, given)]
 
 
-def _describe(e: BaseException, step: int | None = None) -> str:
-    where = f" (step {step})" if step is not None else ""
+_SOURCE_PLACE = re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
+
+
+def _describe(e: BaseException, step: int | None = None, op: str | None = None) -> str:
+    """One line: where (the op and step, when known), then the error."""
+    where = ", ".join(x for x in (f"at {op}" if op else "",
+                                  f"step {step}" if step is not None else "") if x)
+    where = f"{where}: " if where else ""
     if isinstance(e, DistIRError):
-        return e.message + where
-    msg = " ".join(str(e).split())
+        return where + e.message
+    msg = _SOURCE_PLACE.sub("", " ".join(str(e).split()))
     if len(msg) > 300:
         msg = msg[:300] + "..."
-    return f"{type(e).__name__}: {msg}{where}"
+    return f"{where}{type(e).__name__}: {msg}"
 
 
 def _comm_failure(e: BaseException) -> bool:
@@ -275,3 +284,6 @@ def worker_main(rank: int, world_size: int, backend: str, init_method: str,
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - leaving anyway
         pass
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)  # skip the interpreter's slow teardown of torch
