@@ -1,0 +1,30 @@
+"""IR-to-IR transforms: data (D), tensor (T) and pipeline (P) parallelism with K
+microbatches, and their composition (``dtp``).
+
+The pieces, each usable alone:
+
+- ``analyze``: the structure of a sequential function (``Analysis``): its batch inputs, the
+  layout of every value under a Megatron-style sharding (``Sharding``), its layers and the
+  class of every op (``Structure``);
+- ``Plan``: one configuration applied to an analysis (checks, devices, stages);
+- ``Layout`` and ``LAYOUT_RULES``: how values are split, op by op;
+- ``stage_order`` / ``ticks``: the GPipe and 1F1B schedules;
+- ``build_stage_functions``, ``MainBuilder``: the per-stage functions and ``@main``;
+- ``dtp``: all of the above, composed.
+"""
+
+from __future__ import annotations
+
+from distir.transforms.compose import MainBuilder
+from distir.transforms.dtp import dtp
+from distir.transforms.layout import Layout
+from distir.transforms.layout_rules import LAYOUT_RULES
+from distir.transforms.plan import Analysis, Plan, analyze
+from distir.transforms.schedule import SCHEDULES, stage_order, ticks
+from distir.transforms.sharding import Sharding
+from distir.transforms.stages import build_stage_functions
+from distir.transforms.structure import Structure
+
+__all__ = ["dtp", "analyze", "Analysis", "Plan", "Layout", "LAYOUT_RULES", "Sharding",
+           "Structure", "SCHEDULES", "stage_order", "ticks", "build_stage_functions",
+           "MainBuilder"]

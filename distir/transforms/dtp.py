@@ -1,0 +1,59 @@
+"""``dtp``: data, tensor and pipeline parallelism with K microbatches, composed.
+
+The transform reads the structure of the sequential function (``analyze``: the batch
+inputs, a Megatron-style sharding of its weights, its layers) and writes a program for
+``dp·tp·pp`` devices: per-stage functions called once per microbatch and a ``@main`` that
+runs them in the chosen pipeline schedule. See ``docs/transforms.md``.
+"""
+
+from __future__ import annotations
+
+from distir._util import no_gc
+from distir.ir.core import Function, Module
+from distir.transforms.compose import MainBuilder
+from distir.transforms.placement import distribute, gather_results, placed_params
+from distir.transforms.plan import Analysis, Plan, analyze
+from distir.transforms.stages import build_stage_functions
+
+__all__ = ["dtp", "analyze"]
+
+
+def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
+        microbatches: int = 1, schedule: str = "1f1b", self_contained: bool = False,
+        ) -> Function:
+    """The sequential step ``fn`` distributed over ``dp·tp·pp`` devices.
+
+    - ``dp`` data-parallel replicas, each with a slice of the batch; gradients are summed
+      with ``MPIAllreduce`` before the update.
+    - ``tp`` tensor-parallel ranks: projections split in column-/row-parallel pairs with one
+      allreduce per pair (per direction), attention split by heads.
+    - ``pp`` pipeline stages of equal numbers of layers; each replica's batch is split in
+      ``microbatches``, run in the ``"gpipe"`` or ``"1f1b"`` schedule.
+
+    Device ``(d * pp + s) * tp + t`` holds rank ``t`` of stage ``s`` of replica ``d``. The
+    default result takes its parameters already placed (weight shards on their devices, the
+    batch split over replicas) and is the step proper; with ``self_contained`` it takes the
+    sequential parameters on device 0, distributes them first and returns the sequential
+    results on device 0 (for differential testing). ``fn`` may also be the result of
+    ``analyze(fn)``, which is reused across configurations.
+
+    Impossible configurations raise ``TransformError`` naming the failed constraint.
+    """
+    if isinstance(fn, Module):
+        fn = fn.entry
+    an = fn if isinstance(fn, Analysis) else analyze(fn)
+    plan = Plan(an, dp, tp, pp, microbatches, schedule)
+    with no_gc():
+        groups = build_stage_functions(plan)
+        mb = MainBuilder(plan, groups)
+        if self_contained:
+            distribute(mb)
+        else:
+            placed_params(mb)
+        mb.split_microbatches()
+        mb.hoist_all()
+        mb.run_schedule()
+        mb.reduce_gradients()
+        mb.updates()
+        returns = gather_results(mb) if self_contained else mb.results()
+        return mb.build(an.fn.name, returns)

@@ -1,0 +1,133 @@
+"""Writing the local ops of one sequential op for a tensor-parallel group.
+
+Every sequential value maps to ``tp`` local values, one per rank. ``Emitter.emit`` appends,
+for one sequential op, its local copy on each rank (rank-major within the op, so the ranks'
+copies are consecutive and overlap in time) and then the collectives the layouts call for:
+
+- a result partial over the ranks (a row-parallel product) gets an ``MPIAllreduce`` over
+  the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after;
+- a shape operand (the target of ``Reshape``/``Expand``, the sizes of ``Split``) becomes the
+  local shape, a constant supplied by the caller (``const``);
+- a ``reduction="mean"`` loss over split values is scaled by the shard count.
+
+The emitter is shared by the stage functions (generic over devices, constants passed in)
+and by the top-level function (which places constants with ``Constant(device=...)``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from distir.ir.core import Op, Value
+from distir.transforms.layout import T
+from distir.transforms.layout_rules import mean_scale_marks
+from distir.transforms.plan import Plan
+from distir.transforms.program import SHAPE_OPERANDS
+
+__all__ = ["Emitter", "Namer", "base_name"]
+
+_LOSSES = frozenset({"MSELoss", "MSELossGrad", "SoftmaxCrossEntropyLoss",
+                     "SoftmaxCrossEntropyLossGrad"})
+
+Namer = Callable[[str], list[str]]
+"""``base name -> the names of its local values``, one per rank."""
+ConstFn = Callable[[np.ndarray, str], list[Value]]
+"""``(array, name hint) -> one value per rank`` holding that constant."""
+
+
+def base_name(v: Value) -> str:
+    return v.name if v.name and v.name != "_" else "v"
+
+
+class Emitter:
+    """Appends local ops to ``ops``; ``env`` maps sequential values to their local values."""
+
+    def __init__(self, plan: Plan, ops: list[Op], env: dict[Value, list[Value]],
+                 name: Namer, const: ConstFn) -> None:
+        self.plan = plan
+        self.ops = ops
+        self.env = env
+        self.name = name
+        self.const = const
+        self.tp = plan.tp
+        self.partial = plan.sh.partial
+        self.live = plan.prog.live_values
+        self._nones = (None,) * plan.tp
+
+    def shape_operand(self, op: Op, k: int) -> list[Value]:
+        """The local value of shape operand ``k`` of ``op``."""
+        plan = self.plan
+        if op.op_type == "Split":
+            axis = plan.prog.attrs(op).get("axis", 0)
+            arr = np.array([plan.local_shape(o)[axis] for o in op.outputs], dtype=np.int64)
+        else:
+            arr = np.array(plan.local_shape(op.outputs[0]), dtype=np.int64)
+        src = op.inputs[k]
+        hint = src.name if src is not None and src.name else f"{base_name(op.outputs[0])}.shape"
+        return self.const(arr, hint)
+
+    def emit(self, op: Op) -> None:
+        env, tp, names = self.env, self.tp, self.name
+        op_type = op.op_type
+        ins: list[list[Value] | tuple] = []
+        for k, v in enumerate(op.inputs):
+            if v is None:
+                ins.append(self._nones)
+            elif (op_type, k) in SHAPE_OPERANDS:
+                ins.append(self.shape_operand(op, k))
+            else:
+                ins.append(env[v])
+        per_rank = list(zip(*ins)) if ins else [()] * tp
+        attrs = op.attrs or None
+        append = self.ops.append
+        partial = self.partial
+        outs = op.outputs
+        if len(outs) == 1:  # the common case, kept lean
+            o = outs[0]
+            b = base_name(o)
+            red = tp > 1 and T in partial.get(o, "") and o in self.live
+            vals = [Value(n) for n in names(b + "_part" if red else b)]
+            for x, y in zip(per_rank, vals):
+                append(Op(op_type, x, attrs, (y,)))
+            results = [vals]
+        else:
+            results = []
+            for o in outs:
+                if o.name == "_":
+                    results.append([Value("_") for _ in range(tp)])
+                    continue
+                red = tp > 1 and T in partial.get(o, "") and o in self.live
+                b = base_name(o)
+                results.append([Value(n) for n in names(b + "_part" if red else b)])
+            for t, x in enumerate(per_rank):
+                append(Op(op_type, x, attrs, [r[t] for r in results]))
+        for o, vals in zip(outs, results):
+            if tp > 1 and T in partial.get(o, "") and o in self.live:
+                red_vals = [Value(n) for n in names(base_name(o))]
+                append(Op("MPIAllreduce", vals, None, red_vals))
+                vals = red_vals
+            env[o] = vals
+        if op_type in _LOSSES:
+            o = outs[0]
+            marks = mean_scale_marks(op_type, self.plan.prog.attrs(op), tuple(
+                self.plan.sh.layout[v] for v in op.inputs if v is not None))
+            if marks:
+                env[o] = self._scale(o, env[o], marks)
+
+    def _scale(self, o: Value, vals: list[Value], marks: str) -> list[Value]:
+        plan = self.plan
+        factor = (plan.nb if "b" in marks else 1) * (plan.tp if "t" in marks else 1)
+        if factor == 1:
+            return vals
+        dtype = plan.prog.type(o).dtype.np
+        c = self.const(np.array(1.0 / factor, dtype=dtype), f"{base_name(o)}.scale")
+        b = base_name(o)
+        out = []
+        for x, ln, n, ct in zip(vals, self.name(b + "_local"), self.name(b), c):
+            x.name = ln
+            y = Value(n)
+            self.ops.append(Op("Mul", [x, ct], None, [y]))
+            out.append(y)
+        return out

@@ -1,0 +1,98 @@
+"""Layouts: how a value of the sequential program is split over the devices of a D/T/P
+configuration.
+
+A layout marks each axis of a tensor with ``None`` (whole), ``"b"`` (split over the batch
+shards: the ``dp`` replicas times the ``K`` microbatches) or ``"t"`` (split over the ``tp``
+tensor-parallel ranks). A ``"t"`` axis may be split in ``groups`` interleaved groups: a fused
+QKV weight ``(d, 3d)`` is split so that every rank holds its own heads' columns of Q, K and V
+(``groups=3``), and a ``Split`` into three then gives each rank its Q, K and V heads.
+
+Layouts do not depend on the degrees: the same analysis serves every configuration, and a
+local shape is the global shape with the ``"b"`` axis divided by ``dp·K`` and the ``"t"`` axis
+by ``tp``. A value may also be *partial* over ``"b"`` or ``"t"``: each shard holds a summand
+of the value (a weight gradient summed over the batch, the product of a row-parallel
+matmul); the transform inserts the sum (an allreduce, or an accumulation over microbatches).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from functools import lru_cache
+
+__all__ = ["Layout", "replicated", "Reject", "Demand", "local_shape", "B", "T"]
+
+B = "b"
+"""The batch mark: split over ``dp`` replicas and ``K`` microbatches."""
+T = "t"
+"""The tensor-parallel mark: split over ``tp`` ranks."""
+
+
+@dataclass(frozen=True, slots=True)
+class Layout:
+    """Per-axis marks (``None``, ``"b"``, ``"t"``) and the interleaved groups of the ``"t"``
+    axis. Immutable and hashable; compared by value."""
+
+    marks: tuple[str | None, ...]
+    groups: int = 1
+
+    def axis(self, mark: str) -> int | None:
+        """The axis split by ``mark``, or ``None``."""
+        try:
+            return self.marks.index(mark)
+        except ValueError:
+            return None
+
+    @property
+    def is_replicated(self) -> bool:
+        return not any(self.marks)
+
+    def has(self, mark: str) -> bool:
+        return mark in self.marks
+
+    def with_marks(self, marks: tuple[str | None, ...]) -> Layout:
+        return Layout(marks, self.groups if T in marks else 1)
+
+    def __str__(self) -> str:
+        inner = ", ".join(m or "_" for m in self.marks)
+        g = f" groups={self.groups}" if self.groups != 1 else ""
+        return f"[{inner}]{g}"
+
+
+@lru_cache(maxsize=None)
+def replicated(rank: int) -> Layout:
+    """The layout of a whole (unsplit) value of rank ``rank``."""
+    return Layout((None,) * rank)
+
+
+def local_shape(shape: tuple[int, ...], layout: Layout, nb: int, tp: int) -> tuple[int, ...]:
+    """The shape of one shard: the ``"b"`` axis divided by ``nb``, the ``"t"`` axis by ``tp``
+    (the caller has checked divisibility)."""
+    if not any(layout.marks):
+        return shape
+    out = list(shape)
+    for i, m in enumerate(layout.marks):
+        if m == B:
+            out[i] //= nb
+        elif m == T:
+            out[i] //= tp
+    return tuple(out)
+
+
+class Reject(Exception):
+    """A layout rule cannot run the op locally on these layouts. ``groups`` suggests the
+    interleaved group count that would make it work (a ``Split`` of a fused projection)."""
+
+    def __init__(self, message: str, groups: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.groups = groups
+
+
+class Demand(Exception):
+    """A layout rule needs input ``index`` (a parameter) to have ``layout``: the bias of a
+    column-parallel projection, the weight of a row-parallel one."""
+
+    def __init__(self, index: int, layout: Layout) -> None:
+        super().__init__(f"input {index} needs layout {layout}")
+        self.index = index
+        self.layout = layout

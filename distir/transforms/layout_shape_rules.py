@@ -1,0 +1,234 @@
+"""Layout rules of shape, indexing, normalization and reduction ops (see ``layout_rules``).
+
+A reshape keeps a split when the split axis is the outermost non-trivial axis of its group
+of merged or split axes: ``(B, T, d) -> (B*T, d)`` keeps the batch split, ``(B, T, d) ->
+(B, T, H, hd)`` moves a split of ``d`` onto the heads ``H``. Transforms replace the target
+shape of a reshape by the local one, so the rule only decides where the split goes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import numpy as np
+
+from distir.transforms.layout import T, Demand, Layout, Reject, replicated
+from distir.transforms.layout_rules import RuleResult, register
+
+__all__ = ["reshape_layout", "reshape_groups"]
+
+Shape = tuple[int, ...]
+
+
+def _norm(axis: int, rank: int) -> int:
+    return axis + rank if axis < 0 else axis
+
+
+def _axes(const: Callable, i: int, rank: int) -> list[int] | None:
+    v = const(i)
+    if v is None:
+        return None
+    return [_norm(int(a), rank) for a in np.asarray(v).reshape(-1)]
+
+
+@register("Transpose")
+def transpose(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+              const: Callable) -> RuleResult:
+    lay = ins[0]
+    perm = attrs.get("perm")
+    if perm is None:
+        perm = tuple(reversed(range(len(lay.marks))))
+    return ((Layout(tuple(lay.marks[p] for p in perm), lay.groups), ""),)
+
+
+def reshape_groups(sa: Shape, so: Shape) -> list[tuple[list[int], list[int]]]:
+    """Minimal groups of input and output axes with equal products (size-1 axes at the end
+    are left out)."""
+    groups: list[tuple[list[int], list[int]]] = []
+    i = j = 0
+    na, no = len(sa), len(so)
+    while i < na and j < no:
+        gi, gj = [i], [j]
+        pi, pj = sa[i], so[j]
+        i += 1
+        j += 1
+        while pi != pj:
+            if pi < pj:
+                if i == na:
+                    break
+                pi *= sa[i]
+                gi.append(i)
+                i += 1
+            else:
+                if j == no:
+                    break
+                pj *= so[j]
+                gj.append(j)
+                j += 1
+        groups.append((gi, gj))
+    return groups
+
+
+def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
+    """Where a reshape from ``sa`` to ``so`` puts the splits of ``lay``."""
+    if not any(lay.marks):
+        return replicated(len(so))
+    out: list[str | None] = [None] * len(so)
+    placed = 0
+    for gi, gj in reshape_groups(sa, so):
+        marked = [a for a in gi if lay.marks[a]]
+        if not marked:
+            continue
+        if len(marked) > 1:
+            raise Reject("a reshape merges two split axes")
+        a = marked[0]
+        outer = next((x for x in gi if sa[x] != 1 or lay.marks[x]), gi[0])
+        if a != outer:
+            raise Reject(f"a reshape merges split axis {a} into an outer axis")
+        m = lay.marks[a]
+        if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1):
+            raise Reject("a reshape changes an axis split in interleaved groups")
+        out[next((y for y in gj if so[y] != 1), gj[0])] = m
+        placed += 1
+    if placed != sum(1 for m in lay.marks if m):
+        raise Reject("a reshape drops a split axis")
+    return Layout(tuple(out), lay.groups if T in out else 1)
+
+
+@register("Reshape", "Flatten", "Squeeze", "Unsqueeze")
+def reshape(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+            const: Callable) -> RuleResult:
+    return ((reshape_layout(ins[0], shapes[0], outs[0]), ""),)
+
+
+@register("Split")
+def split(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+          const: Callable) -> RuleResult:
+    lay = ins[0]
+    axis = _norm(attrs.get("axis", 0), len(lay.marks))
+    m = lay.marks[axis]
+    if m is None:
+        return tuple((lay, "") for _ in outs)
+    n = len(outs)
+    equal = all(s[axis] == outs[0][axis] for s in outs)
+    if m == T and equal and lay.groups == n:
+        one = Layout(lay.marks, 1)
+        return tuple((one, "") for _ in outs)
+    raise Reject(f"Split along an axis split as {m!r}",
+                 groups=n if (m == T and equal and lay.groups == 1) else None)
+
+
+@register("Concat")
+def concat(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    rank = len(outs[0])
+    axis = _norm(attrs.get("axis", 0), rank)
+    ref = next((lay for lay in ins if lay is not None and any(lay.marks)), None)
+    if ref is None:
+        return ((replicated(rank), ""),)
+    if ref.marks[axis] is not None:
+        raise Reject("Concat along a split axis")
+    for i, lay in enumerate(ins):
+        if lay != ref:
+            raise Demand(i, ref)
+    return ((ref, ""),)
+
+
+@register("Gather")
+def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    data, idx = ins
+    axis = _norm(attrs.get("axis", 0), len(data.marks))
+    if data.marks[axis] is not None:
+        raise Reject("Gather along a split axis")
+    marks = data.marks[:axis] + idx.marks + data.marks[axis + 1:]
+    for m in set(marks) - {None}:
+        if marks.count(m) > 1:
+            raise Reject("Gather would split two result axes with one mark")
+    return ((Layout(marks, data.groups if T in marks else 1), ""),)
+
+
+@register("Softmax", "LogSoftmax", "Hardmax")
+def softmax(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+            const: Callable) -> RuleResult:
+    lay = ins[0]
+    axis = _norm(attrs.get("axis", -1), len(lay.marks))
+    if lay.marks[axis] is not None:
+        raise Reject(f"{op_type} along a split axis")
+    return ((lay, ""),)
+
+
+@register("LayerNormalization")
+def layer_norm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+               const: Callable) -> RuleResult:
+    lay = ins[0]
+    rank = len(lay.marks)
+    axis = _norm(attrs.get("axis", -1), rank)
+    if any(lay.marks[axis:]):
+        raise Reject("LayerNormalization over a split axis")
+    for i in (1, 2):
+        if i < len(ins) and ins[i] is not None and any(ins[i].marks):
+            raise Reject("LayerNormalization with a split scale or bias")
+    stat = Layout(lay.marks[:axis] + (None,) * (rank - axis), 1) if any(lay.marks) else \
+        replicated(rank)
+    return tuple((lay if k == 0 else stat, "") for k in range(len(outs)))
+
+
+@register("ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2",
+          "ReduceLogSumExp", "ReduceSumSquare", "ReduceL1", "ReduceLogSum")
+def reduce(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    lay = ins[0]
+    rank = len(lay.marks)
+    axes = _axes(const, 1, rank) if len(ins) > 1 and ins[1] is not None else []
+    if axes is None:
+        raise Reject(f"{op_type} with axes not known before running")
+    if not axes:
+        axes = [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    reduced = [lay.marks[a] for a in axes if lay.marks[a]]
+    if reduced and op_type != "ReduceSum":
+        raise Reject(f"{op_type} over a split axis")
+    if attrs.get("keepdims", 1):
+        marks = tuple(None if a in axes else m for a, m in enumerate(lay.marks))
+    else:
+        marks = tuple(m for a, m in enumerate(lay.marks) if a not in axes)
+    return ((Layout(marks, lay.groups if T in marks else 1), "".join(sorted(reduced))),)
+
+
+@register("Slice")
+def slice_(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    lay = ins[0]
+    rank = len(lay.marks)
+    if not any(lay.marks):
+        return ((lay, ""),)
+    if len(ins) > 3 and ins[3] is not None:
+        axes = _axes(const, 3, rank)
+    else:
+        starts = const(1)
+        axes = None if starts is None else list(range(np.asarray(starts).size))
+    if axes is None:
+        raise Reject("Slice with axes not known before running")
+    if any(lay.marks[a] for a in axes if shapes[0][a] != outs[0][a]):
+        raise Reject("Slice of a split axis")
+    return ((lay, ""),)
+
+
+@register("Expand")
+def expand(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    lay, so = ins[0], outs[0]
+    sa = shapes[0]
+    off = len(so) - len(sa)
+    marks: list[str | None] = [None] * len(so)
+    for j, m in enumerate(lay.marks):
+        if m is not None and sa[j] == so[off + j]:
+            marks[off + j] = m
+    return ((Layout(tuple(marks), lay.groups), ""),)
+
+
+@register("Shape", "Size")
+def shape(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+          const: Callable) -> RuleResult:
+    # The local shape is a constant of the transformed program (see ``emit``).
+    return ((replicated(len(outs[0])), ""),)

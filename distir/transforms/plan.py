@@ -1,0 +1,222 @@
+"""One D/T/P/K configuration of an analyzed function: checks, devices, stages, local shapes.
+
+``Analysis`` (the sequential program, its sharding and structure) does not depend on the
+degrees and is computed once per function; ``Plan`` applies a configuration to it: it
+refuses impossible configurations with a ``TransformError`` that names the constraint and
+the numbers, maps ``(replica d, stage s, rank t)`` to a device and gives every op its stage.
+
+Device mapping: ``device = (d * pp + s) * tp + t``, so the ``tp`` ranks of a stage are
+adjacent (they exchange the most data), then the stages of a replica, then the replicas.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from distir.errors import TransformError
+from distir.ir.core import Function, Value
+from distir.ir.types import DenseAttr, TensorType
+from distir.transforms.layout import B, T, local_shape
+from distir.transforms.program import SHAPE_OPS, Program
+from distir.transforms.schedule import SCHEDULES
+from distir.transforms.sharding import Sharding
+from distir.transforms.structure import HOIST, MB, POST, Structure
+
+__all__ = ["Analysis", "Plan", "analyze"]
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    """What the transforms know of a sequential function, for every configuration."""
+
+    prog: Program
+    sharding: Sharding
+    structure: Structure
+
+    @property
+    def fn(self) -> Function:
+        return self.prog.fn
+
+
+def analyze(fn: Function) -> Analysis:
+    """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration."""
+    prog = Program(fn)
+    sh = Sharding(prog)
+    return Analysis(prog, sh, Structure(prog, sh))
+
+
+class Plan:
+    """A checked configuration: degrees, devices, op stages, local shapes, canonical keys
+    of the batch-independent values (equal keys are computed once per device)."""
+
+    def __init__(self, an: Analysis, dp: int, tp: int, pp: int, k: int, schedule: str) -> None:
+        for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", k)):
+            if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+                raise TransformError(f"{name} must be a positive integer, got {v!r}")
+        if schedule not in SCHEDULES:
+            raise TransformError(f"unknown schedule {schedule!r}: choose one of "
+                                 f"{', '.join(SCHEDULES)}")
+        self.an = an
+        self.prog, self.sh, self.st = an.prog, an.sharding, an.structure
+        self.dp, self.tp, self.pp, self.k, self.schedule = dp, tp, pp, k, schedule
+        self.nb = dp * k
+        self._check_batch()
+        self._check_layers()
+        self._check_tensor()
+        st = self.st
+        self.stage: dict[int, int] = {i: st.stage_of(a, pp) for i, a in st.anchor.items()}
+        self._check_stages()
+        self.training = bool(st.backward)
+        self._canon: dict[Value, int] = {}
+        self._keys: dict[tuple, int] = {}
+
+    # -- checks ------------------------------------------------------------------------------
+    def _check_batch(self) -> None:
+        sh, dp, k = self.sh, self.dp, self.k
+        if self.nb == 1:
+            return
+        if sh.batch_size is None:
+            raise TransformError(f"dp={dp} and microbatches={k} need a batch to split, but "
+                                 f"@{self.prog.fn.name} has no batch input (a parameter used "
+                                 "as MatMul's first operand, Gather's indices or a loss's "
+                                 "target)")
+        bsz = sh.batch_size
+        x = next(p for p in self.prog.fn.params if p in sh.data)
+        if bsz % dp:
+            raise TransformError(f"dp={dp} does not divide the batch size {bsz} (dimension 0 "
+                                 f"of %{x.name})")
+        if (bsz // dp) % k:
+            raise TransformError(f"microbatches={k} does not divide the per-replica batch "
+                                 f"{bsz // dp} (batch size {bsz} / dp={dp})")
+
+    def _check_layers(self) -> None:
+        n, pp = self.st.num_layers, self.pp
+        name = self.prog.fn.name
+        if pp > n:
+            raise TransformError(f"pp={pp} is more pipeline stages than the {n} layer"
+                                 f"{'s' * (n != 1)} of @{name}")
+        if n % pp:
+            raise TransformError(f"pp={pp} does not divide the {n} layers of @{name}: "
+                                 "every stage gets the same number of layers")
+
+    def _check_tensor(self) -> None:
+        prog, sh, tp, nb = self.prog, self.sh, self.tp, self.nb
+        values = [p for p in prog.fn.params] + [v for i in prog.live_ops
+                                                  for v in prog.ops[i].outputs]
+        for v in values:
+            lay = sh.layout.get(v)
+            if lay is None or not any(lay.marks):
+                continue
+            shape = prog.shape(v)
+            a = lay.axis(T)
+            if a is not None and shape[a] % (tp * lay.groups):
+                raise TransformError(self._tp_message(v, a, shape, lay.groups))
+            a = lay.axis(B)
+            if a is not None and shape[a] % nb:
+                raise TransformError(f"the batch split over dp·microbatches = {nb} does not "
+                                     f"divide dimension {a} (size {shape[a]}) of %{v.name} "
+                                     f"(shape {shape})")
+
+    def _tp_message(self, v: Value, a: int, shape: tuple[int, ...], groups: int) -> str:
+        tp = self.tp
+        n = shape[a]
+        if v in self.prog.param_set:
+            fused = (f", which holds {groups} fused projections of {n // groups}"
+                     if groups > 1 else "")
+            return (f"tp={tp} does not divide dimension {a} (size {n}) of weight %{v.name} "
+                    f"(shape {shape}){fused}: tensor parallelism splits it in {tp}")
+        op = self.prog.producer_op(v)
+        if op is not None and op.op_type == "Reshape" and len(shape) > len(
+                self.prog.shape(op.inputs[0])):  # type: ignore[arg-type]
+            return (f"tp={tp} does not divide the {n} attention heads (dimension {a} of "
+                    f"%{v.name}, shape {shape}): tensor parallelism splits the heads")
+        return (f"tp={tp} does not divide dimension {a} (size {n}) of %{v.name} "
+                f"(shape {shape})")
+
+    def _check_stages(self) -> None:
+        st, pp = self.st, self.pp
+        for a_from, a_to, i in st.upward:
+            if st.stage_of(a_from, pp) < st.stage_of(a_to, pp):
+                raise TransformError(f"the backward value read by `{_text(self.prog, i)}` "
+                                     "flows to a later pipeline stage: not supported")
+        if not st.backward:
+            return
+        for w, anchors in st.param_anchors.items():
+            stages = sorted({st.stage_of(a, pp) for a in anchors})
+            if len(stages) > 1 and w in self.sh.trained:
+                raise TransformError(f"weight %{w.name} is used by pipeline stages "
+                                     f"{stages[0]} and {stages[-1]} and trained: weights "
+                                     "shared between stages are not supported")
+
+    # -- devices and shapes ------------------------------------------------------------------
+    @property
+    def num_devices(self) -> int:
+        return self.dp * self.tp * self.pp
+
+    def device(self, d: int, s: int, t: int) -> int:
+        return (d * self.pp + s) * self.tp + t
+
+    def devices(self, d: int, s: int) -> list[int]:
+        return [self.device(d, s, t) for t in range(self.tp)]
+
+    def local_shape(self, v: Value, per_replica: bool = False) -> tuple[int, ...]:
+        """The shape of ``v`` on one device, per microbatch (or per replica)."""
+        nb = self.dp if per_replica else self.nb
+        return local_shape(self.prog.shape(v), self.sh.layout[v], nb, self.tp)
+
+    def local_type(self, v: Value, device: int, per_replica: bool = False) -> TensorType:
+        t = self.prog.type(v)
+        return TensorType(t.dtype, self.local_shape(v, per_replica), device)
+
+    def op_stage(self, i: int) -> int:
+        return self.stage[i]
+
+    def kind(self, i: int) -> int:
+        return self.st.kind[i]
+
+    # -- canonical keys of batch-independent values --------------------------------------------
+    def const_key(self, attr: DenseAttr) -> int:
+        return self._intern(("c", attr))
+
+    def canon(self, v: Value) -> int:
+        """Equal keys for batch-independent values that are equal on every device (the
+        causal masks and shape constants of all layers collapse to one)."""
+        c = self._canon.get(v)
+        if c is not None:
+            return c
+        prog = self.prog
+        i = prog.producer.get(v)
+        if i is None:
+            c = self._intern(("p", v))
+        else:
+            op = prog.ops[i]
+            if op.op_type in SHAPE_OPS:
+                x = op.inputs[0]
+                arr = np.array(self.local_shape(x), dtype=np.int64)  # type: ignore[arg-type]
+                if op.op_type == "Size":
+                    arr = np.array(int(np.prod(arr)), dtype=np.int64)
+                c = self.const_key(DenseAttr.from_array(arr))
+            elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
+                c = self.const_key(op.attrs["value"])  # type: ignore[arg-type]
+            else:
+                ins = tuple(-1 if x is None else self.canon(x) for x in op.inputs)
+                c = self._intern((op.op_type, op.attrs_key, ins, op.outputs.index(v)))
+        self._canon[v] = c
+        return c
+
+    def _intern(self, key: tuple) -> int:
+        c = self._keys.get(key)
+        if c is None:
+            c = self._keys[key] = len(self._keys)
+        return c
+
+
+def _text(prog: Program, i: int) -> str:
+    from distir.ir.printer import format_op
+
+    return format_op(prog.ops[i])
+
+
+__all__ += ["HOIST", "MB", "POST"]

@@ -1,0 +1,133 @@
+"""The sequential function as the transforms see it: ops indexed by position, the type of
+every value, def-use lists and liveness, computed once.
+
+Liveness ignores the *shape operands* that a transform replaces by local constants (the
+target shape of ``Reshape``/``Expand``, the sizes of ``Split``) and the operand of
+``Shape``/``Size`` (whose local value is a constant too), so the run-time shape chains of an
+exported graph drop out of the distributed program.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distir.errors import TransformError
+from distir.ir.core import Function, Op, Value
+from distir.ir.schemas import COMM_OPS
+from distir.ir.types import TensorType
+
+__all__ = ["Program", "SHAPE_OPERANDS", "inline_calls"]
+
+SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Split", 1)})
+"""``(op, input)`` pairs whose value is a shape that transforms recompute locally."""
+
+SHAPE_OPS = frozenset({"Shape", "Size"})
+
+
+class Program:
+    """A typed, call-free sequential function with def-use indexes."""
+
+    def __init__(self, fn: Function) -> None:
+        from distir.analysis import type_env
+        from distir.analysis.rules import full_attrs
+
+        if any(op.callee is not None for op in fn.ops):
+            fn = inline_calls(fn)
+        for op in fn.ops:
+            if op.op_type in COMM_OPS:
+                raise TransformError(f"@{fn.name} already communicates ({op.op_type}): "
+                                     "distribute a sequential function")
+        self.fn = fn
+        self.ops: list[Op] = fn.ops
+        self.env: dict[Value, Any] = type_env(fn)
+        self.param_set = frozenset(fn.params)
+        self.returned = frozenset(fn.returns)
+        self._attrs: dict[tuple, dict[str, Any]] = {}
+        self._full_attrs = full_attrs
+        self.producer: dict[Value, int] = {}
+        for i, op in enumerate(self.ops):
+            for v in op.outputs:
+                self.producer[v] = i
+        self._liveness()
+
+    def _liveness(self) -> None:
+        ops = self.ops
+        live_vals: set[Value] = set(self.fn.returns)
+        live = [False] * len(ops)
+        for i in range(len(ops) - 1, -1, -1):
+            op = ops[i]
+            if not any(v in live_vals for v in op.outputs):
+                continue
+            live[i] = True
+            t = op.op_type
+            if t in SHAPE_OPS:
+                continue
+            for k, v in enumerate(op.inputs):
+                if v is not None and (t, k) not in SHAPE_OPERANDS:
+                    live_vals.add(v)
+        self.live_ops: list[int] = [i for i in range(len(ops)) if live[i]]
+        self.live_values = live_vals
+        users: dict[Value, list[int]] = {}
+        for i in self.live_ops:
+            op = ops[i]
+            if op.op_type in SHAPE_OPS:
+                continue
+            for k, v in enumerate(op.inputs):
+                if v is not None and (op.op_type, k) not in SHAPE_OPERANDS:
+                    lst = users.setdefault(v, [])
+                    if not lst or lst[-1] != i:
+                        lst.append(i)
+        self.users = users
+
+    def type(self, v: Value) -> Any:
+        a = self.env[v]
+        return getattr(a, "type", a)
+
+    def shape(self, v: Value) -> tuple[int, ...]:
+        t = self.type(v)
+        return t.shape if isinstance(t, TensorType) else ()
+
+    def const(self, v: Value | None) -> np.ndarray | None:
+        """The known value of ``v`` (shape tensors, small constants), else ``None``."""
+        if v is None:
+            return None
+        a = self.env.get(v)
+        return getattr(a, "value", None)
+
+    def attrs(self, op: Op) -> dict[str, Any]:
+        key = (op.op_type, op.attrs_key)
+        a = self._attrs.get(key)
+        if a is None:
+            a = self._attrs[key] = self._full_attrs(op.op_type, op.attrs)
+        return a
+
+    def producer_op(self, v: Value) -> Op | None:
+        i = self.producer.get(v)
+        return None if i is None else self.ops[i]
+
+
+def inline_calls(fn: Function) -> Function:
+    """``fn`` with every call replaced by its callee's ops (recursively)."""
+    ops: list[Op] = []
+
+    def inline(f: Function, args: list[Value]) -> list[Value]:
+        env: dict[Value, Value] = dict(zip(f.params, args))
+        for op in f.ops:
+            ins = [None if v is None else env.get(v, v) for v in op.inputs]
+            if op.callee is not None:
+                outs = inline(op.callee, ins)  # type: ignore[arg-type]
+                for v, o in zip(op.outputs, outs):
+                    env[v] = o
+                continue
+            new_outs = [Value(v.name, v.type) for v in op.outputs]
+            for v, o in zip(op.outputs, new_outs):
+                env[v] = o
+            ops.append(Op(op.op_type, ins, dict(op.attrs) or None, new_outs))
+        return [env.get(v, v) for v in f.returns]
+
+    rets = inline(fn, list(fn.params))
+    out = Function(fn.name, fn.params, ops, rets, fn.return_types)
+    out.initializers = dict(fn.initializers)
+    return out
