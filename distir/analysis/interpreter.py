@@ -131,6 +131,7 @@ class TypeInterpreter(Interpreter):
         self.call_cache: dict[tuple, tuple] = {}
         self.check_annotations = check_annotations
         self.record = record
+        self._home = 0  # where input-less ops of the function being run go by default
         if check_annotations or record is not None:
             self.post_op = self._post
 
@@ -142,8 +143,13 @@ class TypeInterpreter(Interpreter):
         if self.record is not None:
             for p, a in zip(fn.params, args):
                 self.record[p] = a
-        with no_gc():  # many small objects, next to no garbage: spare the full GC passes
-            outs = super().run(fn, args)
+        outer = self._home
+        self._home = _home_device(args)
+        try:
+            with no_gc():  # many small objects, next to no garbage: spare the full GC passes
+                outs = super().run(fn, args)
+        finally:
+            self._home = outer
         if fn.return_types is not None:
             for i, (t, o) in enumerate(zip(fn.return_types, outs)):
                 if type_of(o) != t:
@@ -169,15 +175,30 @@ class TypeInterpreter(Interpreter):
         return hit
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
+        if not args and self._home and "device" not in op.attrs:
+            return self._eval_placed(op)
         key = (op.op_type, args, op.attrs_key, len(op.outputs))
         hit = self.cache.get(key)
         if hit is None:
             hit = self.cache[key] = self._infer(op, args)
         return hit
 
-    def _infer(self, op: Op, args: tuple) -> tuple:
+    def _eval_placed(self, op: Op) -> tuple:
+        """An input-less op (``Constant``) without a ``device`` attribute, in a function whose
+        arguments all sit on one device other than 0: its result goes there, so a generic
+        function called on device 3 makes its constants on device 3."""
+        home = self._home
+        key = (op.op_type, (), op.attrs_key, len(op.outputs), home)
+        hit = self.cache.get(key)
+        if hit is None:
+            attrs = dict(self.attrs_of(op), device=home)
+            hit = self.cache[key] = self._infer(op, (), attrs)
+        return hit
+
+    def _infer(self, op: Op, args: tuple, attrs: dict[str, Any] | None = None) -> tuple:
         op_type = op.op_type
-        attrs = self.attrs_of(op)
+        if attrs is None:
+            attrs = self.attrs_of(op)
         n_out = len(op.outputs)
         all_concrete = True
         dev = None
@@ -218,14 +239,35 @@ class TypeInterpreter(Interpreter):
         if np_rule is not None:
             vals = np_rule(op_type, tuple(None if a is None else a.value for a in args),
                            attrs, n_out)
-            return tuple(Concrete(t, np.asarray(v, dtype=t.dtype.np).reshape(t.shape))
-                         for t, v in zip(types, vals))
+            try:
+                return tuple(Concrete(t, np.asarray(v, dtype=t.dtype.np).reshape(t.shape))
+                             for t, v in zip(types, vals))
+            except ValueError:
+                got = [np.shape(v) for v in vals]
+                raise TypeInferenceError(
+                    f"the reference implementation gives shapes {got} where the type rule "
+                    f"gives {[getattr(t, 'shape', t) for t in types]}; this is a bug in "
+                    "distir's rules for this op, please report it") from None
         return types
 
 
+def _home_device(args: Sequence[Any]) -> int:
+    """The one device all arguments sit on, or 0 when they span several (or there are none)."""
+    home = None
+    for a in args:
+        if a is None:
+            continue
+        for d in type_of(a).devices:
+            if home is None:
+                home = d
+            elif d != home:
+                return 0
+    return home or 0
+
+
 def _placement_error(op_type: str, dev: int, d: int) -> None:
-    raise PlacementError(f"inputs are on devices {dev} and {d}; a {op_type} runs "
-                         "on one device: move an input with Send first")
+    raise PlacementError(f"inputs are on devices {dev} and {d}, but {op_type} runs on one "
+                         "device: move an input with Send first")
 
 
 def _check_placement(op_type: str, args: tuple) -> None:

@@ -25,7 +25,7 @@ def test_matmul_across_two_devices() -> None:
 func @main(%x: Tensor[Float32, (4, 6), 0], %w: Tensor[Float32, (6, 3), 1]) {
   %y = MatMul(%x, %w)
   return %y
-}""", r"^p\.dir:3:8: error: MatMul: inputs are on devices 0 and 1; a MatMul runs on one "
+}""", r"^p\.dir:3:8: error: MatMul: inputs are on devices 0 and 1, but MatMul runs on one "
       r"device: move an input with Send first$")
 
 
@@ -106,3 +106,43 @@ func @main(%a: Tensor[Float32, (4, 6), 2], %b: Tensor[Float32, (4, 6), 0]) {
     assert [t.device for t in ts] == [2, 0, 2, 0, 3, 1, 5, 2, 4, 2, 7]
     assert [t.shape for t in ts] == [(4, 3), (4, 3), (8, 6), (8, 6), (2, 6), (2, 6),
                                      (4, 6), (4, 6), (2,), (4, 6), (4, 6)]
+
+
+def test_constants_of_a_generic_function_follow_its_arguments_device() -> None:
+    import numpy as np
+
+    import distir
+
+    m = distir.parse("""
+func @f(%x) {
+  %c = Constant(value=dense<Float32>[1.0])
+  %y = Add(%x, %c)
+  return %y
+}
+func @main(%a: Tensor[Float32, (2,), 1], %b: Tensor[Float32, (2,), 0]) {
+  %p = call @f(%a)
+  %q = call @f(%b)
+  return %p, %q
+}""", "g.dir")
+    tp, tq = distir.infer_types(m)
+    assert (tp.device, tq.device) == (1, 0)
+    out = distir.execute(m, [np.ones(2, np.float32), np.zeros(2, np.float32)])
+    assert out[0].tolist() == [2.0, 2.0] and out[1].tolist() == [1.0, 1.0]
+
+
+def test_explicit_constant_device_is_kept() -> None:
+    import distir
+
+    m = distir.parse("""
+func @f(%x) {
+  %c = Constant(value=dense<Float32>[1.0], device=0)
+  %y = Add(%x, %c)
+  return %y
+}
+func @main(%a: Tensor[Float32, (2,), 1]) {
+  %p = call @f(%a)
+  return %p
+}""", "g.dir")
+    with pytest.raises(distir.DistIRError, match=r"g\.dir:4:8: error: Add: inputs are on "
+                       r"devices 1 and 0"):
+        distir.infer_types(m)
