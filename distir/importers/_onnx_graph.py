@@ -116,7 +116,8 @@ def _is_default(v: Any, default: Any) -> bool:
         return (isinstance(v, int | float) and isinstance(default, int | float)
                 and np.float32(v) == np.float32(default))
     if isinstance(v, tuple) and isinstance(default, tuple):
-        return len(v) == len(default) and all(_is_default(x, d) for x, d in zip(v, default))
+        return len(v) == len(default) and all(
+            _is_default(x, d) for x, d in zip(v, default, strict=True))
     return type(v) is type(default) and v == default
 
 
@@ -312,11 +313,11 @@ def convert_graph(graph: onnx.GraphProto, dims: Mapping[str, int], device: int,
             if not x:
                 ins.append(None)
                 continue
-            v = values.get(x)
-            if v is None:
+            src = values.get(x)
+            if src is None:
                 raise ImportError_(f"{what} uses '{x}', which no node, input or initializer "
                                    "of the graph defines")
-            ins.append(v)
+            ins.append(src)
         attrs = _attrs(node, what, device)
         outs_names = list(node.output)
         while outs_names and not outs_names[-1]:
@@ -331,11 +332,11 @@ def convert_graph(graph: onnx.GraphProto, dims: Mapping[str, int], device: int,
 
     returns: list[Value] = []
     for o in graph.output:
-        v = values.get(o.name)
-        if v is None:
+        r = values.get(o.name)
+        if r is None:
             raise ImportError_(f"graph output '{o.name}' is not computed by any node, input "
                                "or initializer")
-        returns.append(v)
+        returns.append(r)
     fn = Function("main", params, ops, returns)
     fn.initializers = arrays
     return fn

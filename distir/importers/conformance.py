@@ -89,13 +89,14 @@ def node_cases(ops: tuple[str, ...] = SPEC_OPS) -> tuple[NodeCase, ...]:
         cases = collect_testcases()
     op_of: dict[str, str] = {}
     for c in cases:
+        assert c.model is not None and c.data_sets  # node cases always have both
         if not _EXPANDED.search(c.name) and len(c.model.graph.node) == 1:
             op_of[c.name] = c.model.graph.node[0].op_type
     wanted = set(ops)
     out = []
     for c in cases:
         op = op_of.get(_EXPANDED.sub("", c.name))
-        if op not in wanted:
+        if op is None or op not in wanted or c.model is None or not c.data_sets:
             continue
         inputs, outputs = c.data_sets[0]
         out.append(NodeCase(op, c.name, c.model, tuple(inputs), tuple(outputs), c.rtol,
@@ -175,7 +176,7 @@ def _opset_type_gap(g: onnx.GraphProto) -> str | None:
 
 def _random_dropout(case: NodeCase) -> bool:
     g = case.model.graph
-    data = {vi.name: _value(x) for vi, x in zip(g.input, case.inputs)}
+    data = {vi.name: _value(x) for vi, x in zip(g.input, case.inputs, strict=False)}
     for n in g.node:
         if n.op_type != "Dropout":
             continue
@@ -203,7 +204,7 @@ def assert_similar(outputs: Sequence[np.ndarray], expected: Sequence[np.ndarray]
     """The comparison of ONNX's backend runner: same count, shapes and dtypes; values
     within ``rtol``/``atol`` (bfloat16 compared in float32 with ``rtol`` at least 2**-6)."""
     assert len(outputs) == len(expected), f"{len(outputs)} outputs, expected {len(expected)}"
-    for i, (out, ref) in enumerate(zip(outputs, expected)):
+    for i, (out, ref) in enumerate(zip(outputs, expected, strict=True)):
         out, ref = np.asarray(out), np.asarray(ref)
         assert out.shape == ref.shape, f"output {i} has shape {out.shape}, expected {ref.shape}"
         assert out.dtype == ref.dtype, f"output {i} has dtype {out.dtype}, expected {ref.dtype}"
@@ -228,7 +229,7 @@ def run_node_case(case: NodeCase) -> None:
     expected = [np.asarray(_value(x)) for x in case.outputs]
     known = _shape_operand_names(case.model)
     args: list[Any] = []
-    for p, x in zip(fn.params, inputs):
+    for p, x in zip(fn.params, inputs, strict=True):
         t = p.type
         args.append(make_concrete(x, 0) if p.name in known else t)
     got = [type_of(a) for a in TypeInterpreter().run(fn, args)]

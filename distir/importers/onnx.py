@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 from collections import Counter
 from collections.abc import Iterator, Mapping
+
 import onnx
 from onnx import AttributeProto, TensorProto
 

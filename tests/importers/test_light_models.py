@@ -64,7 +64,7 @@ def test_imports_and_types_every_value(path):
 
 def _params(names, fast):
     return [pytest.param(p, id=n, marks=[] if n in fast else [pytest.mark.slow])
-            for p, n in zip(MODELS, names)]
+            for p, n in zip(MODELS, names, strict=True)]
 
 
 @pytest.mark.parametrize("path", _params(NAMES, set(NAMES) - SLOW))
