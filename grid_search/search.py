@@ -149,17 +149,20 @@ class SearchResult:
 
 
 def _progress(done: int, total: int, t0: float, stream: Any) -> None:
-    if stream is None:
+    """A bar redrawn in place on a terminal; a line per tenth of the work elsewhere."""
+    if stream is None or total == 0:
         return
-    width = 30
-    frac = done / total if total else 1.0
-    bar = "#" * int(frac * width) + "-" * (width - int(frac * width))
     el = time.perf_counter() - t0
     eta = el / done * (total - done) if done else 0.0
-    stream.write(f"\r[{bar}] {done}/{total} configurations, {el:.1f} s elapsed, "
-                 f"~{eta:.0f} s left ")
-    if done == total:
-        stream.write("\n")
+    msg = f"{done}/{total} configurations, {el:.1f} s elapsed, ~{eta:.0f} s left"
+    if getattr(stream, "isatty", lambda: False)():
+        width = 30
+        filled = int(done / total * width)
+        stream.write(f"\r[{'#' * filled}{'-' * (width - filled)}] {msg} ")
+        if done == total:
+            stream.write("\n")
+    elif done == total or done % max(1, total // 10) == 0:
+        stream.write(msg + "\n")
     stream.flush()
 
 
