@@ -334,7 +334,8 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
 
     aliases = _Aliases(n)
     for op, (ins, outs) in zip(ops, op_slots):
-        if LOWERINGS.entries[op.op_type].view or op.op_type in ("MPIAllreduce", "MPIReduce"):
+        # (An in-place collective's result aliases only an input that is dead after it.)
+        if LOWERINGS.entries[op.op_type].view:
             for o in outs:
                 for s in ins:
                     if s >= 0:

@@ -73,7 +73,9 @@ def to_numpy(t: Any) -> np.ndarray:
 
 
 def random_tensor(t: Any, device: Any, gen: Any) -> Any:
-    """A random tensor of type ``t``: normal floats, integers in [0, 8), random booleans."""
+    """A random tensor of type ``t``: normal floats (a matrix scaled by one over the square
+    root of its row count, so that deep products of weights stay finite in half precision),
+    integers in [0, 8), random booleans."""
     import torch
 
     from distir.backend.lowering import as_tensor_type, torch_dtype
@@ -81,7 +83,8 @@ def random_tensor(t: Any, device: Any, gen: Any) -> Any:
     tt = as_tensor_type(t)
     dt = torch_dtype(tt.dtype)
     if tt.dtype.is_float:
-        return torch.randn(tt.shape, dtype=dt, device=device, generator=gen)
+        x = torch.randn(tt.shape, dtype=dt, device=device, generator=gen)
+        return x.mul_(tt.shape[-2] ** -0.5) if tt.rank >= 2 and tt.shape[-2] > 1 else x
     hi = 2 if dt == torch.bool else 8
     return torch.randint(0, hi, tt.shape, device=device, generator=gen).to(dt)
 

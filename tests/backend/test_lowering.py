@@ -357,3 +357,32 @@ def test_static_peak_counts_live_bytes() -> None:
     assert capped.limit_op is not None
     with pytest.raises(MemoryError, match="memory limit"):
         capped.run([to_torch(a, "cpu") for a in random_for(fn)])
+
+
+def test_collectives_overwrite_only_dead_inputs(monkeypatch: pytest.MonkeyPatch) -> None:
+    """An all-reduce works in place on an input whose last use it is (a gradient), and on a
+    copy otherwise (a parameter, or a value used later)."""
+    from distir.backend.lowering import Lowering
+
+    load_lowerings()
+    seen: list[bool] = []
+    entry = LOWERINGS.entries["MPIAllreduce"]
+    monkeypatch.setitem(LOWERINGS.entries, "MPIAllreduce", Lowering(
+        lambda s: seen.append(s.donate[0]) or (lambda x: (x,)), entry.view, entry.comm))
+    text = """
+func @main(%p: Tensor[Float32, (4,), 0], %q: Tensor[Float32, (4,), 1]) {
+  %g = Relu(%p)
+  %h = Relu(%p)
+  %v = Reshape(%h, dense<Int64>[2, 2])
+  %a, %b = MPIAllreduce(%p, %q)
+  %c, %d = MPIAllreduce(%g, %q)
+  %e, %f = MPIAllreduce(%h, %q)
+  %u = Add(%v, %v)
+  return %a, %c, %e, %u
+}"""
+    text = text.replace("%v = Reshape(%h, dense<Int64>[2, 2])",
+                        "%s = Constant(value=dense<Int64>[2, 2])\n  %v = Reshape(%h, %s)")
+    proj = project(distir.parse(text).entry)
+    compile_program(proj.programs[0], torch.device("cpu"), groups=object())  # type: ignore
+    # %p is a parameter; %g dies at its all-reduce; %h lives on through its view %v.
+    assert seen == [False, True, False]
