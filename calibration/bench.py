@@ -1,0 +1,178 @@
+"""Single-device microbenchmarks through torch: matrix products and elementwise kernels.
+
+Timing: a few warm-up calls, one timed call to choose the repetition count (so that a
+trial lasts about ``target_s``), then ``trials`` trials of back-to-back calls, each timed
+with CUDA events on a GPU (``time.perf_counter`` on a CPU); the result is the median over
+trials of the time per call. Back-to-back calls include PyTorch's per-call overhead, which
+is what a program running eagerly pays, so small kernels measure the launch overhead.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = ["Row", "Timer", "matmul_shapes", "elementwise_sizes", "bench_matmuls",
+           "bench_elementwise", "TORCH_DTYPES"]
+
+TORCH_DTYPES = {"Float32": "float32", "Float16": "float16", "BFloat16": "bfloat16"}
+"""DistIR dtype names and the torch dtypes they are measured with."""
+
+
+@dataclass
+class Row:
+    """One measurement: a configuration and its median time per call (s)."""
+
+    family: str            # matmul | elementwise | allreduce | allgather | ... | send
+    op: str                # the torch call measured
+    dtype: str             # DistIR dtype name
+    seconds: float
+    m: int = 0
+    n: int = 0
+    k: int = 0
+    bytes: int = 0         # memory traffic (compute) or message size (communication)
+    flops: float = 0.0
+    group_size: int = 1
+    reps: int = 0
+    device: str = ""
+    split: str = "train"   # train | test (held out)
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    FIELDS = ("family", "op", "dtype", "m", "n", "k", "bytes", "flops", "group_size",
+              "seconds", "reps", "device", "split")
+
+    def as_dict(self) -> dict[str, Any]:
+        return {f: getattr(self, f) for f in self.FIELDS}
+
+
+class Timer:
+    """Times a callable on one torch device (see the module docstring)."""
+
+    def __init__(self, device: Any, target_s: float = 0.02, trials: int = 3,
+                 max_reps: int = 200) -> None:
+        import torch
+
+        self.torch = torch
+        self.device = device
+        self.cuda = device.type == "cuda"
+        self.target_s = target_s
+        self.trials = trials
+        self.max_reps = max_reps
+
+    def sync(self) -> None:
+        if self.cuda:
+            self.torch.cuda.synchronize(self.device)
+
+    def _run(self, fn: Callable[[], object], reps: int) -> float:
+        if self.cuda:
+            start = self.torch.cuda.Event(enable_timing=True)
+            end = self.torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(reps):
+                fn()
+            end.record()
+            end.synchronize()
+            return start.elapsed_time(end) / 1e3 / reps
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        return (time.perf_counter() - t0) / reps
+
+    def time(self, fn: Callable[[], object]) -> tuple[float, int]:
+        """``(median seconds per call, repetitions per trial)``."""
+        fn()
+        fn()
+        self.sync()
+        once = max(self._run(fn, 1), 1e-7)
+        reps = int(min(self.max_reps, max(2, self.target_s / once)))
+        samples = [self._run(fn, reps) for _ in range(self.trials)]
+        return statistics.median(samples), reps
+
+
+def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
+                  max_flops: float = 1.1e12) -> list[tuple[int, int, int]]:
+    """``n`` distinct ``(m, n, k)`` drawn log-uniformly from a grid of powers of two and
+    their midpoints (1.5 x), plus the cubes, with at most ``max_flops`` FLOPs each."""
+    if quick:
+        dims = [16, 24, 32, 48, 64, 96, 128, 192, 256]
+    elif cuda:
+        dims = [64, 96, 128, 192, 256, 384, 512, 768, 1024, 1536, 2048, 3072, 4096, 6144,
+                8192, 12288, 16384]
+    else:
+        dims = [32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024]
+    rng = random.Random(seed)
+    shapes: dict[tuple[int, int, int], None] = {}
+    for d in dims:
+        if 2.0 * d ** 3 <= max_flops:
+            shapes[(d, d, d)] = None
+    tries = 0
+    while len(shapes) < n and tries < 100 * n:
+        tries += 1
+        s = (rng.choice(dims), rng.choice(dims), rng.choice(dims))
+        if 2.0 * s[0] * s[1] * s[2] <= max_flops:
+            shapes[s] = None
+    out = list(shapes)
+    rng.shuffle(out)
+    return out
+
+
+def elementwise_sizes(quick: bool, cuda: bool) -> list[int]:
+    """Element counts from 2^10 up, in steps of sqrt(2) (rounded to multiples of 64)."""
+    hi = 18 if quick else (28 if cuda else 24)
+    out = []
+    for i in range(2 * 10, 2 * hi + 1):
+        n = int(round(2 ** (i / 2) / 64)) * 64
+        out.append(n)
+    return out
+
+
+def _split(i: int, test_every: int = 4) -> str:
+    return "test" if i % test_every == test_every - 1 else "train"
+
+
+def bench_matmuls(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]],
+                  timer: Timer, log: Callable[[str], None]) -> Iterator[Row]:
+    """Time ``a @ b`` for every shape and dtype; one shape in four is held out."""
+    import torch
+
+    for dt in dtypes:
+        tdt = getattr(torch, TORCH_DTYPES[dt])
+        size = torch.empty((), dtype=tdt).element_size()
+        for i, (m, n, k) in enumerate(shapes):
+            a = torch.randn(m, k, device=device, dtype=tdt)
+            b = torch.randn(k, n, device=device, dtype=tdt)
+            c = torch.empty(m, n, device=device, dtype=tdt)
+            secs, reps = timer.time(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
+            del a, b, c
+            yield Row("matmul", "matmul", dt, secs, m, n, k, (m * k + k * n + m * n) * size,
+                      2.0 * m * n * k, 1, reps, str(device), _split(i))
+            if i % 25 == 24:
+                log(f"matmul {dt}: {i + 1}/{len(shapes)}")
+
+
+def bench_elementwise(device: Any, dtypes: list[str], sizes: list[int], timer: Timer,
+                      log: Callable[[str], None]) -> Iterator[Row]:
+    """Time ``add`` (two inputs, one result) and ``clamp_min`` (a ReLU: one of each) over sizes;
+    the sizes at odd half-powers of two are held out."""
+    import torch
+
+    for dt in dtypes:
+        tdt = getattr(torch, TORCH_DTYPES[dt])
+        size = torch.empty((), dtype=tdt).element_size()
+        for i, n in enumerate(sizes):
+            x = torch.randn(n, device=device, dtype=tdt)
+            y = torch.randn(n, device=device, dtype=tdt)
+            z = torch.empty(n, device=device, dtype=tdt)
+            split = "test" if i % 2 else "train"
+            secs, reps = timer.time(lambda: torch.add(x, y, out=z))
+            yield Row("elementwise", "add", dt, secs, n, bytes=3 * n * size, flops=float(n),
+                      reps=reps, device=str(device), split=split)
+            secs, reps = timer.time(lambda: torch.clamp_min(x, 0.0, out=z))
+            yield Row("elementwise", "clamp_min", dt, secs, n, bytes=2 * n * size, flops=float(n),
+                      reps=reps, device=str(device), split=split)
+            del x, y, z
+        log(f"elementwise {dt}: {len(sizes)} sizes")

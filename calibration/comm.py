@@ -1,0 +1,181 @@
+"""Collective microbenchmarks: one process per GPU (NCCL) or per CPU worker (gloo).
+
+``bench_collectives`` spawns ``world`` processes with ``torch.multiprocessing``; each joins
+a process group and, for every group size (powers of two up to ``world``, the first ranks)
+and every message size, times ``all_reduce``, ``all_gather_into_tensor``,
+``reduce_scatter_tensor``, ``broadcast`` and, for 2 ranks, ``send``/``recv``. Each time is
+the median over trials of back-to-back calls (all ranks agree on the repetition count
+first), and the reported time is the slowest rank's. Rank 0 writes the rows as JSON.
+
+Message size (bytes) is the largest per-rank buffer, as in ``hardware.collective_factors``:
+the tensor for allreduce, broadcast and send; the gathered tensor for allgather; the
+unsplit input for reduce-scatter. Sizes at odd half-powers of two are held out.
+
+NVLink multicast (NVLS) stays off in the spawned processes (``NCCL_NVLS_ENABLE=0``): on
+shared machines it can take the GPUs out of service.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from typing import Any
+
+__all__ = ["COLLECTIVE_OPS", "bench_collectives", "message_sizes", "SAFE_ENV"]
+
+COLLECTIVE_OPS = ("allreduce", "allgather", "reduce_scatter", "broadcast", "send")
+
+SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
+            "NVSHMEM_DISABLE_NVLS": "1"}
+"""Environment kept in every spawned process (NVLink multicast off)."""
+
+
+def message_sizes(quick: bool, cuda: bool) -> list[int]:
+    """Message sizes in bytes from 4 KiB up, in steps of sqrt(2)."""
+    hi = 16 if quick else (30 if cuda else 24)
+    return [int(round(2 ** (i / 2))) for i in range(2 * 12, 2 * hi + 1)]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def bench_collectives(world: int, backend: str, sizes: list[int], *, target_s: float = 0.01,
+                      trials: int = 3, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+    """Rows (dicts of ``bench.Row`` fields) of every collective over ``world`` processes."""
+    import torch.multiprocessing as mp
+
+    os.environ.update(SAFE_ENV)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        args = (world, backend, sizes, target_s, trials, _free_port(), out, timeout_s)
+        mp.spawn(_worker, args=args, nprocs=world, join=True)
+        with open(out, encoding="utf-8") as f:
+            rows: list[dict[str, Any]] = json.load(f)
+    return rows
+
+
+def _worker(rank: int, world: int, backend: str, sizes: list[int], target_s: float,
+            trials: int, port: int, out: str, timeout_s: float) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(SAFE_ENV)
+    if backend == "nccl":
+        torch.cuda.set_device(rank)
+        device = torch.device("cuda", rank)
+    else:
+        device = torch.device("cpu")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        rows = _measure_all(rank, world, device, sizes, target_s, trials)
+        if rank == 0:
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump(rows, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _measure_all(rank: int, world: int, device: Any, sizes: list[int], target_s: float,
+                 trials: int) -> list[dict[str, Any]]:
+    import torch
+    import torch.distributed as dist
+
+    cuda = device.type == "cuda"
+    group_sizes = [g for g in (2, 4, 8, 16, 32, 64) if g <= world]
+    groups = {g: dist.new_group(list(range(g))) for g in group_sizes}
+    name = torch.cuda.get_device_name(device) if cuda else "cpu"
+    rows: list[dict[str, Any]] = []
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def timed(fn: Any, reps: int) -> float:
+        sync()
+        t0 = time.perf_counter()
+        for _ in range(reps):
+            fn()
+        sync()
+        return (time.perf_counter() - t0) / reps
+
+    def agree_max(x: float, pg: Any) -> float:
+        t = torch.tensor([x], dtype=torch.float64, device=device)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX, group=pg)
+        return float(t.item())
+
+    for g in group_sizes:
+        pg = groups[g]
+        member = rank < g
+        for op in COLLECTIVE_OPS:
+            if op == "send" and g != 2:
+                continue
+            for i, nbytes in enumerate(sizes):
+                secs = 0.0
+                reps = 0
+                numel = max(g, (nbytes // 4 // g) * g)
+                if member:
+                    fn = _make_op(op, rank, g, numel, device, pg)
+                    fn()
+                    fn()
+                    once = agree_max(max(timed(fn, 1), 1e-7), pg)
+                    reps = int(min(200, max(2, target_s / once)))
+                    samples = []
+                    for _ in range(trials):
+                        dist.barrier(group=pg)
+                        samples.append(timed(fn, reps))
+                    secs = statistics.median(samples)
+                secs = agree_max(secs, None)  # the slowest rank's time
+                if rank == 0:
+                    rows.append({"family": op, "op": _TORCH_NAME[op], "dtype": "Float32",
+                                 "m": numel, "n": 0, "k": 0, "bytes": numel * 4, "flops": 0.0,
+                                 "group_size": g, "seconds": secs, "reps": reps,
+                                 "device": name, "split": "test" if i % 2 else "train"})
+                    if i == len(sizes) - 1:
+                        print(f"[calibrate] {op} over {g} ranks: {len(sizes)} sizes",
+                              file=sys.stderr, flush=True)
+    return rows
+
+
+_TORCH_NAME = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
+               "reduce_scatter": "reduce_scatter_tensor", "broadcast": "broadcast",
+               "send": "send/recv"}
+
+
+def _make_op(op: str, rank: int, g: int, numel: int, device: Any, pg: Any) -> Any:
+    import torch
+    import torch.distributed as dist
+
+    if op == "allreduce":
+        x = torch.ones(numel, device=device)
+        return lambda: dist.all_reduce(x, group=pg)
+    if op == "allgather":
+        inp = torch.ones(numel // g, device=device)
+        out = torch.empty(numel, device=device)
+        # torch >= 2.13 renames all_gather_into_tensor (same signature).
+        gather = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+        return lambda: gather(out, inp, group=pg)
+    if op == "reduce_scatter":
+        inp = torch.ones(numel, device=device)
+        out = torch.empty(numel // g, device=device)
+        scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
+        return lambda: scatter(out, inp, group=pg)
+    if op == "broadcast":
+        x = torch.ones(numel, device=device)
+        return lambda: dist.broadcast(x, src=0, group=pg)
+    if op == "send":
+        x = torch.ones(numel, device=device)
+        if rank == 0:
+            return lambda: dist.send(x, dst=1, group=pg)
+        return lambda: dist.recv(x, src=0, group=pg)
+    raise ValueError(op)

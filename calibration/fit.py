@@ -1,0 +1,232 @@
+"""Fitting: per-family regressions with scikit-learn, chosen by cross-validated error.
+
+For every family and key (``matmul`` per dtype; ``elementwise``; each collective per group
+size) the candidate models are fitted on the training rows, 5-fold cross-validated, and
+the one with the lowest median absolute percentage error (APE) wins; it is refitted on all
+training rows and scored on the held-out rows. The shipped model is exactly the one scored:
+predictions go through ``distir.analysis.hardware.FitModel``, the evaluator the simulator
+uses.
+
+Candidates:
+- ``linear``: ``t = a + sum(c_i x_i)`` with ``c_i >= 0``, weighted by ``1 / t^2`` so that the
+  least squares are relative; features FLOPs and bytes (matmul) or bytes (the rest).
+- ``loglog``: ``log t`` as a polynomial of degree 2 or 3 in ``log m, log n, log k`` (or
+  ``log FLOPs, log bytes``), matmul only.
+- ``piecewise``: ``log t`` piecewise linear in ``log bytes`` (a degree-1 ``SplineTransformer``
+  with knots at every, every 2nd or every 4th training size, then ridge regression), for
+  elementwise kernels and collectives, whose time bends where protocols and caches change.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from distir.analysis.hardware import FitModel, loglog_terms
+
+__all__ = ["FitReport", "fit_rows", "ape", "LARGE"]
+
+LARGE = {"matmul": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20))}
+"""What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
+family (collectives included) at least 1 MiB."""
+
+
+def _large(family: str) -> tuple[str, float]:
+    return LARGE.get(family, ("bytes", float(1 << 20)))
+
+
+@dataclass
+class FitReport:
+    """The chosen model of one family and key, and its quality on held-out rows."""
+
+    family: str
+    key: str
+    model_name: str
+    model: FitModel
+    n_train: int
+    n_test: int
+    r2_log: float | None                 # R^2 of log time on the held-out rows
+    median_ape: float | None             # median |pred - t| / t on the held-out rows
+    n_large: int = 0                     # held-out rows of at least 1 GFLOP / 1 MiB
+    median_ape_large: float | None = None
+    cv: dict[str, float] = field(default_factory=dict)  # candidate -> CV median APE
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"family": self.family, "key": self.key, "model": self.model_name,
+                "n_train": self.n_train, "n_test": self.n_test, "r2_log": self.r2_log,
+                "median_ape": self.median_ape, "n_large": self.n_large,
+                "median_ape_large": self.median_ape_large, "cv_median_ape": self.cv}
+
+
+def ape(pred: float, t: float) -> float:
+    """Absolute percentage error, as a fraction."""
+    return abs(pred - t) / t
+
+
+def _x(row: dict[str, Any]) -> dict[str, float]:
+    return {"m": float(row["m"]), "n": float(row["n"]), "k": float(row["k"]),
+            "flops": float(row["flops"]), "bytes": float(row["bytes"])}
+
+
+Trainer = Callable[[Sequence[dict[str, Any]]], FitModel]
+
+
+def _linear(features: tuple[str, ...]) -> Trainer:
+    def train(rows: Sequence[dict[str, Any]]) -> FitModel:
+        import numpy as np
+        from sklearn.linear_model import LinearRegression
+
+        X = np.array([[_x(r)[f] for f in features] for r in rows])
+        y = np.array([r["seconds"] for r in rows])
+        reg = LinearRegression(positive=True).fit(X, y, sample_weight=1.0 / y**2)
+        return FitModel("linear", features, intercept=float(reg.intercept_),
+                        coef=tuple(float(c) for c in reg.coef_))
+    return train
+
+
+def _loglog(features: tuple[str, ...], degree: int) -> Trainer:
+    def train(rows: Sequence[dict[str, Any]]) -> FitModel:
+        import numpy as np
+        from sklearn.linear_model import Ridge
+
+        raw = np.array([[_x(r)[f] for f in features] for r in rows])
+        X = np.array([loglog_terms([math.log(v) for v in row], degree) for row in raw])
+        y = np.log([r["seconds"] for r in rows])
+        reg = Ridge(alpha=1e-6).fit(X, y)
+        return FitModel("loglog", features, intercept=float(reg.intercept_),
+                        coef=tuple(float(c) for c in reg.coef_), degree=degree,
+                        lo=tuple(float(v) for v in raw.min(axis=0)),
+                        hi=tuple(float(v) for v in raw.max(axis=0)))
+    return train
+
+
+def _piecewise(every: int) -> Trainer:
+    def train(rows: Sequence[dict[str, Any]]) -> FitModel:
+        import numpy as np
+        from sklearn.linear_model import Ridge
+        from sklearn.pipeline import make_pipeline
+        from sklearn.preprocessing import SplineTransformer
+
+        lx = np.log([float(r["bytes"]) for r in rows])
+        y = np.log([r["seconds"] for r in rows])
+        xs = np.unique(lx)
+        knots = xs[::every]
+        if knots[-1] != xs[-1]:
+            knots = np.append(knots, xs[-1])
+        if len(knots) < 2:
+            knots = np.array([xs[0], xs[0] + 1.0])
+        model = make_pipeline(
+            SplineTransformer(degree=1, knots=knots.reshape(-1, 1), extrapolation="linear"),
+            Ridge(alpha=1e-6))
+        model.fit(lx.reshape(-1, 1), y)
+        ts = np.exp(model.predict(knots.reshape(-1, 1)))
+        return FitModel("piecewise", ("bytes",), xs=tuple(float(v) for v in np.exp(knots)),
+                        ts=tuple(float(v) for v in ts))
+    return train
+
+
+def candidates(family: str) -> dict[str, Trainer]:
+    if family == "matmul":
+        return {"linear(flops, bytes)": _linear(("flops", "bytes")),
+                "loglog2(m, n, k)": _loglog(("m", "n", "k"), 2),
+                "loglog3(m, n, k)": _loglog(("m", "n", "k"), 3),
+                "loglog2(flops, bytes)": _loglog(("flops", "bytes"), 2)}
+    return {"linear(bytes)": _linear(("bytes",)),
+            "piecewise(every size)": _piecewise(1),
+            "piecewise(every 2nd size)": _piecewise(2),
+            "piecewise(every 4th size)": _piecewise(4)}
+
+
+def _predict(model: FitModel, row: dict[str, Any]) -> float:
+    return max(model(_x(row)), 1e-9)
+
+
+def _cv_error(train: Trainer, rows: Sequence[dict[str, Any]], folds: int = 5,
+              seed: int = 0) -> float:
+    from sklearn.model_selection import KFold
+
+    if len(rows) < 2 * folds:
+        folds = max(2, len(rows) // 2)
+    errs: list[float] = []
+    for tr, va in KFold(folds, shuffle=True, random_state=seed).split(list(rows)):
+        try:
+            model = train([rows[i] for i in tr])
+        except Exception:  # noqa: BLE001 - a degenerate fold (too few sizes): skip it
+            continue
+        errs.extend(ape(_predict(model, rows[i]), rows[i]["seconds"]) for i in va)
+    return statistics.median(errs) if errs else math.inf
+
+
+def fit_one(family: str, key: str, rows: Sequence[dict[str, Any]]) -> FitReport | None:
+    """The best candidate for one family and key (``None`` with fewer than 4 rows)."""
+    train_rows = [r for r in rows if r["split"] == "train" and r["seconds"] > 0]
+    test_rows = [r for r in rows if r["split"] == "test" and r["seconds"] > 0]
+    if len(train_rows) < 4:
+        return None
+    cands = candidates(family)
+    cv = {name: _cv_error(t, train_rows) for name, t in cands.items()}
+    best = min(cv, key=lambda n: cv[n])
+    model = cands[best](train_rows)
+    r2 = med = med_large = None
+    n_large = 0
+    if test_rows:
+        preds = [_predict(model, r) for r in test_rows]
+        ts = [r["seconds"] for r in test_rows]
+        med = statistics.median(ape(p, t) for p, t in zip(preds, ts))
+        if len(test_rows) >= 2:
+            from sklearn.metrics import r2_score
+
+            r2 = float(r2_score([math.log(t) for t in ts], [math.log(p) for p in preds]))
+        feat, lo = _large(family)
+        large = [ape(p, t) for p, t, r in zip(preds, ts, test_rows) if float(r[feat]) >= lo]
+        n_large = len(large)
+        med_large = statistics.median(large) if large else None
+    return FitReport(family, key, best, model, len(train_rows), len(test_rows), r2, med,
+                     n_large, med_large, cv)
+
+
+def fit_rows(rows: Sequence[dict[str, Any]], log: Callable[[str], None] = lambda s: None,
+             ) -> list[FitReport]:
+    """Fit every family present in ``rows``: matmul per dtype, elementwise pooled,
+    collectives per group size."""
+    groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
+    for r in rows:
+        fam = r["family"]
+        if fam == "matmul":
+            key = str(r["dtype"])
+        elif fam == "elementwise":
+            key = "any"
+        else:
+            key = str(int(r["group_size"]))
+        groups.setdefault((fam, key), []).append(r)
+    out = []
+    for (fam, key), rs in sorted(groups.items()):
+        rep = fit_one(fam, key, rs)
+        if rep is None:
+            log(f"fit {fam}/{key}: too few measurements, skipped")
+            continue
+        log(f"fit {fam}/{key}: {rep.model_name}, held-out median error "
+            + ("n/a" if rep.median_ape is None else f"{100 * rep.median_ape:.1f}%"))
+        out.append(rep)
+    return out
+
+
+def pooled(reports: Sequence[FitReport], rows: Sequence[dict[str, Any]], families: set[str],
+           ) -> tuple[int, float | None]:
+    """``(count, median APE)`` over the large held-out rows of several families."""
+    models = {(r.family, r.key): r.model for r in reports}
+    errs = []
+    for row in rows:
+        fam = row["family"]
+        if fam not in families or row["split"] != "test" or row["seconds"] <= 0:
+            continue
+        key = (str(row["dtype"]) if fam == "matmul" else
+               "any" if fam == "elementwise" else str(int(row["group_size"])))
+        m = models.get((fam, key))
+        feat, lo = _large(fam)
+        if m is not None and float(row[feat]) >= lo:
+            errs.append(ape(_predict(m, row), row["seconds"]))
+    return len(errs), (statistics.median(errs) if errs else None)
