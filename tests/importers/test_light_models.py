@@ -2,14 +2,16 @@
 classifiers whose weights are ``ConstantOfShape`` nodes).
 
 Every model imports (upgraded to opset 21) and type-propagates with every value typed, to
-the shape of the shipped output, in well under a second. Executing them in numpy takes 1.5
-to 18 s each; the four slowest are marked ``slow`` (run ``pytest tests/importers -m slow``).
+the shape of the shipped output, in well under a second. Executing them in numpy takes
+about 1 to 20 s each (docs/conformance.md has the times measured by
+scripts/conformance_table.py); the four slowest are marked ``slow`` (run
+``pytest tests/importers -m slow``).
 Outputs are compared with the ``_output_0.pb`` shipped beside each model, at ONNX's own
 tolerances, and with onnxruntime on the original (opset 9) model.
 
 Under their constant weights most of these models output a uniform 0.001 whatever the
 input, so the same graphs also run with random weights and a random input against
-onnxruntime (``light_random_weights``); there the outputs vary by orders of magnitude.
+onnxruntime (``light_random_weights``), where the output probabilities do spread.
 """
 
 from __future__ import annotations
@@ -34,8 +36,7 @@ from distir.ir.types import DType, TensorType
 
 MODELS = light_models()
 NAMES = [os.path.basename(p)[len("light_"):-len(".onnx")] for p in MODELS]
-# Seconds to execute in numpy, measured on the project's 2-core machine: densenet121 6.9,
-# inception_v1 9.3, inception_v2 18.0, vgg19 15.1; the others 1.5 to 3.7.
+# The four slowest to execute in numpy (docs/conformance.md); the others take ~1-3 s each.
 SLOW = {"densenet121", "inception_v1", "inception_v2", "vgg19"}
 # With random weights, three of the fast ones by default (batch norm, residual sums,
 # channel shuffles, LRN, Gemm), all with -m slow.
