@@ -19,6 +19,11 @@ from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 
 
+# The single-tensor collectives, by their current names (torch >= 2.13) or their former.
+_all_gather_single = getattr(dist, "all_all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_reduce_scatter_single", None) or dist.reduce_scatter_tensor
+
+
 def _pg(s: Static) -> object:
     if s.groups is None:
         raise UnsupportedError("communication needs process groups: run the program with "
@@ -85,7 +90,7 @@ def _allgather(s: Static) -> Kernel:
     if order == group and axis == 0:
         def direct(x: torch.Tensor) -> tuple:
             out = s.empty(out_t)
-            dist.all_gather_into_tensor(out, x.contiguous(), group=pg)
+            _all_gather_single(out, x.contiguous(), group=pg)
             return (out,)
 
         return direct
@@ -94,7 +99,7 @@ def _allgather(s: Static) -> Kernel:
 
     def permuted(x: torch.Tensor) -> tuple:
         buf = s.empty(stacked)
-        dist.all_gather_into_tensor(buf.view(-1), x.contiguous().view(-1), group=pg)
+        _all_gather_single(buf.view(-1), x.contiguous().view(-1), group=pg)
         return (torch.cat([buf[j] for j in pos], dim=axis),)
 
     return permuted
@@ -108,7 +113,7 @@ def _reduce_scatter(s: Static) -> Kernel:
     if order == group and axis == 0:
         def direct(x: torch.Tensor) -> tuple:
             out = s.empty(out_t)
-            dist.reduce_scatter_tensor(out, x.contiguous(), group=pg)
+            _reduce_scatter_single(out, x.contiguous(), group=pg)
             return (out,)
 
         return direct

@@ -175,6 +175,8 @@ class RankRunner:
         gc.collect()
         if is_cuda:
             torch.cuda.empty_cache()
+            if task.memory_limit is not None:  # the cap was this program's only
+                torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
 
     def memory_cap(self, task: RankTask) -> int | None:
