@@ -20,8 +20,8 @@ from distir.errors import UnsupportedError
 
 
 # The single-tensor collectives, by their current names (torch >= 2.13) or their former.
-_all_gather_single = getattr(dist, "all_all_gather_single", None) or dist.all_gather_into_tensor
-_reduce_scatter_single = getattr(dist, "reduce_reduce_scatter_single", None) or dist.reduce_scatter_tensor
+_all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+_reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
 def _pg(s: Static) -> object:
