@@ -27,6 +27,7 @@ from collections.abc import Callable
 
 import numpy as np
 
+from distir.analysis.rules import NUMPY_RULES, load_rules
 from distir.ir.core import CALL, Function, Op, Value
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
@@ -36,7 +37,11 @@ from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS
 from distir.transforms.schedule import ticks
 from distir.transforms.stages import StageFunction
 
-__all__ = ["MainBuilder"]
+__all__ = ["MainBuilder", "FOLD_LIMIT"]
+
+FOLD_LIMIT = 256
+"""Batch-independent values computed from constants with at most this many elements are
+written as constants."""
 
 Key = tuple  # (value, microbatch or None, replica, stage)
 
@@ -45,6 +50,7 @@ class MainBuilder:
     """Builds ``@main`` for a plan and its stage functions."""
 
     def __init__(self, plan: Plan, groups: dict[tuple[int, str], StageFunction]) -> None:
+        load_rules()
         self.plan = plan
         self.prog = plan.prog
         self.groups = groups
@@ -59,6 +65,7 @@ class MainBuilder:
                 for v in self.prog.ops[i].outputs:
                     self.home[v] = plan.stage[i]
         self.param_stages = self._param_stages()
+        self._folded: dict[int, np.ndarray | None] = {}
 
     # -- names -------------------------------------------------------------------------------
     def namer(self, s: int | None, m: int | None, d: int) -> Callable[[str], list[str]]:
@@ -181,14 +188,8 @@ class MainBuilder:
             self.hoisted[key] = vals
             return vals
         op = prog.ops[i]
-        if op.op_type in SHAPE_OPS or (op.op_type == "Constant" and
-                                       set(op.attrs) <= {"value", "device"}):
-            if op.op_type == "Constant":
-                arr = op.attrs["value"].array  # type: ignore[union-attr]
-            else:
-                arr = np.array(plan.local_shape(op.inputs[0]), dtype=np.int64)  # type: ignore[arg-type]
-                if op.op_type == "Size":
-                    arr = np.array(int(np.prod(arr)), dtype=np.int64)
+        arr = self.folded(v)
+        if arr is not None:
             vals = self.const(arr, base_name(v), d, s)
             self.hoisted[key] = vals
             return vals
@@ -212,6 +213,44 @@ class MainBuilder:
         for o in op.outputs:
             self.hoisted[(plan.canon(o), d, s)] = local[o]
         return self.hoisted[key]
+
+    def folded(self, v: Value) -> np.ndarray | None:
+        """The local value of a batch-independent value computed from constants and local
+        shapes alone, when it has at most ``FOLD_LIMIT`` elements (shape arithmetic,
+        position ids, a short causal mask), else ``None``."""
+        plan, prog = self.plan, self.prog
+        cid = plan.canon(v)
+        if cid in self._folded:
+            return self._folded[cid]
+        i = prog.producer.get(v)
+        out: np.ndarray | None = None
+        op = prog.ops[i] if i is not None else None
+        if op is None or plan.kind(i) != HOIST:  # type: ignore[arg-type]
+            pass
+        elif op.op_type in SHAPE_OPS:
+            out = np.array(plan.local_shape(op.inputs[0]), dtype=np.int64)  # type: ignore[arg-type]
+            if op.op_type == "Size":
+                out = np.array(int(np.prod(out)), dtype=np.int64)
+        elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
+            out = op.attrs["value"].array  # type: ignore[union-attr]
+        elif op.inputs and NUMPY_RULES.get(op.op_type) is not None:
+            args: list[np.ndarray | None] = []
+            for k, x in enumerate(op.inputs):
+                a = None if x is None else (plan.shape_operand(op, k) if (
+                    op.op_type, k) in SHAPE_OPERANDS else self.folded(x))
+                if x is not None and a is None:
+                    break
+                args.append(a)
+            else:
+                res = NUMPY_RULES.get(op.op_type)(op.op_type, tuple(args), prog.attrs(op),
+                                                  len(op.outputs))
+                res = [np.asarray(r) for r in res]
+                if all(r.size <= FOLD_LIMIT for r in res):
+                    for o, r in zip(op.outputs, res):
+                        self._folded[plan.canon(o)] = r.astype(prog.type(o).dtype.np)
+                    return self._folded[cid]
+        self._folded[cid] = out
+        return out
 
     # -- the program --------------------------------------------------------------------------
     def split_microbatches(self) -> None:

@@ -58,15 +58,9 @@ class Emitter:
 
     def shape_operand(self, op: Op, k: int) -> list[Value]:
         """The local value of shape operand ``k`` of ``op``."""
-        plan = self.plan
-        if op.op_type == "Split":
-            axis = plan.prog.attrs(op).get("axis", 0)
-            arr = np.array([plan.local_shape(o)[axis] for o in op.outputs], dtype=np.int64)
-        else:
-            arr = np.array(plan.local_shape(op.outputs[0]), dtype=np.int64)
         src = op.inputs[k]
         hint = src.name if src is not None and src.name else f"{base_name(op.outputs[0])}.shape"
-        return self.const(arr, hint)
+        return self.const(self.plan.shape_operand(op, k), hint)
 
     def emit(self, op: Op) -> None:
         env, tp, names = self.env, self.tp, self.name

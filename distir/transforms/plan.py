@@ -16,7 +16,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from distir.errors import TransformError
-from distir.ir.core import Function, Value
+from distir.ir.core import Function, Op, Value
 from distir.ir.types import DenseAttr, TensorType
 from distir.transforms.layout import B, T, local_shape
 from distir.transforms.program import SHAPE_OPS, Program
@@ -82,6 +82,8 @@ class Plan:
                                  f"@{self.prog.fn.name} has no batch input (a parameter used "
                                  "as MatMul's first operand, Gather's indices or a loss's "
                                  "target)")
+        if sh.batch_error is not None:
+            raise TransformError(sh.batch_error)
         bsz = sh.batch_size
         x = next(p for p in self.prog.fn.params if p in sh.data)
         if bsz % dp:
@@ -169,6 +171,14 @@ class Plan:
     def local_type(self, v: Value, device: int, per_replica: bool = False) -> TensorType:
         t = self.prog.type(v)
         return TensorType(t.dtype, self.local_shape(v, per_replica), device)
+
+    def shape_operand(self, op: Op, k: int) -> np.ndarray:
+        """The local value of a shape operand (``SHAPE_OPERANDS``): the local target shape
+        of ``Reshape``/``Expand``, the local sizes of ``Split``."""
+        if op.op_type == "Split":
+            axis = self.prog.attrs(op).get("axis", 0)
+            return np.array([self.local_shape(o)[axis] for o in op.outputs], dtype=np.int64)
+        return np.array(self.local_shape(op.outputs[0]), dtype=np.int64)
 
     def op_stage(self, i: int) -> int:
         return self.stage[i]

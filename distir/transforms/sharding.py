@@ -55,6 +55,8 @@ class Sharding:
         self.locked: set[Value] = set()
         self.batch_size: int | None = None
         self._memo: dict[tuple, Any] = {}
+        self.batch_error: str | None = None
+        """Why the batch cannot be split, if it cannot."""
         self._find_roles()
         self._batch_pass()
         self._tensor_pass()
@@ -121,9 +123,12 @@ class Sharding:
         return hit
 
     def _propagate(self, heap: list[int], accept: Callable[[Value, Layout], bool],
-                   undo: list[tuple[Value, Any, Any]] | None) -> tuple[Op, Reject] | None:
+                   undo: list[tuple[Value, Any, Any]] | None,
+                   on_reject: Callable[[Op, Reject], tuple | None] | None = None,
+                   ) -> tuple[Op, Reject] | None:
         """Re-evaluate the ops in ``heap`` (and those their changes reach) in program order.
-        Returns the first op that rejected its layouts, with the reason, or ``None``."""
+        Returns the first op that rejected its layouts, with the reason, or ``None``;
+        ``on_reject`` may instead supply results for the rejecting op and go on."""
         prog = self.prog
         users = prog.users
         queued = set(heap)
@@ -138,8 +143,13 @@ class Sharding:
             except Demand as d:
                 v = op.inputs[d.index]
                 if v is None or not accept(v, d.layout):
-                    return op, Reject(f"input {d.index} (%{v.name if v else '_'}) would "
-                                      f"have to be split as {d.layout}")
+                    r = Reject(f"input {d.index} (%{v.name if v else '_'}) would have to "
+                               f"be split as {d.layout}")
+                    res = on_reject(op, r) if on_reject is not None else None
+                    if res is None:
+                        return op, r
+                    self._set_outputs(op, res, heap, queued, undo)
+                    continue
                 if undo is not None:
                     undo.append((v, lay.get(v), part.get(v)))
                 lay[v] = d.layout
@@ -152,8 +162,16 @@ class Sharding:
                     heapq.heappush(heap, i)
                 continue
             except Reject as r:
-                return op, r
-            for v, (new, p) in zip(op.outputs, res):
+                res = on_reject(op, r) if on_reject is not None else None
+                if res is None:
+                    return op, r
+            self._set_outputs(op, res, heap, queued, undo)
+        return None
+
+    def _set_outputs(self, op: Op, res: tuple, heap: list[int], queued: set[int],
+                     undo: list[tuple[Value, Any, Any]] | None) -> None:
+        lay, part, users = self.layout, self.partial, self.prog.users
+        for v, (new, p) in zip(op.outputs, res):
                 if lay.get(v) == new and part.get(v, "") == p:
                     continue
                 if undo is not None:
@@ -167,7 +185,6 @@ class Sharding:
                     if u not in queued:
                         queued.add(u)
                         heapq.heappush(heap, u)
-        return None
 
     # -- pass 1: batch ---------------------------------------------------------------------
     def _accept_batch(self, v: Value, layout: Layout) -> bool:
@@ -181,13 +198,21 @@ class Sharding:
         return True
 
     def _batch_pass(self) -> None:
-        bad = self._propagate(list(self.prog.live_ops), self._accept_batch, None)
-        if bad is not None:
-            op, r = bad
-            from distir.ir.printer import format_op
+        """Split the batch everywhere. An op that cannot take a split batch is recorded in
+        ``batch_error`` (a configuration that splits the batch is then refused) and its
+        results are treated as per-sample for the rest of the analysis."""
+        prog = self.prog
 
-            raise TransformError(f"cannot split the batch over replicas and microbatches: "
-                                 f"`{format_op(op)}`: {r.message}")
+        def on_reject(op: Op, r: Reject) -> tuple:
+            if self.batch_error is None:
+                from distir.ir.printer import format_op
+
+                self.batch_error = (f"cannot split the batch over replicas and microbatches: "
+                                    f"`{format_op(op)}`: {r.message}")
+            return tuple((Layout((B,) + (None,) * (len(prog.shape(v)) - 1))
+                          if prog.shape(v) else replicated(0), "") for v in op.outputs)
+
+        self._propagate(list(prog.live_ops), self._accept_batch, None, on_reject)
 
     # -- pass 2: tensor parallelism ----------------------------------------------------------
     def _accept_tensor(self, v: Value, layout: Layout) -> bool:

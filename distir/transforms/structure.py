@@ -18,9 +18,11 @@ parameter that is not a batch input, or a value computed from weights only) form
 sequence, each element the op type with the types of the forward ops that follow it up to
 the next weight op: ``Gather Add (LN MatMul Add[attention] MatMul Add[residual] LN MatMul
 Add[Gelu] MatMul Add[residual])×n LN MatMul`` for GPT-2, ``(MatMul[Relu])×L`` for an MLP.
-Its longest periodic run with a matrix product in the period gives the layers; its phase is the one whose block boundary has the
-fewest live forward activations (the residual stream alone, for GPT-2). Ops before the run
-belong to the first stage, ops after it to the last.
+Its longest periodic run with a matrix product in the period gives the layers, extended by
+whole blocks next to it whose op types match (an MLP's last layer, which has no activation
+after it); the phase is the one whose block boundary has the fewest live forward
+activations (the residual stream alone, for GPT-2). Ops before the run belong to the first
+stage, ops after it to the last.
 
 Each op gets an *anchor*: 0 before the first layer, ``r + 1`` in layer ``r``, ``L + 1``
 after the last. A forward op takes the largest anchor of its inputs (and of its own weight
@@ -132,6 +134,15 @@ class Structure:
         start, period, reps, extent = _periodic_run(sig)
         if reps >= 2:
             start = self._best_phase(seq, start, period, extent - reps * period)
+            # A whole block next to the run whose op types match (only what follows its
+            # ops differs: the last layer of an MLP has no activation) is a layer too.
+            types = [t for t, _ in sig]
+            block = types[start:start + period]
+            while start >= period and types[start - period:start] == block:
+                start -= period
+                reps += 1
+            while types[start + reps * period:start + (reps + 1) * period] == block:
+                reps += 1
         else:
             start, period, reps = 0, len(seq), 1 if seq else 0
         self.num_layers = reps

@@ -1,0 +1,52 @@
+"""``distir transform``: distribute a sequential step with data, tensor and pipeline
+parallelism (``distir.transforms.dtp``) and print the distributed program."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    p = sub.add_parser("transform", help="distribute a step over dp·tp·pp devices (D/T/P/K)",
+                       description="Distribute the entry function of a .dir file with data "
+                       "(--dp), tensor (--tp) and pipeline (--pp) parallelism, the batch of "
+                       "each replica split in --microbatches. Device (d*pp + s)*tp + t holds "
+                       "rank t of stage s of replica d. Prints the program, or writes it to "
+                       "-o and prints a summary.")
+    p.add_argument("file", help="a .dir file holding a sequential (single-device) step")
+    p.add_argument("--dp", type=int, default=1, metavar="D", help="data-parallel replicas")
+    p.add_argument("--tp", type=int, default=1, metavar="T", help="tensor-parallel ranks")
+    p.add_argument("--pp", type=int, default=1, metavar="P", help="pipeline stages")
+    p.add_argument("--microbatches", "-k", type=int, default=1, metavar="K",
+                   help="microbatches per replica")
+    p.add_argument("--schedule", choices=("gpipe", "1f1b"), default="1f1b",
+                   help="pipeline schedule of a training step (default 1f1b)")
+    p.add_argument("--self-contained", action="store_true",
+                   help="take the sequential parameters on device 0 and return the "
+                   "sequential results there (for differential testing); by default the "
+                   "parameters are already placed")
+    p.add_argument("-o", "--output", metavar="OUT.dir", default=None,
+                   help="write the program here instead of standard output")
+    p.set_defaults(func=run_transform)
+
+
+def run_transform(args: argparse.Namespace) -> int:
+    import distir
+    from distir.transforms import dtp
+
+    m = distir.load(args.file)
+    fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
+             schedule=args.schedule, self_contained=args.self_contained)
+    text = distir.dumps(fn)
+    if args.output is None:
+        sys.stdout.write(text)
+        return 0
+    with open(args.output, "w", encoding="utf-8") as f:
+        f.write(text)
+    n_dev = args.dp * args.tp * args.pp
+    written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
+    sys.stdout.write(f"wrote {args.output}: {n_dev} device{'s' * (n_dev != 1)}, "
+                     f"{len(list(fn.callees())) + 1} functions, {written:,} ops "
+                     f"({fn.num_ops(inline_calls=True):,} with calls inlined)\n")
+    return 0

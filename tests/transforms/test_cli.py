@@ -1,0 +1,37 @@
+"""``distir transform``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import distir
+from distir.cli import main
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def test_prints_the_program(capsys: pytest.CaptureFixture) -> None:
+    assert main(["transform", str(EXAMPLES / "mlp_step.dir"), "--dp", "2", "--tp", "2",
+                 "--pp", "3", "--microbatches", "2", "--schedule", "gpipe"]) == 0
+    out = capsys.readouterr().out
+    m = distir.parse(out)
+    assert {f.name for f in m} >= {"main", "stage0_fwd", "stage2_bwd_acc"}
+    distir.infer_types(m.entry)
+
+
+def test_writes_a_self_contained_program(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                         ) -> None:
+    out = tmp_path / "out.dir"
+    src = EXAMPLES / "mlp_step.dir"
+    assert main(["transform", str(src), "--tp", "2", "--pp", "3", "-k", "4",
+                 "--self-contained", "-o", str(out)]) == 0
+    summary = capsys.readouterr().out
+    assert summary.startswith(f"wrote {out}: 6 devices, 10 functions, ")
+    seq = distir.load(src).entry
+    dist = distir.load(out).entry
+    ins = distir.analysis.random_inputs(seq)
+    for a, b in zip(distir.execute(dist, ins), distir.execute(seq, ins)):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))

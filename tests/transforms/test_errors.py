@@ -1,0 +1,92 @@
+"""Impossible configurations are refused with one line naming the failed constraint and
+its numbers."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+import distir
+from distir.errors import TransformError
+from distir.ir import DType, FunctionBuilder, TensorType
+from distir.transforms import dtp
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _mlp(batch: int = 8, hidden: int = 8, layers: int = 4) -> distir.Function:
+    return distir.models.mlp(batch_size=batch, input_dim=4, hidden_dim=hidden, output_dim=4,
+                             num_layers=layers)
+
+
+def _gpt2(d_model: int, n_head: int) -> distir.Function:
+    return distir.models.gpt2(n_layer=2, d_model=d_model, n_head=n_head, vocab_size=11,
+                              seq_len=4, batch_size=2)
+
+
+CASES = [
+    (lambda: dtp(_mlp(batch=6), dp=4),
+     r"^error: dp=4 does not divide the batch size 6 \(dimension 0 of %x\)$"),
+    (lambda: dtp(_mlp(batch=8), dp=2, microbatches=3),
+     r"^error: microbatches=3 does not divide the per-replica batch 4 \(batch size 8 / "
+     r"dp=2\)$"),
+    (lambda: dtp(_mlp(layers=2), pp=4),
+     r"^error: pp=4 is more pipeline stages than the 2 layers of @main$"),
+    (lambda: dtp(_mlp(layers=4), pp=3),
+     r"^error: pp=3 does not divide the 4 layers of @main: every stage gets the same "
+     r"number of layers$"),
+    (lambda: dtp(_mlp(hidden=6), tp=4),
+     r"^error: tp=4 does not divide dimension 1 \(size 6\) of weight %w0 \(shape \(4, 6\)\)"),
+    (lambda: dtp(_gpt2(16, 2), tp=4),
+     r"^error: tp=4 does not divide the 2 attention heads \(dimension 2 of "
+     r"%h\.0\.attn\.q\.heads, shape \(2, 4, 2, 8\)\)"),
+    (lambda: dtp(_gpt2(12, 2), tp=8),
+     r"^error: tp=8 does not divide dimension 1 \(size 36\) of weight "
+     r"%h\.0\.attn\.c_attn\.weight \(shape \(12, 36\)\), which holds 3 fused projections "
+     r"of 12"),
+    (lambda: dtp(_mlp(), dp=0), r"^error: dp must be a positive integer, got 0$"),
+    (lambda: dtp(_mlp(), microbatches=2.0), r"^error: microbatches must be a positive "
+     r"integer, got 2\.0$"),
+    (lambda: dtp(_mlp(), pp=2, schedule="zero-bubble"),
+     r"^error: unknown schedule 'zero-bubble': choose one of gpipe, 1f1b$"),
+    (lambda: dtp(distir.load(EXAMPLES / "mlp_step_dp2.dir")),
+     r"^error: @main already communicates \(MPIBroadcast\): distribute a sequential "
+     r"function$"),
+]
+
+
+@pytest.mark.parametrize("case", range(len(CASES)))
+def test_refused_with_the_constraint(case: int) -> None:
+    make, pattern = CASES[case]
+    with pytest.raises(TransformError, match=pattern) as info:
+        make()
+    assert "\n" not in str(info.value)
+
+
+def _softmax_over_batch() -> distir.Function:
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (4, 3), 0))
+    w = b.param("w", TensorType(DType.Float32, (3, 3), 0))
+    h = b.op("MatMul", x, w, name="h")
+    return b.ret(b.op("Softmax", h, axis=0, name="p"))
+
+
+def test_an_op_that_mixes_the_batch_is_refused() -> None:
+    fn = _softmax_over_batch()
+    dtp(fn)  # nothing to split: fine
+    with pytest.raises(TransformError, match=r"cannot split the batch over replicas and "
+                       r"microbatches: `%p = Softmax\(%h, axis=0\)`: Softmax along a split "
+                       r"axis"):
+        dtp(fn, dp=2)
+
+
+def test_cli_prints_one_line_and_exits_1(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                         ) -> None:
+    from distir.cli import main
+
+    src = tmp_path / "mlp.dir"
+    src.write_text(distir.dumps(_mlp(batch=6)), encoding="utf-8")
+    assert main(["transform", str(src), "--dp", "4"]) == 1
+    err = capsys.readouterr().err
+    assert err == "error: dp=4 does not divide the batch size 6 (dimension 0 of %x)\n"
