@@ -21,6 +21,7 @@ import os
 import numpy as np
 import pytest
 
+import distir
 from distir.analysis import execute, type_env
 from distir.analysis.values import type_of
 from distir.importers.conformance import (
@@ -61,6 +62,8 @@ def test_imports_and_types_every_value(path):
     (out,) = fn.returns
     expected = light_expected(path)
     assert type_of(env[out]) == TensorType(DType.Float32, expected.shape, 0)
+    text = distir.dumps(m)
+    assert distir.dumps(distir.parse(text)) == text
 
 
 def _params(names, fast):

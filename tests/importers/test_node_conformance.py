@@ -31,3 +31,19 @@ def test_exclusions_are_a_minority():
     # The spec excludes dtypes, sequences and random outputs, not whole ops or most cases.
     excluded = sum(1 for c in CASES if c.excluded)
     assert excluded < len(CASES) / 2
+
+
+def test_imported_cases_print_and_parse_back():
+    """The text of every imported case parses back to the same text (attributes of every
+    kind the suite uses: dense literals, floats, lists, dtypes)."""
+    import distir
+    from distir.importers.onnx import import_onnx
+
+    bad = []
+    for c in CASES:
+        if c.excluded:
+            continue
+        text = distir.dumps(import_onnx(c.model))
+        if distir.dumps(distir.parse(text, filename=c.name)) != text:
+            bad.append(c.name)
+    assert not bad
