@@ -346,7 +346,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         timer = bench.Timer(device, target_s=0.002 if quick else 0.01, trials=3)
         dtypes = ["Float32"]
         ew_dtypes = ["Float32"]
-    n_shapes = shapes or (24 if quick else (240 if use_cuda else 80))
+    n_shapes = shapes or (24 if quick else (300 if use_cuda else 80))
     grid = bench.matmul_shapes(quick, use_cuda, n_shapes, seed)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()

@@ -9,9 +9,14 @@ uses.
 
 Candidates:
 - ``linear``: ``t = a + sum(c_i x_i)`` with ``c_i >= 0``, weighted by ``1 / t^2`` so that the
-  least squares are relative; features FLOPs and bytes (matmul) or bytes (the rest).
+  least squares are relative; features FLOPs and bytes, or FLOPs and the element counts of
+  the result and of each operand (matmul), or bytes (the rest).
 - ``loglog``: ``log t`` as a polynomial of degree 2 or 3 in ``log m, log n, log k`` (or
   ``log FLOPs, log bytes``), matmul only.
+- ``boosted``: the second linear model times ``exp`` of gradient-boosted regression trees
+  (150 of depth 3, or 300 of depth 4) on ``log m, log n, log k`` (and ``log mn, log
+  FLOPs``) fitted to the log residual: it learns the shape effects (tile and wave
+  quantization) that no smooth law has, matmul only.
 - ``piecewise``: ``log t`` piecewise linear in ``log bytes`` (a degree-1 ``SplineTransformer``
   with knots at every, every 2nd or every 4th training size, then ridge regression), for
   elementwise kernels and collectives, whose time bends where protocols and caches change.
@@ -25,7 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from distir.analysis.hardware import FitModel, loglog_terms
+from distir.analysis.hardware import FitModel, loglog_terms, matmul_features
 
 __all__ = ["FitReport", "fit_rows", "ape", "LARGE"]
 
@@ -67,8 +72,13 @@ def ape(pred: float, t: float) -> float:
 
 
 def _x(row: dict[str, Any]) -> dict[str, float]:
-    return {"m": float(row["m"]), "n": float(row["n"]), "k": float(row["k"]),
-            "flops": float(row["flops"]), "bytes": float(row["bytes"])}
+    """The features of a row (those of ``hardware.matmul_features`` for a matmul)."""
+    if row["family"] == "matmul":
+        m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+        x = matmul_features(m, n, k, 1)
+        x["bytes"] = float(row["bytes"])  # the measured dtype's bytes
+        return x
+    return {"bytes": float(row["bytes"])}
 
 
 Trainer = Callable[[Sequence[dict[str, Any]]], FitModel]
@@ -103,6 +113,44 @@ def _loglog(features: tuple[str, ...], degree: int) -> Trainer:
     return train
 
 
+def _boosted(features: tuple[str, ...], tree_features: tuple[str, ...],
+             n_trees: int = 150, depth: int = 3, rate: float = 0.1) -> Trainer:
+    """A ``linear`` base times ``exp`` of gradient-boosted trees on the log residual."""
+    def train(rows: Sequence[dict[str, Any]]) -> FitModel:
+        import numpy as np
+        from sklearn.ensemble import GradientBoostingRegressor
+
+        base = _linear(features)(rows)
+        xs = [_x(r) for r in rows]
+        X = np.array([[math.log(x[f]) for f in tree_features] for x in xs])
+        resid = np.array([math.log(r["seconds"]) - math.log(max(base(x), 1e-12))
+                          for r, x in zip(rows, xs)])
+        gbr = GradientBoostingRegressor(n_estimators=n_trees, max_depth=depth,
+                                        learning_rate=rate, init="zero", min_samples_leaf=3,
+                                        random_state=0).fit(X, resid)
+        trees = []
+        for est in gbr.estimators_[:, 0]:
+            t = est.tree_
+            nodes = []
+            for i in range(t.node_count):
+                if t.children_left[i] < 0:
+                    nodes.append((-1, 0.0, 0, 0, float(t.value[i].ravel()[0]) * rate))
+                else:
+                    nodes.append((int(t.feature[i]), float(t.threshold[i]),
+                                  int(t.children_left[i]), int(t.children_right[i]), 0.0))
+            trees.append(tuple(nodes))
+        model = FitModel("boosted", features, intercept=base.intercept, coef=base.coef,
+                         tree_features=tree_features, trees=tuple(trees))
+        # The exported trees must predict what scikit-learn predicts.
+        ref = gbr.predict(X)
+        for x, r in zip(xs[:20], ref[:20]):
+            got = math.log(model(x)) - math.log(max(base(x), 1e-12))
+            if abs(got - r) > 1e-6:
+                raise RuntimeError(f"tree export mismatch: {got} != {r}")
+        return model
+    return train
+
+
 def _piecewise(every: int) -> Trainer:
     def train(rows: Sequence[dict[str, Any]]) -> FitModel:
         import numpy as np
@@ -131,9 +179,16 @@ def _piecewise(every: int) -> Trainer:
 def candidates(family: str) -> dict[str, Trainer]:
     if family == "matmul":
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
+                "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),
                 "loglog2(m, n, k)": _loglog(("m", "n", "k"), 2),
                 "loglog3(m, n, k)": _loglog(("m", "n", "k"), 3),
-                "loglog2(flops, bytes)": _loglog(("flops", "bytes"), 2)}
+                "loglog2(flops, bytes)": _loglog(("flops", "bytes"), 2),
+                "linear(flops, mn, mk, kn) x trees(m, n, k)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k")),
+                "linear(flops, mn, mk, kn) x trees(m, n, k, mn, flops)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k", "mn", "flops")),
+                "linear(flops, mn, mk, kn) x deep trees(m, n, k)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k"), 300, 4, 0.05)}
     return {"linear(bytes)": _linear(("bytes",)),
             "piecewise(every size)": _piecewise(1),
             "piecewise(every 2nd size)": _piecewise(2),

@@ -36,16 +36,21 @@ from typing import Any
 from distir.errors import ConfigError
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
-           "profile_dirs", "available_profiles", "collective_factors", "loglog_terms"]
+           "profile_dirs", "available_profiles", "collective_factors", "loglog_terms",
+           "matmul_features"]
 
 FORMAT = "distir-hardware/1"
 
-FIT_KINDS = ("linear", "loglog", "piecewise")
+FIT_KINDS = ("linear", "loglog", "piecewise", "boosted")
+
+Node = tuple[int, float, int, int, float]
+"""A regression-tree node ``(feature, threshold, left, right, value)``; a leaf has feature
+-1 and its value; an inner node sends ``log x[feature] <= threshold`` left."""
 
 
 @dataclass(frozen=True, slots=True)
 class FitModel:
-    """A fitted time model ``t(features)`` in seconds; one of three kinds.
+    """A fitted time model ``t(features)`` in seconds; one of four kinds.
 
     - ``linear``: ``t = intercept + sum(coef[i] * x[i])``.
     - ``loglog``: ``log t = intercept + sum(coef[j] * term[j])``, the terms being every
@@ -56,6 +61,11 @@ class FitModel:
     - ``piecewise``: one feature; ``t`` is interpolated linearly in log-log space between
       the knots ``(xs, ts)``; constant below the first knot, proportional to ``x`` beyond
       the last.
+    - ``boosted``: a ``linear`` base times a learned correction,
+      ``t = base(x) * exp(sum(tree(log x[tree_features]) for tree in trees))``: gradient
+      boosted regression trees on the logarithm of the residual (the learning rate is
+      folded into the leaf values). Outside the calibrated range the trees' corrections
+      stay constant, so the base sets how time scales.
     """
 
     kind: str
@@ -67,12 +77,21 @@ class FitModel:
     hi: tuple[float, ...] = ()
     xs: tuple[float, ...] = ()
     ts: tuple[float, ...] = ()
+    tree_features: tuple[str, ...] = ()
+    trees: tuple[tuple[Node, ...], ...] = ()
 
     def __post_init__(self) -> None:
         if self.kind not in FIT_KINDS:
             raise ConfigError(f"fit kind '{self.kind}' is not one of {', '.join(FIT_KINDS)}")
-        if self.kind == "linear" and len(self.coef) != len(self.features):
-            raise ConfigError("a linear fit needs one coefficient per feature")
+        if self.kind in ("linear", "boosted") and len(self.coef) != len(self.features):
+            raise ConfigError(f"a {self.kind} fit needs one coefficient per feature")
+        if self.kind == "boosted":
+            n = len(self.tree_features)
+            for tree in self.trees:
+                for f, _, left, right, _ in tree:
+                    if f >= n or (f >= 0 and not (0 <= left < len(tree)
+                                                  and 0 <= right < len(tree))):
+                        raise ConfigError("a boosted fit has a malformed tree node")
         if self.kind == "loglog":
             if len(self.coef) != len(_monomials(len(self.features), self.degree)):
                 raise ConfigError(f"a degree-{self.degree} loglog fit of "
@@ -96,6 +115,19 @@ class FitModel:
         kind = self.kind
         if kind == "linear":
             return self.intercept + sum(c * v for c, v in zip(self.coef, vals))
+        if kind == "boosted":
+            base = max(self.intercept + sum(c * v for c, v in zip(self.coef, vals)), 1e-12)
+            z = [math.log(max(float(x[f]), 1e-30)) for f in self.tree_features]
+            corr = 0.0
+            for tree in self.trees:
+                i = 0
+                while True:
+                    f, thr, left, right, value = tree[i]
+                    if f < 0:
+                        corr += value
+                        break
+                    i = left if z[f] <= thr else right
+            return base * math.exp(corr)
         if kind == "loglog":
             scale = 1.0
             logs = []
@@ -135,6 +167,9 @@ class FitModel:
             d.update(xs=list(self.xs), ts=list(self.ts))
             return d
         d.update(intercept=self.intercept, coef=list(self.coef))
+        if self.kind == "boosted":
+            d.update(tree_features=list(self.tree_features),
+                     trees=[[list(node) for node in tree] for tree in self.trees])
         if self.kind == "loglog":
             d.update(degree=self.degree, lo=list(self.lo), hi=list(self.hi))
         return d
@@ -150,10 +185,22 @@ class FitModel:
                 lo=tuple(float(v) for v in d.get("lo", ())),
                 hi=tuple(float(v) for v in d.get("hi", ())),
                 xs=tuple(float(v) for v in d.get("xs", ())),
-                ts=tuple(float(v) for v in d.get("ts", ())))
+                ts=tuple(float(v) for v in d.get("ts", ())),
+                tree_features=tuple(d.get("tree_features", ())),
+                trees=tuple(tuple((int(n[0]), float(n[1]), int(n[2]), int(n[3]), float(n[4]))
+                                  for n in tree) for tree in d.get("trees", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{where}: malformed fit ({type(e).__name__}: {e}); see "
                               "calibration/README.md for the format") from None
+
+
+def matmul_features(m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
+    """The features a matmul fit may use: the dimensions, ``flops`` (2mnk), ``bytes``
+    (operands and result), and the element counts ``mn`` (result), ``mk`` and ``kn``
+    (operands)."""
+    return {"m": float(m), "n": float(n), "k": float(k), "flops": 2.0 * m * n * k,
+            "bytes": float((m * k + k * n + m * n) * itemsize), "mn": float(m * n),
+            "mk": float(m * k), "kn": float(k * n)}
 
 
 _MONO: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
@@ -265,8 +312,7 @@ class Hardware:
         nbytes = float((m * k + k * n + m * n) * itemsize)
         f = self._fits.get(("matmul", dtype))
         if f is not None:
-            return max(f({"m": m, "n": n, "k": k, "flops": flops, "bytes": nbytes}),
-                       self.launch_overhead)
+            return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
         return self.roofline_time(flops, nbytes, dtype)
 
     def memory_time(self, nbytes: float, flops: float, dtype: str) -> float:

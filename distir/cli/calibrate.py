@@ -41,7 +41,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    help="gloo processes for collectives on a CPU (default 2)")
     p.add_argument("--no-comm", action="store_true", help="skip the collectives")
     p.add_argument("--shapes", type=int, default=None, metavar="N",
-                   help="matmul shapes per dtype (default 240 on a GPU, 80 on a CPU, 24 quick)")
+                   help="matmul shapes per dtype (default 300 on a GPU, 80 on a CPU, 24 quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of the matmul shape sample")
     p.add_argument("--fit-only", metavar="CSV", default=None,
                    help="refit from a measurements CSV instead of measuring")

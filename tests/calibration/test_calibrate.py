@@ -1,0 +1,116 @@
+"""The whole calibration path on a CPU (--quick): microbenchmarks, a 2-process gloo
+collective benchmark, fits, the profile and its companions, and simulating with it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import distir
+from calibration.calibrate import calibrate, default_name, read_measurements
+from calibration.readme import insert_report
+from distir.analysis.hardware import load_hardware
+from distir.cli import main
+
+ROOT = Path(__file__).resolve().parents[2]
+COLLECTIVES = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
+
+
+@pytest.fixture(scope="module")
+def quick(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    out = tmp_path_factory.mktemp("cal") / "cpu-quick.json"
+    doc = calibrate(str(out), quick=True, cpu=True, cpu_procs=2, log=lambda s: None)
+    return out, doc
+
+
+def test_quick_calibration_writes_profile_measurements_and_report(
+        quick: tuple[Path, dict]) -> None:
+    out, doc = quick
+    csv = out.with_name("cpu-quick.measurements.csv")
+    report = out.with_name("cpu-quick.report.md")
+    assert out.is_file() and csv.is_file() and report.is_file()
+    rows, meta = read_measurements(csv)
+    assert meta["kind"] == "cpu" and meta["world"] == 2
+    families = {r["family"] for r in rows}
+    assert {"matmul", "elementwise"} | COLLECTIVES <= families
+    assert all(r["seconds"] > 0 for r in rows)
+    assert {r["group_size"] for r in rows if r["family"] in COLLECTIVES} == {2}
+    assert {r["split"] for r in rows} == {"train", "test"}
+    # The profile: calibrated, with a fit per family, readable by distir.
+    hw = load_hardware(str(out))
+    assert hw.calibrated and hw.name == "cpu-quick"
+    fitted = {(fam, key) for fam, key, _ in hw.fits}
+    assert {("matmul", "Float32"), ("elementwise", "any")} <= fitted
+    assert {(c, "2") for c in COLLECTIVES} <= fitted
+    assert hw.peak("Float32") > 0 and hw.memory_bandwidth > 0 and hw.launch_overhead > 0
+    assert [s.group_size for s in hw.intra_node] == [2]
+    quality = doc["calibration"]["fit_quality"]
+    assert {q["family"] for q in quality} == {"matmul", "elementwise"} | COLLECTIVES
+    text = report.read_text()
+    assert text.startswith("## Profile `cpu-quick`") and "| matmul | Float32 |" in text
+    assert "GPU-minutes" in text
+
+
+def test_simulating_with_the_calibrated_profile(quick: tuple[Path, dict]) -> None:
+    out, _ = quick
+    m = distir.load(str(ROOT / "examples" / "mlp_step_dp2.dir"))
+    sim = distir.simulate(m, str(out))
+    assert sim.latency_s > 0 and sim.hardware.name == "cpu-quick"
+    assert sim.comm_s[0] > 0 and sim.compute_s[0] > 0
+
+
+def test_fit_only_reproduces_the_fits(quick: tuple[Path, dict], tmp_path: Path) -> None:
+    out, doc = quick
+    csv = out.with_name("cpu-quick.measurements.csv")
+    again = calibrate(str(tmp_path / "cpu-quick.json"), fit_only=str(csv),
+                      log=lambda s: None)
+    assert again["fits"] == doc["fits"]
+    assert again["device"] == doc["device"]
+    assert (tmp_path / "cpu-quick.measurements.csv").is_file()
+
+
+def test_cli_fit_only(quick: tuple[Path, dict], tmp_path: Path,
+                      capsys: pytest.CaptureFixture[str]) -> None:
+    out, _ = quick
+    csv = out.with_name("cpu-quick.measurements.csv")
+    dest = tmp_path / "refit.json"
+    assert main(["calibrate", "--fit-only", str(csv), "-o", str(dest)]) == 0
+    assert capsys.readouterr().out.startswith("## Profile `refit`")
+    assert load_hardware(str(dest)).name == "refit"
+    assert main(["calibrate", "--fit-only", str(tmp_path / "none.csv")]) == 1
+    err = capsys.readouterr().err
+    assert "does not exist" in err and err.count("\n") == 1
+
+
+def test_default_names() -> None:
+    assert default_name("NVIDIA H100 80GB HBM3") == "h100-sxm"
+    assert default_name("NVIDIA H200") == "h200-sxm"
+    assert default_name("NVIDIA H100 PCIe") == "h100-pcie"
+    assert default_name("NVIDIA A100-SXM4-40GB") == "nvidia-a100-sxm4-40gb"
+
+
+def test_readme_report_section() -> None:
+    rep = "## Profile `x`\n\n| a |\n"
+    once = insert_report(rep, "# Title\n")
+    assert once == "# Title\n\n<!-- results:x:begin -->\n## Profile `x`\n\n| a |\n" \
+                   "<!-- results:x:end -->\n"
+    twice = insert_report("## Profile `x`\n\nnew\n", once)
+    assert "new" in twice and "| a |" not in twice and twice.count("results:x:begin") == 1
+
+
+def test_run_gpu_script_is_valid_bash() -> None:
+    import subprocess
+
+    script = ROOT / "calibration" / "run_gpu.sh"
+    assert subprocess.run(["bash", "-n", str(script)]).returncode == 0
+    text = script.read_text()
+    assert "NCCL_NVLS_ENABLE=0" in text and "python" in text.lower()
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available(), reason="needs a CUDA GPU")
+def test_quick_calibration_on_gpu(tmp_path: Path) -> None:
+    doc = calibrate(str(tmp_path / "gpu.json"), quick=True, log=lambda s: None)
+    assert doc["calibrated"] and ("matmul", "BFloat16") in {
+        (f, k) for f, ks in doc["fits"].items() for k in ks}
