@@ -151,9 +151,9 @@ def _prepare(proto: onnx.ModelProto, owned: bool, model_dir: str | None,
     """Inline, check, convert and load external data; returns the model to convert and
     whether it is ours to modify."""
     if proto.functions:
-        import onnx.inliner
+        from onnx import inliner
 
-        proto, owned = onnx.inliner.inline_local_functions(proto), True
+        proto, owned = inliner.inline_local_functions(proto), True
     _check_supported(proto)
     version = _opset(proto)
     if version is None:
@@ -162,6 +162,15 @@ def _prepare(proto: onnx.ModelProto, owned: bool, model_dir: str | None,
     elif version != OPSET:
         from onnx import version_converter
 
+        listed = {vi.name for vi in proto.graph.input}
+        if proto.ir_version < 4 and any(t.name not in listed for t in proto.graph.initializer):
+            # IR versions before 4 list every initializer among the inputs, and the
+            # converter rejects those that are not; runtimes accept them, and so does
+            # IR 4, which means the same graph.
+            copy = onnx.ModelProto()
+            copy.CopyFrom(proto)
+            copy.ir_version = 4
+            proto = copy
         try:
             proto = version_converter.convert_version(proto, OPSET)
         except Exception as e:  # noqa: BLE001 - the converter raises C++ assertion errors

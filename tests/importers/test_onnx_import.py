@@ -400,3 +400,27 @@ def test_importing_doc_lists_the_onnx_ops_distir_defines():
     defined = sorted(n for n, s in SCHEMAS.items() if s.domain == "onnx")
     assert sorted(listed) == defined
     assert f"these {len(defined)} ONNX ops" in text
+
+
+def test_ir3_model_with_initializers_not_listed_as_inputs():
+    w = init("w", np.full((2,), 3.0, np.float32))
+    m = model([helper.make_node("Mul", ["x", "w"], ["y"])], [vi("x", [2])], [vi("y", [2])],
+              [w], opset=9)
+    m.ir_version = 3  # which wants "w" among the inputs too; runtimes do not insist
+    imported = import_onnx(m)
+    assert execute(imported.entry, [np.array([1.0, 2.0], np.float32)])[0].tolist() == [3.0, 6.0]
+    assert m.ir_version == 3
+
+
+def test_external_data_of_an_opset_21_model_proto(tmp_path):
+    # No conversion, so the importer copies the caller's proto before loading the data.
+    w = np.arange(6, dtype=np.float32)
+    m = model([helper.make_node("Add", ["x", "w"], ["y"])], [vi("x", [6])], [vi("y", [6])],
+              [init("w", w)])
+    onnx.save(m, str(tmp_path / "a.onnx"), save_as_external_data=True, location="a.bin",
+              size_threshold=0)
+    bare = onnx.load(str(tmp_path / "a.onnx"), load_external_data=False)
+    before = bare.SerializeToString()
+    imported = import_onnx(bare, base_dir=str(tmp_path))
+    np.testing.assert_array_equal(imported.initializers["w"], w)
+    assert bare.SerializeToString() == before
