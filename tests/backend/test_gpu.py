@@ -24,11 +24,14 @@ from distir.models import mlp  # noqa: E402
 
 
 def same(got: list, want: list, rtol: float) -> None:
+    """Equal up to ``rtol`` of each result's largest magnitude (GPU kernels sum in another
+    order than numpy, so small entries that cancel differ by more than their own size)."""
     assert len(got) == len(want)
     for g, w in zip(got, want):
         assert g.shape == w.shape and g.dtype == w.dtype
-        np.testing.assert_allclose(g.astype(np.float64), w.astype(np.float64), rtol=rtol,
-                                   atol=rtol)
+        g64, w64 = g.astype(np.float64), w.astype(np.float64)
+        scale = max(1.0, float(np.abs(w64).max()))
+        assert float(np.abs(g64 - w64).max()) <= rtol * scale, (np.abs(g64 - w64).max(), scale)
 
 
 @pytest.fixture(scope="module")
@@ -89,9 +92,9 @@ def test_half_precision_data_parallel(s2: Session, dtype: DType) -> None:
     from distir.transforms import dtp
 
     fn = small_mlp(dtype)
-    ins = [a * 0.1 for a in random_inputs(fn, seed=4)]
+    ins = [(a * 0.1).astype(a.dtype) for a in random_inputs(fn, seed=4)]
     res = s2.run(dtp(fn, dp=2, self_contained=True), ins, steps=1, warmup=0)
-    same(res.outputs, execute(fn, ins), rtol=3e-2)
+    same(res.outputs, execute(fn, ins), rtol=2e-2)
 
 
 def collectives() -> object:
@@ -117,3 +120,67 @@ def test_every_collective(s2: Session) -> None:
     ins = random_inputs(fn, seed=5)
     res = s2.run(fn, ins, steps=2, warmup=1)
     same(res.outputs, execute(fn, ins), rtol=1e-5)
+
+
+four_gpus = pytest.mark.skipif(N_GPU < 4, reason="needs 4 GPUs")
+
+
+@pytest.fixture(scope="module")
+def s4() -> Iterator[Session]:
+    if N_GPU < 4:
+        pytest.skip("needs 4 GPUs")
+    with Session(4, "nccl", timeout_s=120) as s:
+        yield s
+
+
+def collectives4() -> object:
+    """Collectives over 2, 3 and 4 of devices 0-3, with roots outside their destinations
+    and participants out of rank order."""
+    f32 = DType.Float32
+    b = FunctionBuilder("main")
+    a = b.param("a", TensorType(f32, (2, 3), 0))
+    bb = b.param("b", TensorType(f32, (2, 3), 2))
+    c = b.param("c", TensorType(f32, (6, 4), 3))
+    g2, g0 = b.op("MPIAllgather", bb, a, axis=-1, num_results=2)
+    g1 = b.op("Send", g0, device=1)
+    s1, s2 = b.op("MPIReduceScatter", g1, g2, axis=0, num_results=2)
+    r2, r0 = b.op("MPIBroadcast", s1, devices=[2, 0], num_results=2)
+    y = b.op("MPIReduce", r0, r2, device=1)
+    c0, c1, c2 = b.op("MPIScatter", c, axis=0, devices=[1, 0, 2], num_results=3)
+    all0, all2 = b.op("MPIAllgather", c0, c2, axis=1, num_results=2)
+    t = b.op("MPIGather", c2, c1, axis=0, device=3)
+    u1, u0, u2 = b.op("MPIReduceScatter", y, r0, r2, axis=1, num_results=3)
+    v0, v1, v2 = b.op("MPIAllgather", u0, u1, u2, axis=0, num_results=3)
+    return b.ret(y, all0, all2, t, v0, v1, v2, s2)
+
+
+@four_gpus
+def test_every_collective_on_four_gpus(s4: Session) -> None:
+    fn = collectives4()
+    ins = random_inputs(fn, seed=6)
+    same(s4.run(fn, ins, steps=2, warmup=1).outputs, execute(fn, ins), rtol=1e-5)
+
+
+@four_gpus
+@pytest.mark.parametrize("cfg", [(4, 1, 1, 1), (2, 2, 1, 1), (1, 2, 2, 2), (1, 1, 4, 4)])
+def test_distributed_mlp_on_four_gpus(s4: Session, cfg: tuple[int, int, int, int]) -> None:
+    from distir.transforms import dtp
+
+    fn = small_mlp()
+    dist = dtp(fn, dp=cfg[0], tp=cfg[1], pp=cfg[2], microbatches=cfg[3], schedule="1f1b",
+               self_contained=True)
+    ins = random_inputs(fn, seed=7)
+    same(s4.run(dist, ins, steps=1, warmup=0).outputs, execute(fn, ins), rtol=1e-3)
+
+
+@four_gpus
+@pytest.mark.parametrize("cfg", [(2, 2, 1, 1), (2, 1, 2, 2)])
+def test_distributed_gpt2_on_four_gpus(s4: Session, cfg: tuple[int, int, int, int]) -> None:
+    from distir.models import gpt2
+    from distir.transforms import dtp
+
+    fn = gpt2(n_layer=2, d_model=32, n_head=4, vocab_size=64, seq_len=16, batch_size=4)
+    dist = dtp(fn, dp=cfg[0], tp=cfg[1], pp=cfg[2], microbatches=cfg[3], schedule="gpipe",
+               self_contained=True)
+    ins = random_inputs(fn, seed=8)
+    same(s4.run(dist, ins, steps=1, warmup=0).outputs, execute(fn, ins), rtol=1e-3)
