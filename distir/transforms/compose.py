@@ -23,234 +23,22 @@ copy sent to another stage (or a value needed on several), the others appear onl
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from functools import partial
 
-import numpy as np
-
-from distir.analysis.rules import NUMPY_RULES, load_rules
 from distir.ir.core import CALL, Function, Op, Value
-from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
+from distir.transforms.hoist import BuilderBase
 from distir.transforms.layout import B, T
-from distir.transforms.plan import HOIST, MB, POST, Plan
-from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS
+from distir.transforms.plan import HOIST, POST
+from distir.transforms.program import SHAPE_OPERANDS
 from distir.transforms.schedule import ticks
 from distir.transforms.stages import StageFunction
 
-__all__ = ["MainBuilder", "FOLD_LIMIT"]
-
-FOLD_LIMIT = 256
-"""Batch-independent values computed from constants with at most this many elements are
-written as constants."""
-
-Key = tuple  # (value, microbatch or None, replica, stage)
+__all__ = ["MainBuilder"]
 
 
-class MainBuilder:
+class MainBuilder(BuilderBase):
     """Builds ``@main`` for a plan and its stage functions."""
-
-    def __init__(self, plan: Plan, groups: dict[tuple[int, str], StageFunction]) -> None:
-        load_rules()
-        self.plan = plan
-        self.prog = plan.prog
-        self.groups = groups
-        self.ops: list[Op] = []
-        self.params: list[Value] = []
-        self.env: dict[Key, list[Value]] = {}
-        self.hoisted: dict[tuple[int, int, int], list[Value]] = {}
-        self.acc: dict[tuple[Value, int, int], list[Value]] = {}
-        self.home: dict[Value, int] = {}
-        for i in self.prog.live_ops:
-            if plan.kind(i) != HOIST:
-                for v in self.prog.ops[i].outputs:
-                    self.home[v] = plan.stage[i]
-        self.param_stages = self._param_stages()
-        self._folded: dict[int, np.ndarray | None] = {}
-
-    # -- names -------------------------------------------------------------------------------
-    def namer(self, s: int | None, m: int | None, d: int) -> Callable[[str], list[str]]:
-        """``base -> [name on rank t]`` for values of stage-copy ``s``, microbatch ``m``,
-        replica ``d``."""
-        plan = self.plan
-        suffix = (f"_s{s}" if s is not None else "") + (
-            f"_mb{m}" if m is not None and plan.k > 1 else "") + (
-            f"_dp{d}" if plan.dp > 1 else "")
-        ends = [f"{suffix}_tp{t}" for t in range(plan.tp)] if plan.tp > 1 else [suffix]
-        return lambda b: [b + e for e in ends]
-
-    def stage_tag(self, v: Value, s: int) -> int | None:
-        """The stage suffix of ``v``'s copy on stage ``s``: none on its own stage."""
-        if v in self.home:
-            return None if self.home[v] == s else s
-        stages = self.param_stages.get(v, ())
-        return s if len(stages) > 1 else None
-
-    # -- where parameters live -----------------------------------------------------------------
-    def _param_stages(self) -> dict[Value, list[int]]:
-        plan, prog = self.plan, self.prog
-        need: dict[Value, set[int]] = {}
-        hoist_params: dict[Value, frozenset[Value]] = {}
-
-        def params_of(v: Value) -> frozenset[Value]:
-            r = hoist_params.get(v)
-            if r is None:
-                i = prog.producer.get(v)
-                if i is None:
-                    r = frozenset({v})
-                elif prog.ops[i].op_type in SHAPE_OPS:
-                    r = frozenset()
-                else:
-                    op = prog.ops[i]
-                    r = frozenset().union(*(params_of(x) for k, x in enumerate(op.inputs)
-                                            if x is not None and
-                                            (op.op_type, k) not in SHAPE_OPERANDS))
-                hoist_params[v] = r
-            return r
-
-        def use(v: Value, s: int) -> None:
-            i = prog.producer.get(v)
-            if i is not None and plan.kind(i) != HOIST:
-                return
-            for p in params_of(v):
-                need.setdefault(p, set()).add(s)
-
-        for g in self.groups.values():
-            for inp in g.inputs:
-                if inp[0] in ("v", "h"):
-                    use(inp[-1] if inp[0] == "h" else inp[1], g.stage)
-        for i in prog.live_ops:
-            if plan.kind(i) == POST:
-                op = prog.ops[i]
-                for k, x in enumerate(op.inputs):
-                    if x is not None and (op.op_type, k) not in SHAPE_OPERANDS:
-                        use(x, plan.stage[i])
-        for v in prog.fn.returns:
-            use(v, self.home.get(v, 0))
-        return {p: sorted(need[p]) for p in prog.fn.params if p in need}
-
-    def once_stage(self, v: Value) -> int:
-        """The stage holding a value computed once (an update, a weight, a constant)."""
-        if v in self.home:
-            return self.home[v]
-        stages = self.param_stages.get(v)
-        return stages[0] if stages else 0
-
-    # -- environment ---------------------------------------------------------------------------
-    def get(self, v: Value, m: int | None, d: int, s: int) -> list[Value]:
-        """The local values of ``v`` (microbatch ``m``) on replica ``d``, stage ``s``; sends
-        it from its home stage when it lives elsewhere."""
-        key = (v, m, d, s)
-        vals = self.env.get(key)
-        if vals is not None:
-            return vals
-        i = self.prog.producer.get(v)
-        if i is not None and self.plan.kind(i) == HOIST:
-            return self.hoist(v, d, s)
-        src = self.env[(v, m, d, self.home[v])]
-        return self.send(v, src, m, d, s)
-
-    def send(self, v: Value, src: list[Value], m: int | None, d: int, s: int) -> list[Value]:
-        names = self.namer(s, m, d)(base_name(v))
-        vals = []
-        for t, x in enumerate(src):
-            y = Value(names[t])
-            self.ops.append(Op("Send", [x], {"device": self.plan.device(d, s, t)}, [y]))
-            vals.append(y)
-        self.env[(v, m, d, s)] = vals
-        return vals
-
-    def const(self, arr: np.ndarray, hint: str, d: int, s: int) -> list[Value]:
-        attr = DenseAttr.from_array(arr)
-        key = (self.plan.const_key(attr), d, s)
-        vals = self.hoisted.get(key)
-        if vals is None:
-            names = self.namer(s if self.plan.pp > 1 else None, None, d)(hint)
-            vals = []
-            for t in range(self.plan.tp):
-                y = Value(names[t])
-                self.ops.append(Op("Constant", [], {"value": attr,
-                                                    "device": self.plan.device(d, s, t)}, [y]))
-                vals.append(y)
-            self.hoisted[key] = vals
-        return vals
-
-    def hoist(self, v: Value, d: int, s: int) -> list[Value]:
-        """The local values of a batch-independent value on replica ``d``, stage ``s``,
-        computed there on first use (once per distinct value)."""
-        plan, prog = self.plan, self.prog
-        key = (plan.canon(v), d, s)
-        vals = self.hoisted.get(key)
-        if vals is not None:
-            return vals
-        i = prog.producer.get(v)
-        if i is None:
-            vals = self.env[(v, None, d, s)]
-            self.hoisted[key] = vals
-            return vals
-        op = prog.ops[i]
-        arr = self.folded(v)
-        if arr is not None:
-            vals = self.const(arr, base_name(v), d, s)
-            self.hoisted[key] = vals
-            return vals
-        local: dict[Value, list[Value]] = {}
-        for k, x in enumerate(op.inputs):
-            if x is not None and (op.op_type, k) not in SHAPE_OPERANDS:
-                local[x] = self.hoist(x, d, s)
-        name = self.namer(s if plan.pp > 1 else None, None, d)
-        if not op.inputs:
-            vals = []
-            for t, n in enumerate(name(base_name(v))):
-                y = Value(n)
-                attrs = dict(op.attrs)
-                attrs["device"] = plan.device(d, s, t)
-                self.ops.append(Op(op.op_type, [], attrs, [y]))
-                vals.append(y)
-            local[v] = vals
-        else:
-            Emitter(plan, self.ops, local, name,
-                    lambda arr, hint: self.const(arr, hint, d, s)).emit(op)
-        for o in op.outputs:
-            self.hoisted[(plan.canon(o), d, s)] = local[o]
-        return self.hoisted[key]
-
-    def folded(self, v: Value) -> np.ndarray | None:
-        """The local value of a batch-independent value computed from constants and local
-        shapes alone, when it has at most ``FOLD_LIMIT`` elements (shape arithmetic,
-        position ids, a short causal mask), else ``None``."""
-        plan, prog = self.plan, self.prog
-        cid = plan.canon(v)
-        if cid in self._folded:
-            return self._folded[cid]
-        i = prog.producer.get(v)
-        out: np.ndarray | None = None
-        op = prog.ops[i] if i is not None else None
-        if op is None or plan.kind(i) != HOIST:  # type: ignore[arg-type]
-            pass
-        elif op.op_type in SHAPE_OPS:
-            out = np.array(plan.local_shape(op.inputs[0]), dtype=np.int64)  # type: ignore[arg-type]
-            if op.op_type == "Size":
-                out = np.array(int(np.prod(out)), dtype=np.int64)
-        elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
-            out = op.attrs["value"].array  # type: ignore[union-attr]
-        elif op.inputs and NUMPY_RULES.get(op.op_type) is not None:
-            args: list[np.ndarray | None] = []
-            for k, x in enumerate(op.inputs):
-                a = None if x is None else (plan.shape_operand(op, k) if (
-                    op.op_type, k) in SHAPE_OPERANDS else self.folded(x))
-                if x is not None and a is None:
-                    break
-                args.append(a)
-            else:
-                res = NUMPY_RULES.get(op.op_type)(op.op_type, tuple(args), prog.attrs(op),
-                                                  len(op.outputs))
-                res = [np.asarray(r) for r in res]
-                if all(r.size <= FOLD_LIMIT for r in res):
-                    for o, r in zip(op.outputs, res):
-                        self._folded[plan.canon(o)] = r.astype(prog.type(o).dtype.np)
-                    return self._folded[cid]
-        self._folded[cid] = out
-        return out
 
     # -- the program --------------------------------------------------------------------------
     def split_microbatches(self) -> None:
@@ -260,6 +48,7 @@ class MainBuilder:
             if p not in sh.data or p not in self.param_stages:
                 continue
             axis = sh.layout[p].axis(B)
+            assert axis is not None  # a batch input is split along its batch axis
             for s in self.param_stages[p]:
                 for d in range(plan.dp):
                     whole = self.env[(p, None, d, s)]
@@ -276,28 +65,6 @@ class MainBuilder:
                             parts[m].append(outs[m])
                     for m in range(plan.k):
                         self.env[(p, m, d, s)] = parts[m]
-
-    def hoist_all(self) -> None:
-        """Compute every batch-independent value the stage functions and updates need."""
-        plan, prog = self.plan, self.prog
-        for g in self.groups.values():
-            for inputs in (g.inputs, g.acc_inputs):
-                for inp in inputs:
-                    for d in range(plan.dp):
-                        if inp[0] == "h":
-                            self.hoist(inp[2], d, g.stage)
-                        elif inp[0] == "c":
-                            self.const(inp[2], inp[3], d, g.stage)
-        for i in prog.live_ops:
-            if plan.kind(i) != POST:
-                continue
-            op = prog.ops[i]
-            for k, x in enumerate(op.inputs):
-                j = prog.producer.get(x) if x is not None else None
-                if j is not None and plan.kind(j) == HOIST and \
-                        (op.op_type, k) not in SHAPE_OPERANDS:
-                    for d in range(plan.dp):
-                        self.hoist(x, d, plan.stage[i])  # type: ignore[arg-type]
 
     def _template(self, g: StageFunction, inputs: list[tuple], d: int) -> list:
         """The arguments of a call of ``g`` on replica ``d``: lists of values that are the
@@ -400,7 +167,7 @@ class MainBuilder:
                     if x is not None and (op.op_type, k) not in SHAPE_OPERANDS:
                         local[x] = self.once(x, d, s)
                 Emitter(plan, self.ops, local, self.namer(None, None, d),
-                        lambda arr, hint, d=d: self.const(arr, hint, d, s)).emit(op)
+                        partial(self.const, d=d, s=s)).emit(op)
                 for o in op.outputs:
                     self.env[(o, None, d, s)] = local[o]
 
@@ -423,7 +190,9 @@ class MainBuilder:
         if plan.k == 1:
             return parts[0]
         y = Value(self.namer(None, None, d)(base_name(v))[t])
-        self.ops.append(Op("Concat", parts, {"axis": plan.sh.layout[v].axis(B)}, [y]))
+        axis = plan.sh.layout[v].axis(B)
+        assert axis is not None  # a per-microbatch value keeps the batch axis
+        self.ops.append(Op("Concat", parts, {"axis": axis}, [y]))
         return y
 
     def results(self) -> list[Value]:

@@ -73,7 +73,7 @@ class Emitter:
                 ins.append(self.shape_operand(op, k))
             else:
                 ins.append(env[v])
-        per_rank = list(zip(*ins)) if ins else [()] * tp
+        per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
         attrs = op.attrs or None
         append = self.ops.append
         partial = self.partial
@@ -83,7 +83,7 @@ class Emitter:
             b = base_name(o)
             red = tp > 1 and T in partial.get(o, "") and o in self.live
             vals = [Value(n) for n in names(b + "_part" if red else b)]
-            for x, y in zip(per_rank, vals):
+            for x, y in zip(per_rank, vals, strict=True):
                 append(Op(op_type, x, attrs, (y,)))
             results = [vals]
         else:
@@ -97,7 +97,7 @@ class Emitter:
                 results.append([Value(n) for n in names(b + "_part" if red else b)])
             for t, x in enumerate(per_rank):
                 append(Op(op_type, x, attrs, [r[t] for r in results]))
-        for o, vals in zip(outs, results):
+        for o, vals in zip(outs, results, strict=True):
             if tp > 1 and T in partial.get(o, "") and o in self.live:
                 red_vals = [Value(n) for n in names(base_name(o))]
                 append(Op("MPIAllreduce", vals, None, red_vals))
@@ -119,7 +119,7 @@ class Emitter:
         c = self.const(np.array(1.0 / factor, dtype=dtype), f"{base_name(o)}.scale")
         b = base_name(o)
         out = []
-        for x, ln, n, ct in zip(vals, self.name(b + "_local"), self.name(b), c):
+        for x, ln, n, ct in zip(vals, self.name(b + "_local"), self.name(b), c, strict=True):
             x.name = ln
             y = Value(n)
             self.ops.append(Op("Mul", [x, ct], None, [y]))

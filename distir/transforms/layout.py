@@ -17,7 +17,7 @@ matmul); the transform inserts the sum (an allreduce, or an accumulation over mi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cache
 
 __all__ = ["Layout", "replicated", "Reject", "Demand", "local_shape", "B", "T"]
 
@@ -58,7 +58,7 @@ class Layout:
         return f"[{inner}]{g}"
 
 
-@lru_cache(maxsize=None)
+@cache
 def replicated(rank: int) -> Layout:
     """The layout of a whole (unsplit) value of rank ``rank``."""
     return Layout((None,) * rank)

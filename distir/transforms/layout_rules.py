@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from distir.transforms.layout import B, T, Demand, Layout, Reject, replicated
+from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 
 __all__ = ["LAYOUT_RULES", "register", "apply_rule", "matmul_layout"]
 
@@ -75,7 +75,7 @@ def broadcast_marks(ins: tuple, shapes: tuple, rank: int) -> Layout:
     must be split like the others (a bias), ``Reject`` for conflicting splits."""
     marks: list[str | None] = [None] * rank
     groups = 1
-    for lay, shp in zip(ins, shapes):
+    for lay, shp in zip(ins, shapes, strict=True):
         if lay is None or not any(lay.marks):
             continue
         off = rank - len(shp)
@@ -96,7 +96,7 @@ def broadcast_marks(ins: tuple, shapes: tuple, rank: int) -> Layout:
                 groups = lay.groups
     if not any(marks):
         return replicated(rank)
-    for i, (lay, shp) in enumerate(zip(ins, shapes)):
+    for i, (lay, shp) in enumerate(zip(ins, shapes, strict=True)):
         if shp is None:
             continue
         off = rank - len(shp)

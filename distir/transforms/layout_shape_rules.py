@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distir.transforms.layout import T, Demand, Layout, Reject, replicated
+from distir.transforms.layout import Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import RuleResult, register
 
 __all__ = ["reshape_layout", "reshape_groups"]

@@ -57,7 +57,7 @@ class _Out:
            devices: list[int]) -> list[Value]:
         outs = [Value(n) for n in names]
         self.mb.ops.append(Op(op_type, ins, attrs or None, outs))
-        for v, d in zip(outs, devices):
+        for v, d in zip(outs, devices, strict=True):
             self.dev[v] = d
         return outs
 
@@ -106,8 +106,8 @@ def distribute(mb: MainBuilder) -> None:
                 for d in range(plan.dp):
                     mb.env[(p, None, d, s)] = out.fan(src[d], plan.devices(d, s), names[d])
             elif T in lay.marks and plan.tp > 1:
-                shards = _scatter_groups(out, pv, prog.shape(p), lay.axis(T), lay.groups,
-                                         plan.devices(0, s), names[0])
+                shards = _scatter_groups(out, pv, prog.shape(p), lay.marks.index(T),
+                                         lay.groups, plan.devices(0, s), names[0])
                 blocks = [shards] + [[] for _ in range(1, plan.dp)]
                 for t in range(plan.tp):
                     if plan.dp > 1:
@@ -137,7 +137,7 @@ def _scatter_groups(out: _Out, w: Value, shape: tuple[int, ...], axis: int, grou
     parts = out.op("MPIScatter", [wg], {"axis": axis + 1, "devices": tuple(devices)},
                    [x + ".groups" for x in names], devices)
     local = shape[:axis] + (n // tp,) + shape[axis + 1:]
-    return [out.reshape(x, local, nm) for x, nm in zip(parts, names)]
+    return [out.reshape(x, local, nm) for x, nm in zip(parts, names, strict=True)]
 
 
 def gather_results(mb: MainBuilder) -> list[Value]:

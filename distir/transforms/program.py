@@ -113,16 +113,16 @@ def inline_calls(fn: Function) -> Function:
     ops: list[Op] = []
 
     def inline(f: Function, args: list[Value]) -> list[Value]:
-        env: dict[Value, Value] = dict(zip(f.params, args))
+        env: dict[Value, Value] = dict(zip(f.params, args, strict=True))
         for op in f.ops:
             ins = [None if v is None else env.get(v, v) for v in op.inputs]
             if op.callee is not None:
                 outs = inline(op.callee, ins)  # type: ignore[arg-type]
-                for v, o in zip(op.outputs, outs):
+                for v, o in zip(op.outputs, outs, strict=True):
                     env[v] = o
                 continue
             new_outs = [Value(v.name, v.type) for v in op.outputs]
-            for v, o in zip(op.outputs, new_outs):
+            for v, o in zip(op.outputs, new_outs, strict=True):
                 env[v] = o
             ops.append(Op(op.op_type, ins, dict(op.attrs) or None, new_outs))
         return [env.get(v, v) for v in f.returns]

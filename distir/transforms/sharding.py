@@ -28,7 +28,7 @@ from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
-from distir.transforms.layout import B, T, Demand, Layout, Reject, replicated
+from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import apply_rule
 from distir.transforms.program import Program
 
@@ -109,8 +109,8 @@ class Sharding:
         hit = self._memo.get(key)
         if hit is None:
             shapes = tuple(None if v is None else prog.shape(v) for v in op.inputs)
-            full = tuple(None if v is None else (x or replicated(len(s)))
-                         for v, x, s in zip(op.inputs, ins, shapes))
+            full = tuple(x if x is not None or s is None else replicated(len(s))
+                         for x, s in zip(ins, shapes, strict=True))
             outs = tuple(prog.shape(v) for v in op.outputs)
             try:
                 hit = apply_rule(op.op_type, full, shapes, outs, prog.attrs(op),
@@ -145,10 +145,10 @@ class Sharding:
                 if v is None or not accept(v, d.layout):
                     r = Reject(f"input {d.index} (%{v.name if v else '_'}) would have to "
                                f"be split as {d.layout}")
-                    res = on_reject(op, r) if on_reject is not None else None
-                    if res is None:
+                    alt = on_reject(op, r) if on_reject is not None else None
+                    if alt is None:
                         return op, r
-                    self._set_outputs(op, res, heap, queued, undo)
+                    self._set_outputs(op, alt, heap, queued, undo)
                     continue
                 if undo is not None:
                     undo.append((v, lay.get(v), part.get(v)))
@@ -162,16 +162,17 @@ class Sharding:
                     heapq.heappush(heap, i)
                 continue
             except Reject as r:
-                res = on_reject(op, r) if on_reject is not None else None
-                if res is None:
+                alt = on_reject(op, r) if on_reject is not None else None
+                if alt is None:
                     return op, r
+                res = alt
             self._set_outputs(op, res, heap, queued, undo)
         return None
 
     def _set_outputs(self, op: Op, res: tuple, heap: list[int], queued: set[int],
                      undo: list[tuple[Value, Any, Any]] | None) -> None:
         lay, part, users = self.layout, self.partial, self.prog.users
-        for v, (new, p) in zip(op.outputs, res):
+        for v, (new, p) in zip(op.outputs, res, strict=True):
                 if lay.get(v) == new and part.get(v, "") == p:
                     continue
                 if undo is not None:

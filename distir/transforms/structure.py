@@ -130,7 +130,7 @@ class Structure:
                 context.append([])
             elif context:
                 context[-1].append(op.op_type)
-        sig = [(prog.ops[i].op_type, tuple(c)) for i, c in zip(seq, context)]
+        sig = [(prog.ops[i].op_type, tuple(c)) for i, c in zip(seq, context, strict=True)]
         start, period, reps, extent = _periodic_run(sig)
         if reps >= 2:
             start = self._best_phase(seq, start, period, extent - reps * period)
@@ -250,7 +250,7 @@ def _periodic_run(sig: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int, int
         d = np.diff(eq)
         starts = np.flatnonzero(d == 1)
         ends = np.flatnonzero(d == -1)
-        for s, e in zip(starts, ends):
+        for s, e in zip(starts, ends, strict=True):
             r = int(e - s)
             reps = (r + p) // p
             if reps < 2 or reps * p <= best_cov:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import itertools
-from functools import lru_cache
+from functools import cache
 
 import numpy as np
 
@@ -27,7 +27,7 @@ def cfg_id(c: tuple) -> str:
     return "D{}T{}P{}K{}".format(*c[:4]) + (f"-{c[4]}" if len(c) > 4 else "")
 
 
-@lru_cache(maxsize=None)
+@cache
 def small_mlp(batch: int) -> tuple[Function, Analysis, tuple, tuple]:
     """A 4-layer MLP step (widths divisible by 4), its analysis, inputs and sequential
     results."""
@@ -37,7 +37,7 @@ def small_mlp(batch: int) -> tuple[Function, Analysis, tuple, tuple]:
     return fn, analyze(fn), ins, tuple(distir.execute(fn, list(ins)))
 
 
-@lru_cache(maxsize=None)
+@cache
 def small_gpt2(batch: int) -> tuple[Function, Analysis, tuple, tuple]:
     """A 4-layer GPT-2 (4 heads of 4) with its analysis, inputs and sequential logits."""
     from distir.models.gpt2 import GPT2Config
@@ -64,7 +64,7 @@ def check_equivalent(model: tuple, cfg: tuple[int, int, int, int], schedule: str
     distir.verify(sc, num_devices=dp * tp * pp)
     got = distir.execute(sc, list(ins), check_types=False)
     assert len(got) == len(want)
-    for g, w in zip(got, want):
+    for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
     step = dtp(an, dp, tp, pp, k, schedule=schedule)

@@ -33,5 +33,5 @@ def test_writes_a_self_contained_program(tmp_path: Path, capsys: pytest.CaptureF
     seq = distir.load(src).entry
     dist = distir.load(out).entry
     ins = distir.analysis.random_inputs(seq)
-    for a, b in zip(distir.execute(dist, ins), distir.execute(seq, ins)):
+    for a, b in zip(distir.execute(dist, ins), distir.execute(seq, ins), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))

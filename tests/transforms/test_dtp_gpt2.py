@@ -7,7 +7,7 @@ import pytest
 
 import distir
 from distir.transforms import dtp
-from tests.transforms.helpers import check_equivalent, cfg_id, grid, small_gpt2
+from tests.transforms.helpers import cfg_id, check_equivalent, grid, small_gpt2
 
 
 @pytest.mark.parametrize("cfg", grid(), ids=cfg_id)

@@ -8,7 +8,7 @@ import pytest
 
 import distir
 from distir.transforms import dtp
-from tests.transforms.helpers import check_equivalent, cfg_id, grid, small_mlp
+from tests.transforms.helpers import cfg_id, check_equivalent, grid, small_mlp
 
 CONFIGS = [c + (s,) for c in grid() for s in ("gpipe", "1f1b")]
 
@@ -25,7 +25,7 @@ def test_self_contained_type_checks_and_keeps_the_signature() -> None:
     assert [p.name for p in sc.params] == [p.name for p in fn.params]
     assert [p.type for p in sc.params] == [p.type for p in fn.params]
     assert distir.infer_types(sc) == distir.infer_types(fn)
-    for g, w in zip(distir.execute(sc, list(ins)), want):
+    for g, w in zip(distir.execute(sc, list(ins)), want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
 
@@ -50,5 +50,5 @@ def test_odd_layer_count_keeps_the_last_layer_whole() -> None:
     assert shapes["w2_tp0"] == (8, 4)
     ins = distir.analysis.random_inputs(fn)
     for g, w in zip(distir.execute(dtp(fn, tp=2, self_contained=True), ins),
-                    distir.execute(fn, ins)):
+                    distir.execute(fn, ins), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
