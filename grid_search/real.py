@@ -1,0 +1,163 @@
+"""Real runs of simulated configurations, and how well the simulation predicted them.
+
+``measure`` runs configurations on the local devices through the PyTorch backend, keeping
+one session (workers and communicators) per world size; ``run_top`` runs a search's best
+rows and adds measured columns to its CSV; ``accuracy`` compares predictions and
+measurements (Spearman's rank correlation, latency and memory errors).
+"""
+
+from __future__ import annotations
+
+import csv
+import math
+import sys
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+from grid_search.models import Workload
+from grid_search.space import Config, strategy
+
+__all__ = ["MEASURED_COLUMNS", "measure", "run_top", "accuracy", "spearman"]
+
+MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
+                    "measured_peak_memory_bytes", "measured_peak_memory_per_device",
+                    "measured_device"]
+
+
+def _rank(xs: Sequence[float]) -> list[float]:
+    order = sorted(range(len(xs)), key=lambda i: xs[i])
+    ranks = [0.0] * len(xs)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and xs[order[j + 1]] == xs[order[i]]:
+            j += 1
+        for k in range(i, j + 1):  # ties share their mean rank
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> float:
+    """Spearman's rank correlation of two equally long sequences (nan for fewer than 2)."""
+    if len(a) != len(b) or len(a) < 2:
+        return math.nan
+    ra, rb = _rank(a), _rank(b)
+    ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    va = math.sqrt(sum((x - ma) ** 2 for x in ra))
+    vb = math.sqrt(sum((y - mb) ** 2 for y in rb))
+    return cov / (va * vb) if va and vb else math.nan
+
+
+def measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
+            steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+            ) -> list[dict[str, Any]]:
+    """Run each configuration for real; one row per configuration with measured columns.
+
+    An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
+    configuration the transform refuses is recorded as ``refused``.
+    """
+    from distir.backend import Session
+    from distir.errors import DistIRError, TransformError
+    from distir.transforms import dtp
+
+    rows: list[dict[str, Any]] = []
+    by_size: dict[int, list[Config]] = {}
+    for c in configs:
+        by_size.setdefault(c.devices, []).append(c)
+    models: dict[int, Any] = {}
+    for size, group in sorted(by_size.items()):
+        with Session(size, backend) as s:
+            for c in group:
+                row: dict[str, Any] = dict(c.as_row(), strategy=strategy(c.dp, c.tp, c.pp),
+                                           devices=c.devices)
+                try:
+                    seq = models.get(c.batch_size)
+                    if seq is None:
+                        seq = models[c.batch_size] = workload.build(c.batch_size)
+                    fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
+                             schedule=c.schedule)
+                    r = s.run(fn, steps=steps, warmup=warmup)
+                except TransformError as e:
+                    row.update(measured_status="refused", reason=e.message)
+                    rows.append(row)
+                    continue
+                except DistIRError as e:
+                    row.update(measured_status="error", reason=e.message)
+                    rows.append(row)
+                    continue
+                peaks = [p or 0 for p in r.peak_memory_bytes]
+                lat = r.step_latency_s
+                row.update(measured_status=r.status,
+                           measured_latency_s=lat if lat is not None else "",
+                           measured_throughput=(c.batch_size / lat) if lat else "",
+                           measured_peak_memory_bytes=max(peaks) if peaks else "",
+                           measured_peak_memory_per_device=str(peaks),
+                           measured_device=r.device_name, reason=r.message)
+                rows.append(row)
+                if progress is not None:
+                    shown = f"{lat * 1e3:.2f} ms" if lat else r.status
+                    progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
+                    progress.flush()
+    return rows
+
+
+def _f(x: Any) -> float:
+    try:
+        return float(x)
+    except (TypeError, ValueError):
+        return math.nan
+
+
+def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
+    """Spearman of predicted vs measured latency, median |error| of latency and memory."""
+    both = [r for r in rows if _f(r.get("latency_s")) > 0
+            and _f(r.get("measured_latency_s")) > 0]
+    pred = [_f(r["latency_s"]) for r in both]
+    meas = [_f(r["measured_latency_s"]) for r in both]
+    lat_err = sorted(abs(p - m) / m for p, m in zip(pred, meas))
+    mem = [(_f(r.get("peak_memory_bytes")), _f(r.get("measured_peak_memory_bytes")))
+           for r in both]
+    mem_err = sorted(abs(p - m) / m for p, m in mem if m > 0 and p > 0)
+
+    def median(xs: list[float]) -> float:
+        if not xs:
+            return math.nan
+        n = len(xs)
+        return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
+
+    return {"n": float(len(both)), "spearman": spearman(pred, meas),
+            "median_latency_error": median(lat_err),
+            "median_memory_error": median(mem_err)}
+
+
+def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
+            out: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
+    """Run the ``k`` best fitting rows for real; add measured columns to ``out``."""
+    from grid_search.report import best_rows
+    from grid_search.search import COLUMNS, read_rows
+
+    best = best_rows(rows, k)
+    configs = [Config(r["model"], int(r["batch_size"]), int(r["dp"]), int(r["tp"]),
+                      int(r["pp"]), int(r["microbatches"]), r["schedule"]) for r in best]
+    measured = {tuple(str(m[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
+                                           "schedule")): m
+                for m in measure(workload, configs, backend=backend)}
+    merged = []
+    for r in (read_rows(out) if out else rows):
+        key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
+                                         "schedule"))
+        m = measured.get(key, {})
+        merged.append({**r, **{c: m.get(c, r.get(c, "")) for c in MEASURED_COLUMNS}})
+    if out:
+        with open(out, "w", newline="", encoding="utf-8") as f:
+            w = csv.DictWriter(f, COLUMNS + MEASURED_COLUMNS, extrasaction="ignore")
+            w.writeheader()
+            w.writerows(merged)
+    acc = accuracy([r for r in merged if r.get("measured_status") == "ok"])
+    print(f"\nMeasured the top {len(configs)} configurations: Spearman's rank correlation "
+          f"of predicted and measured latency {acc['spearman']:.3f}, median latency error "
+          f"{acc['median_latency_error'] * 100:.1f}%, median peak-memory error "
+          f"{acc['median_memory_error'] * 100:.1f}%")
+    return merged

@@ -1,0 +1,179 @@
+"""The accuracy study: measure configurations on real GPUs, then compare with the simulator.
+
+On the GPU machine (no simulation needed there)::
+
+    python -m grid_search.study measure --model mlp-1b --dtype Float16 \\
+        --batch-sizes 1024 4096 16384 --max-devices 2 -o measured.csv
+
+Then anywhere, with a (calibrated) hardware profile::
+
+    python -m grid_search.study compare measured.csv --hardware h100-sxm \\
+        -o grid_search/results/NAME
+
+``compare`` writes ``NAME.csv`` (predicted and measured columns side by side) and
+``NAME.md`` (per batch size: Spearman's rank correlation, median latency and memory error,
+and the Table 2 check: the top predicted configuration against the best measured ones).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import platform
+import sys
+from typing import Any
+
+from grid_search.models import workload
+from grid_search.space import enumerate_space, powers_of_two
+
+
+def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str) -> list:
+    out = []
+    for n in powers_of_two(1, max_devices):
+        out += [c for c in enumerate_space(w.name, n, batches, max_microbatches=max_k,
+                                           schedules=[schedule])]
+    return sorted(out, key=lambda c: (c.batch_size, c.devices, c.dp, c.tp, c.pp,
+                                      c.microbatches))
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    from grid_search.real import measure
+
+    w = workload(args.model, dtype=args.dtype)
+    schedule = "1f1b" if w.training else "gpipe"
+    configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule)
+    print(f"measuring {len(configs)} configurations of {w.name} ({args.dtype})",
+          file=sys.stderr)
+    rows = measure(w, configs, backend=args.backend, steps=args.steps, warmup=args.warmup)
+    import torch
+
+    env = {"torch": torch.__version__, "python": platform.python_version(),
+           "cuda": str(torch.version.cuda), "dtype": args.dtype}
+    cols = ["model", "batch_size", "dp", "tp", "pp", "microbatches", "schedule", "strategy",
+            "devices", "measured_status", "measured_latency_s", "measured_throughput",
+            "measured_peak_memory_bytes", "measured_peak_memory_per_device",
+            "measured_device", "reason", "env"]
+    with open(args.out, "w", newline="", encoding="utf-8") as f:
+        wr = csv.DictWriter(f, cols, extrasaction="ignore")
+        wr.writeheader()
+        for r in rows:
+            wr.writerow({**r, "env": str(env)})
+    print(f"wrote {args.out}", file=sys.stderr)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    import distir
+    from distir.transforms import dtp
+    from grid_search.real import accuracy
+
+    with open(args.measured, newline="", encoding="utf-8") as f:
+        rows = list(csv.DictReader(f))
+    if not rows:
+        print(f"{args.measured}: no rows", file=sys.stderr)
+        return 1
+    w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
+    models: dict[int, Any] = {}
+    for r in rows:
+        b = int(r["batch_size"])
+        if b not in models:
+            models[b] = w.build(b)
+        fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
+                 microbatches=int(r["microbatches"]), schedule=r["schedule"])
+        sim = distir.simulate(fn, hardware=args.hardware, batch_size=b)
+        per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
+        r["latency_s"] = sim.latency_s
+        r["throughput"] = b / sim.latency_s
+        r["peak_memory_bytes"] = max(per)
+    base = args.out
+    os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
+    with open(base + ".csv", "w", newline="", encoding="utf-8") as f:
+        wr = csv.DictWriter(f, list(rows[0].keys()))
+        wr.writeheader()
+        wr.writerows(rows)
+    lines = [f"# {w.name}: simulated ({args.hardware}) vs measured", "",
+             f"Measured: `{args.measured}` ({rows[0].get('measured_device', '')}; "
+             f"{rows[0].get('env', '')}).", "",
+             "| batch | configs | Spearman | median latency error | median memory error |"
+             " top predicted | its measured throughput | best measured (pure D / T / P / any) |",
+             "|---|---|---|---|---|---|---|---|"]
+    ok_all = [r for r in rows if r.get("measured_status") == "ok"]
+    for b in sorted({int(r["batch_size"]) for r in rows}):
+        sel = [r for r in ok_all if int(r["batch_size"]) == b]
+        if not sel:
+            continue
+        acc = accuracy(sel)
+        top = max(sel, key=lambda r: float(r["throughput"]))
+
+        def best(strat: str | None, sel: list = sel) -> str:
+            c = [r for r in sel if strat is None or r["strategy"] == strat]
+            if not c:
+                return "-"
+            m = max(c, key=lambda r: float(r["measured_throughput"]))
+            return f"{float(m['measured_throughput']):.0f}"
+
+        lines.append(
+            f"| {b} | {len(sel)} | {acc['spearman']:.3f} | "
+            f"{acc['median_latency_error'] * 100:.1f}% | {acc['median_memory_error'] * 100:.1f}% | "
+            f"D{top['dp']} T{top['tp']} P{top['pp']} K{top['microbatches']} | "
+            f"{float(top['measured_throughput']):.0f} | {best('D')} / {best('T')} / {best('P')} "
+            f"/ {best(None)} |")
+    acc = accuracy(ok_all)
+    lines += ["", f"All {int(acc['n'])} measured configurations: Spearman "
+              f"{acc['spearman']:.3f}, median latency error "
+              f"{acc['median_latency_error'] * 100:.1f}%, median memory error "
+              f"{acc['median_memory_error'] * 100:.1f}%.", "",
+              "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
+              "measured GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        if r.get("measured_status") != "ok":
+            lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
+                         f"{r['microbatches']} | {float(r['latency_s']) * 1e3:.2f} | "
+                         f"{r.get('measured_status')} | | | |")
+            continue
+        p, m = float(r["latency_s"]), float(r["measured_latency_s"])
+        lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
+                     f"{r['microbatches']} | {p * 1e3:.2f} | {m * 1e3:.2f} | "
+                     f"{(p - m) / m * 100:+.1f}% | {float(r['peak_memory_bytes']) / 2**30:.2f} | "
+                     f"{float(r['measured_peak_memory_bytes']) / 2**30:.2f} |")
+    with open(base + ".md", "w", encoding="utf-8") as f:
+        f.write("\n".join(lines) + "\n")
+    print("\n".join(lines[:8 + len({r['batch_size'] for r in rows})]))
+    print(f"wrote {base}.csv and {base}.md", file=sys.stderr)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m grid_search.study", description=__doc__,
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="run configurations on the local GPUs")
+    m.add_argument("--model", required=True)
+    m.add_argument("--dtype", default="Float16")
+    m.add_argument("--batch-sizes", type=int, nargs="+", required=True)
+    m.add_argument("--max-devices", type=int, required=True)
+    m.add_argument("--max-microbatches", type=int, default=128)
+    m.add_argument("--backend", default=None)
+    m.add_argument("--steps", type=int, default=5)
+    m.add_argument("--warmup", type=int, default=2)
+    m.add_argument("-o", "--out", required=True)
+    m.set_defaults(func=cmd_measure)
+    c = sub.add_parser("compare", help="simulate measured configurations and compare")
+    c.add_argument("measured")
+    c.add_argument("--hardware", default="h100-sxm")
+    c.add_argument("--dtype", default="Float16")
+    c.add_argument("-o", "--out", required=True, help="output path without extension")
+    c.set_defaults(func=cmd_compare)
+    args = p.parse_args(argv)
+    from distir.errors import DistIRError
+
+    try:
+        return int(args.func(args) or 0)
+    except DistIRError as e:
+        print(str(e), file=sys.stderr)
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
