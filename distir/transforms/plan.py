@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from distir._util import no_gc
 from distir.errors import TransformError
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import DenseAttr, TensorType
@@ -42,9 +43,10 @@ class Analysis:
 
 def analyze(fn: Function) -> Analysis:
     """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration."""
-    prog = Program(fn)
-    sh = Sharding(prog)
-    return Analysis(prog, sh, Structure(prog, sh))
+    with no_gc():
+        prog = Program(fn)
+        sh = Sharding(prog)
+        return Analysis(prog, sh, Structure(prog, sh))
 
 
 class Plan:
