@@ -42,7 +42,10 @@ def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = N
     kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed)
     if in_torchrun():
         ts = TorchrunSession(backend, timeout_s=timeout_s)
-        return ts.run(fn, inputs, outputs=outputs, **kw)  # type: ignore[arg-type]
+        try:
+            return ts.run(fn, inputs, outputs=outputs, **kw)  # type: ignore[arg-type]
+        finally:
+            ts.close()
     proj, args = prepare(fn, world_size, inputs)
     want = inputs is not None if outputs is None else outputs
     with Session(proj.world_size, backend, timeout_s=timeout_s) as s:

@@ -445,7 +445,8 @@ class TorchrunSession:
             device = torch.device("cuda", local)
         else:
             device = torch.device("cpu")
-        if not dist.is_initialized():
+        self.owns_group = not dist.is_initialized()
+        if self.owns_group:
             kw: dict[str, Any] = {"device_id": device} if self.backend == "nccl" else {}
             dist.init_process_group(self.backend, init_method="env://",
                                     timeout=datetime.timedelta(seconds=timeout_s), **kw)
@@ -468,7 +469,9 @@ class TorchrunSession:
         return combine(proj, self.backend, gathered or [], steps, warmup)
 
     def close(self) -> None:
+        """Leave the process group, if this session set it up."""
         import torch.distributed as dist
 
-        if dist.is_initialized():
+        if self.owns_group and dist.is_initialized():
             dist.destroy_process_group()
+        self.owns_group = False
