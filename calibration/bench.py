@@ -168,10 +168,10 @@ def bench_elementwise(device: Any, dtypes: list[str], sizes: list[int], timer: T
             y = torch.randn(n, device=device, dtype=tdt)
             z = torch.empty(n, device=device, dtype=tdt)
             split = "test" if i % 2 else "train"
-            secs, reps = timer.time(lambda: torch.add(x, y, out=z))
+            secs, reps = timer.time(lambda x=x, y=y, z=z: torch.add(x, y, out=z))
             yield Row("elementwise", "add", dt, secs, n, bytes=3 * n * size, flops=float(n),
                       reps=reps, device=str(device), split=split)
-            secs, reps = timer.time(lambda: torch.clamp_min(x, 0.0, out=z))
+            secs, reps = timer.time(lambda x=x, z=z: torch.clamp_min(x, 0.0, out=z))
             yield Row("elementwise", "clamp_min", dt, secs, n, bytes=2 * n * size, flops=float(n),
                       reps=reps, device=str(device), split=split)
             del x, y, z

@@ -158,8 +158,8 @@ class FitModel:
                 lo = mid
             else:
                 hi = mid
-        f = (math.log(v) - math.log(xs[lo])) / (math.log(xs[hi]) - math.log(xs[lo]))
-        return math.exp(math.log(ts[lo]) + f * (math.log(ts[hi]) - math.log(ts[lo])))
+        frac = (math.log(v) - math.log(xs[lo])) / (math.log(xs[hi]) - math.log(xs[lo]))
+        return math.exp(math.log(ts[lo]) + frac * (math.log(ts[hi]) - math.log(ts[lo])))
 
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "features": list(self.features)}

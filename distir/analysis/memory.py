@@ -28,13 +28,15 @@ from typing import Any
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
-__all__ = ["OpLiveness", "NOTHING", "FunctionLiveness", "Memo", "liveness", "placed_bytes"]
+__all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes"]
 
 
 OpLiveness = tuple
-"""What dies at one op, as a plain tuple ``(free_in, free_param, free_out, give, drop)``
+"""What dies at one op, as a plain tuple ``(sig, free_in, free_param, free_out, give, drop)``
 (built once per op, read once per simulated op, so kept as cheap as possible):
 
+- ``sig``: the op's static signature ``(op type, attributes key, result count)``, which
+  the simulator prefixes to its memo keys;
 - ``free_in``: input positions whose storage dies after the op (one position per
   storage), not parameters of the function;
 - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
@@ -46,8 +48,6 @@ OpLiveness = tuple
 - ``drop``: for a call, the positions of the results the caller never uses: the callee
   frees them at their last use inside it, as the inlined program would.
 """
-
-NOTHING: OpLiveness = ((), (), (), (), frozenset())
 
 _NO_DROP: frozenset[int] = frozenset()
 
@@ -88,70 +88,82 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     if hit is not None:
         return hit
     alias: dict[Value, Value] = {}  # call results that are an argument's storage
-    has_calls = False
     for op in fn.ops:
         if op.callee is None:
             continue
-        has_calls = True
         cl = liveness(op.callee, memo)
         for i, v in enumerate(op.outputs):
             j = cl.return_param[i]
-            if j is not None and j < len(op.inputs) and op.inputs[j] is not None:
-                a = op.inputs[j]
-                alias[v] = alias.get(a, a)  # type: ignore[arg-type]
-            elif cl.return_dup[i] is not None:
-                a = op.outputs[cl.return_dup[i]]  # type: ignore[index]
-                alias[v] = alias.get(a, a)
+            arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
+            if arg is not None:
+                alias[v] = alias.get(arg, arg)
+            else:
+                dup = cl.return_dup[i]
+                if dup is not None:
+                    first = op.outputs[dup]
+                    alias[v] = alias.get(first, first)
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
     live: set[Value] = set(kept)  # storages used later, or returned
     infos: dict[Op, OpLiveness] = {}
+    live_add = live.add
     for op in reversed(fn.ops):
         outs = op.outputs
-        free_out: tuple[int, ...] = ()
-        skip: frozenset[int] = _NO_DROP
-        cl = None
-        dropped = _NO_DROP
-        if has_calls and op.callee is not None:
-            dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
-            cl = liveness(op.callee, memo, dropped)
-            skip = cl.unused_params
-        elif len(outs) == 1:
-            if outs[0] not in live:
-                free_out = (0,)
-        else:
-            fo = [i for i, v in enumerate(outs) if v not in live]
-            if fo:
-                free_out = tuple(fo)
-        dying = None
-        for pos, v in enumerate(op.inputs):
-            if v is None or pos in skip:  # an argument the callee never touches is no use
-                continue
-            if alias:
-                v = alias.get(v, v)
-            if v not in live:
-                live.add(v)
-                if dying is None:
-                    dying = [(pos, v)]
-                else:
-                    dying.append((pos, v))
-        if dying is None:
-            infos[op] = (((), (), free_out, (), dropped) if free_out or dropped
-                         else NOTHING)
+        sig = (op.op_type, op.attrs_key, len(outs))
+        if op.callee is None:  # the common case, kept tight
+            if len(outs) == 1:
+                free_out: tuple[int, ...] = () if outs[0] in live else (0,)
+            else:
+                free_out = tuple(i for i, v in enumerate(outs) if v not in live)
+            free_in: list[int] | None = None
+            free_param: list[tuple[int, int]] | None = None
+            for pos, u in enumerate(op.inputs):
+                if u is None:
+                    continue
+                v = alias.get(u, u) if alias else u
+                if v not in live:
+                    live_add(v)
+                    pi = param_index.get(v)
+                    if pi is None:
+                        if free_in is None:
+                            free_in = [pos]
+                        else:
+                            free_in.append(pos)
+                    elif free_param is None:
+                        free_param = [(pos, pi)]
+                    else:
+                        free_param.append((pos, pi))
+            infos[op] = (sig, () if free_in is None else tuple(free_in),
+                         () if free_param is None else tuple(free_param), free_out, (),
+                         _NO_DROP)
             continue
-        free_in: list[int] = []
-        free_param: list[tuple[int, int]] = []
+        dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
+        cl = liveness(op.callee, memo, dropped)
+        skip = cl.unused_params
+        uses: dict[Value, int] = {}  # how many arguments share each storage
+        dying: list[tuple[int, Value]] = []
+        for pos, u in enumerate(op.inputs):
+            if u is None:
+                continue
+            r = alias.get(u, u)
+            uses[r] = uses.get(r, 0) + 1
+            if pos in skip:  # an argument the callee never touches is no use
+                continue
+            if r not in live:
+                live_add(r)
+                dying.append((pos, r))
+        c_in: list[int] = []
+        c_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []
         for pos, r in dying:
             pi = param_index.get(r, -1)
-            if cl is not None and pos not in cl.returned_params and sum(
-                    1 for v in op.inputs if v is not None and alias.get(v, v) is r) == 1:
+            if pos not in cl.returned_params and uses[r] == 1:
                 give.append((pos, pi))
             elif pi >= 0:
-                free_param.append((pos, pi))
+                c_param.append((pos, pi))
             else:
-                free_in.append(pos)
-        infos[op] = (tuple(free_in), tuple(free_param), free_out, tuple(give), dropped)
+                c_in.append(pos)
+        infos[op] = (sig, tuple(c_in), tuple(c_param), (), tuple(give), dropped)
     unused = frozenset(i for i, p in enumerate(fn.params) if p not in live)
     ret_param: list[int | None] = []
     ret_dup: list[int | None] = []

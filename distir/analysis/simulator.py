@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import warnings
 from collections import Counter, defaultdict
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from operator import itemgetter
 from typing import Any
@@ -33,7 +33,7 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.memory import NOTHING, Memo, OpLiveness, liveness, placed_bytes
+from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op
@@ -89,8 +89,8 @@ class CallSummary:
         self.n_ops = n_ops
 
 
-# A record of one op evaluated on given argument values, memoized by (op type, argument
-# values, attributes, result count); a plain tuple, unpacked on the hot path:
+# A record of one op evaluated on given argument values, memoized by ((op type, attributes,
+# result count), argument values); a plain tuple, read on the hot path:
 #   0 results, 1 the device if the op and its results are on one device else -1,
 #   2 seconds, 3 bytes its results take on that device, 4 devices, 5 ((device, bytes), ...)
 #   of the results, 6 ((device, bytes), ...) per input, 7 detail: (OpCost, input types,
@@ -177,36 +177,53 @@ class Simulator(TypeInterpreter):
         self._lv = self._prepare(fn).ops
         # The type interpreter's per-op check, only where there is something to check.
         self.post_op = self._post if fn in self._annotated else None
+        # This run's op hook: a closure over the current state (the loop binds it once).
+        self.eval_op = self._op_evaluator()  # type: ignore[method-assign,assignment]
         return super().run(fn, args)
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
-        key = (op.op_type, args, op.attrs_key, len(op.outputs))
-        rec = self._recs.get(key)
-        if rec is None:
-            rec = self._recs[key] = self._record(op, args)
-        self._events.append((op, rec))
-        d = rec[1]
-        if d >= 0:  # the common case: one device, results on it
-            self._shift[d] += rec[2]
-            b = rec[3]
-            if b:
-                mem = self._mem
-                x = mem[d] + b
-                mem[d] = x
-                peak = self._peak
-                if x > peak[d]:
-                    peak[d] = x
-        else:
-            self._sync(rec)
-        lv = self._lv[op]
-        if lv is not NOTHING:
-            free_in, free_param, free_out, _, _ = lv
-            mem = self._mem
-            for i in free_in:
-                for d, b in rec[6][i]:
-                    mem[d] -= b
+        """Time one op and account for its memory (see ``_op_evaluator``)."""
+        return self._op_evaluator()(op, args)
+
+    def _op_evaluator(self) -> Callable[[Op, tuple], tuple]:
+        """The per-op hook of the function about to run, bound to the current clocks,
+        memory and events: look up (or make) the op's record, advance the clock of its
+        device (or synchronize its devices), allocate its results, free what dies."""
+        lvs = self._lv
+        recs = self._recs
+        record = self._record
+        events_append = self._events.append
+        shift = self._shift
+        mem = self._mem
+        peak = self._peak
+        owned = self._owned
+        sync = self._sync
+
+        def eval_op(op: Op, args: tuple) -> tuple:
+            lv = lvs[op]
+            key = (lv[0], args)
+            rec = recs.get(key)
+            if rec is None:
+                rec = recs[key] = record(op, args)
+            events_append((op, rec))
+            d = rec[1]
+            if d >= 0:  # the common case: one device, results on it
+                shift[d] += rec[2]
+                b = rec[3]
+                if b:
+                    x = mem[d] + b
+                    mem[d] = x
+                    if x > peak[d]:
+                        peak[d] = x
+            else:
+                sync(rec)
+            _, free_in, free_param, free_out, _, _ = lv
+            if free_in:
+                in_mem = rec[6]
+                for i in free_in:
+                    for d, b in in_mem[i]:
+                        mem[d] -= b
             if free_param:
-                owned = self._owned
                 for i, j in free_param:
                     if owned[j]:
                         for d, b in rec[6][i]:
@@ -216,7 +233,9 @@ class Simulator(TypeInterpreter):
                 for i in free_out:
                     for d, b in per_out[i]:
                         mem[d] -= b
-        return rec[0]
+            return rec[0]
+
+        return eval_op
 
     def _sync(self, rec: _Rec) -> None:
         """An op on several devices: it starts when all are free and ends on all together."""
@@ -243,7 +262,7 @@ class Simulator(TypeInterpreter):
                 peak[d] = x
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
-        free_in, free_param, free_out, give, drop = self._lv[op]
+        _, free_in, free_param, free_out, give, drop = self._lv[op]
         if give:
             owned = self._owned
             mask = [False] * len(args)

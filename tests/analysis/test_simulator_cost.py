@@ -60,8 +60,8 @@ def test_matmul_roofline() -> None:
                " {\n  %c = MatMul(%a, %b)\n  return %c\n}")
     assert t == pytest.approx(1e-5 + 2 * 512**3 / 1e12)
     # Float16 uses its own peak.
-    t16 = one_op("func @main(%a: Tensor[Float16, (512, 512), 0], %b: Tensor[Float16, (512, 512), 0])"
-                 " {\n  %c = MatMul(%a, %b)\n  return %c\n}")
+    t16 = one_op("func @main(%a: Tensor[Float16, (512, 512), 0], "
+                 "%b: Tensor[Float16, (512, 512), 0]) {\n  %c = MatMul(%a, %b)\n  return %c\n}")
     assert t16 == pytest.approx(1e-5 + 2 * 512**3 / 8e12)
 
 

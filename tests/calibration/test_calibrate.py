@@ -3,7 +3,6 @@ collective benchmark, fits, the profile and its companions, and simulating with 
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest

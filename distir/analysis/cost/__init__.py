@@ -18,6 +18,7 @@ bytes (``fallback_cost``) and listed in a warning.
 from __future__ import annotations
 
 import importlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -25,10 +26,8 @@ from distir.analysis.hardware import Hardware
 from distir.analysis.rules import RuleTable
 from distir.ir.types import TensorType, TupleType, Type
 
-__all__ = ["COST_RULES", "OpCost", "load_cost_rules", "fallback_cost", "tensor_bytes",
-           "main_dtype", "ZERO"]
-
-COST_RULES = RuleTable("cost")
+__all__ = ["COST_RULES", "CostRule", "OpCost", "load_cost_rules", "fallback_cost",
+           "tensor_bytes", "main_dtype", "ZERO"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,6 +41,23 @@ class OpCost:
     bytes: float = 0.0
     comm: bool = False
 
+
+CostRule = Callable[[str, tuple, tuple, dict, Hardware], OpCost]
+"""``rule(op_type, ins, outs, attrs, hw) -> OpCost``."""
+
+
+class CostRuleTable(RuleTable):
+    """``RuleTable`` (the decorator and lookups of ``distir.analysis.rules``) typed for
+    cost rules."""
+
+    def register(self, *op_types: str) -> Callable[[CostRule], CostRule]:  # type: ignore[override]
+        return super().register(*op_types)  # type: ignore[return-value]
+
+    def get(self, op_type: str) -> CostRule | None:  # type: ignore[override]
+        return self.rules.get(op_type)  # type: ignore[return-value]
+
+
+COST_RULES = CostRuleTable("cost")
 
 ZERO = OpCost(0.0)
 """The cost of a view or a value known before the step (Reshape, Constant, ...)."""
