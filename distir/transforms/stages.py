@@ -10,7 +10,8 @@ Parameters, in order of first use, each a block of ``tp`` values (one per rank):
 values from other stages or phases (activations received, values stashed by the forward
 for the backward), batch inputs, weights, and batch-independent values computed once per
 device (constants, local target shapes, the causal mask), deduplicated by value.
-Results: every value used outside the function, in definition order. With ``K > 1``
+Results: every value used outside the function, in definition order. Repeated layers are
+calls of shared layer functions (``layers``). With ``K > 1``
 microbatches, a function whose results include gradients summed over the batch also has an
 ``_acc`` variant that takes the running sums and returns them with this microbatch's added.
 """
@@ -21,9 +22,10 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from distir.ir.core import Function, Op, Value
+from distir.ir.core import CALL, Function, Op, Value
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
+from distir.transforms.layers import LayerTable, Segment
 from distir.transforms.plan import HOIST, MB, Plan
 from distir.transforms.program import SHAPE_OPERANDS
 
@@ -66,9 +68,11 @@ def build_stage_functions(plan: Plan) -> dict[tuple[int, str], StageFunction]:
         where[i] = key
     for key, g in groups.items():
         _outputs(plan, g, key, where)
-        g.fn, g.inputs = _build(plan, g, acc=False)
+    layers = LayerTable(plan, groups)
+    for key, g in groups.items():
+        g.fn, g.inputs = _build(plan, g, layers.segments[key], layers, acc=False)
         if plan.k > 1 and g.reduced:
-            g.acc, g.acc_inputs = _build(plan, g, acc=True)
+            g.acc, g.acc_inputs = _build(plan, g, layers.segments[key], layers, acc=True)
     return dict(sorted(groups.items(), key=lambda kv: (kv[0][1] != "F", kv[0][0])))
 
 
@@ -96,7 +100,8 @@ def _outputs(plan: Plan, g: StageFunction, key: tuple[int, str],
                     g.send_to[v] = sorted(stages)
 
 
-def _build(plan: Plan, g: StageFunction, acc: bool) -> tuple[Function, list[Input]]:
+def _build(plan: Plan, g: StageFunction, segments: list[Segment], layers: LayerTable,
+           acc: bool) -> tuple[Function, list[Input]]:
     prog = plan.prog
     tp = plan.tp
 
@@ -124,27 +129,45 @@ def _build(plan: Plan, g: StageFunction, acc: bool) -> tuple[Function, list[Inpu
             inputs.append(("c", key, arr, hint))
         return vals
 
-    ops: list[Op] = []
-    em = Emitter(plan, ops, env, name, const)
     prod = prog.producer
     kind = plan.st.kind
-    for i in g.op_indices:
-        op = prog.ops[i]
-        for k, v in enumerate(op.inputs):
-            if v is None or v in env or (op.op_type, k) in SHAPE_OPERANDS:
-                continue
-            j = prod.get(v)
-            if j is not None and kind[j] == HOIST:
-                key = plan.canon(v)
-                vals = by_key.get(key)
-                if vals is None:
-                    vals = by_key[key] = block(base_name(v))
-                    inputs.append(("h", key, v))
-                env[v] = vals
-            else:
-                env[v] = block(base_name(v))
-                inputs.append(("v", v))
-        em.emit(op)
+
+    def ensure(v: Value) -> list[Value]:
+        """The local values of ``v``, a new parameter block on first use."""
+        vals = env.get(v)
+        if vals is not None:
+            return vals
+        j = prod.get(v)
+        if j is not None and kind[j] == HOIST:
+            key = plan.canon(v)
+            vals = by_key.get(key)
+            if vals is None:
+                vals = by_key[key] = block(base_name(v))
+                inputs.append(("h", key, v))
+        else:
+            vals = block(base_name(v))
+            inputs.append(("v", v))
+        env[v] = vals
+        return vals
+
+    ops: list[Op] = []
+    em = Emitter(plan, ops, env, name, const)
+    for seg in segments:
+        fn = layers.function(seg)
+        if fn is None:
+            for i in seg.ops:
+                op = prog.ops[i]
+                for k, v in enumerate(op.inputs):
+                    if v is not None and (op.op_type, k) not in SHAPE_OPERANDS:
+                        ensure(v)
+                em.emit(op)
+            continue
+        args = [x for ext in seg.externals for x in (
+            const(ext[2], ext[3]) if ext[0] == "c" else ensure(ext[-1]))]
+        outs = [Value(n) for v in seg.escaping for n in name(base_name(v))]
+        ops.append(Op(CALL, args, None, outs, callee=fn))
+        for j, v in enumerate(seg.escaping):
+            env[v] = outs[j * tp:(j + 1) * tp]
     if acc:
         for v in g.reduced:
             b = base_name(v)

@@ -84,7 +84,9 @@ def test_calls_are_memoized_a_128_microbatch_pipeline() -> None:
                      "stage1_bwd_acc", "stage1_fwd"]
     interp = TypeInterpreter()
     interp.run(prog, [p.type for p in prog.params])
-    assert len(interp.call_cache) == 6
+    # the 6 stage functions once each, and the 2 layer functions once per stage's devices
+    assert sorted(k[0].name for k in interp.call_cache) == sorted(
+        names + ["layer0_fwd", "layer0_fwd", "layer1_fwd", "layer1_fwd"])
     assert prog.num_ops(inline_calls=True) > 10 * sum(len(f.ops) for f in prog.callees())
 
 
@@ -101,6 +103,25 @@ def test_calls_in_the_sequential_function_are_inlined() -> None:
     ins = distir.analysis.random_inputs(fn)
     np.testing.assert_allclose(distir.execute(prog, ins)[0], distir.execute(fn, ins)[0],
                                rtol=1e-5)
+
+
+def test_repeated_layers_are_one_function() -> None:
+    """GPT-2's blocks: one layer function shared by the stages, one call per layer; the
+    column-parallel and row-parallel layers of an MLP: one function each."""
+    _, an, _, _ = small_gpt2(2)
+    prog = dtp(an, tp=2, pp=2)
+    fns = {f.name: f for f in distir.Module.of(prog)}
+    assert set(fns) == {"main", "stage0_fwd", "stage1_fwd", "layer0_fwd"}
+    for s in ("stage0_fwd", "stage1_fwd"):
+        calls = [op for op in fns[s].ops if op.callee is not None]
+        assert [c.callee.name for c in calls] == ["layer0_fwd"] * 2  # type: ignore[union-attr]
+    assert [o.name for o in calls[1].outputs] == ["h.3.out_tp0", "h.3.out_tp1"]
+    mlp = distir.models.mlp(batch_size=8, input_dim=8, hidden_dim=8, output_dim=8,
+                            num_layers=6)
+    fns = {f.name: f for f in distir.Module.of(dtp(mlp, tp=2))}
+    assert {"layer0_fwd", "layer1_fwd"} <= set(fns)
+    assert [op.op_type for op in fns["layer1_fwd"].ops] == [
+        "MatMul", "MatMul", "MPIAllreduce", "Relu", "Relu"]
 
 
 def test_the_analysis_is_reused_across_configurations() -> None:

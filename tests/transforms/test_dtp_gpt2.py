@@ -35,6 +35,8 @@ def test_heads_are_split_and_projections_paired() -> None:
     assert shapes["h.0.mlp.c_proj.weight_tp0"] == (16, 16)
     assert shapes["wte_tp0"] == (11, 16) and shapes["h.0.ln_1.weight_tp0"] == (16,)
     (stage,) = list(step.callees())
-    allreduces = [op for op in stage.ops if op.op_type == "MPIAllreduce"]
-    assert len(allreduces) == 2 * 4  # attention and MLP of each of the 4 layers
+    (layer,) = list(stage.callees())  # the 4 blocks are 4 calls of one function
+    assert sum(op.callee is layer for op in stage.ops) == 4
+    allreduces = [op for op in layer.ops if op.op_type == "MPIAllreduce"]
+    assert len(allreduces) == 2  # attention and MLP
     assert all(len(op.inputs) == 4 for op in allreduces)
