@@ -107,6 +107,13 @@ class _Slot:
         self.abs = abs
 
 
+def _tensor(abs: Any) -> TensorType:
+    t = type_of(abs)
+    if not isinstance(t, TensorType):
+        raise UnsupportedError(f"a collective moves tensors, not {t}")
+    return t
+
+
 def _device_of(t: Type, what: str) -> int:
     if isinstance(t, TensorType | ScalarType):
         return t.device
@@ -148,7 +155,7 @@ class _Projector(Interpreter):
             if s is not None:
                 devs.add(_device_of(type_of(s.abs), f"%{s.value.name}"))
         if not devs:
-            devs.add(int(op.attrs.get("device", 0)))
+            devs.add(int(self.attrs_of(op).get("device", 0)))
         if len(devs) != 1:
             raise PlacementError(f"{op.op_type} touches devices {sorted(devs)}; only "
                                  "communication ops may span devices")
@@ -190,20 +197,21 @@ class _Projector(Interpreter):
             self.emit(dst, Op("Recv", (), {**base, "device": src}, (outs_on[dst],),
                               loc=op.loc))
             return
+        given = self.attrs_of(op)
         attrs = dict(base)
         if kind in ("MPIBroadcast", "MPIScatter"):
             attrs["root"] = in_devs[0]
-            attrs["devices"] = tuple(int(d) for d in op.attrs["devices"])
+            attrs["devices"] = tuple(int(d) for d in given["devices"])
         else:
             attrs["order"] = tuple(in_devs)
         if kind in ("MPIGather", "MPIReduce"):
-            attrs["device"] = int(op.attrs["device"])
+            attrs["device"] = int(given["device"])
         if kind in ("MPIAllgather", "MPIReduceScatter", "MPIScatter", "MPIGather"):
             rank = len(getattr(type_of(args[0].abs), "shape", ()))
-            axis = int(self.attrs_of(op).get("axis", 0))
+            axis = int(given.get("axis", 0))
             attrs["axis"] = axis + rank if axis < 0 else axis
         if kind in ("MPIAllgather", "MPIGather"):
-            attrs["sizes"] = tuple(type_of(a.abs).shape[attrs["axis"]] for a in args)
+            attrs["sizes"] = tuple(_tensor(a.abs).shape[attrs["axis"]] for a in args)
         for d in participants:
             x = ins_on.get(d)
             y = outs_on.get(d)
@@ -276,7 +284,8 @@ def check_pairing(proj: Projection) -> None:
     for prog in proj.programs:
         last = -1
         for op in comm_ops(prog):
-            seq, group = op.attrs["seq"], op.attrs["group"]
+            attrs: dict[str, Any] = op.attrs
+            seq, group = int(attrs["seq"]), tuple(attrs["group"])
             if seq <= last:
                 raise UnsupportedError(f"device {prog.device} meets communication {seq} after "
                                        f"{last}")

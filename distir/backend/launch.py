@@ -83,15 +83,15 @@ def prepare(fn: Function | Module | Projection, world_size: int | None,
         if inputs is not None and len(inputs) != len(proj.param_types):
             raise ExecutionError(f"@{proj.name} takes {len(proj.param_types)} inputs, "
                                  f"{len(inputs)} given")
-        args = None if inputs is None else [np.asarray(x) for x in inputs]
+        args: list[Any] | None = None if inputs is None else [np.asarray(x) for x in inputs]
     else:
         if isinstance(fn, Module):
             fn = fn.entry
         proj = project(fn, world_size=world_size)
         if inputs is not None:
-            args = bind_inputs(fn, inputs)
+            args = list(bind_inputs(fn, inputs))
         elif fn.initializers:
-            args = [fn.initializers.get(p.name) for p in fn.params]
+            args = [fn.initializers.get(p.name or "") for p in fn.params]
         else:
             args = None
     if args is not None:
@@ -403,9 +403,10 @@ class Session:
         kinds: dict[int, str] = {}
         for prog in proj.programs:
             for op in prog.fn.ops:
-                if "seq" in op.attrs:
+                attrs: dict[str, Any] = op.attrs
+                if "seq" in attrs:
                     kind = "Send" if op.op_type == "Recv" else op.op_type
-                    kinds[op.attrs["seq"]] = f"{kind} over devices {list(op.attrs['group'])}"
+                    kinds[int(attrs["seq"])] = f"{kind} over devices {list(attrs['group'])}"
         parts = []
         p = self._progress
         for r in range(self.world_size):

@@ -127,7 +127,7 @@ class Static:
     op_type: str
     attrs: dict[str, Any]
     in_types: tuple[Type | None, ...]
-    out_types: tuple[Type, ...]
+    out_types: tuple[Type | None, ...]
     consts: tuple[np.ndarray | None, ...]
     live_outputs: tuple[bool, ...]
     donate: tuple[bool, ...]
@@ -137,7 +137,10 @@ class Static:
 
     def out(self, j: int = 0) -> TensorType:
         """Result j's type, as a tensor type (a scalar is a 0-d tensor)."""
-        return as_tensor_type(self.out_types[j])
+        t = self.out_types[j]
+        if t is None:
+            raise UnsupportedError(f"{self.op_type}: result {j} has no type")
+        return as_tensor_type(t)
 
     def inp(self, i: int) -> TensorType:
         t = self.in_types[i]
@@ -155,7 +158,7 @@ class Static:
         return torch.empty(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
 
 
-def as_tensor_type(t: Type) -> TensorType:
+def as_tensor_type(t: Type | None) -> TensorType:
     if isinstance(t, TensorType):
         return t
     if isinstance(t, ScalarType):
@@ -371,8 +374,9 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
             kernel = entry.compile(static)
         except UnsupportedError as e:
             raise UnsupportedError(f"in @{fn.name}, {op.op_type}: {e.message}") from None
-        if op.op_type == "Constant":
-            consts[outs[0]] = _const_value(attrs)
+        value = _const_value(attrs) if op.op_type == "Constant" else None
+        if value is not None:
+            consts[outs[0]] = value
         live += sum(nbytes[o] for o in outs)
         if live > peak:
             peak = live
@@ -380,9 +384,9 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
             limit_op = i
         frees = tuple(sorted(s for s in {*ins, *outs} if s >= 0 and last[s] <= i))
         live -= sum(nbytes[s] for s in frees)
-        seq = int(op.attrs.get("seq", -1))
+        seq = int(attrs.get("seq", -1))
         where = f"{op.op_type} (op {i}" + (
-            f", communication {seq} over devices {list(op.attrs['group'])})" if seq >= 0
+            f", communication {seq} over devices {list(attrs['group'])})" if seq >= 0
             else ")")
         steps.append(_Step(kernel, ins, outs, frees, entry.comm,
                            tuple(None if t is None else as_tensor_type(t) for t in in_types),

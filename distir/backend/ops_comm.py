@@ -12,19 +12,20 @@ it; otherwise the op works on a copy.
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 import torch.distributed as dist
 
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 
-
 # The single-tensor collectives, by their current names (torch >= 2.13) or their former.
 _all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
 _reduce_scatter_single = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
 
 
-def _pg(s: Static) -> object:
+def _pg(s: Static) -> Any:
     if s.groups is None:
         raise UnsupportedError("communication needs process groups: run the program with "
                                "distir.run or a distir.backend.Session")

@@ -72,8 +72,8 @@ def _layer_norm(s: Static) -> Kernel:
     return k
 
 
-_REDUCE = {"ReduceSum": torch.sum, "ReduceMean": torch.mean, "ReduceMax": torch.amax,
-           "ReduceMin": torch.amin}
+_REDUCE: dict[str, Any] = {"ReduceSum": torch.sum, "ReduceMean": torch.mean,
+                           "ReduceMax": torch.amax, "ReduceMin": torch.amin}
 
 
 @LOWERINGS.register(*_REDUCE)
@@ -134,7 +134,7 @@ def _pad_arg(begin: list[int], end: list[int]) -> list[int]:
 @LOWERINGS.register("Conv")
 def _conv(s: Static) -> Kernel:
     n, _, strides, dil, pb, pe = _spatial(s)
-    conv = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}.get(n)
+    conv: Any = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}.get(n)
     if conv is None:
         raise UnsupportedError(f"a convolution over {n} spatial dimensions")
     group = int(s.attrs.get("group", 1))
@@ -153,6 +153,7 @@ def _pool(s: Static) -> Kernel:
     ceil = bool(s.attrs.get("ceil_mode", 0))
     sym = pb == pe and all(2 * p <= k for p, k in zip(pb, kernel))
     padarg = _pad_arg(pb, pe)
+    pool: Any
     if s.op_type == "MaxPool":
         pool = {1: F.max_pool1d, 2: F.max_pool2d, 3: F.max_pool3d}[n]
         if sym:
@@ -166,8 +167,8 @@ def _pool(s: Static) -> Kernel:
     if sym and (include or not any(pb)):
         return lambda x: (pool(x, kernel, strides, tuple(pb), ceil, include),)
     size = 1
-    for k in kernel:
-        size *= k
+    for width in kernel:
+        size *= width
     spatial = s.inp(0).shape[2:]
 
     def k(x: torch.Tensor) -> tuple:

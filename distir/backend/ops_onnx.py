@@ -74,12 +74,13 @@ def _scalar(s: Static, i: int) -> float | int | None:
     return c.reshape(-1)[0].item()
 
 
-_BINARY = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul}
+_BINARY: dict[str, Any] = {"Add": torch.add, "Sub": torch.sub, "Mul": torch.mul}
 
 
 @LOWERINGS.register("Add", "Sub", "Mul", "Div")
 def _binary(s: Static) -> Kernel:
     is_int = not s.out().dtype.is_float
+    f: Any
     if s.op_type == "Div":
         if is_int:
             return lambda a, b: (torch.div(a, b, rounding_mode="trunc"),)
@@ -107,7 +108,7 @@ def _pow(s: Static) -> Kernel:
     return lambda x, y: (torch.pow(x, y).to(dt),)
 
 
-_VARIADIC = {"Sum": torch.add, "Max": torch.maximum, "Min": torch.minimum}
+_VARIADIC: dict[str, Any] = {"Sum": torch.add, "Max": torch.maximum, "Min": torch.minimum}
 
 
 @LOWERINGS.register("Sum", "Max", "Min")
@@ -210,9 +211,10 @@ def _shape(s: Static) -> Kernel:
 def _range(s: Static) -> Kernel:
     t = s.out()
     dt, dev = torch_dtype(t.dtype), s.device
-    if all(s.const(i) is not None for i in range(3)):
-        start = s.const(0).reshape(-1)[0].item()
-        delta = s.const(2).reshape(-1)[0].item()
+    c0, c2 = s.const(0), s.const(2)
+    if c0 is not None and c2 is not None and s.const(1) is not None:
+        start = c0.reshape(-1)[0].item()
+        delta = c2.reshape(-1)[0].item()
         vals = torch.arange(t.shape[0], dtype=dt, device=dev) * delta + start
         vals = vals.to(dt)
         return lambda *_: (vals,)
