@@ -16,7 +16,10 @@ and the size of the result counted two ways:
 
 - *inlined*: ops with every call counted as its callee's ops (what a flat program, as the
   original DistIR produced, would hold);
-- *written*: ops actually created (``@main`` plus every stage function once).
+- *written*: ops actually created (``@main`` plus every stage and layer function once).
+
+``--flat`` writes every layer out in its stage function (no layer functions);
+``--simulate HARDWARE`` also times ``distir.simulate`` of the result.
 
 Rates are ops per second of ``analyze + dtp`` (a cold configuration) and of ``dtp`` alone (a
 configuration of an analyzed model), in wall-clock time; the CPU time of the process is
@@ -43,23 +46,33 @@ CASES = [("gpt2-175b", (1, 8, 2, 2)), ("mlp-103b", (4, 2, 2, 16))]
 TARGET = 100_000.0
 
 
-def _median_time(fn, repeats: int) -> tuple[float, float, object]:
-    """Median wall-clock and CPU (process) seconds of ``fn()``, and its last result."""
+def _median_time(fn, repeats: int, first: list | None = None) -> tuple[float, float, object]:
+    """Median wall-clock and CPU (process) seconds of ``fn()``, and its last result;
+    ``first``, when given, receives the wall-clock seconds of the first run."""
     wall, cpu, out = [], [], None
     for _ in range(repeats):
         t, c = time.perf_counter(), time.process_time()
         out = fn()
         wall.append(time.perf_counter() - t)
         cpu.append(time.process_time() - c)
+    if first is not None:
+        first.append(wall[0])
     return statistics.median(wall), statistics.median(cpu), out
 
 
-def run_case(name: str, cfg: tuple[int, int, int, int], repeats: int) -> dict:
+def run_case(name: str, cfg: tuple[int, int, int, int], repeats: int, flat: bool,
+             simulate: str | None) -> dict:
     fn = presets.build(name)
     t_an, c_an, an = _median_time(lambda: analyze(fn), repeats)
     dp, tp, pp, k = cfg
-    t_dtp, c_dtp, out = _median_time(lambda: dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k),
-                                     repeats)
+    t_dtp, c_dtp, out = _median_time(lambda: dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k,
+                                                 layer_functions=not flat), repeats)
+    sim_s, sim_first = None, []
+    if simulate:
+        import distir
+
+        sim_s, _, _ = _median_time(lambda: distir.simulate(out, hardware=simulate), repeats,
+                                   sim_first)
     inlined = out.num_ops(inline_calls=True)
     written = out.num_ops() + sum(len(f.ops) for f in out.callees())
     return {
@@ -70,6 +83,8 @@ def run_case(name: str, cfg: tuple[int, int, int, int], repeats: int) -> dict:
         "ops_inlined": inlined, "ops_written": written,
         "inlined_per_s": inlined / (t_an + t_dtp), "inlined_per_s_dtp": inlined / t_dtp,
         "written_per_s": written / (t_an + t_dtp), "written_per_s_dtp": written / t_dtp,
+        "layer_functions": not flat, "simulate_s": sim_s,
+        "simulate_first_s": sim_first[0] if sim_first else None,
     }
 
 
@@ -77,15 +92,19 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--repeats", type=int, default=5)
     ap.add_argument("--json", action="store_true", help="print one JSON object")
+    ap.add_argument("--flat", action="store_true",
+                    help="write every layer out (dtp(..., layer_functions=False))")
+    ap.add_argument("--simulate", metavar="HARDWARE", default=None,
+                    help="also time distir.simulate of the result on this profile")
     args = ap.parse_args()
     analyze(presets.build("mlp-1b"))  # warm-up: one-time imports are not the transform's
-    rows = [run_case(n, c, args.repeats) for n, c in CASES]
+    rows = [run_case(n, c, args.repeats, args.flat, args.simulate) for n, c in CASES]
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "cases": rows}))
         return
     print(f"D/T/P transform, median of {args.repeats} ({platform.python_version()}, "
-          f"{os.cpu_count()} cores)")
+          f"{os.cpu_count()} cores){', layers written out' if args.flat else ''}")
     for r in rows:
         cfg = f"{r['dp']}/{r['tp']}/{r['pp']}/{r['microbatches']}"
         ok = "ok" if r["inlined_per_s"] >= TARGET else "BELOW TARGET"
@@ -97,6 +116,9 @@ def main() -> None:
               f"(dtp alone {r['written_per_s_dtp']:,.0f})")
         print(f"{'':>21}CPU time: analyze {r['analyze_cpu_s'] * 1e3:.1f} ms, dtp "
               f"{r['dtp_cpu_s'] * 1e3:.1f} ms, inlined {r['inlined_per_cpu_s']:,.0f} ops/s")
+        if r["simulate_s"] is not None:
+            print(f"{'':>21}simulate ({args.simulate}): first {r['simulate_first_s']:.3f} s, "
+                  f"median {r['simulate_s']:.3f} s (the simulator caches across calls)")
 
 
 if __name__ == "__main__":

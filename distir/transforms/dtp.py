@@ -20,7 +20,7 @@ __all__ = ["dtp", "analyze"]
 
 def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
         microbatches: int = 1, schedule: str = "1f1b", self_contained: bool = False,
-        ) -> Function:
+        layer_functions: bool = True) -> Function:
     """The sequential step ``fn`` distributed over ``dp·tp·pp`` devices.
 
     - ``dp`` data-parallel replicas, each with a slice of the batch; gradients are summed
@@ -34,8 +34,10 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     default result takes its parameters already placed (weight shards on their devices, the
     batch split over replicas) and is the step proper; with ``self_contained`` it takes the
     sequential parameters on device 0, distributes them first and returns the sequential
-    results on device 0 (for differential testing). ``fn`` may also be the result of
-    ``analyze(fn)``, which is reused across configurations.
+    results on device 0 (for differential testing). Layers that repeat are written once as
+    layer functions, called once per layer (``layer_functions=False`` writes every layer
+    out in its stage function). ``fn`` may also be the result of ``analyze(fn)``, which is
+    reused across configurations.
 
     Impossible configurations raise ``TransformError`` naming the failed constraint.
     """
@@ -44,7 +46,7 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     an = fn if isinstance(fn, Analysis) else analyze(fn)
     plan = Plan(an, dp, tp, pp, microbatches, schedule)
     with no_gc():
-        groups = build_stage_functions(plan)
+        groups = build_stage_functions(plan, layer_functions)
         mb = MainBuilder(plan, groups)
         if self_contained:
             distribute(mb)

@@ -47,7 +47,7 @@ class LayerTable:
     """The segments of every stage function of a plan and the layer functions of those
     that occur at least twice."""
 
-    def __init__(self, plan: Plan, groups: dict) -> None:
+    def __init__(self, plan: Plan, groups: dict, enabled: bool = True) -> None:
         self.plan = plan
         self.segments: dict[tuple[int, str], list[Segment]] = {}
         self.functions: dict[tuple, Function] = {}
@@ -60,7 +60,7 @@ class LayerTable:
         first: dict[tuple, tuple[int, str]] = {}  # the lowest layer of each repeated key
         for gkey in groups:
             for s in self.segments[gkey]:
-                if s.key and counts[s.key] > 1:
+                if enabled and s.key and counts[s.key] > 1:
                     a = max(s.anchor - 1, 0)
                     if s.key not in first or a < first[s.key][0]:
                         first[s.key] = (a, "fwd" if gkey[1] == "F" else "bwd")

@@ -52,8 +52,10 @@ class StageFunction:
     """Values of this function needed by other stages' functions: value -> stages."""
 
 
-def build_stage_functions(plan: Plan) -> dict[tuple[int, str], StageFunction]:
-    """The stage functions of ``plan``, keyed by ``(stage, "F" | "B")``."""
+def build_stage_functions(plan: Plan, layer_functions: bool = True,
+                          ) -> dict[tuple[int, str], StageFunction]:
+    """The stage functions of ``plan``, keyed by ``(stage, "F" | "B")``; repeated layers
+    become calls of layer functions unless ``layer_functions`` is false."""
     prog, st = plan.prog, plan.st
     groups: dict[tuple[int, str], StageFunction] = {}
     where: dict[int, tuple[int, str]] = {}
@@ -68,7 +70,7 @@ def build_stage_functions(plan: Plan) -> dict[tuple[int, str], StageFunction]:
         where[i] = key
     for key, g in groups.items():
         _outputs(plan, g, key, where)
-    layers = LayerTable(plan, groups)
+    layers = LayerTable(plan, groups, enabled=layer_functions)
     for key, g in groups.items():
         g.fn, g.inputs = _build(plan, g, layers.segments[key], layers, acc=False)
         if plan.k > 1 and g.reduced:
