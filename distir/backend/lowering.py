@@ -203,7 +203,9 @@ class CompiledProgram:
     ``run(inputs)`` executes it once on tensors for the rank's parameters (in
     ``RankProgram.fn.params`` order) and returns the rank's results. If an op fails, the
     communication ops after it still run on dummy buffers (so the other ranks finish the
-    step) and the first error is raised at the end. ``static_peak_bytes`` is the most bytes
+    step) and the first error is raised at the end. ``progress``, when given, is the launcher's
+    shared array: slots ``progress_base`` and ``+1`` receive the communication this rank is in
+    and its state (2 inside it, 1 past it). ``static_peak_bytes`` is the most bytes
     the types say are live at once (parameters included, views counted as free).
     """
 
@@ -392,7 +394,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
                            tuple(None if t is None else as_tensor_type(t) for t in in_types),
                            op.op_type, seq, where))
     return CompiledProgram(steps, n, params, returns, peak, limit_op, device, progress,
-                           2 * rank)
+                           3 * rank)
 
 
 def _const_value(attrs: dict[str, Any]) -> np.ndarray | None:

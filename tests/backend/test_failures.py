@@ -29,11 +29,26 @@ func @main(%x: Tensor[Float32, (4,), 0], %y: Tensor[Float32, (4,), 1]) {
 }
 """
 
+TWO_ALLREDUCES = """
+func @main(%x: Tensor[Float32, (4,), 0], %y: Tensor[Float32, (4,), 1]) {
+  %a, %b = MPIAllreduce(%x, %y)
+  %c, %d = MPIAllreduce(%a, %b)
+  return %c
+}
+"""
+
 
 def hanging() -> Projection:
     """A projection whose rank 1 never joins rank 0's all-reduce."""
     proj = project(distir.parse(ONE_ALLREDUCE).entry)
     proj.programs[1].fn.ops = []
+    return proj
+
+
+def hanging_later() -> Projection:
+    """A projection whose rank 1 joins the first all-reduce but not the second."""
+    proj = project(distir.parse(TWO_ALLREDUCES).entry)
+    proj.programs[1].fn.ops = proj.programs[1].fn.ops[:1]
     return proj
 
 
@@ -64,14 +79,14 @@ def test_watchdog_ends_a_hang_and_kills_the_workers() -> None:
     pids = s.pids
     try:
         with pytest.raises(BackendError) as e:
-            s.run(hanging(), steps=1, warmup=0)
+            s.run(hanging_later(), steps=1, warmup=0)
     finally:
         s.close(kill=True)
     msg = str(e.value)
     assert "\n" not in msg
     assert "hung: no rank made progress for 2 s" in msg
-    assert "rank 0 waits in communication 0 (MPIAllreduce over devices [0, 1])" in msg
-    assert "rank 1 has not communicated yet" in msg
+    assert "rank 0 waits in communication 1 (MPIAllreduce over devices [0, 1])" in msg
+    assert "rank 1 is past communication 0" in msg
     assert all_gone(pids)
     assert not s.started
 
