@@ -29,10 +29,10 @@ from distir.ir.core import CALL, Function, Op, Value
 from distir.transforms.emit import Emitter, base_name
 from distir.transforms.hoist import BuilderBase
 from distir.transforms.layout import B, T
-from distir.transforms.plan import HOIST, POST
 from distir.transforms.program import SHAPE_OPERANDS
 from distir.transforms.schedule import ticks
 from distir.transforms.stages import StageFunction
+from distir.transforms.structure import HOIST, POST
 
 __all__ = ["MainBuilder"]
 

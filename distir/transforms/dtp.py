@@ -58,4 +58,7 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
         mb.reduce_gradients()
         mb.updates()
         returns = gather_results(mb) if self_contained else mb.results()
-        return mb.build(an.fn.name, returns)
+        out = mb.build(an.fn.name, returns)
+        if self_contained:  # same parameters: the same bound weights (imported models)
+            out.initializers = dict(an.fn.initializers)
+        return out

@@ -19,9 +19,10 @@ from distir.analysis.rules import NUMPY_RULES, load_rules
 from distir.ir.core import Op, Value
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
-from distir.transforms.plan import HOIST, POST, Plan
+from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS
 from distir.transforms.stages import StageFunction
+from distir.transforms.structure import HOIST, POST
 
 __all__ = ["BuilderBase", "FOLD_LIMIT"]
 

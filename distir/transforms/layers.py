@@ -25,8 +25,9 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import _LOSSES, Emitter, base_name
 from distir.transforms.layout import T
-from distir.transforms.plan import HOIST, Plan
+from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
+from distir.transforms.structure import HOIST
 
 __all__ = ["Segment", "LayerTable"]
 

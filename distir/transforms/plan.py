@@ -23,7 +23,7 @@ from distir.transforms.layout import B, T, local_shape
 from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.schedule import SCHEDULES
 from distir.transforms.sharding import Sharding
-from distir.transforms.structure import HOIST, MB, POST, Structure
+from distir.transforms.structure import Structure
 
 __all__ = ["Analysis", "Plan", "analyze"]
 
@@ -230,5 +230,3 @@ def _text(prog: Program, i: int) -> str:
 
     return format_op(prog.ops[i])
 
-
-__all__ += ["HOIST", "MB", "POST"]

@@ -26,8 +26,9 @@ from distir.ir.core import CALL, Function, Op, Value
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
 from distir.transforms.layers import LayerTable, Segment
-from distir.transforms.plan import HOIST, MB, Plan
+from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
+from distir.transforms.structure import HOIST, MB
 
 __all__ = ["StageFunction", "build_stage_functions", "Input"]
 

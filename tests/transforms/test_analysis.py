@@ -130,3 +130,26 @@ def test_the_analysis_is_reused_across_configurations() -> None:
     an = analyze(fn)
     assert distir.dumps(dtp(an, 2, 2, 2, 2)) == distir.dumps(dtp(fn, 2, 2, 2, 2))
     assert distir.dumps(dtp(an, 1, 2, 4, 4)) == distir.dumps(dtp(fn, 1, 2, 4, 4))
+
+
+def test_imported_model_with_bound_weights() -> None:
+    """An imported 2-layer MLP whose weights are initializers: two layers (the last has no
+    activation), and the self-contained program runs with the same bound weights."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    rng = np.random.default_rng(0)
+    w1 = rng.standard_normal((4, 8)).astype(np.float32)
+    w2 = rng.standard_normal((8, 4)).astype(np.float32)
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w1"], ["h"]), helper.make_node("Relu", ["h"], ["a"]),
+         helper.make_node("MatMul", ["a", "w2"], ["y"])], "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [8, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [8, 4])],
+        initializer=[numpy_helper.from_array(w1, "w1"), numpy_helper.from_array(w2, "w2")])
+    fn = distir.import_onnx(helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 21)])).entry
+    assert analyze(fn).structure.num_layers == 2
+    x = rng.standard_normal((8, 4)).astype(np.float32)
+    prog = dtp(fn, dp=2, tp=2, pp=2, microbatches=2, self_contained=True)
+    np.testing.assert_allclose(distir.execute(prog, [x])[0], distir.execute(fn, [x])[0],
+                               rtol=1e-5, atol=1e-5)
