@@ -185,7 +185,7 @@ class MainBuilder(BuilderBase):
     def concat_microbatches(self, v: Value, d: int, t: int) -> Value:
         """The replica's whole-batch value of a per-microbatch result (on its stage)."""
         plan = self.plan
-        s = self.home[v]
+        s = self.once_stage(v)
         parts = [self.env[(v, m, d, s)][t] for m in range(plan.k)]
         if plan.k == 1:
             return parts[0]

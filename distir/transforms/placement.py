@@ -150,7 +150,7 @@ def gather_results(mb: MainBuilder) -> list[Value]:
         name = base_name(v)
         at = lay.axis(T) if plan.tp > 1 else None
         if st.value_kind.get(v) == "m":
-            s = mb.home[v]
+            s = mb.once_stage(v)
             whole = []
             for d in range(plan.dp):
                 parts = []

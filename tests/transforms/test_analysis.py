@@ -153,3 +153,16 @@ def test_imported_model_with_bound_weights() -> None:
     prog = dtp(fn, dp=2, tp=2, pp=2, microbatches=2, self_contained=True)
     np.testing.assert_allclose(distir.execute(prog, [x])[0], distir.execute(fn, [x])[0],
                                rtol=1e-5, atol=1e-5)
+
+
+def test_returning_inputs_and_weights() -> None:
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (8, 4), 0))
+    w = b.param("w", TensorType(DType.Float32, (4, 4), 0))
+    fn = b.ret(b.op("MatMul", x, w, name="h"), x, w)
+    ins = distir.analysis.random_inputs(fn)
+    for cfg in [(2, 2, 1, 2), (2, 1, 1, 1)]:
+        got = distir.execute(dtp(fn, *cfg, self_contained=True), ins)
+        for g, want in zip(got, distir.execute(fn, ins), strict=True):
+            np.testing.assert_allclose(g, want, rtol=1e-6)
+        distir.infer_types(dtp(fn, *cfg))
