@@ -11,13 +11,13 @@ from __future__ import annotations
 import csv
 import math
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
-__all__ = ["MEASURED_COLUMNS", "measure", "run_top", "accuracy", "spearman"]
+__all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy", "spearman"]
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
@@ -53,7 +53,15 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 def measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
             steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
             ) -> list[dict[str, Any]]:
-    """Run each configuration for real; one row per configuration with measured columns.
+    """Run each configuration for real; one row per configuration with measured columns."""
+    return list(iter_measure(workload, configs, backend=backend, steps=steps, warmup=warmup,
+                             progress=progress))
+
+
+def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
+                 steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+                 ) -> Iterator[dict[str, Any]]:
+    """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
     configuration the transform refuses is recorded as ``refused``.
@@ -62,7 +70,6 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
     from distir.errors import DistIRError, TransformError
     from distir.transforms import dtp
 
-    rows: list[dict[str, Any]] = []
     by_size: dict[int, list[Config]] = {}
     for c in configs:
         by_size.setdefault(c.devices, []).append(c)
@@ -75,17 +82,19 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
                 try:
                     seq = models.get(c.batch_size)
                     if seq is None:
-                        seq = models[c.batch_size] = workload.build(c.batch_size)
+                        from distir.transforms import analyze
+
+                        seq = models[c.batch_size] = analyze(workload.build(c.batch_size))
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
                     r = s.run(fn, steps=steps, warmup=warmup)
                 except TransformError as e:
                     row.update(measured_status="refused", reason=e.message)
-                    rows.append(row)
+                    yield row
                     continue
                 except DistIRError as e:
                     row.update(measured_status="error", reason=e.message)
-                    rows.append(row)
+                    yield row
                     continue
                 peaks = [p or 0 for p in r.peak_memory_bytes]
                 lat = r.step_latency_s
@@ -95,12 +104,11 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
                            measured_peak_memory_bytes=max(peaks) if peaks else "",
                            measured_peak_memory_per_device=str(peaks),
                            measured_device=r.device_name, reason=r.message)
-                rows.append(row)
                 if progress is not None:
                     shown = f"{lat * 1e3:.2f} ms" if lat else r.status
                     progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                     progress.flush()
-    return rows
+                yield row
 
 
 def _f(x: Any) -> float:

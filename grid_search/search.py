@@ -49,11 +49,14 @@ def _init_worker(workload: Workload, hardware: str) -> None:
 
 
 def _model(batch: int) -> Any:
+    """The sequential model at this batch size, analysed once for every configuration."""
     assert _STATE.workload is not None and _STATE.models is not None
-    fn = _STATE.models.get(batch)
-    if fn is None:
-        fn = _STATE.models[batch] = _STATE.workload.build(batch)
-    return fn
+    an = _STATE.models.get(batch)
+    if an is None:
+        from distir.transforms import analyze
+
+        an = _STATE.models[batch] = analyze(_STATE.workload.build(batch))
+    return an
 
 
 def evaluate(cfg: Config) -> dict[str, Any]:

@@ -28,9 +28,10 @@ from grid_search.models import workload
 from grid_search.space import enumerate_space, powers_of_two
 
 
-def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str) -> list:
+def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str,
+             min_devices: int = 1) -> list:
     out = []
-    for n in powers_of_two(1, max_devices):
+    for n in powers_of_two(min_devices, max_devices):
         out += [c for c in enumerate_space(w.name, n, batches, max_microbatches=max_k,
                                            schedules=[schedule])]
     return sorted(out, key=lambda c: (c.batch_size, c.devices, c.dp, c.tp, c.pp,
@@ -38,14 +39,14 @@ def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule:
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from grid_search.real import measure
+    from grid_search.real import iter_measure
 
     w = workload(args.model, dtype=args.dtype)
     schedule = "1f1b" if w.training else "gpipe"
-    configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule)
+    configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule,
+                       args.min_devices)
     print(f"measuring {len(configs)} configurations of {w.name} ({args.dtype})",
           file=sys.stderr)
-    rows = measure(w, configs, backend=args.backend, steps=args.steps, warmup=args.warmup)
     import torch
 
     env = {"torch": torch.__version__, "python": platform.python_version(),
@@ -57,8 +58,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
-        for r in rows:
+        f.flush()
+        for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
+                              warmup=args.warmup):
             wr.writerow({**r, "env": str(env)})
+            f.flush()  # a run cut short keeps every row measured so far
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
 
@@ -154,6 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--batch-sizes", type=int, nargs="+", required=True)
     m.add_argument("--max-devices", type=int, required=True)
     m.add_argument("--max-microbatches", type=int, default=128)
+    m.add_argument("--min-devices", type=int, default=1)
     m.add_argument("--backend", default=None)
     m.add_argument("--steps", type=int, default=5)
     m.add_argument("--warmup", type=int, default=2)
