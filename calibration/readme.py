@@ -2,7 +2,9 @@
 
 ``python -m calibration.readme REPORT.md README.md`` replaces the text between the markers
 ``<!-- results:NAME:begin -->`` and ``<!-- results:NAME:end -->`` (NAME: the profile named in
-the report's first line) with the report, or appends a marked section at the end.
+the report's first line) with the report, or appends a marked section at the end; the
+placeholder between ``<!-- results:pending:begin -->`` and ``<!-- results:pending:end -->``
+goes.
 """
 
 from __future__ import annotations
@@ -22,6 +24,8 @@ def insert_report(report: str, readme: str) -> str:
     name = m.group(1)
     begin, end = f"<!-- results:{name}:begin -->", f"<!-- results:{name}:end -->"
     block = f"{begin}\n{report.rstrip()}\n{end}"
+    readme = re.sub(r"<!-- results:pending:begin -->.*?<!-- results:pending:end -->\n?", "",
+                    readme, flags=re.S)
     pat = re.compile(re.escape(begin) + r".*?" + re.escape(end), re.S)
     if pat.search(readme):
         return pat.sub(lambda _: block, readme)

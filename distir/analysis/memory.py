@@ -69,9 +69,19 @@ class FunctionLiveness:
     return_dup: tuple[int | None, ...]
     returned_params: frozenset[int]
     drop: frozenset[int]
+    annotated: bool = False
+    """Whether some result of an op carries a declared type (to check)."""
 
 
-Memo = dict[tuple[Function, frozenset[int]], FunctionLiveness]
+class Memo:
+    """Liveness facts per (function, dropped results), and the op signatures interned (so
+    that equal signatures are one object and compare by identity)."""
+
+    __slots__ = ("facts", "sigs")
+
+    def __init__(self) -> None:
+        self.facts: dict[tuple[Function, frozenset[int]], FunctionLiveness] = {}
+        self.sigs: dict[tuple, tuple] = {}
 
 
 def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_DROP,
@@ -82,11 +92,13 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     One forward pass over the calls finds the results that alias an argument's storage;
     one backward pass finds each storage's last use (the first use seen backwards)."""
     if memo is None:
-        memo = {}
+        memo = Memo()
     key = (fn, drop)
-    hit = memo.get(key)
+    hit = memo.facts.get(key)
     if hit is not None:
         return hit
+    sigs = memo.sigs
+    annotated = False
     alias: dict[Value, Value] = {}  # call results that are an argument's storage
     for op in fn.ops:
         if op.callee is None:
@@ -110,11 +122,17 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     for op in reversed(fn.ops):
         outs = op.outputs
         sig = (op.op_type, op.attrs_key, len(outs))
+        sig = sigs.setdefault(sig, sig)
         if op.callee is None:  # the common case, kept tight
             if len(outs) == 1:
-                free_out: tuple[int, ...] = () if outs[0] in live else (0,)
+                out = outs[0]
+                free_out: tuple[int, ...] = () if out in live else (0,)
+                if out.type is not None:
+                    annotated = True
             else:
                 free_out = tuple(i for i, v in enumerate(outs) if v not in live)
+                if any(v.type is not None for v in outs):
+                    annotated = True
             free_in: list[int] | None = None
             free_param: list[tuple[int, int]] | None = None
             for pos, u in enumerate(op.inputs):
@@ -137,27 +155,29 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                          () if free_param is None else tuple(free_param), free_out, (),
                          _NO_DROP)
             continue
-        dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
+        if alias:
+            dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
+        else:
+            dropped = frozenset(i for i, v in enumerate(outs) if v not in live)
+        if any(v.type is not None for v in outs):
+            annotated = True
         cl = liveness(op.callee, memo, dropped)
         skip = cl.unused_params
-        uses: dict[Value, int] = {}  # how many arguments share each storage
+        roots = [None if u is None else alias.get(u, u) for u in op.inputs] if alias \
+            else list(op.inputs)
+        shared = len(set(roots)) != len(roots)  # one storage passed twice (or None twice)
         dying: list[tuple[int, Value]] = []
-        for pos, u in enumerate(op.inputs):
-            if u is None:
+        for pos, r in enumerate(roots):
+            if r is None or r in live or pos in skip:  # untouched arguments are no use
                 continue
-            r = alias.get(u, u)
-            uses[r] = uses.get(r, 0) + 1
-            if pos in skip:  # an argument the callee never touches is no use
-                continue
-            if r not in live:
-                live_add(r)
-                dying.append((pos, r))
+            live_add(r)
+            dying.append((pos, r))
         c_in: list[int] = []
         c_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []
         for pos, r in dying:
             pi = param_index.get(r, -1)
-            if pos not in cl.returned_params and uses[r] == 1:
+            if pos not in cl.returned_params and (not shared or roots.count(r) == 1):
                 give.append((pos, pi))
             elif pi >= 0:
                 c_param.append((pos, pi))
@@ -178,8 +198,8 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             first_ret.setdefault(rr, i)
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
-    fl = memo[key] = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup),
-                                      returned_params, drop)
+    fl = memo.facts[key] = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup),
+                                            returned_params, drop, annotated)
     return fl
 
 

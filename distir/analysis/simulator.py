@@ -112,9 +112,8 @@ class Simulator(TypeInterpreter):
         self._recs: dict[tuple, _Rec] = {}
         self._costs: dict[tuple, OpCost] = {}
         self._summaries: dict[tuple, CallSummary] = {}
-        self._live_memo: Memo = {}
-        self._prepared: set[Function] = set()
-        self._annotated: set[Function] = set()
+        self._live_memo = Memo()
+        self._canon: dict[Any, Any] = {}  # types and values interned: equal is identical
         self._lv: dict[Op, OpLiveness] = {}  # liveness of the ops of the function running
         self._drop: frozenset[int] = frozenset()  # results its caller drops
         self._no_owned: dict[int, tuple[bool, ...]] = {}
@@ -164,19 +163,14 @@ class Simulator(TypeInterpreter):
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
-        fl = liveness(fn, self._live_memo, self._drop)
-        if fn not in self._prepared:
-            self._prepared.add(fn)
-            if self.check_annotations and any(
-                    v.type is not None for op in fn.ops for v in op.outputs):
-                self._annotated.add(fn)
-        return fl
+        return liveness(fn, self._live_memo, self._drop)
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
-        self._lv = self._prepare(fn).ops
+        fl = self._prepare(fn)
+        self._lv = fl.ops
         # The type interpreter's per-op check, only where there is something to check.
-        self.post_op = self._post if fn in self._annotated else None
+        self.post_op = self._post if fl.annotated and self.check_annotations else None
         # This run's op hook: a closure over the current state (the loop binds it once).
         self.eval_op = self._op_evaluator()  # type: ignore[method-assign,assignment]
         return super().run(fn, args)
@@ -273,7 +267,9 @@ class Simulator(TypeInterpreter):
         else:
             given = self._no_owned.get(len(args)) or self._no_owned.setdefault(
                 len(args), (False,) * len(args))
-        key = (callee, args, given, drop)
+        # Arguments are interned (``_canon``), so their identities stand for their values:
+        # hashing ids is far cheaper than hashing hundreds of types.
+        key = (callee, tuple(map(id, args)), given, drop)
         s = self._summaries.get(key)
         if s is None:
             s = self._summaries[key] = self._summarize(callee, args, given, drop)
@@ -293,7 +289,8 @@ class Simulator(TypeInterpreter):
 
     # -- records, costs, calls ---------------------------------------------------------
     def _record(self, op: Op, args: tuple) -> _Rec:
-        outs = self._infer(op, args)
+        canon = self._canon
+        outs = tuple(canon.setdefault(o, o) for o in self._infer(op, args))
         in_types = tuple(None if a is None else type_of(a) for a in args)
         out_types = tuple(type_of(o) for o in outs)
         seen: dict[int, None] = {}
@@ -382,6 +379,8 @@ class Simulator(TypeInterpreter):
         """Simulate ``fn`` on abstract arguments ``args`` (types or concrete values)."""
         self._new_state(top=True, owned=(False,) * len(fn.params))
         self._drop = frozenset()
+        canon = self._canon
+        args = [a if a is None else canon.setdefault(a, a) for a in args]
         mem, peak = self._mem, self._peak
         for a in args:
             for d, b in placed_bytes(type_of(a)):

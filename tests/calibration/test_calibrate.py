@@ -97,6 +97,12 @@ def test_readme_report_section() -> None:
                    "<!-- results:x:end -->\n"
     twice = insert_report("## Profile `x`\n\nnew\n", once)
     assert "new" in twice and "| a |" not in twice and twice.count("results:x:begin") == 1
+    pending = "# T\n\n<!-- results:pending:begin -->\nnone yet\n<!-- results:pending:end -->\n"
+    assert "none yet" not in insert_report(rep, pending)
+    # The shipped README has the placeholder the script removes.
+    readme = (ROOT / "calibration" / "README.md").read_text()
+    assert "<!-- results:pending:begin -->" in readme
+    assert "results:pending" not in insert_report(rep, readme)
 
 
 def test_run_gpu_script_is_valid_bash() -> None:
