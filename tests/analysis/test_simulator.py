@@ -208,3 +208,12 @@ def test_profiles_give_plausible_times() -> None:
 def test_bad_batch_size_is_an_error() -> None:
     with pytest.raises(distir.DistIRError, match="batch size"):
         sim_text(f"func @main(%x: {T.format(0)}) {{\n  return %x\n}}", batch_size=0)
+
+
+def test_declared_types_are_checked() -> None:
+    with pytest.raises(distir.DistIRError, match=r"%a is declared .* but is"):
+        sim_text(f"""
+func @main(%x: {T.format(0)}) {{
+  %a: {T.format(1)} = Relu(%x)
+  return %a
+}}""")

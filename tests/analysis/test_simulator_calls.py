@@ -175,3 +175,21 @@ def _random_program(seed: int) -> Function:
 def test_random_programs_memoized_equals_inlined(seed: int) -> None:
     fn = _random_program(seed)
     assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 2, 2, 2), (2, 2, 2, 4)])
+def test_transformed_mlp_memoized_equals_inlined(cfg: tuple[int, int, int, int]) -> None:
+    from distir.models import mlp
+    from distir.transforms import dtp
+
+    fn = dtp(mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=4, num_layers=4), *cfg)
+    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+
+
+def test_transformed_gpt2_memoized_equals_inlined() -> None:
+    from distir.models import gpt2
+    from distir.transforms import dtp
+
+    g = gpt2(n_layer=2, d_model=32, n_head=4, vocab_size=64, seq_len=8, batch_size=4)
+    fn = dtp(g, 2, 2, 2, 2)
+    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
