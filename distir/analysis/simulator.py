@@ -110,6 +110,7 @@ class Simulator(TypeInterpreter):
         self.fallback = fallback
         self.uncosted: dict[str, None] = {}
         self._recs: dict[tuple, _Rec] = {}
+        self._rec_by_id: dict[int, _Rec] = {}  # the records (kept alive by _recs) by id
         self._costs: dict[tuple, OpCost] = {}
         self._summaries: dict[tuple, CallSummary] = {}
         self._live_memo = Memo()
@@ -146,9 +147,10 @@ class Simulator(TypeInterpreter):
         comm: defaultdict[int, float] = defaultdict(float)
         counts = Counter(map(id, map(itemgetter(1), self._events)))
         n = len(self._events) - len(self._calls)
-        for rec in self._recs.values():
-            c = counts.get(id(rec))
-            if c:
+        by_id = self._rec_by_id
+        for rid, c in counts.items():
+            rec = by_id.get(rid)
+            if rec is not None:  # else a call's event
                 busy = comm if rec[7][0].comm else comp
                 t = rec[2] * c
                 for d in rec[4]:
@@ -304,8 +306,10 @@ class Simulator(TypeInterpreter):
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
         one = devs[0] if len(devs) == 1 and all(d == devs[0] for d, _ in flat) else -1
-        return (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
-                (cost, in_types, out_types, per_out))
+        rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
+               (cost, in_types, out_types, per_out))
+        self._rec_by_id[id(rec)] = rec
+        return rec
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type, ...]) -> OpCost:
         key = (op.op_type, ins, op.attrs_key, outs)
