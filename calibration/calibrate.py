@@ -271,10 +271,12 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
 def calibrate(output: str | None = None, *, name: str | None = None, quick: bool = False,
               base: str | None = None, devices: int | None = None, cpu: bool = False,
               cpu_procs: int = 2, comm: bool = True, shapes: int | None = None,
-              seed: int = 0, fit_only: str | None = None, command: str = "",
-              log: Callable[[str], None] | None = None) -> dict[str, Any]:
-    """Measure (unless ``fit_only`` names a measurements CSV), fit, write the profile and
-    its companions; return the profile object. See the module docstring."""
+              seed: int = 0, fit_only: str | None = None, measure_only: bool = False,
+              command: str = "", log: Callable[[str], None] | None = None,
+              ) -> dict[str, Any] | None:
+    """Measure (unless ``fit_only`` names a measurements CSV), fit (unless
+    ``measure_only``), write the profile and its companions; return the profile object
+    (``None`` with ``measure_only``). See the module docstring."""
     log = log or _Log()
     t_start = time.perf_counter()
     gpu_s = 0.0
@@ -296,6 +298,10 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     if fit_only is None:  # first, so that a failed fit leaves the measurements
         write_measurements(csv_path, rows, {**machine, "gpu_seconds": gpu_s})
         log(f"wrote {csv_path}")
+        if measure_only:
+            log(f"device time: {gpu_s / 60.0:.2f} GPU-minutes; fit with: distir calibrate "
+                f"--fit-only {csv_path} -o {out}")
+            return None
     base_hw = None
     if base is None and machine.get("kind") == "cuda":
         low = str(machine.get("device_name", "")).lower()
@@ -387,7 +393,7 @@ def run_from_args(args: Any) -> int:
     calibrate(args.output, name=args.name, quick=args.quick, base=args.base,
               devices=args.devices, cpu=args.cpu, cpu_procs=args.cpu_procs,
               comm=not args.no_comm, shapes=args.shapes, seed=args.seed,
-              fit_only=args.fit_only,
+              fit_only=args.fit_only, measure_only=args.measure_only,
               command=" ".join([getattr(args, "prog", "distir calibrate"),
                                 *(shlex.quote(a) for a in getattr(args, "argv", []))]))
     return 0

@@ -28,13 +28,25 @@ print(default_name(torch.cuda.get_device_name(0)))')}"
 echo "calibrating $NAME into $OUTDIR" >&2
 nvidia-smi > "$OUTDIR/nvidia-smi.txt" 2>&1 || true
 
+# Without scikit-learn, measure only; the fit then runs elsewhere from the CSV.
+FIT=""
+if ! "$PY" -c "import sklearn" 2>/dev/null; then
+    echo "scikit-learn is missing: measuring only; afterwards run, where it is installed:" >&2
+    echo "  distir calibrate --fit-only $OUTDIR/$NAME.measurements.csv" \
+         "-o calibration/profiles/$NAME.json --base h100-sxm-datasheet" >&2
+    FIT="--measure-only"
+fi
+
 status=0
 # shellcheck disable=SC2086
-"$PY" -m calibration -o "$OUTDIR/$NAME.json" --base h100-sxm-datasheet ${CALIBRATE_ARGS:-} \
-    2> >(tee "$OUTDIR/calibrate.log" >&2) || status=$?
+"$PY" -m calibration -o "$OUTDIR/$NAME.json" --base h100-sxm-datasheet $FIT \
+    ${CALIBRATE_ARGS:-} 2> >(tee "$OUTDIR/calibrate.log" >&2) || status=$?
 if [ "$status" -ne 0 ]; then
     echo "calibration failed (exit $status); measurements so far are in $OUTDIR" >&2
     exit "$status"
+fi
+if [ -n "$FIT" ]; then
+    exit 0
 fi
 cp "$OUTDIR/$NAME.json" "$OUTDIR/$NAME.measurements.csv" "$OUTDIR/$NAME.report.md" \
     calibration/profiles/

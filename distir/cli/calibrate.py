@@ -45,6 +45,9 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the matmul shape sample")
     p.add_argument("--fit-only", metavar="CSV", default=None,
                    help="refit from a measurements CSV instead of measuring")
+    p.add_argument("--measure-only", action="store_true",
+                   help="write the measurements CSV and stop (fit later with --fit-only, "
+                   "e.g. where scikit-learn is missing)")
 
 
 def run_calibrate(args: argparse.Namespace) -> int:

@@ -83,6 +83,15 @@ def test_cli_fit_only(quick: tuple[Path, dict], tmp_path: Path,
     assert "does not exist" in err and err.count("\n") == 1
 
 
+def test_measure_only_writes_just_the_measurements(tmp_path: Path) -> None:
+    out = tmp_path / "m.json"
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, shapes=6,
+                     measure_only=True, log=lambda s: None) is None
+    assert not out.exists()
+    rows, meta = read_measurements(tmp_path / "m.measurements.csv")
+    assert {r["family"] for r in rows} == {"matmul", "elementwise"} and meta["world"] == 2
+
+
 def test_default_names() -> None:
     assert default_name("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert default_name("NVIDIA H200") == "h200-sxm"
