@@ -69,7 +69,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     import distir
-    from distir.transforms import dtp
+    from distir.errors import TransformError
+    from distir.transforms import analyze, dtp
     from grid_search.real import accuracy
 
     with open(args.measured, newline="", encoding="utf-8") as f:
@@ -82,9 +83,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for r in rows:
         b = int(r["batch_size"])
         if b not in models:
-            models[b] = w.build(b)
-        fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
-                 microbatches=int(r["microbatches"]), schedule=r["schedule"])
+            models[b] = analyze(w.build(b))
+        try:
+            fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
+                     microbatches=int(r["microbatches"]), schedule=r["schedule"])
+        except TransformError as e:  # refused there too: nothing to compare
+            r.update(latency_s="", throughput="", peak_memory_bytes="", reason=e.message)
+            continue
         sim = distir.simulate(fn, hardware=args.hardware, batch_size=b)
         per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
@@ -102,7 +107,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
              "| batch | configs | Spearman | median latency error | median memory error |"
              " top predicted | its measured throughput | best measured (pure D / T / P / any) |",
              "|---|---|---|---|---|---|---|---|"]
-    ok_all = [r for r in rows if r.get("measured_status") == "ok"]
+    ok_all = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""]
     for b in sorted({int(r["batch_size"]) for r in rows}):
         sel = [r for r in ok_all if int(r["batch_size"]) == b]
         if not sel:
@@ -131,6 +136,10 @@ def cmd_compare(args: argparse.Namespace) -> int:
               "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
               "measured GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
+        if r.get("latency_s") == "":
+            lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
+                         f"{r['microbatches']} | refused | {r.get('measured_status')} | | | |")
+            continue
         if r.get("measured_status") != "ok":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                          f"{r['microbatches']} | {float(r['latency_s']) * 1e3:.2f} | "
