@@ -1,0 +1,161 @@
+"""The grid search on a small model: the space, refusals, memory filtering, resume."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+from collections import Counter
+
+import pytest
+
+from grid_search import COLUMNS, enumerate_space, read_rows, run_search, summarize, workload
+from grid_search.models import PRESETS
+from grid_search.real import accuracy, spearman
+from grid_search.space import Config
+
+W = workload("mlp", num_layers=4, width=64)
+
+
+def _configs(devices: int = 4, batch: int = 32, **kw: object) -> list[Config]:
+    return list(enumerate_space(W.name, devices, [batch], **kw))  # type: ignore[arg-type]
+
+
+def test_space_of_the_paper_has_75_configurations_for_16_devices() -> None:
+    cs = list(enumerate_space("mlp-1b", 16, [8192]))
+    assert len(cs) == 75
+    assert len(set(c.key for c in cs)) == 75
+    assert all(c.dp * c.tp * c.pp == 16 for c in cs)
+    assert all((c.microbatches == 1) == (c.pp == 1) for c in cs)
+    assert Counter(c.microbatches for c in cs if c.pp > 1) == {k: 10 for k in
+                                                               (2, 4, 8, 16, 32, 64, 128)}
+
+
+def test_fewer_devices_and_schedules_extend_the_space() -> None:
+    base = _configs(4)
+    more = _configs(4, fewer_devices=True)
+    assert set(c.key for c in base) < set(c.key for c in more)
+    assert {c.devices for c in more} == {1, 2, 4}
+    both = _configs(4, schedules=("1f1b", "gpipe"))
+    assert len(both) == len(base) + sum(1 for c in base if c.pp > 1)
+
+
+def test_devices_must_be_a_power_of_two() -> None:
+    from distir.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="power of two"):
+        _configs(6)
+
+
+def test_every_configuration_appears_once_with_refusals_recorded(tmp_path) -> None:
+    out = str(tmp_path / "r.csv")
+    cs = _configs(4, batch=8, max_microbatches=16)
+    res = run_search(W, cs, hardware="h200-sxm", out=out, progress=None)
+    rows = read_rows(out)
+    assert [tuple(r[k] for k in ("dp", "tp", "pp", "microbatches")) for r in rows] == [
+        (str(c.dp), str(c.tp), str(c.pp), str(c.microbatches)) for c in cs]
+    assert len(res.rows) == len(cs)
+    refused = [r for r in rows if r["status"] == "refused"]
+    # A per-replica batch of 8/dp cannot be split in 16 microbatches.
+    assert refused and all(r["reason"] and r["fits"] == "False" for r in refused)
+    assert any("microbatches" in r["reason"] for r in refused)
+    ok = [r for r in rows if r["status"] == "ok"]
+    assert ok and all(float(r["latency_s"]) > 0 and r["fits"] == "True" for r in ok)
+    assert all(len(json.loads(r["peak_memory_per_device"])) == int(r["devices"]) for r in ok)
+
+
+def test_configurations_that_do_not_fit_are_marked_and_not_ranked(tmp_path) -> None:
+    from grid_search.report import best_rows
+
+    cs = _configs(4)
+    base = run_search(W, cs, hardware="h200-sxm", progress=None).rows
+    peaks = sorted(r["peak_memory_bytes"] for r in base if r["status"] == "ok")
+    cap = peaks[len(peaks) // 2]  # bytes: about half the configurations fit
+    prof = json.load(open(os.path.join(os.path.dirname(__file__), "..", "..", "calibration",
+                                       "profiles", "h200-sxm.json")))
+    prof["name"] = "tiny"
+    prof["device"]["memory_bytes"] = cap
+    path = tmp_path / "tiny.json"
+    path.write_text(json.dumps(prof))
+    rows = run_search(W, cs, hardware=str(path), progress=None).rows
+    oom = [r for r in rows if r["status"] == "oom"]
+    fit = [r for r in rows if r["status"] == "ok"]
+    assert oom and fit
+    assert all(r["fits"] is False and "GiB" in r["reason"] for r in oom)
+    assert all(r["peak_memory_bytes"] <= cap for r in fit)
+    assert all(r["peak_memory_bytes"] > cap for r in oom)
+    ranked = best_rows(rows, len(rows))
+    assert {id(r) for r in ranked} == {id(r) for r in fit}
+    assert f"{len(oom)} out of memory" in summarize(rows)
+
+
+def _strip(rows: list[dict[str, str]]) -> list[dict[str, str]]:
+    return [{k: v for k, v in r.items() if k != "sim_seconds"} for r in rows]
+
+
+def test_resume_after_an_interrupted_run_gives_the_same_file(tmp_path) -> None:
+    cs = _configs(4)
+    full = str(tmp_path / "full.csv")
+    run_search(W, cs, hardware="h200-sxm", out=full, progress=None)
+
+    part = str(tmp_path / "part.csv")
+    seen = []
+
+    def stop_after_five(row: dict) -> None:
+        seen.append(row)
+        if len(seen) == 5:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_search(W, cs, hardware="h200-sxm", out=part, progress=None,
+                   on_row=stop_after_five)
+    assert len(read_rows(part)) == 5
+    # A write torn by a kill: half a line at the end.
+    with open(part, "a", encoding="utf-8") as f:
+        f.write("mlp-4-64,32,4,1,")
+    res = run_search(W, cs, hardware="h200-sxm", out=part, resume=True, progress=None)
+    assert res.skipped == 5 and len(res.rows) == len(cs) - 5
+    assert _strip(read_rows(part)) == _strip(read_rows(full))
+    with open(part, newline="") as f:
+        assert next(csv.reader(f)) == COLUMNS
+
+
+def test_resume_refuses_a_file_of_another_format(tmp_path) -> None:
+    from distir.errors import ConfigError
+
+    p = tmp_path / "x.csv"
+    p.write_text("a,b\n1,2\n")
+    with pytest.raises(ConfigError, match="columns differ"):
+        run_search(W, _configs(2), hardware="h200-sxm", out=str(p), resume=True, progress=None)
+
+
+def test_parallel_workers_give_the_same_rows_in_the_same_order(tmp_path) -> None:
+    cs = _configs(4)
+    a = run_search(W, cs, hardware="h200-sxm", workers=1, progress=None).rows
+    b = run_search(W, cs, hardware="h200-sxm", workers=2, progress=None).rows
+    assert _strip(a) == _strip(b)
+
+
+def test_presets_and_labels() -> None:
+    assert set(PRESETS) == {"mlp-1b", "mlp-17b", "mlp-103b", "gpt2-1.6b", "gpt2-13b",
+                            "gpt2-175b"}
+    assert workload("mlp-4-64").sizes == {"num_layers": 4, "width": 64}
+    from distir.errors import ConfigError
+
+    with pytest.raises(ConfigError, match="needs --preset or the sizes --num-layers"):
+        workload("mlp")
+    with pytest.raises(ConfigError, match="unknown model 'resnet'"):
+        workload("resnet")
+
+
+def test_spearman_and_accuracy() -> None:
+    assert spearman([1, 2, 3, 4], [10, 20, 30, 40]) == pytest.approx(1.0)
+    assert spearman([1, 2, 3], [3, 2, 1]) == pytest.approx(-1.0)
+    assert spearman([1, 2, 2, 3], [1, 2, 3, 4]) == pytest.approx(0.9486832980505138)
+    acc = accuracy([{"latency_s": 1.1, "measured_latency_s": 1.0, "peak_memory_bytes": 90,
+                     "measured_peak_memory_bytes": 100},
+                    {"latency_s": 2.0, "measured_latency_s": 2.5, "peak_memory_bytes": 100,
+                     "measured_peak_memory_bytes": 100}])
+    assert acc["spearman"] == pytest.approx(1.0)
+    assert acc["median_latency_error"] == pytest.approx((0.1 + 0.2) / 2)
+    assert acc["median_memory_error"] == pytest.approx(0.05)
