@@ -130,8 +130,8 @@ def test_placement_error_through_the_command(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, "-m", "distir", "execute", str(p)],
                        capture_output=True, text=True, cwd=ROOT)
     assert r.returncode == 1 and r.stdout == ""
-    assert r.stderr.strip().endswith("bad.dir:2:8: error: Add: inputs are on devices 0 and 1; "
-                                     "a Add runs on one device: move an input with Send first")
+    assert r.stderr.strip().endswith("bad.dir:2:8: error: Add: inputs are on devices 0 and 1, "
+                                     "but Add runs on one device: move an input with Send first")
     assert r.stderr.count("\n") == 1
 
 
