@@ -1,7 +1,7 @@
 """Single-device microbenchmarks through torch: matrix products and elementwise kernels.
 
-Timing: a few warm-up calls, one timed call to choose the repetition count (so that a
-trial lasts about ``target_s``), then ``trials`` trials of back-to-back calls, each timed
+Timing: a few warm-up calls, three timed single calls to choose the repetition count (so
+that a trial lasts about ``target_s``), then ``trials`` trials of back-to-back calls, each timed
 with CUDA events on a GPU (``time.perf_counter`` on a CPU); the result is the median over
 trials of the time per call. Back-to-back calls include PyTorch's per-call overhead, which
 is what a program running eagerly pays, so small kernels measure the launch overhead.
@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Row", "Timer", "matmul_shapes", "elementwise_sizes", "bench_matmuls",
-           "bench_elementwise", "TORCH_DTYPES"]
+__all__ = ["Row", "Timer", "matmul_shapes", "elementwise_sizes", "size_ladder",
+           "bench_matmuls", "bench_elementwise", "TORCH_DTYPES"]
 
 TORCH_DTYPES = {"Float32": "float32", "Float16": "float16", "BFloat16": "bfloat16"}
 """DistIR dtype names and the torch dtypes they are measured with."""
@@ -84,10 +84,10 @@ class Timer:
 
     def time(self, fn: Callable[[], object]) -> tuple[float, int]:
         """``(median seconds per call, repetitions per trial)``."""
-        fn()
-        fn()
+        for _ in range(3):
+            fn()
         self.sync()
-        once = max(self._run(fn, 1), 1e-7)
+        once = max(statistics.median(self._run(fn, 1) for _ in range(3)), 1e-7)
         reps = int(min(self.max_reps, max(2, self.target_s / once)))
         samples = [self._run(fn, reps) for _ in range(self.trials)]
         return statistics.median(samples), reps
@@ -120,14 +120,20 @@ def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
     return out
 
 
-def elementwise_sizes(quick: bool, cuda: bool) -> list[int]:
-    """Element counts from 2^10 up, in steps of sqrt(2) (rounded to multiples of 64)."""
-    hi = 18 if quick else (28 if cuda else 24)
+def size_ladder(lo: int, hi: int) -> list[tuple[int, str]]:
+    """``(size, split)`` for the powers of two from 2^lo to 2^hi (training) and the sizes
+    halfway between them, 1.5 x 2^k (held out): aligned as real tensor sizes are."""
     out = []
-    for i in range(2 * 10, 2 * hi + 1):
-        n = int(round(2 ** (i / 2) / 64)) * 64
-        out.append(n)
+    for k in range(lo, hi + 1):
+        out.append((1 << k, "train"))
+        if k < hi:
+            out.append((3 << (k - 1), "test"))
     return out
+
+
+def elementwise_sizes(quick: bool, cuda: bool) -> list[tuple[int, str]]:
+    """Element counts from 2^10 up (see ``size_ladder``)."""
+    return size_ladder(10, 18 if quick else (28 if cuda else 24))
 
 
 def _split(i: int, test_every: int = 4) -> str:
@@ -156,18 +162,17 @@ def bench_matmuls(device: Any, dtypes: list[str], shapes: list[tuple[int, int, i
 
 def bench_elementwise(device: Any, dtypes: list[str], sizes: list[int], timer: Timer,
                       log: Callable[[str], None]) -> Iterator[Row]:
-    """Time ``add`` (two inputs, one result) and ``clamp_min`` (a ReLU: one of each) over sizes;
-    the sizes at odd half-powers of two are held out."""
+    """Time ``add`` (two inputs, one result) and ``clamp_min`` (a ReLU: one of each) over
+    ``(element count, split)`` sizes."""
     import torch
 
     for dt in dtypes:
         tdt = getattr(torch, TORCH_DTYPES[dt])
         size = torch.empty((), dtype=tdt).element_size()
-        for i, n in enumerate(sizes):
+        for n, split in sizes:
             x = torch.randn(n, device=device, dtype=tdt)
             y = torch.randn(n, device=device, dtype=tdt)
             z = torch.empty(n, device=device, dtype=tdt)
-            split = "test" if i % 2 else "train"
             secs, reps = timer.time(lambda x=x, y=y, z=z: torch.add(x, y, out=z))
             yield Row("elementwise", "add", dt, secs, n, bytes=3 * n * size, flops=float(n),
                       reps=reps, device=str(device), split=split)

@@ -9,9 +9,10 @@
 - ``NAME.report.md`` beside it: the fit-quality table that ``calibration/README.md`` quotes.
 
 The profile's analytic figures are the measured ones where measured (peak FLOP/s per dtype:
-the fastest matmul; memory bandwidth: the fastest elementwise kernel; launch overhead: the
-smallest elementwise kernels; link bandwidth and latency per group size: an alpha-beta fit
-of allreduce), else the base profile's (datasheet) figures. Progress goes to standard error.
+the fastest matmul; memory bandwidth: the median rate of the elementwise kernels moving at
+least 256 MiB, beyond any cache; launch overhead: the smallest elementwise kernels; link
+bandwidth and latency per group size: an alpha-beta fit of allreduce), else the base
+profile's (datasheet) figures. Progress goes to standard error.
 """
 
 from __future__ import annotations
@@ -41,7 +42,7 @@ from distir.analysis.hardware import (
 from distir.errors import ConfigError
 
 __all__ = ["calibrate", "run_from_args", "build_profile", "read_measurements",
-           "write_measurements", "default_name"]
+           "write_measurements", "default_name", "dumps_profile"]
 
 _CSV_TAG = "# distir-calibration "
 
@@ -158,7 +159,10 @@ def build_profile(name: str, base: Hardware | None, machine: dict[str, Any],
                        if r["family"] == "matmul" and r["dtype"] == dt and r["seconds"] > 0)
     ew = [r for r in rows if r["family"] == "elementwise" and r["seconds"] > 0]
     if ew:
-        bandwidth = max(r["bytes"] / r["seconds"] for r in ew)
+        # DRAM bandwidth: kernels moving well beyond any cache (>= 256 MiB), else the best.
+        big = [r["bytes"] / r["seconds"] for r in ew if r["bytes"] >= 1 << 28]
+        bandwidth = statistics.median(big) if big else max(r["bytes"] / r["seconds"]
+                                                          for r in ew)
         smallest = min(r["m"] for r in ew)
         launch = statistics.median(r["seconds"] for r in ew if r["m"] == smallest)
     elif base is not None:
@@ -185,7 +189,8 @@ def build_profile(name: str, base: Hardware | None, machine: dict[str, Any],
         f"Calibrated by distir calibrate on {machine.get('device_name')} "
         f"(x{max(int(machine.get('gpus') or 1), 1)}), torch {machine.get('torch')}: "
         "peak_flops of the measured dtypes is the fastest measured matmul, memory_bandwidth "
-        "the fastest elementwise kernel, launch_overhead the smallest elementwise kernels, "
+        "the median rate of elementwise kernels moving at least 256 MiB, launch_overhead the "
+        "smallest elementwise kernels, "
         "intra_node links an alpha-beta fit of allreduce; other figures come from the base "
         "profile.")
     doc = {
@@ -217,6 +222,32 @@ def load_hardware_doc(hw: Hardware) -> dict[str, Any]:
     if hw.source and Path(hw.source).is_file():
         return dict(json.loads(Path(hw.source).read_text(encoding="utf-8")))
     return hw.to_json()
+
+
+def _depth(x: Any) -> int:
+    """Nesting depth of lists (0 for a scalar); dicts count as deep."""
+    if isinstance(x, dict):
+        return 99
+    if isinstance(x, list):
+        return 1 + max((_depth(v) for v in x), default=0)
+    return 0
+
+
+def dumps_profile(obj: Any, indent: int = 0) -> str:
+    """JSON with objects indented and lists of scalars (and of lists of scalars: the nodes
+    of a tree) on one line, so that fitted trees stay compact but readable."""
+    pad = "  " * indent
+    if isinstance(obj, dict):
+        if not obj:
+            return "{}"
+        items = [f"{pad}  {json.dumps(k)}: {dumps_profile(v, indent + 1)}"
+                 for k, v in obj.items()]
+        return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+    if isinstance(obj, list) and (_depth(obj) > 2 or (
+            any(isinstance(v, str) for v in obj) and len(json.dumps(obj)) > 90)):
+        items = [f"{pad}  {dumps_profile(v, indent + 1)}" for v in obj]
+        return "[\n" + ",\n".join(items) + "\n" + pad + "]"
+    return json.dumps(obj)
 
 
 def _as_list(x: Any) -> list[str]:
@@ -321,7 +352,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     doc = build_profile(name, base_hw, machine, rows, reports, extra)
     if fit_only is not None and Path(fit_only).resolve() != csv_path.resolve():
         write_measurements(csv_path, rows, {**machine, "gpu_seconds": gpu_s})
-    out.write_text(json.dumps(doc, indent=2) + "\n", encoding="utf-8")
+    out.write_text(dumps_profile(doc) + "\n", encoding="utf-8")
     report = format_report(name, machine, reports, rows, extra)
     report_path.write_text(report, encoding="utf-8")
     log(f"wrote {out} and {report_path.name}")

@@ -4,12 +4,14 @@
 a process group and, for every group size (powers of two up to ``world``, the first ranks)
 and every message size, times ``all_reduce``, ``all_gather_into_tensor``,
 ``reduce_scatter_tensor``, ``broadcast`` and, for 2 ranks, ``send``/``recv``. Each time is
-the median over trials of back-to-back calls (all ranks agree on the repetition count
-first), and the reported time is the slowest rank's. Rank 0 writes the rows as JSON.
+the median over 5 trials of back-to-back calls (all ranks agree on the repetition count
+first, from the median of three single calls), and the reported time is the slowest
+rank's. Rank 0 writes the rows as JSON.
 
 Message size (bytes) is the largest per-rank buffer, as in ``hardware.collective_factors``:
 the tensor for allreduce, broadcast and send; the gathered tensor for allgather; the
-unsplit input for reduce-scatter. Sizes at odd half-powers of two are held out.
+unsplit input for reduce-scatter. Powers of two train the fits; the sizes halfway between,
+1.5 x 2^k, are held out.
 
 NVLink multicast (NVLS) stays off in the spawned processes (``NCCL_NVLS_ENABLE=0``): on
 shared machines it can take the GPUs out of service.
@@ -35,10 +37,14 @@ SAFE_ENV = {"NCCL_NVLS_ENABLE": "0", "TORCH_SYMM_MEM_DISABLE_MULTICAST": "1",
 """Environment kept in every spawned process (NVLink multicast off)."""
 
 
-def message_sizes(quick: bool, cuda: bool) -> list[int]:
-    """Message sizes in bytes from 4 KiB up, in steps of sqrt(2)."""
-    hi = 16 if quick else (30 if cuda else 24)
-    return [int(round(2 ** (i / 2))) for i in range(2 * 12, 2 * hi + 1)]
+def message_sizes(quick: bool, cuda: bool) -> list[tuple[int, str]]:
+    """``(bytes, split)``: powers of two from 4 KiB (training) and 1.5 x each (held out),
+    up to 64 KiB (quick), 16 MiB (CPU) or 1 GiB (GPU). Every size divides into 64 ranks
+    of whole, 512-byte aligned float32 shards: real tensors are aligned, and NCCL is
+    slower on unaligned buffers."""
+    from calibration.bench import size_ladder
+
+    return size_ladder(12, 16 if quick else (30 if cuda else 24))
 
 
 def _free_port() -> int:
@@ -47,8 +53,9 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def bench_collectives(world: int, backend: str, sizes: list[int], *, target_s: float = 0.01,
-                      trials: int = 3, timeout_s: float = 600.0) -> list[dict[str, Any]]:
+def bench_collectives(world: int, backend: str, sizes: list[tuple[int, str]], *,
+                      target_s: float = 0.01, trials: int = 5, timeout_s: float = 600.0,
+                      ) -> list[dict[str, Any]]:
     """Rows (dicts of ``bench.Row`` fields) of every collective over ``world`` processes."""
     import torch.multiprocessing as mp
 
@@ -62,7 +69,7 @@ def bench_collectives(world: int, backend: str, sizes: list[int], *, target_s: f
     return rows
 
 
-def _worker(rank: int, world: int, backend: str, sizes: list[int], target_s: float,
+def _worker(rank: int, world: int, backend: str, sizes: list[tuple[int, str]], target_s: float,
             trials: int, port: int, out: str, timeout_s: float) -> None:
     import datetime
 
@@ -86,8 +93,8 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], target_s: flo
         dist.destroy_process_group()
 
 
-def _measure_all(rank: int, world: int, device: Any, sizes: list[int], target_s: float,
-                 trials: int) -> list[dict[str, Any]]:
+def _measure_all(rank: int, world: int, device: Any, sizes: list[tuple[int, str]],
+                 target_s: float, trials: int) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
@@ -120,15 +127,16 @@ def _measure_all(rank: int, world: int, device: Any, sizes: list[int], target_s:
         for op in COLLECTIVE_OPS:
             if op == "send" and g != 2:
                 continue
-            for i, nbytes in enumerate(sizes):
+            for i, (nbytes, split) in enumerate(sizes):
                 secs = 0.0
                 reps = 0
                 numel = max(g, (nbytes // 4 // g) * g)
                 if member:
                     fn = _make_op(op, rank, g, numel, device, pg)
-                    fn()
-                    fn()
-                    once = agree_max(max(timed(fn, 1), 1e-7), pg)
+                    for _ in range(3):
+                        fn()
+                    single = statistics.median(timed(fn, 1) for _ in range(3))
+                    once = agree_max(max(single, 1e-7), pg)
                     reps = int(min(200, max(2, target_s / once)))
                     samples = []
                     for _ in range(trials):
@@ -140,7 +148,7 @@ def _measure_all(rank: int, world: int, device: Any, sizes: list[int], target_s:
                     rows.append({"family": op, "op": _TORCH_NAME[op], "dtype": "Float32",
                                  "m": numel, "n": 0, "k": 0, "bytes": numel * 4, "flops": 0.0,
                                  "group_size": g, "seconds": secs, "reps": reps,
-                                 "device": name, "split": "test" if i % 2 else "train"})
+                                 "device": name, "split": split})
                     if i == len(sizes) - 1:
                         print(f"[calibrate] {op} over {g} ranks: {len(sizes)} sizes",
                               file=sys.stderr, flush=True)

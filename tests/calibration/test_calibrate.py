@@ -108,10 +108,10 @@ def test_readme_report_section() -> None:
     assert "new" in twice and "| a |" not in twice and twice.count("results:x:begin") == 1
     pending = "# T\n\n<!-- results:pending:begin -->\nnone yet\n<!-- results:pending:end -->\n"
     assert "none yet" not in insert_report(rep, pending)
-    # The shipped README has the placeholder the script removes.
+    # A section already in the shipped README is replaced, not repeated.
     readme = (ROOT / "calibration" / "README.md").read_text()
-    assert "<!-- results:pending:begin -->" in readme
     assert "results:pending" not in insert_report(rep, readme)
+    assert insert_report(rep, insert_report(rep, readme)) == insert_report(rep, readme)
 
 
 def test_run_gpu_script_is_valid_bash() -> None:
