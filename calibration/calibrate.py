@@ -274,7 +274,10 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
         f"- device: {machine.get('device_name')} x{max(int(machine.get('gpus') or 0), 1)}"
         f" ({machine.get('kind')}), torch {machine.get('torch')}"
         + (f", CUDA {machine['cuda']}" if machine.get("cuda") else ""),
-        f"- date: {extra.get('date')}; command: `{extra.get('command')}`",
+        f"- date: {extra.get('date')}; command: `{extra.get('command')}`"
+        + (f" (measured with `{machine['command']}`)"
+           if machine.get("command") and machine.get("command") != extra.get("command")
+           else ""),
         f"- measurements: {len(rows)} ({sum(r['split'] == 'test' for r in rows)} held out)",
         f"- matmuls of at least 1 GFLOP, held out: median absolute error {_pct(mm)} "
         f"over {n_mm} shapes",
@@ -320,6 +323,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
                                         cpu_procs=cpu_procs, comm=comm, shapes=shapes,
                                         seed=seed, log=log)
         machine["wall_s"] = time.perf_counter() - t_start
+        machine["command"] = command or "distir calibrate"
     name = name or (Path(output).stem if output else default_name(machine["device_name"]))
     out = Path(output) if output else Path(f"{name}.json")
     out.parent.mkdir(parents=True, exist_ok=True)
