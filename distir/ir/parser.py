@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import re
 import threading
-from functools import lru_cache
+from functools import lru_cache, partial
 from importlib import resources
 from typing import Any
 
@@ -45,19 +45,25 @@ def _json_string(text: str, tok: Any, file: str) -> str:
                          "\\n \\t \\uXXXX)", Loc(file, tok.line, tok.column)) from None
 
 
-def _has_float(data: Any) -> bool:
+def _bad_leaf(data: Any, is_float: bool) -> str | None:
+    """What is wrong with the leaves of a dense literal: ``"float"`` (a fraction in an
+    integer literal), ``"other"`` (a string, dtype or tensor), or ``None``."""
     stack = [data]
     while stack:
         x = stack.pop()
         if isinstance(x, tuple):
             stack.extend(x)
         elif isinstance(x, float):
-            return True
-    return False
+            if not is_float:
+                return "float"
+        elif not isinstance(x, int):  # bools are ints
+            return "other"
+    return None
 
 
 class _Item:
-    """An argument or attribute of an op application, before the op is built."""
+    """An argument or attribute of an op application, before the op is built; ``loc`` is
+    its token (made a ``Loc`` only for an error)."""
 
     __slots__ = ("is_attr", "payload", "loc")
 
@@ -147,10 +153,13 @@ class _Builder:
         shape = c[2] if len(c) == 4 else None
         data = c[-1]
         dt = _DTYPES[dt_tok]
-        if not dt.is_float and _has_float(data):
+        bad = _bad_leaf(data, dt.is_float)
+        if bad == "float":
             raise self.err(f"dense<{dt.value}> literal holds a number with a fraction or "
                            "exponent: write integers, or use a float dtype", tok)
         try:
+            if bad is not None:
+                raise ValueError(bad)
             arr = np.array(data, dtype=dt.np) if data != () else np.zeros((0,), dt.np)
         except (ValueError, TypeError, OverflowError):
             raise self.err(f"dense<{dt.value}> literal is not a rectangular list of numbers "
@@ -166,7 +175,7 @@ class _Builder:
         return DenseAttr.from_array(arr)
 
     def attr(self, c: list) -> _Item:
-        return _Item(True, (str(c[0]), c[1]), self.loc(c[0]))
+        return _Item(True, (str(c[0]), c[1]), c[0])
 
     # -- statements ----------------------------------------------------------------------
     def use(self, tok: Any) -> Value:
@@ -181,11 +190,19 @@ class _Builder:
     def arg(self, c: list) -> _Item:
         tok = c[0]
         if tok.type == "DISCARD":
-            return _Item(False, None, self.loc(tok))
-        return _Item(False, self.use(tok), self.loc(tok))
+            return _Item(False, None, tok)
+        return _Item(False, self.use(tok), tok)
+
+    def value_name(self, tok: Any) -> str:
+        """The name a definition gives; ``""`` and ``"_"`` cannot name a value."""
+        name = _unquote(tok, self.file)
+        if name == "" or name == "_":
+            raise self.err(f"{tok} cannot name a value: a name is not empty, and `_` "
+                           "(unquoted, without %) discards a result", tok)
+        return name
 
     def param(self, c: list) -> Value:
-        return Value(_unquote(c[0], self.file), c[1] if len(c) > 1 else None, self.loc(c[0]))
+        return Value(self.value_name(c[0]), c[1] if len(c) > 1 else None, self.loc(c[0]))
 
     def params(self, c: list) -> tuple[str, list]:
         return ("params", c)
@@ -197,7 +214,7 @@ class _Builder:
         tok = c[0]
         if tok.type == "DISCARD":
             return Value("_", None, self.loc(tok))
-        return Value(_unquote(tok, self.file), c[1] if len(c) > 1 else None, self.loc(tok))
+        return Value(self.value_name(tok), c[1] if len(c) > 1 else None, self.loc(tok))
 
     def define(self, v: Value) -> None:
         name = v.name
@@ -221,13 +238,13 @@ class _Builder:
         for m in c[1:]:
             if not m.is_attr:
                 if attrs:
-                    raise ParseError("arguments come before attributes: move this value "
-                                     "before the first `key=value`", m.loc)
+                    raise self.err("arguments come before attributes: move this value "
+                                   "before the first `key=value`", m.loc)
                 inputs.append(m.payload)
             else:
                 k, v = m.payload
                 if k in attrs:
-                    raise ParseError(f"attribute '{k}' is given twice", m.loc)
+                    raise self.err(f"attribute '{k}' is given twice", m.loc)
                 attrs[k] = v
         return Op(name, inputs, attrs or None, loc=self.loc(name_tok))
 
@@ -326,7 +343,7 @@ class _Tables:
 
         inner = lark.parser.parser.parser
         table = inner.parse_table
-        callbacks = inner.callbacks
+        callbacks = _flat_callbacks(inner.callbacks)
         self.start = table.start_states["start"]
         self.end = table.end_states["start"]
         self.actions: dict[int, dict[str, tuple]] = {}
@@ -334,10 +351,52 @@ class _Tables:
             row: dict[str, tuple] = {}
             for sym, (action, arg) in acts.items():
                 if action is Shift:
-                    row[sym] = (True, arg)
+                    row[str(sym)] = (True, arg)
                 else:
-                    row[sym] = (False, (len(arg.expansion), callbacks[arg], arg.origin.name))
+                    row[str(sym)] = (False, (len(arg.expansion), callbacks[arg],
+                                            str(arg.origin.name)))
             self.actions[state] = row
+
+
+def _flat_callbacks(callbacks: dict) -> dict:
+    """Lark's rule callbacks, with its generated list rules (``__x_star_N``) returning plain
+    lists instead of ``Tree`` nodes that the parent unpacks again (about 7% of parse time).
+
+    Falls back to Lark's own callbacks if one has a shape this does not know.
+    """
+    from lark.parse_tree_builder import ChildFilterLALR_NoPlaceholders
+
+    def flat(include: tuple, build: Any) -> Any:
+        def cb(children: list) -> Any:
+            out: list = []
+            for i, expand in include:
+                if expand:
+                    if out:
+                        out += children[i]
+                    else:  # a left-recursive list: grow it in place, as Lark does
+                        out = children[i]
+                else:
+                    out.append(children[i])
+            return out if build is None else build(out)
+
+        return cb
+
+    out = {}
+    for rule, cb in callbacks.items():
+        helper = rule.origin.name.startswith("__")
+        if type(cb) is ChildFilterLALR_NoPlaceholders:
+            out[rule] = flat(tuple(cb.to_include), None if helper else cb.node_builder)
+        elif helper:
+            if not (isinstance(cb, partial) and cb.func.__name__ == "default_callback"):
+                return callbacks
+            out[rule] = _children
+        else:
+            out[rule] = cb
+    return out
+
+
+def _children(children: list) -> list:
+    return children
 
 
 class _FastLexer:
@@ -367,7 +426,8 @@ class _FastLexer:
         parts = [f"(?P<{n}>{terms[n].pattern.to_regexp()})" for n in order]
         punct.sort(key=lambda t: -len(t.pattern.value))
         parts += [f"(?P<{t.name}>{re.escape(t.pattern.value)})" for t in punct]
-        self.regex = re.compile("|".join(parts))
+        # Spaces before a token are part of its match: a line's tokens cost one match each.
+        self.regex = re.compile("[ \t]*(?:" + "|".join(parts) + ")")
 
     def lex(self, text: str) -> Any:
         match = self.regex.match
@@ -376,6 +436,8 @@ class _FastLexer:
         while pos < n:
             m = match(text, pos)
             if m is None:
+                while pos < n - 1 and text[pos] in " \t":
+                    pos += 1
                 raise _BadChar(text[pos], Loc(self.file, line, pos - line_start + 1))
             kind = m.lastgroup
             end = m.end()
@@ -385,13 +447,13 @@ class _FastLexer:
                     line += nl
                     line_start = text.rindex("\n", pos, end) + 1
             else:
-                val = m.group()
+                val = m.group(kind)
+                t = _Tok(val)
+                t.column = m.start(kind) - line_start + 1
                 if kind == "IDENT":
                     kind = kw.get(val, "IDENT")
-                t = _Tok(val)
                 t.type = kind
                 t.line = line
-                t.column = pos - line_start + 1
                 yield t
             pos = end
         t = _Tok("")
@@ -418,17 +480,18 @@ def _drive(tables: _Tables, tokens: Any) -> Any:
     """The LALR loop: shift tokens, reduce with the rule callbacks, return the start value."""
     actions = tables.actions
     end = tables.end
-    states = [tables.start]
+    state = tables.start  # always states[-1]
+    states = [state]
     values: list[Any] = []
     for tok in tokens:
         ttype = tok.type
         while True:
-            act = actions[states[-1]].get(ttype)
+            act = actions[state].get(ttype)
             if act is None:
-                expected = {s for s in actions[states[-1]] if s.isupper()}
-                raise _Unexpected(tok, expected)
+                raise _Unexpected(tok, _expected(actions, states, end))
             if act[0]:
-                states.append(act[1])
+                state = act[1]
+                states.append(state)
                 values.append(tok)
                 break
             size, callback, origin = act[1]
@@ -439,10 +502,41 @@ def _drive(tables: _Tables, tokens: Any) -> Any:
             else:
                 children = []
             values.append(callback(children))
-            states.append(actions[states[-1]][origin][1])
-            if ttype == "$END" and states[-1] == end:
+            state = actions[states[-1]][origin][1]
+            states.append(state)
+            if state == end and ttype == "$END":
                 return values[-1]
     raise AssertionError("the token stream ended without $END")
+
+
+def _expected(actions: dict, states: list[int], end: int) -> set[str]:
+    """The terminals that the parser would shift next from ``states``.
+
+    LALR merges states, so a state that only reduces lists lookaheads that belong to other
+    contexts (a shape inside ``Tensor[...]`` would list ``'>'``, which only ``dense<...>``
+    allows); each candidate is checked by running the reductions it triggers.
+    """
+
+    def shifts(term: str) -> bool:
+        st = list(states)
+        while True:
+            act = actions[st[-1]].get(term)
+            if act is None:
+                return False
+            if act[0]:
+                return True
+            size, _, origin = act[1]
+            if size:
+                del st[-size:]
+            nxt = actions[st[-1]].get(origin)
+            if nxt is None:
+                return False
+            st.append(nxt[1])
+            if st[-1] == end:
+                return term == "$END"
+
+    cands = {s for s in actions[states[-1]] if s.isupper()}
+    return {s for s in cands if shifts(s)} or cands
 
 
 class _Unexpected(Exception):
@@ -504,6 +598,9 @@ def _syntax_error(e: _Unexpected, filename: str) -> ParseError:
     if tok.type in ("IDENT", "DTYPE") and "LOCAL" in expected and "RBRACE" in expected:
         return ParseError(f"expected a statement (`%name = Op(...)` or `return`), found "
                           f"{found}: value names start with %", loc)
+    if tok.type == "RPAR" and expected == {"COMMA"}:
+        return ParseError("expected ',', found ')': a one-element shape is written with a "
+                          "trailing comma, as in (4,)", loc)
     if tok.type == "$END" and "RBRACE" in expected:
         return ParseError("unexpected end of file: a function is missing its closing '}'", loc)
     return ParseError(f"expected {_words(expected)}, found {found}", loc)
@@ -517,6 +614,8 @@ def _char_error(e: _BadChar) -> ParseError:
         hint = ": a value name is %name with letters, digits, _ . $ -, or %\"quoted\""
     elif e.char == "@":
         hint = ": a function name is @name"
+    elif e.char == "/":
+        hint = ": a comment starts with //"
     return ParseError(f"unexpected character {e.char!r}{hint}", e.loc)
 
 

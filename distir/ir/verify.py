@@ -99,6 +99,10 @@ def verify_function(fn: Function, *, members: set[int] | None = None,
             if schema is None:
                 raise _err(fn, _unknown_op(op.op_type), op)
             _check_schema(fn, op, schema, num_devices)
+        if not op.outputs:  # the text format has no statement without results
+            what = f"@{op.callee.name}" if op.callee is not None else op.op_type
+            raise _err(fn, f"{what} here gives no results, so the statement does nothing: "
+                       "remove it (a statement defines at least one value)", op)
         for v in op.outputs:
             if id(v) in defined:
                 raise _err(fn, f"%{v.name} is defined twice: every value is defined once",
