@@ -80,12 +80,14 @@ def workload(model: str, preset: str | None = None, **sizes: Any) -> Workload:
     if parts[0] in ("mlp", "gpt2") and len(parts) > 1 and all(x.isdigit() for x in parts[1:]):
         # A label of a custom size, as written in result files: mlp-LAYERS-WIDTH,
         # gpt2-LAYERS-DMODEL-HEADS.
-        keys = ("num_layers", "width") if parts[0] == "mlp" else ("n_layer", "d_model", "n_head")
+        keys: tuple[str, ...] = (("num_layers", "width") if parts[0] == "mlp"
+                                 else ("n_layer", "d_model", "n_head"))
         if len(parts) - 1 != len(keys):
             raise ConfigError(f"model '{model}': expected {parts[0]}-" +
                               "-".join(k.upper() for k in keys))
         given = dict(zip(keys, (int(x) for x in parts[1:]))) | given
         model = parts[0]
+    need: tuple[str, ...]
     if model == "mlp":
         need = ("num_layers", "width")
     elif model == "gpt2":

@@ -145,7 +145,7 @@ class _Builder:
     def dtype_attr(self, c: list) -> DType:
         return _DTYPES[c[0]]
 
-    def list(self, c: list) -> tuple:
+    def attr_list(self, c: list) -> tuple:
         return tuple(c[1:])
 
     def dense(self, c: list) -> DenseAttr:
@@ -447,6 +447,7 @@ class _FastLexer:
                     line += nl
                     line_start = text.rindex("\n", pos, end) + 1
             else:
+                assert kind is not None  # every alternative of the regex is a named group
                 val = m.group(kind)
                 t = _Tok(val)
                 t.column = m.start(kind) - line_start + 1

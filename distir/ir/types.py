@@ -10,6 +10,7 @@ import enum
 from dataclasses import dataclass, field
 
 import numpy as np
+from numpy import dtype as _NpDType
 
 __all__ = [
     "DType",
@@ -47,7 +48,7 @@ class DType(enum.Enum):
         return self in (DType.Float16, DType.BFloat16, DType.Float32, DType.Float64)
 
     @property
-    def np(self) -> np.dtype:
+    def np(self) -> _NpDType:
         """The numpy dtype (``ml_dtypes.bfloat16`` for BFloat16)."""
         if self is DType.BFloat16:
             import ml_dtypes
@@ -56,7 +57,7 @@ class DType(enum.Enum):
         return np.dtype(_NP_NAMES[self])
 
     @staticmethod
-    def from_np(dtype: np.dtype | type) -> DType:
+    def from_np(dtype: _NpDType | type) -> DType:
         """The DType of a numpy dtype; raises ``KeyError`` for one outside the spec."""
         d = np.dtype(dtype)
         if d.name == "bfloat16":

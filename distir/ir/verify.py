@@ -87,7 +87,7 @@ def verify_function(fn: Function, *, members: set[int] | None = None,
         if p.type is not None:
             _check_type(fn, p.type, num_devices, p)
     for op in fn.ops:
-        for i, v in enumerate(op.inputs):
+        for v in op.inputs:
             if v is None:
                 continue
             if id(v) not in defined:
@@ -200,6 +200,7 @@ def _check_schema(fn: Function, op: Op, schema: OpSchema, num_devices: int | Non
         if spec.kind == "device":
             _check_device(fn, v, num_devices, f"attribute {k}", op)
         elif spec.kind == "devices":
+            assert isinstance(v, tuple)  # checked by _kind_ok
             for d in v:
                 _check_device(fn, d, num_devices, f"attribute {k}", op)
             if len(set(v)) != len(v):

@@ -246,8 +246,8 @@ def test_kernels_are_built_once_per_distinct_application() -> None:
 
 
 def test_kernel_failure_is_one_line_execution_error() -> None:
-    with pytest.raises(ExecutionError, match=r"^error: the ONNX reference kernel failed on inputs of shapes "
-                       r"\[\(2, 3\), \(4, 5\)\]: [^\n]+$"):
+    with pytest.raises(ExecutionError, match=r"^error: the ONNX reference kernel failed on "
+                       r"inputs of shapes \[\(2, 3\), \(4, 5\)\]: [^\n]+$"):
         _ours("MatMul", [f32(2, 3), f32(4, 5)], {}, 1)
 
 
