@@ -7,9 +7,9 @@ from typing import Any
 
 import numpy as np
 
-from distir.errors import ExecutionError, TypeInferenceError
 from distir.analysis.interpreter import NumpyInterpreter, TypeInterpreter
 from distir.analysis.values import CONCRETE_LIMIT, make_concrete, type_of
+from distir.errors import ExecutionError, TypeInferenceError
 from distir.ir.core import Function, Module, Value
 from distir.ir.types import DType, TensorType, Type
 
@@ -104,7 +104,7 @@ def execute(fn: Function | Module, inputs: Sequence[Any], *, check_types: bool =
         fn = fn.entry
     args = bind_inputs(fn, inputs)
     if check_types:
-        in_types = []
+        in_types: list[Any] = []
         for p, a in zip(fn.params, args):
             dev = p.type.devices[0] if p.type is not None and p.type.devices else 0
             try:

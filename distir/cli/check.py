@@ -25,7 +25,6 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_check(args: argparse.Namespace) -> int:
     import distir
-
     from distir.analysis import infer_module_types
 
     m = distir.load(args.file)
