@@ -7,6 +7,7 @@ and cost rules are cached by ``(op, argument types, attributes)``).
 from __future__ import annotations
 
 import enum
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -132,10 +133,7 @@ class TensorType(Type):
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def size_bytes(self) -> int:
@@ -231,10 +229,7 @@ class DenseAttr:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def __repr__(self) -> str:
         return f"DenseAttr({self.dtype.value}, {self.shape})"
