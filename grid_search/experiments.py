@@ -1,7 +1,8 @@
 """The DistIR paper's searches, as named experiments.
 
 MLP 1B/17B/103B training and GPT-2 1.6B/13B/175B inference on 16 GPUs, each on the
-paper's machine (``dgx2-v100``, 16 V100-32GB on NVSwitch) and on our calibrated profile::
+paper's machine (``dgx2-v100``, 16 V100-32GB on NVSwitch) and on our calibrated profiles
+(``h100-sxm``: compute calibrated on an H100; ``h200-sxm``: calibrated on 4 x H200)::
 
     python -m grid_search.experiments --list
     python -m grid_search.experiments mlp-1b-dgx2 [--workers 2] [-o out/experiments]
@@ -34,10 +35,8 @@ class Experiment:
 
 _MLP_BATCH = (8192,)
 _GPT2_BATCHES = tuple(2 ** k for k in range(7, 21))
-CALIBRATED = "h200-sxm"  # the profile calibrated on real GPUs (grid_search/results/h200x4)
-
 EXPERIMENTS: dict[str, Experiment] = {}
-for _hw, _tag in (("dgx2-v100", "dgx2"), (CALIBRATED, "h200")):
+for _hw, _tag in (("dgx2-v100", "dgx2"), ("h100-sxm", "h100"), ("h200-sxm", "h200")):
     for _m in ("mlp-1b", "mlp-17b", "mlp-103b"):
         EXPERIMENTS[f"{_m}-{_tag}"] = Experiment(f"{_m}-{_tag}", _m, _hw, 16, _MLP_BATCH)
     for _m in ("gpt2-1.6b", "gpt2-13b", "gpt2-175b"):
