@@ -189,9 +189,10 @@ def _fields(hw: Hardware) -> dict:
 
 def test_load_profiles_by_name_and_path(tmp_path: Path,
                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    assert {"h100-sxm", "dgx2-v100"} <= set(available_profiles())
-    h100 = load_hardware("h100-sxm")
-    assert h100.name == "h100-sxm" and h100.memory_bytes == 80 * 2**30
+    assert {"h100-sxm", "h100-sxm-datasheet", "dgx2-v100"} <= set(available_profiles())
+    assert load_hardware("h100-sxm").calibrated  # on a real H100 (calibration/README.md)
+    h100 = load_hardware("h100-sxm-datasheet")
+    assert h100.name == "h100-sxm-datasheet" and h100.memory_bytes == 80 * 2**30
     assert h100.peak("BFloat16") == 9.894e14 and h100.peak("Int64") == h100.peak("Float32")
     v100 = load_hardware("dgx2-v100")
     assert v100.devices_per_node == 16 and v100.memory_bytes == 32 * 2**30
