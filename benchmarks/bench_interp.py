@@ -49,6 +49,10 @@ from distir.ir import DType, Function, FunctionBuilder, TensorType, Value  # noq
 TARGET = 150_000.0
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _machine import cpu_model  # noqa: E402
+
+
 def _i64(*v: int) -> np.ndarray:
     return np.array(v, dtype=np.int64)
 
@@ -164,17 +168,6 @@ def _time(fn: Callable[[], Any], repeats: int) -> tuple[float, float]:
     return statistics.median(wall), statistics.median(cpu)
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ops", type=int, default=100_000, help="ops per program")
@@ -208,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 
     print(f"distir interpreter benchmark: median of {args.repeats} "
           f"(execution: {max(1, min(3, args.repeats))})")
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {_cpu()}")
+    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {cpu_model()}")
     head = ("measure", "ops", "rate (wall)", "total", "rate (CPU time)", "target")
     table = [(m, f"{n:,}", f"{n / t:,.0f} ops/s", f"{t * 1e3:,.1f} ms", f"{n / c:,.0f} ops/s",
               "" if ok is None else f">= {TARGET:,.0f} ops/s", ok) for m, n, t, c, ok in rows]

@@ -83,6 +83,10 @@ _BLOCK = """\
 _BLOCK_OPS = _BLOCK.count("\n")
 
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from _machine import cpu_model  # noqa: E402
+
+
 def make_program(n_ops: int) -> tuple[str, int]:
     """The text of a program with about ``n_ops`` op statements, and its exact op count."""
     n_blocks = max(1, (n_ops - _HELPER_OPS) // _BLOCK_OPS)
@@ -130,17 +134,6 @@ def _memory(text: str) -> tuple[int, int]:
     return cur - base, pk - base
 
 
-def _cpu() -> str:
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--ops", type=int, default=100_000, help="op statements in the program")
@@ -180,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{len(text) / 2**20:.1f} MiB of text; times are medians of {args.repeats} runs")
     load = ", load average {:.2f} {:.2f} {:.2f}".format(*os.getloadavg()) if hasattr(
         os, "getloadavg") else ""
-    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {_cpu()}{load}")
+    print(f"python {platform.python_version()}, {os.cpu_count()} CPUs, {cpu_model()}{load}")
     head = ("measure", "rate (wall)", "rate (cpu)", "total (wall)", "target")
     w = [max(len(str(r[k])) for r in [head, *rows]) for k in range(5)]
     print("  ".join(h.ljust(x) for h, x in zip(head, w, strict=True)) + "  met")
