@@ -1,7 +1,9 @@
 """The calibration driver: measure, fit, write a hardware profile and its measurements.
 
-``calibrate(output, ...)`` runs the microbenchmarks of ``bench`` (one device) and ``comm``
-(every local GPU, or gloo processes on a CPU), fits them (``fit``), and writes
+``calibrate(output, ...)`` runs the microbenchmarks of ``bench`` and ``bench_nn`` (one
+device: matmuls, elementwise kernels; attention's batched matmuls, softmax, layer norm, GELU,
+permuted copies) and ``comm`` (every local GPU, or gloo processes on a CPU), fits them
+(``fit``), and writes
 
 - ``OUTPUT`` (``NAME.json``): the profile, in the format of ``distir.analysis.hardware``;
 - ``NAME.measurements.csv`` beside it: every measurement (a first comment line holds the
@@ -266,6 +268,7 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
     from calibration.fit import pooled
 
     n_mm, mm = pooled(reports, rows, {"matmul"})
+    n_bmm, bmm = pooled(reports, rows, {"bmm"})
     comm_fams = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
     n_cc, cc = pooled(reports, rows, comm_fams)
     lines = [
@@ -281,6 +284,8 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
         f"- measurements: {len(rows)} ({sum(r['split'] == 'test' for r in rows)} held out)",
         f"- matmuls of at least 1 GFLOP, held out: median absolute error {_pct(mm)} "
         f"over {n_mm} shapes",
+        f"- batched (attention) matmuls of at least 1 GFLOP, held out: median absolute "
+        f"error {_pct(bmm)} over {n_bmm} shapes",
         f"- collectives of at least 1 MiB, held out: median absolute error {_pct(cc)} "
         f"over {n_cc} sizes",
         f"- device time: {extra.get('gpu_minutes', 0.0):.2f} GPU-minutes "
@@ -296,7 +301,7 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
                      f"| {r2} | {_pct(r.median_ape)} | {r.n_large} "
                      f"| {_pct(r.median_ape_large)} |")
     lines.append("")
-    lines.append("Large: matmuls of at least 1 GFLOP; elementwise kernels and collectives of "
+    lines.append("Large: matmuls of at least 1 GFLOP; other kernels and collectives of "
                  "at least 1 MiB. Errors are |predicted - measured| / measured on held-out "
                  "configurations, predicted by the shipped model.")
     return "\n".join(lines) + "\n"
@@ -304,7 +309,8 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
 
 def calibrate(output: str | None = None, *, name: str | None = None, quick: bool = False,
               base: str | None = None, devices: int | None = None, cpu: bool = False,
-              cpu_procs: int = 2, comm: bool = True, shapes: int | None = None,
+              cpu_procs: int = 2, comm: bool = True, nn: bool = True,
+              shapes: int | None = None,
               seed: int = 0, fit_only: str | None = None, measure_only: bool = False,
               command: str = "", log: Callable[[str], None] | None = None,
               ) -> dict[str, Any] | None:
@@ -320,7 +326,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
         log(f"read {len(rows)} measurements from {fit_only}")
     else:
         rows, machine, gpu_s = _measure(quick=quick, devices=devices, cpu=cpu,
-                                        cpu_procs=cpu_procs, comm=comm, shapes=shapes,
+                                        cpu_procs=cpu_procs, comm=comm, nn=nn, shapes=shapes,
                                         seed=seed, log=log)
         machine["wall_s"] = time.perf_counter() - t_start
         machine["command"] = command or "distir calibrate"
@@ -365,7 +371,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
 
 
 def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, comm: bool,
-             shapes: int | None, seed: int, log: Callable[[str], None],
+             shapes: int | None, seed: int, log: Callable[[str], None], nn: bool = True,
              ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     try:
         import torch
@@ -382,11 +388,13 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         timer = bench.Timer(device, target_s=0.02, trials=3)
         dtypes = ["Float32", "Float16", "BFloat16"]
         ew_dtypes = ["Float32", "BFloat16"]
+        nn_dtypes = ["Float32", "Float16"]
     else:
         torch.set_num_threads(max(1, (os.cpu_count() or 2) // max(cpu_procs, 1)))
         timer = bench.Timer(device, target_s=0.002 if quick else 0.01, trials=3)
         dtypes = ["Float32"]
         ew_dtypes = ["Float32"]
+        nn_dtypes = ["Float32"]
     n_shapes = shapes or (24 if quick else (300 if use_cuda else 80))
     grid = bench.matmul_shapes(quick, use_cuda, n_shapes, seed)
     rows: list[dict[str, Any]] = []
@@ -397,6 +405,18 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
     log(f"elementwise: {len(sizes)} sizes x 2 ops x {len(ew_dtypes)} dtypes")
     rows.extend(r.as_dict() for r in bench.bench_elementwise(device, ew_dtypes, sizes, timer,
                                                              log))
+    if nn:
+        from calibration import bench_nn
+
+        if use_cuda:
+            torch.cuda.empty_cache()
+        att = bench_nn.attention_shapes(quick, use_cuda)
+        log(f"bmm: {len(att)} attention shapes x 2 products x {len(dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench_nn.bench_bmm(device, dtypes, att, timer, log))
+        ksizes = bench_nn.kernel_sizes(quick, use_cuda)
+        log(f"softmax, layernorm, gelu, copy: {len(ksizes)} sizes x {len(nn_dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench_nn.bench_kernels(device, nn_dtypes, ksizes,
+                                                                timer, log))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0

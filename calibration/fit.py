@@ -1,7 +1,8 @@
 """Fitting: per-family regressions with scikit-learn, chosen by cross-validated error.
 
-For every family and key (``matmul`` per dtype; ``elementwise``; each collective per group
-size) the candidate models are fitted on the training rows, 5-fold cross-validated, and
+For every family and key (``matmul`` and ``bmm`` per dtype; ``elementwise`` and the kernel
+families ``softmax``, ``layernorm``, ``gelu``, ``copy`` under ``any``; each collective per
+group size) the candidate models are fitted on the training rows, 5-fold cross-validated, and
 the one with the lowest score wins — the mean of the median absolute percentage error (APE)
 over all validation points and over the large ones (matmuls of at least 1 GFLOP, other
 kernels and collectives of at least 1 MiB), which dominate a step's time; it is refitted on
@@ -12,13 +13,14 @@ uses.
 Candidates:
 - ``linear``: ``t = a + sum(c_i x_i)`` with ``c_i >= 0``, weighted by ``1 / t^2`` so that the
   least squares are relative; features FLOPs and bytes, or FLOPs and the element counts of
-  the result and of each operand (matmul), or bytes (the rest).
+  the result and of each operand (matmul, bmm: totals over the batch), or bytes (the rest).
 - ``loglog``: ``log t`` as a polynomial of degree 2 or 3 in ``log m, log n, log k`` (or
   ``log FLOPs, log bytes``), matmul only.
 - ``boosted``: the second linear model times ``exp`` of gradient-boosted regression trees
   (150 of depth 3, or 300 of depth 4) on ``log m, log n, log k`` (and ``log mn, log
   FLOPs``) fitted to the log residual: it learns the shape effects (tile and wave
-  quantization) that no smooth law has, matmul only.
+  quantization) that no smooth law has, matmul only; for bmm the same on ``log batch, log m,
+  log n, log k``.
 - ``piecewise``: ``log t`` piecewise linear in ``log bytes`` (a degree-1 ``SplineTransformer``
   with knots at every, every 2nd or every 4th training size, then ridge regression), for
   elementwise kernels and collectives, whose time bends where protocols and caches change.
@@ -32,13 +34,31 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from distir.analysis.hardware import FitModel, loglog_terms, matmul_features
+from distir.analysis.hardware import FitModel, bmm_features, loglog_terms, matmul_features
 
-__all__ = ["FitReport", "fit_rows", "ape", "LARGE"]
+__all__ = ["FitReport", "fit_rows", "ape", "LARGE", "fit_key", "PER_DTYPE"]
 
-LARGE = {"matmul": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20))}
+LARGE = {"matmul": ("flops", 1e9), "bmm": ("flops", 1e9),
+         "elementwise": ("bytes", float(1 << 20))}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
+
+
+PER_DTYPE = ("matmul", "bmm")
+"""Families fitted per dtype; the other compute families are pooled under ``any`` (their
+feature is bytes), collectives keyed by group size."""
+
+COMPUTE = ("elementwise", "softmax", "layernorm", "gelu", "copy")
+
+
+def fit_key(row: dict[str, Any]) -> str:
+    """The key of a row's fit within its family."""
+    fam = row["family"]
+    if fam in PER_DTYPE:
+        return str(row["dtype"])
+    if fam in COMPUTE:
+        return "any"
+    return str(int(row["group_size"]))
 
 
 def _large(family: str) -> tuple[str, float]:
@@ -79,6 +99,12 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
         x = matmul_features(m, n, k, 1)
         x["bytes"] = float(row["bytes"])  # the measured dtype's bytes
+        return x
+    if row["family"] == "bmm":
+        m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
+        batch = max(int(round(float(row["flops"]) / (2.0 * m * n * k))), 1)
+        x = bmm_features(batch, m, n, k, 1)
+        x["bytes"] = float(row["bytes"])
         return x
     return {"bytes": float(row["bytes"])}
 
@@ -191,6 +217,14 @@ def candidates(family: str) -> dict[str, Trainer]:
                     _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k", "mn", "flops")),
                 "linear(flops, mn, mk, kn) x deep trees(m, n, k)":
                     _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k"), 300, 4, 0.05)}
+    if family == "bmm":
+        return {"linear(flops, bytes)": _linear(("flops", "bytes")),
+                "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),
+                "loglog2(batch, m, n, k)": _loglog(("batch", "m", "n", "k"), 2),
+                "linear(flops, mn, mk, kn) x trees(batch, m, n, k)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k")),
+                "linear(flops, mn, mk, kn) x trees(batch, m, n, k, flops)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k", "flops"))}
     return {"linear(bytes)": _linear(("bytes",)),
             "piecewise(every size)": _piecewise(1),
             "piecewise(every 2nd size)": _piecewise(2),
@@ -260,18 +294,11 @@ def fit_one(family: str, key: str, rows: Sequence[dict[str, Any]]) -> FitReport 
 
 def fit_rows(rows: Sequence[dict[str, Any]], log: Callable[[str], None] = lambda s: None,
              ) -> list[FitReport]:
-    """Fit every family present in ``rows``: matmul per dtype, elementwise pooled,
-    collectives per group size."""
+    """Fit every family present in ``rows``: matmul and bmm per dtype, elementwise and the
+    kernel families pooled, collectives per group size (``fit_key``)."""
     groups: dict[tuple[str, str], list[dict[str, Any]]] = {}
     for r in rows:
-        fam = r["family"]
-        if fam == "matmul":
-            key = str(r["dtype"])
-        elif fam == "elementwise":
-            key = "any"
-        else:
-            key = str(int(r["group_size"]))
-        groups.setdefault((fam, key), []).append(r)
+        groups.setdefault((r["family"], fit_key(r)), []).append(r)
     out = []
     for (fam, key), rs in sorted(groups.items()):
         rep = fit_one(fam, key, rs)
@@ -293,9 +320,7 @@ def pooled(reports: Sequence[FitReport], rows: Sequence[dict[str, Any]], familie
         fam = row["family"]
         if fam not in families or row["split"] != "test" or row["seconds"] <= 0:
             continue
-        key = (str(row["dtype"]) if fam == "matmul" else
-               "any" if fam == "elementwise" else str(int(row["group_size"])))
-        m = models.get((fam, key))
+        m = models.get((fam, fit_key(row)))
         feat, lo = _large(fam)
         if m is not None and float(row[feat]) >= lo:
             errs.append(ape(_predict(m, row), row["seconds"]))

@@ -9,9 +9,14 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
   bandwidth" of NCCL's tests) and latency (s per step) by group size, within a node and
   across nodes;
 - optionally, fitted regressions per op family (``fits``): ``matmul`` by dtype (features
-  ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``elementwise`` (feature ``bytes``), and each
-  collective (``allreduce``, ``allgather``, ``reduce_scatter``, ``broadcast``, ``send``, ...)
-  by group size (feature ``bytes``). A fitted family replaces the analytic formula for it.
+  ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``bmm`` by dtype (batched products whose two
+  operands are both batched, as attention runs them: ``bmm_features``), ``elementwise``
+  (feature ``bytes``), the kernels ``softmax``, ``layernorm``, ``gelu`` and ``copy`` (a
+  permuted tensor made contiguous) under ``any`` (feature ``bytes``), and each collective
+  (``allreduce``, ``allgather``, ``reduce_scatter``, ``broadcast``, ``send``, ...) by group
+  size (feature ``bytes``). A fitted family replaces the analytic formula for it; a profile
+  without ``bmm`` folds batches into ``m`` of the ``matmul`` model, one without a kernel
+  family uses ``elementwise`` (``copy``: costs nothing, a view).
 
 Profiles are found by name in ``calibration/profiles/NAME.json`` beside the ``distir``
 package (the repository checkout, or site-packages where both are installed), in the
@@ -37,7 +42,7 @@ from distir.errors import ConfigError
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "collective_factors", "loglog_terms",
-           "matmul_features"]
+           "matmul_features", "bmm_features", "KERNEL_FAMILIES"]
 
 FORMAT = "distir-hardware/1"
 
@@ -203,6 +208,22 @@ def matmul_features(m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
             "mk": float(m * k), "kn": float(k * n)}
 
 
+def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
+    """The features a ``bmm`` fit may use: ``batch`` products of ``(m x k) @ (k x n)``, both
+    operands batched; ``m``, ``n``, ``k`` per product, ``flops``, ``bytes``, ``mn``, ``mk``
+    and ``kn`` totals over the batch (so that a linear model is one of total work)."""
+    return {"batch": float(batch), "m": float(m), "n": float(n), "k": float(k),
+            "flops": 2.0 * batch * m * n * k,
+            "bytes": float(batch * (m * k + k * n + m * n) * itemsize),
+            "mn": float(batch * m * n), "mk": float(batch * m * k),
+            "kn": float(batch * k * n)}
+
+
+KERNEL_FAMILIES = ("softmax", "layernorm", "gelu", "copy")
+"""Memory-bound kernel families a profile may fit apart from ``elementwise`` (key ``any``,
+feature ``bytes`` read and written)."""
+
+
 _MONO: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
 
 
@@ -314,6 +335,29 @@ class Hardware:
         if f is not None:
             return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
         return self.roofline_time(flops, nbytes, dtype)
+
+    def bmm_time(self, batch: int, m: int, n: int, k: int, dtype: str,
+                 itemsize: int) -> float:
+        """``batch`` products ``(m x k) @ (k x n)`` with both operands batched (one batched
+        kernel): the ``bmm`` fit of the dtype, else one product with the batches folded
+        into ``m`` (``matmul_time``)."""
+        f = self._fits.get(("bmm", dtype))
+        if f is not None:
+            return max(f(bmm_features(batch, m, n, k, itemsize)), self.launch_overhead)
+        return self.matmul_time(batch * m, n, k, dtype, itemsize)
+
+    def has_kernel_fit(self, family: str) -> bool:
+        """Whether the profile fits the kernel family (``KERNEL_FAMILIES``)."""
+        return (family, "any") in self._fits
+
+    def kernel_time(self, family: str, nbytes: float, flops: float, dtype: str) -> float:
+        """A memory-bound kernel of a family of ``KERNEL_FAMILIES`` moving ``nbytes`` (read +
+        written): its fit, floored as ``memory_time``; ``memory_time`` without one."""
+        f = self._fits.get((family, "any"))
+        if f is None:
+            return self.memory_time(nbytes, flops, dtype)
+        t = max(f({"bytes": nbytes}), self.launch_overhead)
+        return max(t, self.launch_overhead + flops / self.peak(dtype))
 
     def memory_time(self, nbytes: float, flops: float, dtype: str) -> float:
         """A memory-bound kernel moving ``nbytes`` (read + written)."""

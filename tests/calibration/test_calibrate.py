@@ -15,6 +15,7 @@ from distir.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVES = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
+KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy"}
 
 
 @pytest.fixture(scope="module")
@@ -33,7 +34,7 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     rows, meta = read_measurements(csv)
     assert meta["kind"] == "cpu" and meta["world"] == 2
     families = {r["family"] for r in rows}
-    assert {"matmul", "elementwise"} | COLLECTIVES <= families
+    assert {"matmul", "elementwise"} | KERNELS | COLLECTIVES <= families
     assert all(r["seconds"] > 0 for r in rows)
     assert {r["group_size"] for r in rows if r["family"] in COLLECTIVES} == {2}
     assert {r["split"] for r in rows} == {"train", "test"}
@@ -41,12 +42,13 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     hw = load_hardware(str(out))
     assert hw.calibrated and hw.name == "cpu-quick"
     fitted = {(fam, key) for fam, key, _ in hw.fits}
-    assert {("matmul", "Float32"), ("elementwise", "any")} <= fitted
+    assert {("matmul", "Float32"), ("elementwise", "any"), ("bmm", "Float32")} <= fitted
+    assert {(k, "any") for k in KERNELS - {"bmm"}} <= fitted
     assert {(c, "2") for c in COLLECTIVES} <= fitted
     assert hw.peak("Float32") > 0 and hw.memory_bandwidth > 0 and hw.launch_overhead > 0
     assert [s.group_size for s in hw.intra_node] == [2]
     quality = doc["calibration"]["fit_quality"]
-    assert {q["family"] for q in quality} == {"matmul", "elementwise"} | COLLECTIVES
+    assert {q["family"] for q in quality} == {"matmul", "elementwise"} | KERNELS | COLLECTIVES
     text = report.read_text()
     assert text.startswith("## Profile `cpu-quick`") and "| matmul | Float32 |" in text
     assert "GPU-minutes" in text
@@ -85,7 +87,7 @@ def test_cli_fit_only(quick: tuple[Path, dict], tmp_path: Path,
 
 def test_measure_only_writes_just_the_measurements(tmp_path: Path) -> None:
     out = tmp_path / "m.json"
-    assert calibrate(str(out), quick=True, cpu=True, comm=False, shapes=6,
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, nn=False, shapes=6,
                      measure_only=True, log=lambda s: None) is None
     assert not out.exists()
     rows, meta = read_measurements(tmp_path / "m.measurements.csv")

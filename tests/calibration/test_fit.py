@@ -108,3 +108,33 @@ def test_fit_rows_groups_by_family_and_key() -> None:
     # Too few rows: no fit.
     assert fit_one("broadcast", "2", _comm_rows(lambda b: 1e-5)[:5]) is None
     assert all(math.isfinite(r.cv[r.model_name]) for r in reps)
+
+
+def test_batched_matmuls_are_fitted_per_dtype_with_the_batch() -> None:
+    """A bmm law that depends on the batch (small products run less efficiently, batch
+    amortizes): recovered from (batch, m, n, k), scored on held-out shapes."""
+    rng = random.Random(3)
+    rows = []
+    i = 0
+    for b in (8, 12, 32, 64, 128, 256):
+        for t in (128, 256, 512, 1024, 2048):
+            for hd in (64, 128):
+                for m, n, k in ((t, t, hd), (t, hd, t)):
+                    flops = 2.0 * b * m * n * k
+                    nbytes = 2 * b * (m * k + k * n + m * n)
+                    eff = 1.0 / (1.0 + 64.0 / hd + 256.0 / t)
+                    sec = (2e-5 + max(flops / (8e14 * eff), nbytes / 3e12)) * \
+                        (1 + rng.uniform(-0.02, 0.02))
+                    rows.append({"family": "bmm", "op": "bmm", "dtype": "Float16", "m": m,
+                                 "n": n, "k": k, "bytes": nbytes, "flops": flops,
+                                 "group_size": 1, "seconds": sec, "reps": 1,
+                                 "device": "synthetic",
+                                 "split": "test" if i % 4 == 3 else "train"})
+                    i += 1
+    reps = fit_rows(rows)
+    assert [(r.family, r.key) for r in reps] == [("bmm", "Float16")]
+    rep = reps[0]
+    assert rep.median_ape is not None and rep.median_ape < 0.08
+    assert "batch" in rep.model_name or "flops" in rep.model_name
+    n, err = pooled(reps, rows, {"bmm"})
+    assert n > 10 and err is not None and err < 0.08

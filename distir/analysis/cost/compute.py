@@ -3,14 +3,25 @@
 - Matrix products (``MatMul``, ``Gemm``, their gradients, ``Conv`` as an implicit GEMM)
   cost ``Hardware.matmul_time(m, n, k)`` per product: the profile's fitted matmul model for
   the dtype, else the roofline ``launch + max(2mnk / peak, bytes / bandwidth)``. Batch
-  dimensions are folded into ``m`` (one large product with the same FLOPs).
+  dimensions of one operand are folded into ``m`` (one large product with the same FLOPs, as
+  ``torch.matmul`` does); when both operands are batched (attention's ``[B, H, T, hd] @
+  [B, H, hd, T]``) the product is one batched kernel, ``Hardware.bmm_time``: the profile's
+  ``bmm`` fit, else the folded product.
 - Every other kernel is memory-bound: ``Hardware.memory_time(bytes, flops)`` with ``bytes``
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
   per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions
-  and normalizations, 12 for Adam).
+  and normalizations, 12 for Adam). ``Softmax``/``LogSoftmax``, ``LayerNormalization`` and
+  ``Gelu`` use the profile's ``softmax``, ``layernorm`` and ``gelu`` fits where it has them
+  (``Hardware.kernel_time``), the others the ``elementwise`` one.
 - Views and values known before the step cost nothing: ``Reshape``, ``Flatten``,
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
-  ``Transpose`` (PyTorch returns views for all of them) and ``Constant``.
+  ``Transpose`` (PyTorch returns views for all of them) and ``Constant``. Exception, with a
+  profile that fits ``copy``: a ``Transpose`` of rank 3 or more that moves a batch axis (any
+  axis but the last two) costs one copy of the tensor (``Hardware.kernel_time("copy")``). Its
+  result cannot be viewed with merged batch axes, so its consumer copies it: ``torch.matmul``
+  reshapes 4-D operands to 3-D for ``bmm``, and a ``Reshape`` merging the permuted axes (the
+  heads of attention back into the width) copies. A 2-D transpose, or one of the last two
+  axes only, is free: the matmul kernels read transposed operands.
 """
 
 from __future__ import annotations
@@ -22,7 +33,7 @@ from distir.analysis.hardware import Hardware
 from distir.ir.types import TensorType, Type
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Split", "Slice",
-         "Expand", "Transpose", "Constant")
+         "Expand", "Constant")
 SIMPLE = ("Abs", "Add", "And", "Ceil", "Clip", "Div", "Equal", "Floor", "Greater",
           "GreaterOrEqual", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Max", "Min", "Mul",
           "Neg", "Not", "Or", "Reciprocal", "Relu", "Sub", "Sum", "Where", "Cast", "Dropout",
@@ -37,6 +48,11 @@ COPIES = ("Concat", "Gather", "Tile", "Trilu", "ScatterND", "ConstantOfShape", "
 _FLOPS_PER_ELEMENT = {**dict.fromkeys(SIMPLE, 1.0), **dict.fromkeys(TRANSCENDENTAL, 8.0),
                       **dict.fromkeys(REDUCING, 5.0), **dict.fromkeys(COPIES, 0.0),
                       "AdamOptimizer": 12.0}
+
+
+KERNEL_FAMILY = {"Softmax": "softmax", "LogSoftmax": "softmax",
+                 "LayerNormalization": "layernorm", "Gelu": "gelu"}
+"""Ops whose kernels a profile may fit apart from ``elementwise`` (``Hardware.kernel_time``)."""
 
 
 def _numel(ts: tuple[Type | None, ...]) -> int:
@@ -54,7 +70,32 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                  hw: Hardware) -> OpCost:
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = _FLOPS_PER_ELEMENT[op_type] * max(_numel(outs), _numel(ins))
-    return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+    family = KERNEL_FAMILY.get(op_type)
+    dt = main_dtype(ins, outs)
+    if family is not None:
+        return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+    return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+
+
+def copies_batch_axes(rank: int, perm: tuple[int, ...] | list[int] | None) -> bool:
+    """Whether a ``Transpose`` of a rank-``rank`` tensor by ``perm`` (``None``: reversed)
+    moves an axis other than the last two, so that its consumer copies it (module
+    docstring)."""
+    if rank < 3:
+        return False
+    p = tuple(range(rank - 1, -1, -1)) if perm is None else tuple(int(a) % rank for a in perm)
+    return p[:-2] != tuple(range(rank - 2))
+
+
+@COST_RULES.register("Transpose")
+def transpose(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+              hw: Hardware) -> OpCost:
+    x = ins[0]
+    if not isinstance(x, TensorType) or not hw.has_kernel_fit("copy") or \
+            not copies_batch_axes(x.rank, attrs.get("perm")):
+        return ZERO
+    nbytes = 2.0 * x.size_bytes  # read once, written once
+    return OpCost(hw.kernel_time("copy", nbytes, 0.0, x.dtype.value), 0.0, nbytes)
 
 
 @COST_RULES.register("MaxPool", "AveragePool")
@@ -68,18 +109,23 @@ def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
 
 
-def _products(hw: Hardware, dims: list[tuple[int, int, int]], t: TensorType,
+def _products(hw: Hardware, dims: list[tuple[int, ...]], t: TensorType,
               extra_bytes: float = 0.0) -> OpCost:
-    """The cost of the matrix products ``dims`` (each ``(m, n, k)``) in ``t``'s dtype, plus
-    a memory-bound kernel over ``extra_bytes`` when there are any."""
+    """The cost of the matrix products ``dims`` in ``t``'s dtype, each ``(m, n, k)`` (one
+    product) or ``(batch, m, n, k)`` (a batched product, both operands batched), plus a
+    memory-bound kernel over ``extra_bytes`` when there are any."""
     dt, size = t.dtype.value, t.dtype.itemsize
     secs = flops = nbytes = 0.0
-    for m, n, k in dims:
-        if m == 0 or n == 0:
+    for d in dims:
+        batch, (m, n, k) = (1, d) if len(d) == 3 else (d[0], d[1:])
+        if m == 0 or n == 0 or batch == 0:
             continue
-        secs += hw.matmul_time(m, n, k, dt, size)
-        flops += 2.0 * m * n * k
-        nbytes += float((m * k + k * n + m * n) * size)
+        if batch > 1:
+            secs += hw.bmm_time(batch, m, n, k, dt, size)
+        else:
+            secs += hw.matmul_time(m, n, k, dt, size)
+        flops += 2.0 * batch * m * n * k
+        nbytes += float(batch * (m * k + k * n + m * n) * size)
     if extra_bytes:
         secs += hw.memory_time(extra_bytes, extra_bytes / size, dt)
         nbytes += extra_bytes
@@ -103,7 +149,9 @@ def _matmul_dims(a: TensorType, b: TensorType) -> tuple[int, int, int, int, bool
 @COST_RULES.register("MatMul")
 def matmul(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
            hw: Hardware) -> OpCost:
-    batch, m, k, n, _ = _matmul_dims(ins[0], ins[1])
+    batch, m, k, n, b_batched = _matmul_dims(ins[0], ins[1])
+    if b_batched and batch > 1:
+        return _products(hw, [(batch, m, n, k)], ins[0])
     return _products(hw, [(batch * m, n, k)], ins[0])
 
 
@@ -112,8 +160,9 @@ def matmul_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                 hw: Hardware) -> OpCost:
     """da = dy @ b^T and db = a^T @ dy (summed over broadcast batches when b is shared)."""
     batch, m, k, n, b_batched = _matmul_dims(ins[0], ins[1])
-    db = (batch * k, n, m) if b_batched else (k, n, batch * m)
-    return _products(hw, [(batch * m, k, n), db], ins[0])
+    if b_batched and batch > 1:
+        return _products(hw, [(batch, m, k, n), (batch, k, n, m)], ins[0])
+    return _products(hw, [(batch * m, k, n), (k, n, batch * m)], ins[0])
 
 
 @COST_RULES.register("Gemm")

@@ -1,0 +1,121 @@
+"""Cost rules of the calibrated transformer kernels: ``bmm`` (both operands batched),
+``softmax``, ``layernorm``, ``gelu`` and the ``copy`` a batch-permuting ``Transpose`` costs;
+and the fallback to the older behaviour for profiles without these fits."""
+
+from __future__ import annotations
+
+import pytest
+
+import distir
+from distir.analysis.cost.compute import copies_batch_axes
+from distir.analysis.hardware import FitModel, Hardware, LinkSpec, bmm_features, load_hardware
+from distir.analysis.simulator import simulate
+
+BASE = dict(name="t", memory_bytes=1 << 34,
+            peak_flops=(("Float32", 1e12), ("Float16", 8e12)), memory_bandwidth=1e11,
+            launch_overhead=1e-5, devices_per_node=4,
+            intra_node=(LinkSpec(2, 1e10, 1e-6),), inter_node=(LinkSpec(2, 1e9, 1e-5),))
+MM = FitModel("linear", ("flops",), intercept=2e-5, coef=(1e-13,))
+BMM = FitModel("linear", ("flops", "mn"), intercept=3e-5, coef=(2e-13, 1e-10))
+EW = FitModel("linear", ("bytes",), intercept=4e-6, coef=(1e-12,))
+SOFTMAX = FitModel("linear", ("bytes",), intercept=5e-6, coef=(3e-12,))
+LAYERNORM = FitModel("linear", ("bytes",), intercept=6e-6, coef=(4e-12,))
+GELU = FitModel("linear", ("bytes",), intercept=7e-6, coef=(5e-12,))
+COPY = FitModel("linear", ("bytes",), intercept=8e-6, coef=(6e-12,))
+OLD = Hardware(**BASE, fits=(("matmul", "Float16", MM), ("elementwise", "any", EW)))
+NEW = Hardware(**BASE, fits=(("matmul", "Float16", MM), ("elementwise", "any", EW),
+                             ("bmm", "Float16", BMM), ("softmax", "any", SOFTMAX),
+                             ("layernorm", "any", LAYERNORM), ("gelu", "any", GELU),
+                             ("copy", "any", COPY)))
+
+B, H, T, HD = 2, 4, 256, 64
+ATTENTION = f"""
+func @main(%q: Tensor[Float16, ({B}, {T}, {H}, {HD}), 0],
+           %k: Tensor[Float16, ({B}, {T}, {H}, {HD}), 0],
+           %v: Tensor[Float16, ({B}, {T}, {H}, {HD}), 0]) {{
+  %qh = Transpose(%q, perm=[0, 2, 1, 3])
+  %kh = Transpose(%k, perm=[0, 2, 3, 1])
+  %vh = Transpose(%v, perm=[0, 2, 1, 3])
+  %s = MatMul(%qh, %kh)
+  %p = Softmax(%s, axis=-1)
+  %c = MatMul(%p, %vh)
+  return %c
+}}"""
+
+
+def _costs(text: str, hw: Hardware) -> dict[str, float]:
+    """Seconds per op, by the op's first result name."""
+    sim = simulate(distir.parse(text), hw)
+    return {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+
+
+def test_which_transposes_copy() -> None:
+    assert copies_batch_axes(4, [0, 2, 1, 3]) and copies_batch_axes(4, [0, 2, 3, 1])
+    assert copies_batch_axes(3, [1, 0, 2]) and copies_batch_axes(3, None)
+    assert not copies_batch_axes(4, [0, 1, 3, 2]) and not copies_batch_axes(4, [0, 1, 2, 3])
+    assert not copies_batch_axes(2, [1, 0]) and not copies_batch_axes(2, None)
+    assert not copies_batch_axes(3, [0, -1, -2])
+
+
+def test_attention_with_the_new_families() -> None:
+    c = _costs(ATTENTION, NEW)
+    half = B * T * H * HD * 2
+    for name in ("qh", "kh", "vh"):
+        assert c[name] == pytest.approx(8e-6 + 6e-12 * 2 * half)
+    bh = B * H
+    scores = BMM(bmm_features(bh, T, T, HD, 2))
+    assert scores == pytest.approx(3e-5 + 2e-13 * 2 * bh * T * T * HD + 1e-10 * bh * T * T)
+    assert c["s"] == pytest.approx(scores)
+    assert c["c"] == pytest.approx(BMM(bmm_features(bh, T, HD, T, 2)))
+    assert c["p"] == pytest.approx(5e-6 + 3e-12 * 2 * bh * T * T * 2)
+
+
+def test_old_profiles_keep_the_old_costs() -> None:
+    c = _costs(ATTENTION, OLD)
+    bh = B * H
+    assert c["qh"] == c["kh"] == c["vh"] == 0.0
+    # Batches folded into m of the matmul fit.
+    assert c["s"] == pytest.approx(OLD.matmul_time(bh * T, T, HD, "Float16", 2))
+    assert c["c"] == pytest.approx(OLD.matmul_time(bh * T, HD, T, "Float16", 2))
+    assert c["p"] == pytest.approx(OLD.memory_time(2 * bh * T * T * 2, 5.0 * bh * T * T,
+                                                   "Float16"))
+    # The shipped profiles predate the new families: same answers as before.
+    hw = load_hardware("h200-sxm")
+    assert hw.bmm_time(64, 1024, 1024, 128, "Float16", 2) == \
+        hw.matmul_time(64 * 1024, 1024, 128, "Float16", 2)
+    assert hw.kernel_time("softmax", 1e8, 0.0, "Float16") == hw.memory_time(1e8, 0.0,
+                                                                             "Float16")
+
+
+def test_layernorm_gelu_and_free_transposes() -> None:
+    text = """
+func @main(%x: Tensor[Float32, (1024, 1024), 0], %w: Tensor[Float32, (1024,), 0],
+           %b: Tensor[Float32, (1024,), 0], %y: Tensor[Float32, (2, 8, 16, 32), 0]) {
+  %n = LayerNormalization(%x, %w, %b, axis=-1)
+  %g = Gelu(%n)
+  %r = Relu(%g)
+  %t = Transpose(%r, perm=[1, 0])
+  %u = Transpose(%y, perm=[0, 1, 3, 2])
+  return %t, %u
+}"""
+    c = _costs(text, NEW)
+    x = 1024 * 1024 * 4
+    assert c["n"] == pytest.approx(6e-6 + 4e-12 * (2 * x + 2 * 1024 * 4))
+    assert c["g"] == pytest.approx(7e-6 + 5e-12 * 2 * x)
+    assert c["r"] == pytest.approx(4e-6 + 1e-12 * 2 * x)  # the elementwise fit
+    assert c["t"] == 0.0 and c["u"] == 0.0
+
+
+def test_batched_matmul_gradient_uses_bmm() -> None:
+    text = f"""
+func @main(%a: Tensor[Float16, (8, {T}, {HD}), 0], %b: Tensor[Float16, (8, {HD}, {T}), 0],
+           %dy: Tensor[Float16, (8, {T}, {T}), 0]) {{
+  %da, %db = MatMulGrad(%a, %b, %dy)
+  return %da, %db
+}}"""
+    c = _costs(text, NEW)
+    want = BMM(bmm_features(8, T, HD, T, 2)) + BMM(bmm_features(8, HD, T, T, 2))
+    assert c["da"] == pytest.approx(want)
+    old = _costs(text, OLD)
+    assert old["da"] == pytest.approx(OLD.matmul_time(8 * T, HD, T, "Float16", 2)
+                                      + OLD.matmul_time(8 * HD, T, T, "Float16", 2))
