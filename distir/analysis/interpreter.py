@@ -81,12 +81,13 @@ class Interpreter:
                                      f"{len(args)} given", fn.loc)
         env: dict[Value | None, Any] = dict(zip(fn.params, args))
         env[None] = None  # an omitted optional input
+        lookup = env.__getitem__
         eval_op = self.eval_op
         eval_call = self.eval_call
         listeners = self.listeners
         post = self.post_op
         for op in fn.ops:
-            ins = tuple([env[v] for v in op.inputs])
+            ins = tuple(map(lookup, op.inputs))
             try:
                 if op.callee is not None:
                     outs = eval_call(op, op.callee, ins)
