@@ -16,8 +16,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["Row", "Timer", "matmul_shapes", "elementwise_sizes", "size_ladder",
-           "bench_matmuls", "bench_elementwise", "TORCH_DTYPES"]
+__all__ = ["Row", "Timer", "matmul_shapes", "unaligned_matmul_shapes", "elementwise_sizes",
+           "size_ladder", "bench_matmuls", "bench_elementwise", "TORCH_DTYPES"]
 
 TORCH_DTYPES = {"Float32": "float32", "Float16": "float16", "BFloat16": "bfloat16"}
 """DistIR dtype names and the torch dtypes they are measured with."""
@@ -120,6 +120,35 @@ def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
     return out
 
 
+def unaligned_matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 1,
+                            max_flops: float = 1.1e12) -> list[tuple[int, int, int]]:
+    """``n`` distinct ``(m, n, k)`` whose ``n`` or ``k`` (the leading dimensions of a
+    row-major product) is not a multiple of 8, as a vocabulary of 50257 makes the LM head:
+    16-bit products leave the fast tensor-core kernels there. Drawn like ``matmul_shapes``,
+    then one or both of ``n`` and ``k`` moved off alignment; on a GPU also LM-head shapes."""
+    base = matmul_shapes(quick, cuda, 4 * n, seed, max_flops)
+    rng = random.Random(seed)
+    shapes: dict[tuple[int, int, int], None] = {}
+    if cuda:
+        for m in (1024, 2048, 4096, 8192):
+            for k in (768, 1024, 2048):
+                if 2.0 * m * 50257 * k <= max_flops:
+                    shapes[(m, 50257, k)] = None
+    for m, nn, k in base:
+        if len(shapes) >= n:
+            break
+        which = rng.choice(("n", "k", "nk"))
+        if "n" in which:
+            nn += rng.choice((-3, -1, 1, 3))
+        if "k" in which:
+            k += rng.choice((-3, -1, 1, 3))
+        if 2.0 * m * nn * k <= max_flops:
+            shapes[(m, nn, k)] = None
+    out = list(shapes)
+    rng.shuffle(out)
+    return out[:max(n, 1)]
+
+
 def size_ladder(lo: int, hi: int) -> list[tuple[int, str]]:
     """``(size, split)`` for the powers of two from 2^lo to 2^hi (training) and the sizes
     halfway between them, 1.5 x 2^k (held out): aligned as real tensor sizes are."""
@@ -141,8 +170,10 @@ def _split(i: int, test_every: int = 4) -> str:
 
 
 def bench_matmuls(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]],
-                  timer: Timer, log: Callable[[str], None]) -> Iterator[Row]:
-    """Time ``a @ b`` for every shape and dtype; one shape in four is held out."""
+                  timer: Timer, log: Callable[[str], None],
+                  family: str = "matmul") -> Iterator[Row]:
+    """Time ``a @ b`` for every shape and dtype; one shape in four is held out.
+    ``family`` names the rows (``matmul_unaligned`` for shapes off 8-element alignment)."""
     import torch
 
     for dt in dtypes:
@@ -154,10 +185,10 @@ def bench_matmuls(device: Any, dtypes: list[str], shapes: list[tuple[int, int, i
             c = torch.empty(m, n, device=device, dtype=tdt)
             secs, reps = timer.time(lambda a=a, b=b, c=c: torch.matmul(a, b, out=c))
             del a, b, c
-            yield Row("matmul", "matmul", dt, secs, m, n, k, (m * k + k * n + m * n) * size,
+            yield Row(family, "matmul", dt, secs, m, n, k, (m * k + k * n + m * n) * size,
                       2.0 * m * n * k, 1, reps, str(device), _split(i))
             if i % 25 == 24:
-                log(f"matmul {dt}: {i + 1}/{len(shapes)}")
+                log(f"{family} {dt}: {i + 1}/{len(shapes)}")
 
 
 def bench_elementwise(device: Any, dtypes: list[str], sizes: list[int], timer: Timer,

@@ -269,6 +269,7 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
 
     n_mm, mm = pooled(reports, rows, {"matmul"})
     n_bmm, bmm = pooled(reports, rows, {"bmm"})
+    n_un, un = pooled(reports, rows, {"matmul_unaligned"})
     comm_fams = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
     n_cc, cc = pooled(reports, rows, comm_fams)
     lines = [
@@ -286,6 +287,8 @@ def format_report(name: str, machine: dict[str, Any], reports: Sequence[Any],
         f"over {n_mm} shapes",
         f"- batched (attention) matmuls of at least 1 GFLOP, held out: median absolute "
         f"error {_pct(bmm)} over {n_bmm} shapes",
+        f"- matmuls of at least 1 GFLOP with n or k off 8-element alignment, held out: "
+        f"median absolute error {_pct(un)} over {n_un} shapes",
         f"- collectives of at least 1 MiB, held out: median absolute error {_pct(cc)} "
         f"over {n_cc} sizes",
         f"- device time: {extra.get('gpu_minutes', 0.0):.2f} GPU-minutes "
@@ -401,6 +404,11 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
     t0 = time.perf_counter()
     log(f"matmul: {len(grid)} shapes x {len(dtypes)} dtypes")
     rows.extend(r.as_dict() for r in bench.bench_matmuls(device, dtypes, grid, timer, log))
+    ugrid = bench.unaligned_matmul_shapes(quick, use_cuda, 8 if quick else
+                                          (60 if use_cuda else 16), seed)
+    log(f"matmul_unaligned: {len(ugrid)} shapes x {len(dtypes)} dtypes")
+    rows.extend(r.as_dict() for r in bench.bench_matmuls(device, dtypes, ugrid, timer, log,
+                                                         family="matmul_unaligned"))
     sizes = bench.elementwise_sizes(quick, use_cuda)
     log(f"elementwise: {len(sizes)} sizes x 2 ops x {len(ew_dtypes)} dtypes")
     rows.extend(r.as_dict() for r in bench.bench_elementwise(device, ew_dtypes, sizes, timer,

@@ -38,13 +38,13 @@ from distir.analysis.hardware import FitModel, bmm_features, loglog_terms, matmu
 
 __all__ = ["FitReport", "fit_rows", "ape", "LARGE", "fit_key", "PER_DTYPE"]
 
-LARGE = {"matmul": ("flops", 1e9), "bmm": ("flops", 1e9),
-         "elementwise": ("bytes", float(1 << 20))}
+LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
+         "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20))}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
 
 
-PER_DTYPE = ("matmul", "bmm")
+PER_DTYPE = ("matmul", "matmul_unaligned", "bmm")
 """Families fitted per dtype; the other compute families are pooled under ``any`` (their
 feature is bytes), collectives keyed by group size."""
 
@@ -95,7 +95,7 @@ def ape(pred: float, t: float) -> float:
 
 def _x(row: dict[str, Any]) -> dict[str, float]:
     """The features of a row (those of ``hardware.matmul_features`` for a matmul)."""
-    if row["family"] == "matmul":
+    if row["family"] in ("matmul", "matmul_unaligned"):
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
         x = matmul_features(m, n, k, 1)
         x["bytes"] = float(row["bytes"])  # the measured dtype's bytes
@@ -205,7 +205,7 @@ def _piecewise(every: int) -> Trainer:
 
 
 def candidates(family: str) -> dict[str, Trainer]:
-    if family == "matmul":
+    if family in ("matmul", "matmul_unaligned"):
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
                 "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),
                 "loglog2(m, n, k)": _loglog(("m", "n", "k"), 2),

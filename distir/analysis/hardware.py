@@ -328,10 +328,19 @@ class Hardware:
                                           nbytes / self.memory_bandwidth)
 
     def matmul_time(self, m: int, n: int, k: int, dtype: str, itemsize: int) -> float:
-        """An (m x k) @ (k x n) product; batches are folded into ``m`` by the caller."""
+        """An (m x k) @ (k x n) product; batches are folded into ``m`` by the caller.
+
+        A product whose ``n`` or ``k`` (the leading dimensions of row-major operands) is not
+        a multiple of 8 uses the ``matmul_unaligned`` fit where the profile has one: such
+        products miss the fast tensor-core kernels (an LM head over 50257 tokens runs
+        several times slower than over 50304)."""
         flops = 2.0 * m * n * k
         nbytes = float((m * k + k * n + m * n) * itemsize)
-        f = self._fits.get(("matmul", dtype))
+        f = None
+        if n % 8 or k % 8:
+            f = self._fits.get(("matmul_unaligned", dtype))
+        if f is None:
+            f = self._fits.get(("matmul", dtype))
         if f is not None:
             return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
         return self.roofline_time(flops, nbytes, dtype)

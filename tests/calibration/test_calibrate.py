@@ -48,7 +48,8 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     assert hw.peak("Float32") > 0 and hw.memory_bandwidth > 0 and hw.launch_overhead > 0
     assert [s.group_size for s in hw.intra_node] == [2]
     quality = doc["calibration"]["fit_quality"]
-    assert {q["family"] for q in quality} == {"matmul", "elementwise"} | KERNELS | COLLECTIVES
+    assert {q["family"] for q in quality} == ({"matmul", "matmul_unaligned", "elementwise"}
+                                              | KERNELS | COLLECTIVES)
     text = report.read_text()
     assert text.startswith("## Profile `cpu-quick`") and "| matmul | Float32 |" in text
     assert "GPU-minutes" in text
@@ -91,7 +92,8 @@ def test_measure_only_writes_just_the_measurements(tmp_path: Path) -> None:
                      measure_only=True, log=lambda s: None) is None
     assert not out.exists()
     rows, meta = read_measurements(tmp_path / "m.measurements.csv")
-    assert {r["family"] for r in rows} == {"matmul", "elementwise"} and meta["world"] == 2
+    assert {r["family"] for r in rows} == {"matmul", "matmul_unaligned", "elementwise"}
+    assert meta["world"] == 2
 
 
 def test_default_names() -> None:
