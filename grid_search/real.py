@@ -164,8 +164,12 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
             w.writeheader()
             w.writerows(merged)
     acc = accuracy([r for r in merged if r.get("measured_status") == "ok"])
+
+    def pct(x: float) -> str:
+        return "n/a" if math.isnan(x) else f"{x * 100:.1f}%"
+
     print(f"\nMeasured the top {len(configs)} configurations: Spearman's rank correlation "
           f"of predicted and measured latency {acc['spearman']:.3f}, median latency error "
-          f"{acc['median_latency_error'] * 100:.1f}%, median peak-memory error "
-          f"{acc['median_memory_error'] * 100:.1f}%")
+          f"{pct(acc['median_latency_error'])}, median peak-memory error "
+          f"{pct(acc['median_memory_error'])} (n/a: no CUDA memory figures on the CPU)")
     return merged

@@ -159,3 +159,20 @@ def test_spearman_and_accuracy() -> None:
     assert acc["spearman"] == pytest.approx(1.0)
     assert acc["median_latency_error"] == pytest.approx((0.1 + 0.2) / 2)
     assert acc["median_memory_error"] == pytest.approx(0.05)
+
+
+def test_run_top_adds_measured_columns(tmp_path, capsys) -> None:
+    """The best configurations run for real (gloo on the CPU) and are written back."""
+    from grid_search.real import MEASURED_COLUMNS, run_top
+
+    out = str(tmp_path / "r.csv")
+    cs = _configs(2, max_microbatches=2)
+    run_search(W, cs, hardware="h200-sxm", out=out, progress=None)
+    merged = run_top(read_rows(out), W, 1, out=out, backend="gloo")
+    rows = read_rows(out)
+    assert len(rows) == len(cs) == len(merged)
+    assert set(MEASURED_COLUMNS) <= set(rows[0])
+    measured = [r for r in rows if r["measured_status"]]
+    assert len(measured) == 1 and measured[0]["measured_status"] == "ok"
+    assert float(measured[0]["measured_latency_s"]) > 0
+    assert "Spearman" in capsys.readouterr().out
