@@ -39,10 +39,10 @@ from collections.abc import Callable
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
-from distir._util import no_gc  # noqa: E402
 from distir.analysis.simulator import simulate  # noqa: E402
 from distir.ir import DType, FunctionBuilder, TensorType  # noqa: E402
-from distir.ir.core import Function, Op, Value  # noqa: E402
+from distir.ir.core import Function  # noqa: E402
+from distir.ir.inline import inline_calls
 
 TARGET_OPS_PER_S = 200_000.0
 
@@ -72,32 +72,6 @@ def generated(n_ops: int, devices: int = 8) -> Function:
             h = list(b.op("MPIAllreduce", *h, num_results=devices))
             count += 1
     return b.ret(*h)
-
-
-def inline(fn: Function) -> Function:
-    """``fn`` with every call replaced by the callee's ops, recursively (a flat program)."""
-
-    def body(f: Function, env: dict[Value, Value | None], out: list[Op]) -> None:
-        for op in f.ops:
-            ins = [None if v is None else env[v] for v in op.inputs]
-            if op.callee is not None:
-                sub: dict[Value, Value | None] = dict(zip(op.callee.params, ins))
-                body(op.callee, sub, out)
-                for v, r in zip(op.outputs, op.callee.returns):
-                    env[v] = sub[r]
-                continue
-            outs = [Value(v.name, v.type) for v in op.outputs]
-            out.append(Op(op.op_type, ins, op.attrs, outs))
-            env.update(zip(op.outputs, outs))
-
-    params = [Value(p.name, p.type) for p in fn.params]
-    env: dict[Value, Value | None] = dict(zip(fn.params, params))
-    ops: list[Op] = []
-    with no_gc():
-        body(fn, env, ops)
-    out = Function(fn.name, params, ops, [env[r] for r in fn.returns])  # type: ignore[misc]
-    out.initializers = dict(fn.initializers)
-    return out
 
 
 def mlp_dtp(layers: int, dp: int, tp: int, pp: int, k: int) -> Function:
@@ -189,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
                 continue
             cfg = f"L{layers} {dp}/{tp}/{pp}/{k}"
             run(name, cfg, fn)
-            run(name + "-flat", cfg, inline(fn))
+            run(name + "-flat", cfg, inline_calls(fn))
     print()
     for workload, pts in series.items():
         s = _slope(pts)

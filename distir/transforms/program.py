@@ -15,6 +15,7 @@ import numpy as np
 
 from distir.errors import TransformError
 from distir.ir.core import Function, Op, Value
+from distir.ir.inline import inline_calls
 from distir.ir.schemas import COMM_OPS
 from distir.ir.types import TensorType
 
@@ -106,28 +107,3 @@ class Program:
     def producer_op(self, v: Value) -> Op | None:
         i = self.producer.get(v)
         return None if i is None else self.ops[i]
-
-
-def inline_calls(fn: Function) -> Function:
-    """``fn`` with every call replaced by its callee's ops (recursively)."""
-    ops: list[Op] = []
-
-    def inline(f: Function, args: list[Value]) -> list[Value]:
-        env: dict[Value, Value] = dict(zip(f.params, args, strict=True))
-        for op in f.ops:
-            ins = [None if v is None else env.get(v, v) for v in op.inputs]
-            if op.callee is not None:
-                outs = inline(op.callee, ins)  # type: ignore[arg-type]
-                for v, o in zip(op.outputs, outs, strict=True):
-                    env[v] = o
-                continue
-            new_outs = [Value(v.name, v.type) for v in op.outputs]
-            for v, o in zip(op.outputs, new_outs, strict=True):
-                env[v] = o
-            ops.append(Op(op.op_type, ins, dict(op.attrs) or None, new_outs))
-        return [env.get(v, v) for v in f.returns]
-
-    rets = inline(fn, list(fn.params))
-    out = Function(fn.name, fn.params, ops, rets, fn.return_types)
-    out.initializers = dict(fn.initializers)
-    return out

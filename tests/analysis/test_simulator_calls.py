@@ -17,7 +17,8 @@ import distir
 from distir.analysis.hardware import Hardware, LinkSpec
 from distir.analysis.simulator import Simulation, simulate
 from distir.ir import DType, FunctionBuilder, TensorType
-from distir.ir.core import Function, Op, Value
+from distir.ir.core import Function, Value
+from distir.ir.inline import inline_calls
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -26,29 +27,6 @@ HW = Hardware(name="odd", memory_bytes=1 << 40,
               peak_flops=(("Float32", 3.7e9),), memory_bandwidth=1.3e9,
               launch_overhead=0.7, devices_per_node=1 << 20,
               intra_node=(LinkSpec(2, 2.9e8, 0.45),), inter_node=())
-
-
-def inline(fn: Function) -> Function:
-    """``fn`` with every call replaced by the callee's ops (recursively)."""
-
-    def body(f: Function, env: dict[Value, Value | None], out: list[Op]) -> None:
-        for op in f.ops:
-            ins = [None if v is None else env[v] for v in op.inputs]
-            if op.callee is not None:
-                sub: dict[Value, Value | None] = dict(zip(op.callee.params, ins))
-                body(op.callee, sub, out)
-                for v, r in zip(op.outputs, op.callee.returns):
-                    env[v] = sub[r]
-                continue
-            outs = [Value(v.name) for v in op.outputs]
-            out.append(Op(op.op_type, ins, dict(op.attrs), outs))
-            env.update(zip(op.outputs, outs))
-
-    params = [Value(p.name, p.type) for p in fn.params]
-    env: dict[Value, Value | None] = dict(zip(fn.params, params))
-    ops: list[Op] = []
-    body(fn, env, ops)
-    return Function(fn.name, params, ops, [env[r] for r in fn.returns])  # type: ignore[misc]
 
 
 def assert_same(a: Simulation, b: Simulation) -> None:
@@ -68,12 +46,12 @@ def assert_same(a: Simulation, b: Simulation) -> None:
 
 def test_pipeline_example_memoized_equals_inlined() -> None:
     fn = distir.load(str(ROOT / "examples" / "mlp_step_pp2.dir")).entry
-    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+    assert_same(simulate(fn, HW), simulate(inline_calls(fn), HW))
 
 
 def test_data_parallel_example_memoized_equals_inlined() -> None:
     fn = distir.load(str(ROOT / "examples" / "mlp_step_dp2.dir")).entry
-    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+    assert_same(simulate(fn, HW), simulate(inline_calls(fn), HW))
 
 
 def test_two_device_callee_entered_with_different_clocks() -> None:
@@ -103,7 +81,7 @@ func @main(%x: Tensor[Float32, (64, 64), 0], %y: Tensor[Float32, (64, 64), 1]) {
   return %f3, %g3
 }"""
     fn = distir.parse(text).entry
-    a, b = simulate(fn, HW), simulate(inline(fn), HW)
+    a, b = simulate(fn, HW), simulate(inline_calls(fn), HW)
     assert_same(a, b)
     # The callee ran once per distinct argument types, then was replayed.
     assert a.num_ops == 3 + 4 + 3 * 5
@@ -174,7 +152,7 @@ def _random_program(seed: int) -> Function:
 @pytest.mark.parametrize("seed", range(40))
 def test_random_programs_memoized_equals_inlined(seed: int) -> None:
     fn = _random_program(seed)
-    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+    assert_same(simulate(fn, HW), simulate(inline_calls(fn), HW))
 
 
 @pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 2, 2, 2), (2, 2, 2, 4)])
@@ -183,7 +161,7 @@ def test_transformed_mlp_memoized_equals_inlined(cfg: tuple[int, int, int, int])
     from distir.transforms import dtp
 
     fn = dtp(mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=4, num_layers=4), *cfg)
-    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+    assert_same(simulate(fn, HW), simulate(inline_calls(fn), HW))
 
 
 def test_transformed_gpt2_memoized_equals_inlined() -> None:
@@ -192,4 +170,4 @@ def test_transformed_gpt2_memoized_equals_inlined() -> None:
 
     g = gpt2(n_layer=2, d_model=32, n_head=4, vocab_size=64, seq_len=8, batch_size=4)
     fn = dtp(g, 2, 2, 2, 2)
-    assert_same(simulate(fn, HW), simulate(inline(fn), HW))
+    assert_same(simulate(fn, HW), simulate(inline_calls(fn), HW))
