@@ -20,33 +20,43 @@ from __future__ import annotations
 
 import importlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 __all__ = ["RuleTable", "TYPE_RULES", "MIXED_RULES", "NUMPY_RULES", "load_rules", "full_attrs"]
 
 Rule = Callable[[str, tuple, dict, int], tuple]
+F = TypeVar("F", bound=Callable[..., Any])
 
 
 class RuleTable:
-    """A table of rules for one meaning, keyed by op name."""
+    """A table of rules for one meaning, keyed by op name.
 
-    def __init__(self, meaning: str) -> None:
+    ``entry``, when given, makes each entry from the registered function and the keyword
+    options of ``register`` (the backend's lowerings carry flags beside their function);
+    otherwise the entry is the function itself.
+    """
+
+    def __init__(self, meaning: str, entry: Callable[..., Any] | None = None) -> None:
         self.meaning = meaning
-        self.rules: dict[str, Rule] = {}
+        self.entry = entry
+        self.rules: dict[str, Any] = {}
 
-    def register(self, *op_types: str) -> Callable[[Rule], Rule]:
+    def register(self, *op_types: str, **options: Any) -> Callable[[F], F]:
         """Decorator: register one rule for each of ``op_types``."""
+        if options and self.entry is None:
+            raise TypeError(f"{self.meaning} rules take no options, got {sorted(options)}")
 
-        def deco(fn: Rule) -> Rule:
+        def deco(fn: F) -> F:
+            value = fn if self.entry is None else self.entry(fn, **options)
             for name in op_types:
                 if name in self.rules:
                     raise RuntimeError(f"two {self.meaning} rules for {name}")
-                self.rules[name] = fn
+                self.rules[name] = value
             return fn
 
         return deco
 
-    def get(self, op_type: str) -> Rule | None:
+    def get(self, op_type: str) -> Any:
         return self.rules.get(op_type)
 
     def __contains__(self, op_type: str) -> bool:

@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from distir.analysis.rules import full_attrs
+from distir.analysis.rules import RuleTable, full_attrs
 from distir.errors import UnsupportedError
 from distir.ir.types import DType, ScalarType, TensorType, Type
 
@@ -56,35 +56,8 @@ class Lowering:
     cached: bool = False
 
 
-class LoweringTable:
-    """The table of lowerings, keyed by op name."""
-
-    def __init__(self) -> None:
-        self.entries: dict[str, Lowering] = {}
-
-    def register(self, *op_types: str, view: bool = False, comm: bool = False,
-                 cached: bool = False,
-                 ) -> Callable[[Callable[[Static], Kernel]], Callable[[Static], Kernel]]:
-        def deco(fn: Callable[[Static], Kernel]) -> Callable[[Static], Kernel]:
-            for name in op_types:
-                if name in self.entries:
-                    raise RuntimeError(f"two lowerings for {name}")
-                self.entries[name] = Lowering(fn, view, comm, cached)
-            return fn
-
-        return deco
-
-    def get(self, op_type: str) -> Lowering | None:
-        return self.entries.get(op_type)
-
-    def __contains__(self, op_type: str) -> bool:
-        return op_type in self.entries
-
-    def __len__(self) -> int:
-        return len(self.entries)
-
-
-LOWERINGS = LoweringTable()
+LOWERINGS = RuleTable("lowering", entry=Lowering)
+"""The lowerings, keyed by op name: ``LOWERINGS.register(*ops, view=, comm=, cached=)``."""
 _MODULES = ["distir.backend.ops_onnx", "distir.backend.ops_nn", "distir.backend.ops_train",
             "distir.backend.ops_comm"]
 _loaded: list[bool] = []
@@ -332,7 +305,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
                                "add one to distir.backend's LOWERINGS table")
     pinned = set(params) | set(returns)
     for op, (_, outs) in zip(ops, op_slots):
-        if LOWERINGS.entries[op.op_type].cached:
+        if LOWERINGS.rules[op.op_type].cached:
             pinned.update(outs)
     for s in pinned:
         last[s] = n_ops
@@ -340,7 +313,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
     aliases = _Aliases(n)
     for op, (ins, outs) in zip(ops, op_slots):
         # (An in-place collective's result aliases only an input that is dead after it.)
-        if LOWERINGS.entries[op.op_type].view:
+        if LOWERINGS.rules[op.op_type].view:
             for o in outs:
                 for s in ins:
                     if s >= 0:
@@ -353,7 +326,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
     # Bytes each slot holds: parameters are the caller's, views hold none of their own.
     nbytes = [0] * n
     for op, (_, outs) in zip(ops, op_slots):
-        if not LOWERINGS.entries[op.op_type].view:
+        if not LOWERINGS.rules[op.op_type].view:
             for v, o in zip(op.outputs, outs):
                 nbytes[o] = _type_bytes(v.type)
     live = sum(_type_bytes(p.type) for p in fn.params)
@@ -362,7 +335,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
     consts: dict[int, np.ndarray] = {}
     steps: list[_Step] = []
     for i, (op, (ins, outs)) in enumerate(zip(ops, op_slots)):
-        entry = LOWERINGS.entries[op.op_type]
+        entry = LOWERINGS.rules[op.op_type]
         attrs = full_attrs(op.op_type, op.attrs)
         in_types = tuple(None if v is None else v.type for v in op.inputs)
         out_types = tuple(v.type for v in op.outputs)

@@ -329,7 +329,7 @@ def test_more_onnx_ops() -> None:
 
 def test_unsupported_op_is_one_line(monkeypatch: pytest.MonkeyPatch) -> None:
     load_lowerings()
-    monkeypatch.delitem(LOWERINGS.entries, "Relu")
+    monkeypatch.delitem(LOWERINGS.rules, "Relu")
     fn = one_op("Relu", [X])
     with pytest.raises(UnsupportedError, match=r"op 'Relu' has no PyTorch lowering") as e:
         run_local(fn, random_for(fn))
@@ -366,8 +366,8 @@ def test_collectives_overwrite_only_dead_inputs(monkeypatch: pytest.MonkeyPatch)
 
     load_lowerings()
     seen: list[bool] = []
-    entry = LOWERINGS.entries["MPIAllreduce"]
-    monkeypatch.setitem(LOWERINGS.entries, "MPIAllreduce", Lowering(
+    entry = LOWERINGS.rules["MPIAllreduce"]
+    monkeypatch.setitem(LOWERINGS.rules, "MPIAllreduce", Lowering(
         lambda s: seen.append(s.donate[0]) or (lambda x: (x,)), entry.view, entry.comm))
     text = """
 func @main(%p: Tensor[Float32, (4,), 0], %q: Tensor[Float32, (4,), 1]) {

@@ -125,7 +125,7 @@ def test_unsupported_op_before_running(s2: Session, monkeypatch: pytest.MonkeyPa
     from distir.backend.lowering import LOWERINGS, load_lowerings
 
     load_lowerings()
-    monkeypatch.delitem(LOWERINGS.entries, "ReluGrad")
+    monkeypatch.delitem(LOWERINGS.rules, "ReluGrad")
     with pytest.raises(UnsupportedError, match=r"op 'ReluGrad' has no PyTorch lowering"):
         s2.run(example("mlp_step_dp2.dir"))
 
