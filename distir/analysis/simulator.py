@@ -9,6 +9,15 @@ values exist then too: every value was made by an op on its device) and occupies
 them for its cost, so ops on disjoint devices overlap and a ``Send`` or a collective
 synchronizes its devices.
 
+Overlapped communication (distir's extension, ``ASYNC_OPS``: ``MPIAllreduce``): each
+device also has a communication clock (key ``comm_key(d)``). An asynchronous collective
+starts when its devices' compute clocks have reached it (program order: what was issued
+before it has run) and their communication clocks are free; it advances only the
+communication clocks. Its results are *pending* until the first op that reads one: that
+op's device first waits for the collective's end. Pending values keep pending across
+calls both ways (a pending argument is one more symbol of the callee's summary, the time
+it is ready), so a called function times exactly as its inlined ops.
+
 Calls: a function's clocks at its return are a max-plus linear function of the clocks at
 its entry, ``out[d] = max_k(entry[k] + delay[d][k])``. The first call of a function with
 given argument values simulates its body once with symbolic clocks (each device's clock
@@ -36,13 +45,29 @@ from distir.analysis.interpreter import TypeInterpreter
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
-from distir.ir.core import Function, Module, Op
+from distir.ir.core import Function, Module, Op, Value
+from distir.ir.schemas import ASYNC_OPS
 from distir.ir.types import Type
 
 __all__ = ["Simulator", "Simulation", "simulate", "CostFallbackWarning"]
 
 ROOT = -1
 """The clock symbol of the entry function: every device starts at time 0."""
+
+
+def comm_key(d: int) -> int:
+    """The clock key (and entry symbol) of device ``d``'s communication stream."""
+    return -2 - d
+
+
+_ARG0 = -(1 << 40)
+
+
+def arg_key(i: int) -> int:
+    """In a callee, the symbol of the time its pending argument ``i`` is ready."""
+    return _ARG0 - i
+
+
 _NEG = float("-inf")
 _ROOT_VEC: dict[int, float] = {ROOT: 0.0}
 
@@ -73,11 +98,13 @@ class CallSummary:
     compute and communication time per device, peak and net memory relative to the entry,
     the events (for traces) and the number of ops."""
 
-    __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops")
+    __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops",
+                 "pending")
 
     def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
                  compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
-                 net: dict[int, int], events: list, n_ops: int) -> None:
+                 net: dict[int, int], events: list, n_ops: int,
+                 pending: tuple[tuple[int, int, dict[int, float]], ...] = ()) -> None:
         self.fn = fn
         self.outs = outs
         self.vecs = vecs
@@ -87,6 +114,9 @@ class CallSummary:
         self.net = net
         self.events = events
         self.n_ops = n_ops
+        self.pending = pending
+        """``(result index, device, ready clock vector)`` of the results still pending
+        (made by an asynchronous collective and not read inside the callee)."""
 
 
 # A record of one op evaluated on given argument values, memoized by ((op type, attributes,
@@ -94,7 +124,8 @@ class CallSummary:
 #   0 results, 1 the device if the op and its results are on one device else -1,
 #   2 seconds, 3 bytes its results take on that device, 4 devices, 5 ((device, bytes), ...)
 #   of the results, 6 ((device, bytes), ...) per input, 7 detail: (OpCost, input types,
-#   result types, ((device, bytes), ...) per result)
+#   result types, ((device, bytes), ...) per result), 8 for an asynchronous collective the
+#   device of each result, else None
 _Rec = tuple
 
 
@@ -131,14 +162,35 @@ class Simulator(TypeInterpreter):
         self._events: list = []
         self._calls: list[CallSummary] = []
         self._owned = owned
+        # Results of asynchronous collectives not read yet: value -> (device, ready vector).
+        self._pending: dict[Value, tuple[int, dict[int, float]]] = {}
 
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-                self._owned, self._lv, self._drop)
+                self._owned, self._lv, self._drop, self._pending)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-         self._owned, self._lv, self._drop) = s
+         self._owned, self._lv, self._drop, self._pending) = s
+
+    def _wait(self, inputs: Sequence[Value | None]) -> None:
+        """The pending inputs of an op: each one's device waits for its collective."""
+        pending = self._pending
+        base = self._base
+        shift = self._shift
+        for v in inputs:
+            p = pending.pop(v, None)  # type: ignore[arg-type]
+            if p is None:
+                continue
+            d, ready = p
+            sh = shift[d]
+            m = dict(ready)
+            for k, x in base[d].items():
+                x += sh
+                if x > m.get(k, _NEG):
+                    m[k] = x
+            base[d] = m
+            shift[d] = 0.0
 
     def _busy(self) -> tuple[dict[int, float], dict[int, float], int]:
         """Compute and communication seconds per device and the op count of the current
@@ -194,8 +246,12 @@ class Simulator(TypeInterpreter):
         peak = self._peak
         owned = self._owned
         sync = self._sync
+        pending = self._pending
+        wait = self._wait
 
         def eval_op(op: Op, args: tuple) -> tuple:
+            if pending:
+                wait(op.inputs)
             lv = lvs[op]
             key = (lv[0], args)
             rec = recs.get(key)
@@ -212,7 +268,7 @@ class Simulator(TypeInterpreter):
                     if x > peak[d]:
                         peak[d] = x
             else:
-                sync(rec)
+                sync(rec, op)
             _, free_in, free_param, free_out, _, _ = lv
             if free_in:
                 in_mem = rec[6]
@@ -233,22 +289,36 @@ class Simulator(TypeInterpreter):
 
         return eval_op
 
-    def _sync(self, rec: _Rec) -> None:
-        """An op on several devices: it starts when all are free and ends on all together."""
+    def _sync(self, rec: _Rec, op: Op) -> None:
+        """An op on several devices: it starts when all are free and ends on all together.
+        An asynchronous collective runs on their communication clocks instead (it starts
+        once their compute clocks have reached it) and leaves its results pending."""
         base = self._base
         shift = self._shift
         devs = rec[4]
+        async_devs = rec[8]
+        keys = devs if async_devs is None else (*devs, *map(comm_key, devs))
         m: dict[int, float] = {}
-        for d in devs:
+        for d in keys:
             sh = shift[d]
             for k, v in base[d].items():
                 v += sh
                 if v > m.get(k, _NEG):
                     m[k] = v
         cost = rec[2]
-        for d in devs:
-            base[d] = m
-            shift[d] = cost
+        if async_devs is None:
+            for d in devs:
+                base[d] = m
+                shift[d] = cost
+        else:
+            for d in devs:
+                c = comm_key(d)
+                base[c] = m
+                shift[c] = cost
+            ready = {k: x + cost for k, x in m.items()}
+            pending = self._pending
+            for o, d in zip(op.outputs, async_devs):
+                pending[o] = (d, ready)
         mem = self._mem
         peak = self._peak
         for d, b in rec[5]:
@@ -271,11 +341,14 @@ class Simulator(TypeInterpreter):
                 len(args), (False,) * len(args))
         # Arguments are interned (``_canon``), so their identities stand for their values:
         # hashing ids is far cheaper than hashing hundreds of types.
-        key = (callee, tuple(map(id, args)), given, drop)
+        # Pending arguments stay pending inside (each is a symbol there, see _summarize).
+        pending = self._pending
+        waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) if pending else ()
+        key = (callee, tuple(map(id, args)), given, drop, waiting)
         s = self._summaries.get(key)
         if s is None:
-            s = self._summaries[key] = self._summarize(callee, args, given, drop)
-        self._apply(s)
+            s = self._summaries[key] = self._summarize(callee, args, given, drop, waiting)
+        self._apply(s, op, waiting)
         mem = self._mem
         for i in free_in:
             for d, b in placed_bytes(type_of(args[i])):
@@ -306,8 +379,12 @@ class Simulator(TypeInterpreter):
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
         one = devs[0] if len(devs) == 1 and all(d == devs[0] for d, _ in flat) else -1
+        async_devs = None
+        if op.op_type in ASYNC_OPS:
+            one = -1
+            async_devs = tuple(t.devices[0] for t in out_types)
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
-               (cost, in_types, out_types, per_out))
+               (cost, in_types, out_types, per_out), async_devs)
         self._rec_by_id[id(rec)] = rec
         return rec
 
@@ -331,42 +408,60 @@ class Simulator(TypeInterpreter):
         return c
 
     def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
-                   drop: frozenset[int]) -> CallSummary:
+                   drop: frozenset[int], waiting: tuple[int, ...]) -> CallSummary:
         """Simulate ``callee`` once with symbolic entry clocks and relative memory, owning
-        the arguments ``given`` and freeing the results ``drop`` inside."""
+        the arguments ``given`` and freeing the results ``drop`` inside; the arguments
+        ``waiting`` are pending, each ready at its own symbol ``arg_key(i)``."""
         saved = self._save()
         self._new_state(top=False, owned=given)
         self._drop = drop
+        for i in waiting:
+            self._pending[callee.params[i]] = (type_of(args[i]).devices[0], {arg_key(i): 0.0})
         try:
             outs = self.run(callee, args)
             base, shift = self._base, self._shift
             vecs = {d: {k: v + shift[d] for k, v in base[d].items()}
                     for d in (*base, *(d for d in shift if d not in base))}
             comp, comm, n = self._busy()
+            pend = self._pending
+            left = tuple((i, *pend[r]) for i, r in enumerate(callee.returns) if r in pend)
             return CallSummary(callee, outs, vecs, comp, comm,
                                {d: p for d, p in self._peak.items() if p},
-                               {d: x for d, x in self._mem.items() if x}, self._events, n)
+                               {d: x for d, x in self._mem.items() if x}, self._events, n,
+                               left)
         finally:
             self._restore(saved)
 
-    def _apply(self, s: CallSummary) -> None:
-        """Advance the clocks and memory by a call's summary."""
+    def _apply(self, s: CallSummary, op: Op, waiting: tuple[int, ...] = ()) -> None:
+        """Advance the clocks and memory by a call's summary (``op``: the call, whose
+        arguments ``waiting`` are pending)."""
         base = self._base
         shift = self._shift
-        new = []
-        for d, vec in s.vecs.items():
+        ready = {arg_key(i): self._pending[op.inputs[i]][1]  # type: ignore[index]
+                 for i in waiting}
+
+        def at_entry(vec: dict[int, float]) -> dict[int, float]:
             m: dict[int, float] = {}
             for k, v in vec.items():
-                sk = shift[k] + v
-                for kk, vv in base[k].items():
+                if k <= _ARG0:
+                    sk, bk = v, ready[k]
+                else:
+                    sk, bk = shift[k] + v, base[k]
+                for kk, vv in bk.items():
                     x = vv + sk
                     if x > m.get(kk, _NEG):
                         m[kk] = x
-            new.append((d, m))
+            return m
+
+        new = [(d, at_entry(vec)) for d, vec in s.vecs.items()]
+        if s.pending:
+            outs = op.outputs
+            for i, dev, vec in s.pending:
+                self._pending[outs[i]] = (dev, at_entry(vec))
         for d, m in new:
             base[d] = m
             shift[d] = 0.0
-        self._events.append((s, None))
+        self._events.append((s, None, op))
         self._calls.append(s)
         mem = self._mem
         peak = self._peak
@@ -396,9 +491,10 @@ class Simulator(TypeInterpreter):
             for d in type_of(o).devices:
                 mem[d] += 0  # a device holding only results still appears
         base, shift = self._base, self._shift
-        devices = sorted(set(base) | set(shift) | set(mem))
-        end = {d: base[d][ROOT] + shift[d] for d in devices}
-        latency = max(end.values(), default=0.0)
+        clocks = set(base) | set(shift)
+        devices = sorted(d for d in clocks | set(mem) if d >= 0)
+        # The step ends when every device's compute and communication clocks have.
+        latency = max((base[k][ROOT] + shift[k] for k in clocks), default=0.0)
         comp_d, comm_d, n_ops = self._busy()
         comp = {d: comp_d.get(d, 0.0) for d in devices}
         comm = {d: comm_d.get(d, 0.0) for d in devices}

@@ -2,10 +2,12 @@
 
 The trace is the JSON object format of the Trace Event Format (``{"traceEvents": [...]}``),
 which Perfetto (ui.perfetto.dev) and chrome://tracing open: one process ("distir: FUNCTION
-on HARDWARE"), one thread (track) per device, and per op one complete event (``"ph": "X"``)
-on each device it occupies, with ``ts``/``dur`` in microseconds. An event's ``args`` hold
-the op in IR syntax, its function, input and result types, its cost in seconds, FLOPs and
-bytes. Compute ops have category ``compute``, transfers and collectives ``comm``.
+on HARDWARE"), one thread (track) per device, plus one for its communication stream where
+it runs asynchronous collectives (``ASYNC_OPS``), and per op one complete event
+(``"ph": "X"``) on each device it occupies, with ``ts``/``dur`` in microseconds. An
+event's ``args`` hold the op in IR syntax, its function, input and result types, its cost
+in seconds, FLOPs and bytes. Compute ops have category ``compute``, transfers and
+collectives ``comm``.
 """
 
 from __future__ import annotations
@@ -13,34 +15,66 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING, Any
 
+from distir.ir.schemas import ASYNC_OPS
+
 if TYPE_CHECKING:
     from distir.analysis.simulator import Simulation
 
-__all__ = ["expand_events", "write_chrome_trace", "chrome_trace_events"]
+__all__ = ["expand_events", "write_chrome_trace", "chrome_trace_events", "COMM_TRACK"]
+
+COMM_TRACK = 100_000
+"""Device ``d``'s asynchronous collectives go on track ``COMM_TRACK + d``."""
 
 
 def expand_events(events: list, function: str) -> list[tuple]:
     """``(start_s, seconds, devices, op, detail, function name)`` for every op in program
     order, calls expanded: the clocks are replayed exactly as the simulator ran them (an
-    op starts when all its devices are free and ends on all of them together)."""
+    op starts when all its devices are free and ends on all of them together; an
+    asynchronous collective runs on the devices' communication clocks, and the first op
+    to read one of its results waits for it)."""
     from collections import defaultdict
+
+    from distir.analysis.simulator import comm_key
 
     clock: defaultdict[int, float] = defaultdict(float)
     out: list[tuple] = []
 
-    def walk(evs: list, fname: str) -> None:
-        for head, rec in evs:
-            if rec is None:  # a call: head is its summary
-                walk(head.events, head.fn.name)
+    def wait(inputs: list, pending: dict) -> None:
+        for v in inputs:
+            p = pending.pop(v, None)
+            if p is not None and p[1] > clock[p[0]]:
+                clock[p[0]] = p[1]
+
+    def walk(evs: list, fname: str, pending: dict) -> None:
+        for ev in evs:
+            head, rec = ev[0], ev[1]
+            if rec is None:  # a call: head is its summary, ev[2] the call
+                ins = ev[2].inputs
+                inner = {p: pending[a] for p, a in zip(head.fn.params, ins) if a in pending}
+                walk(head.events, head.fn.name, inner)
+                outs = ev[2].outputs
+                for i, r in enumerate(head.fn.returns):
+                    if r in inner:
+                        pending[outs[i]] = inner[r]
                 continue
+            if pending:
+                wait(head.inputs, pending)
             devs, secs = rec[4], rec[2]
-            start = max(clock[d] for d in devs)
-            end = start + secs
-            for d in devs:
-                clock[d] = end
+            if rec[8] is None:
+                start = max(clock[d] for d in devs)
+                end = start + secs
+                for d in devs:
+                    clock[d] = end
+            else:
+                start = max(max(clock[d], clock[comm_key(d)]) for d in devs)
+                end = start + secs
+                for d in devs:
+                    clock[comm_key(d)] = end
+                for v, d in zip(head.outputs, rec[8]):
+                    pending[v] = (d, end)
             out.append((start, secs, devs, head, rec[7], fname))
 
-    walk(events, function)
+    walk(events, function, {})
     return out
 
 
@@ -51,13 +85,18 @@ def chrome_trace_events(sim: Simulation) -> list[dict[str, Any]]:
     name = f"distir: @{sim.function} on {sim.hardware.name}"
     evs: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": name}}]
+    timeline = sim.events()
+    streams = sorted({d for e in timeline if e[3].op_type in ASYNC_OPS for d in e[2]})
+    tracks = [(d, f"device {d}") for d in sim.devices]
+    tracks += [(COMM_TRACK + d, f"device {d} comm") for d in streams]
     for d in sim.devices:
-        evs.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": d,
-                    "args": {"name": f"device {d}"}})
-        evs.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": d,
-                    "args": {"sort_index": d}})
+        for tid, label in [t for t in tracks if t[0] % COMM_TRACK == d]:
+            evs.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid,
+                        "args": {"name": label}})
+            evs.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
+                        "args": {"sort_index": 2 * d + (tid != d)}})
     text: dict[int, str] = {}
-    for start, secs, devs, op, detail, fname in sim.events():
+    for start, secs, devs, op, detail, fname in timeline:
         cost, ins, outs = detail[0], detail[1], detail[2]
         t = text.get(id(op))
         if t is None:
@@ -67,9 +106,11 @@ def chrome_trace_events(sim: Simulation) -> list[dict[str, Any]]:
                 "outputs": [str(x) for x in outs],
                 "cost_s": secs, "flops": cost.flops, "bytes": cost.bytes}
         cat = "comm" if cost.comm else "compute"
+        stream = COMM_TRACK if op.op_type in ASYNC_OPS else 0
         for d in devs:
-            evs.append({"name": op.op_type, "cat": cat, "ph": "X", "pid": 0, "tid": d,
-                        "ts": start * 1e6, "dur": secs * 1e6, "args": args})
+            evs.append({"name": op.op_type, "cat": cat, "ph": "X", "pid": 0,
+                        "tid": stream + d, "ts": start * 1e6, "dur": secs * 1e6,
+                        "args": args})
     return evs
 
 

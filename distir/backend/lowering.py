@@ -13,8 +13,10 @@ Entries are registered by ``distir.backend.ops_onnx``, ``ops_nn``, ``ops_train``
 
 ``compile_program`` turns a ``RankProgram`` into a ``CompiledProgram``: a list of kernels
 over numbered slots, with the slots to free after each op (so a tensor lives exactly as long
-as the program needs it, as in the simulator's liveness) and, per communication op, the
-inputs it may overwrite (its last use, with no live alias, never a parameter or a result).
+as the program needs it, as in the simulator's liveness), per communication op the inputs
+it may overwrite (its last use, with no live alias, never a parameter or a result), and
+per op the results of asynchronous collectives it is the first to read (it waits for them:
+the simulator's overlap semantics, see ``ASYNC_OPS``).
 """
 
 from __future__ import annotations
@@ -48,16 +50,21 @@ class Lowering:
     not be overwritten while the input lives, and vice versa). ``comm``: a communication
     op (its kernel must be run, with dummy inputs, even after a failure elsewhere on this
     rank, so that its peers are not left waiting). ``cached``: the kernel returns a tensor
-    it made at compile time (which must then never be overwritten)."""
+    it made at compile time (which must then never be overwritten). ``asynchronous``: the
+    kernel starts the op (an ``async_op`` collective, for the ops of ``ASYNC_OPS``) and
+    returns its results followed by the work handle; the program waits on the handle
+    right before the first op that reads a result, so the compute between overlaps it."""
 
     compile: Callable[[Static], Kernel]
     view: bool = False
     comm: bool = False
     cached: bool = False
+    asynchronous: bool = False
 
 
 LOWERINGS = RuleTable("lowering", entry=Lowering)
-"""The lowerings, keyed by op name: ``LOWERINGS.register(*ops, view=, comm=, cached=)``."""
+"""The lowerings, keyed by op name:
+``LOWERINGS.register(*ops, view=, comm=, cached=, asynchronous=)``."""
 _MODULES = ["distir.backend.ops_onnx", "distir.backend.ops_nn", "distir.backend.ops_train",
             "distir.backend.ops_comm"]
 _loaded: list[bool] = []
@@ -157,6 +164,10 @@ def is_oom(exc: BaseException) -> bool:
         or "CUDNN_STATUS_ALLOC_FAILED" in msg or "ALLOC_FAILED" in msg)
 
 
+class _WaitFailed(Exception):
+    """An asynchronous collective failed while the program waited for it (the cause)."""
+
+
 @dataclass(slots=True)
 class _Step:
     kernel: Kernel
@@ -168,6 +179,8 @@ class _Step:
     op_type: str
     seq: int
     where: str  # the op, for messages: "MatMul (op 12)"
+    asynchronous: bool = False  # the kernel returns a work handle after its results
+    waits: tuple[int, ...] = ()  # input slots still being computed by an asynchronous op
 
 
 class CompiledProgram:
@@ -204,21 +217,34 @@ class CompiledProgram:
         limit_op = self.limit_op
         progress = self.progress
         base = self.progress_base
+        works: dict[int, tuple[Any, int]] = {}  # slot -> (work handle, step) of its op
         for i, st in enumerate(self.steps):
             try:
                 if i == limit_op:
                     raise SimulatedOOM("the live tensors would exceed the memory limit")
+                if st.waits:
+                    for j in st.waits:
+                        pw = works.pop(j, None)
+                        if pw is not None:
+                            self._wait(pw)
                 if st.comm and progress is not None:
                     progress[base] = st.seq
                     progress[base + 1] = 2
                 res = st.kernel(*[None if j < 0 else env[j] for j in st.ins])
+                if st.asynchronous:
+                    w = res[-1]
+                    res = res[:-1]
+                    for j in st.outs:
+                        works[j] = (w, i)
                 if st.comm and progress is not None:
                     progress[base + 1] = 1
             except BaseException as e:
                 if isinstance(e, KeyboardInterrupt):
                     raise
-                self.failed_at = st.where
                 env.clear()
+                if isinstance(e, _WaitFailed):  # a collective failed: its group is broken
+                    raise e.__cause__ from None  # type: ignore[misc]
+                self.failed_at = st.where
                 if not st.comm:
                     self.drain(i + 1)
                 elif is_oom(e):  # it failed allocating, before it reached its peers
@@ -229,7 +255,33 @@ class CompiledProgram:
                 env[j] = r
             for j in st.frees:
                 env[j] = None
+        try:
+            for pw in {id(pw[0]): pw for pw in works.values()}.values():  # never read
+                self._wait(pw)
+        except _WaitFailed as e:
+            env.clear()
+            raise e.__cause__ from None  # type: ignore[misc]
         return [env[j] for j in self.returns]
+
+    def _wait(self, pw: tuple[Any, int]) -> None:
+        """Wait for an asynchronous collective, reported to the launcher as being in it. If
+        it failed, ``failed_at`` names it and ``_WaitFailed`` carries the error."""
+        work, i = pw
+        st = self.steps[i]
+        progress = self.progress
+        base = self.progress_base
+        if progress is not None:
+            progress[base] = st.seq
+            progress[base + 1] = 2
+        try:
+            work.wait()
+        except BaseException as e:
+            if isinstance(e, KeyboardInterrupt):
+                raise
+            self.failed_at = st.where
+            raise _WaitFailed() from e
+        if progress is not None:
+            progress[base + 1] = 1
 
     def drain(self, start: int) -> None:
         """Run the communication ops from op ``start`` on, with dummy inputs, discarding
@@ -242,7 +294,9 @@ class CompiledProgram:
             dummies = [None if t is None else
                        torch.zeros(t.shape, dtype=torch_dtype(t.dtype), device=self.device)
                        for t in st.in_types]
-            st.kernel(*dummies)
+            res = st.kernel(*dummies)
+            if st.asynchronous:
+                res[-1].wait()
 
 
 def _type_bytes(t: Type | None) -> int:
@@ -334,8 +388,13 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
     limit_op: int | None = None
     consts: dict[int, np.ndarray] = {}
     steps: list[_Step] = []
+    pending: set[int] = set()  # slots of asynchronous results not read yet
     for i, (op, (ins, outs)) in enumerate(zip(ops, op_slots)):
         entry = LOWERINGS.rules[op.op_type]
+        waits = tuple(dict.fromkeys(s for s in ins if s in pending))
+        pending.difference_update(waits)
+        if entry.asynchronous:
+            pending.update(outs)
         attrs = full_attrs(op.op_type, op.attrs)
         in_types = tuple(None if v is None else v.type for v in op.inputs)
         out_types = tuple(v.type for v in op.outputs)
@@ -365,7 +424,7 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
             else ")")
         steps.append(_Step(kernel, ins, outs, frees, entry.comm,
                            tuple(None if t is None else as_tensor_type(t) for t in in_types),
-                           op.op_type, seq, where))
+                           op.op_type, seq, where, entry.asynchronous, waits))
     return CompiledProgram(steps, n, params, returns, peak, limit_op, device, progress,
                            3 * rank)
 

@@ -6,8 +6,9 @@ Every op runs in the process group of its ``group`` attribute (created up front 
 group: a collective, so its communicator exists before the first step (NCCL builds
 point-to-point communicators lazily) and it is matched exactly like every other collective.
 Collectives whose participants are listed in an order other than the group's (sorted
-ranks) permute their pieces. An input is overwritten in place only where ``donate`` allows
-it; otherwise the op works on a copy.
+ranks) permute their pieces. ``MPIAllreduce`` is asynchronous (``ASYNC_OPS``): it returns
+its work handle, waited for by the first op that reads its result. An input is overwritten
+in place only where ``donate`` allows it; otherwise the op works on a copy.
 """
 
 from __future__ import annotations
@@ -69,14 +70,13 @@ def _recv(s: Static) -> Kernel:
     return k
 
 
-@LOWERINGS.register("MPIAllreduce", comm=True)
+@LOWERINGS.register("MPIAllreduce", comm=True, asynchronous=True)
 def _allreduce(s: Static) -> Kernel:
     pg, donate = _pg(s), s.donate[0]
 
     def k(x: torch.Tensor) -> tuple:
         buf = _buffer(x, donate)
-        dist.all_reduce(buf, group=pg)
-        return (buf,)
+        return (buf, dist.all_reduce(buf, group=pg, async_op=True))
 
     return k
 

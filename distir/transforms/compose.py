@@ -13,7 +13,11 @@ schedule, gradient reduction and the updates.
    or earlier (backward) stages;
 5. sums the gradients over replicas (``MPIAllreduce`` over the ``dp`` copies of each
    shard; the sum over microbatches is done by the ``_acc`` stage functions), then runs the
-   updates on every device;
+   updates on every device. With ``dp > 1``, each stage's last backward unit is written
+   out in ``@main`` (its stage function's ops, a layer function call per layer, replicas
+   interleaved op by op) with each gradient's allreduce right after the op that completes
+   it: the allreduces, asynchronous (``ASYNC_OPS``), overlap the rest of the backward
+   pass, as PyTorch's DistributedDataParallel does;
 6. returns the results (or, self-contained, gathers them on device 0).
 
 Values are named ``{name}[_s{stage}][_mb{m}][_dp{d}][_tp{t}]``: the stage suffix marks a
@@ -23,6 +27,7 @@ copy sent to another stage (or a value needed on several), the others appear onl
 
 from __future__ import annotations
 
+import re
 from functools import partial
 
 from distir.ir.core import CALL, Function, Op, Value
@@ -89,11 +94,11 @@ class MainBuilder(BuilderBase):
 
     def run_schedule(self) -> None:
         plan = self.plan
-        env, acc, reduced = self.env, self.acc, plan.st.reduced
+        env, acc = self.env, self.acc
         started: set[tuple[int, int, str]] = set()
         templates: dict[tuple[int, bool, int], list] = {}
         bases = {id(g): [base_name(v) for v in g.outputs] for g in self.groups.values()}
-        tp = plan.tp
+        unrolled: list[list[Value]] = []
         for tick in ticks(plan.schedule, plan.pp, plan.k, plan.training):
             done: list[tuple[StageFunction, int]] = []
             for kind, s, m in tick:
@@ -118,15 +123,17 @@ class MainBuilder(BuilderBase):
                             args.extend(env[(e[1], m, d, s)])
                         else:
                             args.extend(acc[(e[1], d, s)])
+                    if plan.dp > 1 and kind == "B" and m == plan.k - 1 and g.reduced:
+                        unrolled.append(args)  # the stage's last unit: see _reduce_early
+                        continue
                     name = self.namer(None, m, d)
                     outs = [Value(n) for b in bases[id(g)] for n in name(b)]
                     self.ops.append(Op(CALL, args, None, outs, callee=fn))
-                    for j, v in enumerate(g.outputs):
-                        vals = outs[j * tp:(j + 1) * tp]
-                        if v in reduced:
-                            acc[(v, d, s)] = vals
-                        else:
-                            env[(v, m, d, s)] = vals
+                    self._bind_outputs(g, outs, m, d)
+                if unrolled:
+                    assert fn is not None  # a unit that runs has its function
+                    self._reduce_early(g, fn, unrolled, m)
+                    unrolled = []
                 done.append((g, m))
             for g, m in done:
                 for v, stages in g.send_to.items():
@@ -134,12 +141,68 @@ class MainBuilder(BuilderBase):
                         for d in range(plan.dp):
                             self.send(v, env[(v, m, d, g.stage)], m, d, s2)
 
+    def _bind_outputs(self, g: StageFunction, outs: list[Value], m: int, d: int) -> None:
+        """Record the results of one unit of ``g`` on replica ``d``: running sums in
+        ``acc``, the others in ``env``."""
+        tp, reduced = self.plan.tp, self.plan.st.reduced
+        for j, v in enumerate(g.outputs):
+            vals = outs[j * tp:(j + 1) * tp]
+            if v in reduced:
+                self.acc[(v, d, g.stage)] = vals
+            else:
+                self.env[(v, m, d, g.stage)] = vals
+
+    def _reduce_early(self, g: StageFunction, fn: Function, args: list[list[Value]],
+                      m: int) -> None:
+        """The last backward unit of stage ``g.stage`` on every replica, written out: the
+        ops of ``fn`` (calls of layer functions stay calls) for each replica in turn, op by
+        op, and after the op that completes a gradient, its ``MPIAllreduce`` over the
+        replicas (one per tensor-parallel rank). The sums go to ``env``, as
+        ``reduce_gradients`` would put them."""
+        plan, tp = self.plan, self.plan.tp
+        envs: list[dict[Value, Value]] = [dict(zip(fn.params, a)) for a in args]
+        # The gradients to reduce, ``(value, rank, return position)``, by the index of the
+        # op that computes them (-1: an argument returned as it is).
+        producer = {o: i for i, op in enumerate(fn.ops) for o in op.outputs}
+        done_at: dict[int, list[tuple[Value, int, int]]] = {}
+        for j, v in enumerate(g.outputs):
+            if v in plan.st.reduced and v in self.prog.live_values:
+                for t in range(tp):
+                    r = j * tp + t
+                    done_at.setdefault(producer.get(fn.returns[r], -1), []).append((v, t, r))
+
+        def reduce(items: list[tuple[Value, int, int]]) -> None:
+            for v, t, r in items:
+                ret = fn.returns[r]
+                outs = [Value(self.namer(None, None, d)(base_name(v))[t])
+                        for d in range(plan.dp)]
+                self.ops.append(Op("MPIAllreduce", [e.get(ret, ret) for e in envs], None,
+                                   outs))
+                for d in range(plan.dp):
+                    self.env.setdefault((v, None, d, g.stage), [outs[d]] * tp)[t] = outs[d]
+                self.early.add(v)
+
+        reduce(done_at.pop(-1, []))
+        mb = m if plan.k > 1 else None
+        for i, op in enumerate(fn.ops):
+            for d, e in enumerate(envs):
+                outs = [Value(_replica_name(o.name or "_", mb, d), o.type)
+                        for o in op.outputs]
+                self.ops.append(Op(op.op_type,
+                                   [None if x is None else e.get(x, x) for x in op.inputs],
+                                   dict(op.attrs) or None, outs, callee=op.callee))
+                e.update(zip(op.outputs, outs))
+            if i in done_at:
+                reduce(done_at[i])
+        for d, e in enumerate(envs):
+            self._bind_outputs(g, [e.get(r, r) for r in fn.returns], m, d)
+
     def reduce_gradients(self) -> None:
         """Sum each batch-partial value over the replicas (the microbatches are summed by
-        the ``_acc`` stage functions)."""
+        the ``_acc`` stage functions); those reduced early (``_reduce_early``) are done."""
         plan = self.plan
         for v in sorted(plan.st.reduced, key=lambda x: self.prog.producer[x]):
-            if v not in self.prog.live_values:
+            if v not in self.prog.live_values or v in self.early:
                 continue
             s = self.home[v]
             blocks = [self.acc[(v, d, s)] for d in range(plan.dp)]
@@ -213,3 +276,10 @@ class MainBuilder(BuilderBase):
 
     def build(self, name: str, returns: list[Value]) -> Function:
         return Function(name, self.params, self.ops, returns)
+
+
+def _replica_name(name: str, m: int | None, d: int) -> str:
+    """The name of replica ``d``'s copy of a stage function's value ``name`` (microbatch
+    ``m``), in ``@main``'s naming: ``{base}[_mb{m}]_dp{d}[_tp{t}]``."""
+    base, rank = re.fullmatch(r"(.*?)(_tp\d+)?", name).groups()  # type: ignore[union-attr]
+    return base + ("" if m is None else f"_mb{m}") + f"_dp{d}" + (rank or "")

@@ -46,6 +46,7 @@ class BuilderBase:
         self.env: dict[Key, list[Value]] = {}
         self.hoisted: dict[tuple[int, int, int], list[Value]] = {}
         self.acc: dict[tuple[Value, int, int], list[Value]] = {}
+        self.early: set[Value] = set()  # gradients reduced inside the schedule
         self.home: dict[Value, int] = {}
         for i in self.prog.live_ops:
             if plan.kind(i) != HOIST:

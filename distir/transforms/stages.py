@@ -172,14 +172,21 @@ def _build(plan: Plan, g: StageFunction, segments: list[Segment], layers: LayerT
         for j, v in enumerate(seg.escaping):
             env[v] = outs[j * tp:(j + 1) * tp]
     if acc:
+        # Each sum right after the op that computes this microbatch's part (so that a
+        # gradient is complete, and may be reduced, as early as the backward allows).
+        where = {o: i for i, op in enumerate(ops) for o in op.outputs}
+        after: dict[int, list[Op]] = {}
         for v in g.reduced:
             b = base_name(v)
             running = block(b + "_acc")
             inputs.append(("acc", v))
             sums = [Value(n) for n in name(b + "_sum")]
             for t in range(tp):
-                ops.append(Op("Add", [running[t], env[v][t]], None, [sums[t]]))
+                after.setdefault(where.get(env[v][t], -1), []).append(
+                    Op("Add", [running[t], env[v][t]], None, [sums[t]]))
             env[v] = sums
+        ops[:] = [*after.pop(-1, []), *(x for i, op in enumerate(ops)
+                                        for x in (op, *after.get(i, ())))]
     rets = [x for v in g.outputs for x in env[v]]
     phase = "fwd" if g.phase == "F" else "bwd"
     fname = f"stage{g.stage}_{phase}" + ("_acc" if acc else "")

@@ -82,7 +82,7 @@ def test_program_order_is_each_stages_schedule(schedule: str) -> None:
     pp, k = 4, 8
     fn = distir.models.mlp(batch_size=16, input_dim=4, hidden_dim=8, output_dim=4,
                            num_layers=4)
-    prog = dtp(fn, dp=2, pp=pp, microbatches=k, schedule=schedule)
+    prog = dtp(fn, dp=1, pp=pp, microbatches=k, schedule=schedule)
     calls = _calls_per_stage(prog, pp)
     for s in range(pp):
         assert calls[s] == [(u[0], u[2]) for u in stage_order(schedule, s, pp, k, True)]
