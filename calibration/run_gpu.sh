@@ -7,6 +7,7 @@
 #
 # It needs python3 with torch, numpy and scikit-learn (not lark: the parser is not used).
 # Writes into OUTDIR: NAME.json (the profile), NAME.measurements.csv, NAME.report.md,
+# NAME.overlap.json (compute beside an asynchronous all-reduce, with 2 or more GPUs),
 # calibrate.log (progress) and nvidia-smi.txt; then installs the profile and its companions
 # in calibration/profiles/ and puts the report into calibration/README.md. Takes about
 # 2-4 minutes on 2 H100s.
@@ -47,6 +48,13 @@ if [ "$status" -ne 0 ]; then
 fi
 if [ -n "$FIT" ]; then
     exit 0
+fi
+# The compute lost beside an asynchronous all-reduce (interconnect.overlap_slowdown).
+case " ${CALIBRATE_ARGS:-} " in *" --cpu "*) OVERLAP_ARGS="--cpu --trials 3" ;; *) OVERLAP_ARGS="" ;; esac
+if [ -n "$OVERLAP_ARGS" ] || [ "$("$PY" -c 'import torch; print(torch.cuda.device_count())')" -ge 2 ]; then
+    # shellcheck disable=SC2086
+    "$PY" -m calibration.overlap --profile "$OUTDIR/$NAME.json" \
+        --json "$OUTDIR/$NAME.overlap.json" $OVERLAP_ARGS 2>&1 | tee -a "$OUTDIR/calibrate.log" >&2
 fi
 cp "$OUTDIR/$NAME.json" "$OUTDIR/$NAME.measurements.csv" "$OUTDIR/$NAME.report.md" \
     calibration/profiles/

@@ -7,7 +7,9 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
   kernel launch overhead (s);
 - the interconnect: devices per node, and link bandwidth (bytes/s, the per-device "bus
   bandwidth" of NCCL's tests) and latency (s per step) by group size, within a node and
-  across nodes;
+  across nodes; optionally ``overlap_slowdown``, the compute time lost per second of an
+  asynchronous collective running beside it (0 if absent: a free overlap; measured by
+  ``python -m calibration.overlap``);
 - optionally, fitted regressions per op family (``fits``): ``matmul`` by dtype (features
   ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``bmm`` by dtype (batched products whose two
   operands are both batched, as attention runs them: ``bmm_features``), ``elementwise``
@@ -300,6 +302,7 @@ class Hardware:
     description: str = ""
     calibrated: bool = False
     source: str = ""
+    overlap_slowdown: float = 0.0
     _peak: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
                                     repr=False)
     _fits: dict[tuple[str, str], FitModel] = field(default_factory=dict, compare=False,
@@ -440,6 +443,8 @@ class Hardware:
                 "devices_per_node": self.devices_per_node,
                 "intra_node": [_link_json(s) for s in self.intra_node],
                 "inter_node": [_link_json(s) for s in self.inter_node],
+                **({"overlap_slowdown": self.overlap_slowdown} if self.overlap_slowdown
+                   else {}),
             },
             "fits": fits,
         }
@@ -470,6 +475,7 @@ class Hardware:
                 devices_per_node=int(net.get("devices_per_node", 1 << 30)),
                 intra_node=tuple(_link(x) for x in net["intra_node"]),
                 inter_node=tuple(_link(x) for x in net.get("inter_node", ())),
+                overlap_slowdown=float(net.get("overlap_slowdown", 0.0)),
                 fits=tuple(fits),
                 source=source)
         except KeyError as e:

@@ -13,8 +13,10 @@ Overlapped communication (distir's extension, ``ASYNC_OPS``: ``MPIAllreduce``): 
 device also has a communication clock (key ``comm_key(d)``). An asynchronous collective
 starts when its devices' compute clocks have reached it (program order: what was issued
 before it has run) and their communication clocks are free; it advances only the
-communication clocks. Its results are *pending* until the first op that reads one: that
-op's device first waits for the collective's end. Pending values keep pending across
+communication clocks, and each device's compute clock by ``overlap_slowdown`` times its
+cost (the compute it slows down while both run; hidden if the device has nothing else to
+do). Its results are *pending* until the first op that reads one: that op's device first
+waits for the collective's end. Pending values keep pending across
 calls both ways (a pending argument is one more symbol of the callee's summary, the time
 it is ready), so a called function times exactly as its inlined ops.
 
@@ -315,6 +317,10 @@ class Simulator(TypeInterpreter):
                 c = comm_key(d)
                 base[c] = m
                 shift[c] = cost
+            slow = self.hw.overlap_slowdown * cost
+            if slow:  # what the collective takes from the compute beside it
+                for d in devs:
+                    shift[d] += slow
             ready = {k: x + cost for k, x in m.items()}
             pending = self._pending
             for o, d in zip(op.outputs, async_devs):
@@ -561,7 +567,7 @@ class Simulation:
         order, calls expanded (``detail`` is ``(OpCost, input types, result types, ...)``)."""
         from distir.analysis.trace import expand_events
 
-        return expand_events(self._events, self.function)
+        return expand_events(self._events, self.function, self.hardware.overlap_slowdown)
 
     def write_trace(self, path: str) -> None:
         """Write the timeline as Chrome trace JSON (one track per device; opens in

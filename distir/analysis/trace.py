@@ -26,7 +26,7 @@ COMM_TRACK = 100_000
 """Device ``d``'s asynchronous collectives go on track ``COMM_TRACK + d``."""
 
 
-def expand_events(events: list, function: str) -> list[tuple]:
+def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) -> list[tuple]:
     """``(start_s, seconds, devices, op, detail, function name)`` for every op in program
     order, calls expanded: the clocks are replayed exactly as the simulator ran them (an
     op starts when all its devices are free and ends on all of them together; an
@@ -70,6 +70,7 @@ def expand_events(events: list, function: str) -> list[tuple]:
                 end = start + secs
                 for d in devs:
                     clock[comm_key(d)] = end
+                    clock[d] += overlap_slowdown * secs
                 for v, d in zip(head.outputs, rec[8]):
                     pending[v] = (d, end)
             out.append((start, secs, devs, head, rec[7], fname))

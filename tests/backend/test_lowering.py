@@ -386,3 +386,30 @@ func @main(%p: Tensor[Float32, (4,), 0], %q: Tensor[Float32, (4,), 1]) {
     compile_program(proj.programs[0], torch.device("cpu"), groups=object())  # type: ignore
     # %p is a parameter; %g dies at its all-reduce; %h lives on through its view %v.
     assert seen == [False, True, False]
+
+
+class _NoGroups:
+    """Stands for a GroupCache when a program is only compiled, never run."""
+
+    def get(self, ranks: tuple[int, ...]) -> None:
+        return None
+
+
+def test_first_reader_of_an_allreduce_waits_for_it() -> None:
+    """The allreduce is started asynchronously; the rank waits right before the first op
+    that reads its result, not before the compute between."""
+    text = """
+func @main(%x: Tensor[Float32, (4,), 0], %y: Tensor[Float32, (4,), 1]) {
+  %s0, %s1 = MPIAllreduce(%x, %y)
+  %a = Relu(%x)
+  %b = Add(%a, %s0)
+  %c = Add(%b, %s0)
+  %t0, %t1 = MPIAllreduce(%c, %y)
+  return %c, %t0
+}"""
+    prog = project(distir.parse(text).entry).programs[0]
+    c = compile_program(prog, "cpu", groups=_NoGroups())  # type: ignore[arg-type]
+    steps = [(st.op_type, st.asynchronous, st.waits) for st in c.steps]
+    s0 = c.steps[0].outs[0]
+    assert steps == [("MPIAllreduce", True, ()), ("Relu", False, ()), ("Add", False, (s0,)),
+                     ("Add", False, ()), ("MPIAllreduce", True, ())]

@@ -3,6 +3,8 @@ both schedules, against the sequential step run by the reference executor."""
 
 from __future__ import annotations
 
+import re
+
 import numpy as np
 import pytest
 
@@ -52,3 +54,31 @@ def test_odd_layer_count_keeps_the_last_layer_whole() -> None:
     for g, w in zip(distir.execute(dtp(fn, tp=2, self_contained=True), ins),
                     distir.execute(fn, ins), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (2, 2, 1, 1), (2, 1, 2, 4), (2, 2, 2, 2)],
+                         ids=cfg_id)
+def test_each_gradient_is_reduced_right_after_its_last_part(cfg: tuple) -> None:
+    """With dp > 1 each stage's last backward unit is written out in @main, replicas
+    interleaved, and a gradient's allreduce over replicas comes right after the op that
+    completes it (so it overlaps the rest of the backward), before the next layer's ops."""
+    dp, tp, pp, k = cfg
+    fn = distir.models.mlp(batch_size=16, input_dim=4, hidden_dim=8, output_dim=4,
+                           num_layers=4)
+    prog = dtp(fn, dp=dp, tp=tp, pp=pp, microbatches=k, layer_functions=False)
+    ops = prog.ops
+    made = {v: i for i, op in enumerate(ops) for v in op.outputs}
+    replica_sums = [i for i, op in enumerate(ops) if op.op_type == "MPIAllreduce"
+                    and len({re.search(r"_dp\d+", v.name or "")[0]  # type: ignore[index]
+                             for v in op.outputs}) == dp]
+    assert len(replica_sums) == 4 * tp
+    for i in replica_sums:
+        last = max(made[v] for v in ops[i].inputs if v in made)
+        between = ops[last + 1:i]  # at most the other replicas' parts of the same op
+        assert all(op.op_type == ops[last].op_type for op in between), ops[i]
+    # The first gradient is reduced before the backward of the layers below it has run.
+    first = replica_sums[0]
+    assert any(op.op_type == "MatMulGrad" for op in ops[first:])
+    # No replica-sum is left to the end, after the updates started.
+    updates = [i for i, op in enumerate(ops) if op.op_type == "SGDOptimizer"]
+    assert max(replica_sums) < min(updates)

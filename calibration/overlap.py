@@ -1,0 +1,199 @@
+"""How much an asynchronous all-reduce slows the compute that overlaps it.
+
+The simulator runs ``MPIAllreduce`` on each device's communication stream beside its compute
+(``distir.ir.schemas.ASYNC_OPS``). The two share the GPU's SMs and memory bandwidth, so the
+overlap is not free: the profile's ``interconnect.overlap_slowdown`` is the compute time lost
+per second of collective, and the simulator adds it to each device's compute clock.
+
+Measured on ``world`` processes (all local GPUs, or CPU processes over gloo), for several
+message sizes, each the median of ``trials`` trials started at a barrier and ended when every
+rank is done (perf_counter around a device synchronization, the slowest rank's time):
+
+- ``t_comm``: the all-reduce alone;
+- ``t_compute``: ``reps`` matrix products, chosen to last about 2.5 x ``t_comm``;
+- ``t_both``: the all-reduce started with ``async_op=True``, then the products, then a wait.
+
+With the compute longer than the collective, the simulator's model says
+``t_both = t_compute + slowdown * t_comm``; each size gives ``slowdown = (t_both -
+t_compute) / t_comm``, and the profile gets their median (clipped to [0, 1]).
+
+    python -m calibration.overlap                         # all GPUs; prints the table
+    python -m calibration.overlap --profile calibration/profiles/h200-sxm.json
+    python -m calibration.overlap --cpu --world 2         # gloo smoke test
+
+``--profile`` writes the median into that profile (in place, or to ``--write``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+from calibration.comm import SAFE_ENV, _free_port
+
+__all__ = ["measure_overlap", "slowdown", "write_profile", "main"]
+
+GPU_SIZES = [32 << 20, 64 << 20, 128 << 20, 256 << 20]
+CPU_SIZES = [1 << 20, 4 << 20]
+
+
+def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int = 7,
+                    timeout_s: float = 300.0) -> list[dict[str, Any]]:
+    """One row per message size: ``bytes``, ``t_comm``, ``t_compute``, ``t_both``,
+    ``reps`` (products per run), ``slowdown``, ``device``, ``group_size``."""
+    import torch.multiprocessing as mp
+
+    os.environ.update(SAFE_ENV)
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "rows.json")
+        mp.spawn(_worker, args=(world, backend, sizes, trials, _free_port(), out, timeout_s),
+                 nprocs=world, join=True)
+        with open(out, encoding="utf-8") as f:
+            rows: list[dict[str, Any]] = json.load(f)
+    return rows
+
+
+def slowdown(rows: list[dict[str, Any]]) -> float:
+    """The profile's ``overlap_slowdown``: the median over sizes, clipped to [0, 1]."""
+    if not rows:
+        raise ValueError("no overlap measurements")
+    return min(1.0, max(0.0, statistics.median(r["slowdown"] for r in rows)))
+
+
+def write_profile(path: str, value: float, out: str | None = None) -> None:
+    """Set ``interconnect.overlap_slowdown`` of the profile at ``path`` (written to ``out``,
+    by default in place), checked by loading it back."""
+    from distir.analysis.hardware import Hardware
+
+    data = json.loads(Path(path).read_text(encoding="utf-8"))
+    data["interconnect"]["overlap_slowdown"] = round(value, 4)
+    Hardware.from_json(data, path)
+    Path(out or path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+
+
+def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, port: int,
+            out: str, timeout_s: float) -> None:
+    import datetime
+
+    import torch
+    import torch.distributed as dist
+
+    os.environ.update(SAFE_ENV)
+    cuda = backend == "nccl"
+    if cuda:
+        torch.cuda.set_device(rank)
+    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
+                            world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
+    try:
+        rows = _measure(rank, device, sizes, trials)
+        if rank == 0:
+            with open(out, "w", encoding="utf-8") as f:
+                json.dump(rows, f)
+    finally:
+        dist.destroy_process_group()
+
+
+def _measure(rank: int, device: Any, sizes: list[int], trials: int) -> list[dict[str, Any]]:
+    import torch
+    import torch.distributed as dist
+
+    cuda = device.type == "cuda"
+    # The products of a large layer's backward: float16 on GPUs, small float32 on CPUs.
+    dt, n = (torch.float16, 8192) if cuda else (torch.float32, 256)
+    a = torch.randn(n // 2, n, dtype=dt, device=device)
+    b = torch.randn(n, n, dtype=dt, device=device)
+
+    def sync() -> None:
+        if cuda:
+            torch.cuda.synchronize(device)
+
+    def slowest(fn: Any) -> float:
+        """The median over trials of the slowest rank's time of ``fn``."""
+        fn()
+        samples = []
+        for _ in range(trials):
+            sync()
+            dist.barrier()
+            t0 = time.perf_counter()
+            fn()
+            sync()
+            t = torch.tensor([time.perf_counter() - t0], dtype=torch.float64, device=device)
+            dist.all_reduce(t, op=dist.ReduceOp.MAX)
+            samples.append(float(t.item()))
+        return statistics.median(samples)
+
+    t_mm = slowest(lambda: torch.mm(a, b))
+    rows = []
+    for nbytes in sizes:
+        buf = torch.ones(nbytes // 2 if cuda else nbytes // 4, dtype=dt, device=device)
+        t_comm = slowest(lambda: dist.all_reduce(buf))
+        reps = max(1, round(2.5 * t_comm / max(t_mm, 1e-9)))
+
+        def compute() -> None:
+            for _ in range(reps):
+                torch.mm(a, b)
+
+        def both() -> None:
+            work = dist.all_reduce(buf, async_op=True)
+            compute()
+            work.wait()
+
+        t_compute = slowest(compute)
+        t_both = slowest(both)
+        rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
+                     "t_comm": t_comm, "t_compute": t_compute, "t_both": t_both,
+                     "slowdown": (t_both - t_compute) / t_comm,
+                     "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.overlap", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--cpu", action="store_true", help="CPU processes over gloo")
+    ap.add_argument("--world", type=int, default=0,
+                    help="processes (default: every GPU; 2 with --cpu)")
+    ap.add_argument("--trials", type=int, default=7)
+    ap.add_argument("--profile", help="write the measured slowdown into this profile")
+    ap.add_argument("--write", help="with --profile: write the result here instead")
+    ap.add_argument("--json", help="write the measurements to this file")
+    args = ap.parse_args(argv)
+    if args.cpu:
+        backend, world, sizes = "gloo", args.world or 2, CPU_SIZES
+    else:
+        import torch
+
+        if not torch.cuda.is_available():
+            print("error: no CUDA device; run with --cpu for a gloo smoke test",
+                  file=sys.stderr)
+            return 2
+        backend, world, sizes = "nccl", args.world or torch.cuda.device_count(), GPU_SIZES
+    if world < 2:
+        print(f"error: the overlap needs 2 or more processes, got {world}", file=sys.stderr)
+        return 2
+    rows = measure_overlap(world, backend, sizes, trials=args.trials)
+    print(f"overlap of all-reduce and matrix products, {world} x {rows[0]['device']}")
+    print(f"{'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} {'slowdown':>9}")
+    for r in rows:
+        print(f"{r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} {r['t_compute'] * 1e3:>11.3f} "
+              f"{r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f}")
+    value = slowdown(rows)
+    print(f"overlap_slowdown (median, clipped to [0, 1]): {value:.3f}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
+    if args.profile:
+        write_profile(args.profile, value, args.write)
+        print(f"wrote overlap_slowdown={value:.4f} into {args.write or args.profile}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,53 @@
+"""The overlap benchmark (``calibration.overlap``): its fit, the profile it writes, and a
+gloo run on CPU processes."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from calibration.overlap import main, slowdown, write_profile
+from distir.analysis.hardware import load_hardware
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_slowdown_is_the_clipped_median() -> None:
+    rows = [{"slowdown": x} for x in (0.1, 0.3, 0.2)]
+    assert slowdown(rows) == pytest.approx(0.2)
+    assert slowdown([{"slowdown": -0.4}]) == 0.0
+    assert slowdown([{"slowdown": 1.7}]) == 1.0
+    with pytest.raises(ValueError):
+        slowdown([])
+
+
+def test_write_profile_sets_the_field_the_simulator_reads(tmp_path: Path) -> None:
+    src = ROOT / "calibration" / "profiles" / "h100-sxm-datasheet.json"
+    out = tmp_path / "p.json"
+    write_profile(str(src), 0.123456, str(out))
+    assert json.loads(out.read_text())["interconnect"]["overlap_slowdown"] == 0.1235
+    assert load_hardware(str(out)).overlap_slowdown == pytest.approx(0.1235)
+    assert load_hardware(str(src)).overlap_slowdown == 0.0  # absent: a free overlap
+
+
+def test_gloo_run_writes_rows_and_the_profile(tmp_path: Path,
+                                              capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("torch")
+    src = ROOT / "calibration" / "profiles" / "h100-sxm-datasheet.json"
+    out, rows_path = tmp_path / "p.json", tmp_path / "rows.json"
+    assert main(["--cpu", "--world", "2", "--trials", "1", "--profile", str(src),
+                 "--write", str(out), "--json", str(rows_path)]) == 0
+    rows = json.loads(rows_path.read_text())
+    assert [r["bytes"] for r in rows] == [1 << 20, 4 << 20]
+    for r in rows:
+        assert r["group_size"] == 2 and r["reps"] >= 1 and r["device"] == "cpu"
+        assert min(r["t_comm"], r["t_compute"], r["t_both"]) > 0
+    assert 0.0 <= load_hardware(str(out)).overlap_slowdown <= 1.0
+    assert "overlap_slowdown (median" in capsys.readouterr().out
+
+
+def test_one_process_is_refused(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--cpu", "--world", "1"]) == 2
+    assert "needs 2 or more processes" in capsys.readouterr().err
