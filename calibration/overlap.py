@@ -70,12 +70,13 @@ def slowdown(rows: list[dict[str, Any]]) -> float:
 def write_profile(path: str, value: float, out: str | None = None) -> None:
     """Set ``interconnect.overlap_slowdown`` of the profile at ``path`` (written to ``out``,
     by default in place), checked by loading it back."""
+    from calibration.calibrate import dumps_profile
     from distir.analysis.hardware import Hardware
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
     data["interconnect"]["overlap_slowdown"] = round(value, 4)
     Hardware.from_json(data, path)
-    Path(out or path).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
+    Path(out or path).write_text(dumps_profile(data) + "\n", encoding="utf-8")
 
 
 def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, port: int,

@@ -522,7 +522,8 @@ class Simulation:
 
     ``latency_s``: when the last device finishes (s). Per device (dicts keyed by device):
     ``busy_s`` = ``compute_s`` + ``comm_s`` (s of ops running), ``idle_s`` = latency minus
-    busy, ``peak_memory_bytes`` (liveness peak, see ``distir.analysis.memory``).
+    busy, floored at 0 (an all-reduce that overlaps compute counts in both),
+    ``peak_memory_bytes`` (liveness peak, see ``distir.analysis.memory``).
     ``throughput`` is ``batch_size / latency_s`` samples/s when a batch size was given.
     ``num_ops`` counts the ops simulated, those inside calls included.
     """

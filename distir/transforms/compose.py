@@ -186,8 +186,8 @@ class MainBuilder(BuilderBase):
         mb = m if plan.k > 1 else None
         for i, op in enumerate(fn.ops):
             for d, e in enumerate(envs):
-                outs = [Value(_replica_name(o.name or "_", mb, d), o.type)
-                        for o in op.outputs]
+                outs = [Value(o.name if o.name in (None, "_") else
+                              _replica_name(o.name, mb, d), o.type) for o in op.outputs]
                 self.ops.append(Op(op.op_type,
                                    [None if x is None else e.get(x, x) for x in op.inputs],
                                    dict(op.attrs) or None, outs, callee=op.callee))
