@@ -135,25 +135,33 @@ def _measure(rank: int, device: Any, sizes: list[int], trials: int) -> list[dict
     rows = []
     for nbytes in sizes:
         buf = torch.ones(nbytes // 2 if cuda else nbytes // 4, dtype=dt, device=device)
-        t_comm = slowest(lambda: dist.all_reduce(buf))
-        reps = max(1, round(2.5 * t_comm / max(t_mm, 1e-9)))
-
-        def compute() -> None:
-            for _ in range(reps):
-                torch.mm(a, b)
-
-        def both() -> None:
-            work = dist.all_reduce(buf, async_op=True)
-            compute()
-            work.wait()
-
-        t_compute = slowest(compute)
-        t_both = slowest(both)
+        t_comm, t_compute, t_both, reps = _one_size(slowest, buf, a, b, t_mm)
         rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
                      "t_comm": t_comm, "t_compute": t_compute, "t_both": t_both,
                      "slowdown": (t_both - t_compute) / t_comm,
                      "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
     return rows
+
+
+def _one_size(slowest: Any, buf: Any, a: Any, b: Any, t_mm: float,
+              ) -> tuple[float, float, float, int]:
+    """``(t_comm, t_compute, t_both, reps)`` for one all-reduce buffer."""
+    import torch
+    import torch.distributed as dist
+
+    t_comm = slowest(lambda: dist.all_reduce(buf))
+    reps = max(1, round(2.5 * t_comm / max(t_mm, 1e-9)))
+
+    def compute() -> None:
+        for _ in range(reps):
+            torch.mm(a, b)
+
+    def both() -> None:
+        work = dist.all_reduce(buf, async_op=True)
+        compute()
+        work.wait()
+
+    return t_comm, slowest(compute), slowest(both), reps
 
 
 def main(argv: list[str] | None = None) -> int:
