@@ -86,6 +86,8 @@ class FitModel:
     ts: tuple[float, ...] = ()
     tree_features: tuple[str, ...] = ()
     trees: tuple[tuple[Node, ...], ...] = ()
+    _memo: dict[tuple[float, ...], float] = field(default_factory=dict, compare=False,
+                                                  hash=False, repr=False)
 
     def __post_init__(self) -> None:
         if self.kind not in FIT_KINDS:
@@ -117,7 +119,15 @@ class FitModel:
                 raise ConfigError("the knots of a piecewise fit must be positive")
 
     def __call__(self, x: Mapping[str, float]) -> float:
-        """The predicted time (s) for the features ``x`` (a mapping by feature name)."""
+        """The predicted time (s) for the features ``x`` (a mapping by feature name),
+        memoized by their values (equal shapes on many devices evaluate a model once)."""
+        key = tuple(x[f] for f in self.features) + tuple(x[f] for f in self.tree_features)
+        t = self._memo.get(key)
+        if t is None:
+            t = self._memo[key] = self._eval(x)
+        return t
+
+    def _eval(self, x: Mapping[str, float]) -> float:
         vals = [float(x[f]) for f in self.features]
         kind = self.kind
         if kind == "linear":

@@ -249,10 +249,11 @@ class Simulator(TypeInterpreter):
         owned = self._owned
         sync = self._sync
         pending = self._pending
+        none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
         wait = self._wait
 
         def eval_op(op: Op, args: tuple) -> tuple:
-            if pending:
+            if pending and not none_pending(op.inputs):
                 wait(op.inputs)
             lv = lvs[op]
             key = (lv[0], args)
