@@ -14,6 +14,14 @@ Every variant is timed the same way (``distir.backend.timing.StepTimer``): warm-
 then timed steps, each started at a barrier of all ranks; a step is its slowest rank's time;
 the figure is the median over steps. Throughput is global samples per second.
 
+Every variant runs its step on the same values each time: DistIR's steady-state step and
+the step by hand read the same weights every step, and the autograd and DDP baselines use
+SGD with a learning rate of 0 (the update still runs, and changes nothing). A baseline that
+trained as it was timed would compare other data: on an H200 at batch 16384, autograd's
+step took 144.6 ms when it trained and 159.0 ms with a learning rate of 0, with the same
+product kernels (whose speed there depends on the values, likely through the power-bound
+clock), against 157.1 ms for DistIR's.
+
     python benchmarks/bench_backend.py                 # GPUs: MLP 1B, batch 8192, float16
     python benchmarks/bench_backend.py --batch 16384 --gpus 4 --json out.json
     python benchmarks/bench_backend.py --small         # CPU smoke test (gloo, 2 processes)
@@ -267,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
         t_manual = statistics.median(time_local(torch, manual, device, steps, warmup))
         peak_manual = torch.cuda.max_memory_allocated(device) if cuda else None
         model = autograd_model(torch, ws)
-        opt = torch.optim.SGD(model.parameters(), lr=lr)
+        opt = torch.optim.SGD(model.parameters(), lr=0.0)  # fixed values: see the docstring
         if cuda:
             torch.cuda.reset_peak_memory_stats(device)
         t_auto = statistics.median(time_local(torch, lambda: autograd_step(model, opt, x, y),
@@ -305,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"distir {n_dev}/1/1/1        {lat * 1e3:9.3f} ms  {batch / lat:12.1f} samples/s  "
               f"peak {_gib(res.max_peak_memory_bytes)}  "
               f"(session {time.perf_counter() - t0:.1f} s)", flush=True)
-        rank_times, peaks = run_ddp(n_dev, backend, dims, batch, dtype_name, lr, steps, warmup)
+        rank_times, peaks = run_ddp(n_dev, backend, dims, batch, dtype_name, 0.0, steps,
+                                    warmup)  # lr 0: fixed values, see the docstring
         t_ddp = step_latency(rank_times)
         peak_ddp = max((p for p in peaks if p is not None), default=None)
         print(f"pytorch DDP ({n_dev} ranks)  {t_ddp * 1e3:9.3f} ms  {batch / t_ddp:12.1f} "
