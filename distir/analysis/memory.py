@@ -116,12 +116,16 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                     alias[v] = alias.get(first, first)
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
-    live: set[Value] = set(kept)  # storages used later, or returned
+    live: set[Value | None] = set(kept)  # storages used later, or returned (None: an
+    live.add(None)                        # omitted input, never freed)
     infos: dict[Op, OpLiveness] = {}
     live_add = live.add
     for op in reversed(fn.ops):
         outs = op.outputs
-        sig = (op.op_type, op.attrs_key, len(outs))
+        akey = op._key
+        if akey is None:
+            akey = op.attrs_key
+        sig = (op.op_type, akey, len(outs))
         sig = sigs.setdefault(sig, sig)
         if op.callee is None:  # the common case, kept tight
             if len(outs) == 1:
@@ -133,12 +137,15 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 free_out = tuple(i for i, v in enumerate(outs) if v not in live)
                 if any(v.type is not None for v in outs):
                     annotated = True
+            ins = op.inputs
+            if alias:
+                ins = tuple(u if u is None else alias.get(u, u) for u in ins)
+            if live.issuperset(ins):  # nothing dies here (None counts as live)
+                infos[op] = (sig, (), (), free_out, (), _NO_DROP)
+                continue
             free_in: list[int] | None = None
             free_param: list[tuple[int, int]] | None = None
-            for pos, u in enumerate(op.inputs):
-                if u is None:
-                    continue
-                v = alias.get(u, u) if alias else u
+            for pos, v in enumerate(ins):
                 if v not in live:
                     live_add(v)
                     pi = param_index.get(v)
