@@ -145,10 +145,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 continue
             free_in: list[int] | None = None
             free_param: list[tuple[int, int]] | None = None
-            for pos, v in enumerate(ins):
-                if v not in live:
-                    live_add(v)
-                    pi = param_index.get(v)
+            for pos, x in enumerate(ins):
+                if x not in live:  # (never None: None is in ``live``)
+                    live_add(x)
+                    pi = param_index.get(x)  # type: ignore[arg-type]
                     if pi is None:
                         if free_in is None:
                             free_in = [pos]
