@@ -35,8 +35,9 @@ OpLiveness = tuple
 """What dies at one op, as a plain tuple ``(sig, free_in, free_param, free_out, give, drop)``
 (built once per op, read once per simulated op, so kept as cheap as possible):
 
-- ``sig``: the op's static signature ``(op type, attributes key, result count)``, which
-  the simulator prefixes to its memo keys;
+- ``sig``: the op's static signature ``(op type, attributes key, result count)``, plus
+  ``free_out`` where some result is never used, which the simulator prefixes to its memo
+  keys;
 - ``free_in``: input positions whose storage dies after the op (one position per
   storage), not parameters of the function;
 - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
@@ -125,8 +126,6 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         akey = op._key
         if akey is None:
             akey = op.attrs_key
-        sig = (op.op_type, akey, len(outs))
-        sig = sigs.setdefault(sig, sig)
         if op.callee is None:  # the common case, kept tight
             if len(outs) == 1:
                 out = outs[0]
@@ -137,6 +136,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 free_out = tuple(i for i, v in enumerate(outs) if v not in live)
                 if any(v.type is not None for v in outs):
                     annotated = True
+            # (Unused results are part of the signature: an op may skip computing them.)
+            sig = (op.op_type, akey, len(outs), free_out) if free_out else \
+                (op.op_type, akey, len(outs))
+            sig = sigs.setdefault(sig, sig)
             ins = op.inputs
             if alias:
                 ins = tuple(u if u is None else alias.get(u, u) for u in ins)
@@ -162,6 +165,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                          () if free_param is None else tuple(free_param), free_out, (),
                          _NO_DROP)
             continue
+        sig = sigs.setdefault((op.op_type, akey, len(outs)), (op.op_type, akey, len(outs)))
         if alias:
             dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
         else:

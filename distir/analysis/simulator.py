@@ -381,7 +381,12 @@ class Simulator(TypeInterpreter):
                 for d in t.devices:
                     seen[d] = None
         devs = tuple(seen)
-        cost = self._cost(op, in_types, out_types)
+        free_out = self._lv[op][3]
+        if free_out and op.op_type in COST_RULES.skips_unused:
+            cost = self._cost(op, in_types, tuple(None if i in free_out else t
+                                                  for i, t in enumerate(out_types)))
+        else:
+            cost = self._cost(op, in_types, out_types)
         per_out = tuple(placed_bytes(t) for t in out_types)
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
@@ -395,7 +400,8 @@ class Simulator(TypeInterpreter):
         self._rec_by_id[id(rec)] = rec
         return rec
 
-    def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type, ...]) -> OpCost:
+    def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type | None, ...],
+              ) -> OpCost:
         key = (op.op_type, ins, op.attrs_key, outs)
         c = self._costs.get(key)
         if c is None:
@@ -408,7 +414,8 @@ class Simulator(TypeInterpreter):
                         "distir/analysis/cost/, or simulate with fallback=True (--fallback) "
                         "to cost it as a memory-bound kernel")
                 self.uncosted[op.op_type] = None
-                c = fallback_cost(op.op_type, ins, outs, attrs, self.hw)
+                # (``outs`` holds None only for ops whose rule skips unused results.)
+                c = fallback_cost(op.op_type, ins, outs, attrs, self.hw)  # type: ignore[arg-type]
             else:
                 c = rule(op.op_type, ins, outs, attrs, self.hw)
             self._costs[key] = c

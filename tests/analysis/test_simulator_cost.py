@@ -79,6 +79,16 @@ func @main(%a: Tensor[Float32, (256, 256), 0], %b: Tensor[Float32, (256, 256), 0
   return %da, %db
 }""")
     assert g == pytest.approx(2 * (1e-5 + 2 * 256**3 / 1e12))
+    # A result never used is not computed (as the PyTorch lowering skips it): one product.
+    for used in ("_, %db", "%da, %db"):
+        one = one_op(f"""
+func @main(%a: Tensor[Float32, (256, 256), 0], %b: Tensor[Float32, (256, 256), 0],
+           %dy: Tensor[Float32, (256, 256), 0]) {{
+  {used} = MatMulGrad(%a, %b, %dy)
+  return %db
+}}""")
+        assert one == pytest.approx(1e-5 + 2 * 256**3 / 1e12)
+    assert "MatMulGrad" in COST_RULES.skips_unused
 
 
 def test_memory_bound_and_views() -> None:

@@ -8,7 +8,10 @@ views; ``comm.py``: transfers and collectives). Every rule is called as::
 
 with ``ins`` the input types (``None`` for an omitted optional input), ``outs`` the result
 types, ``attrs`` the attributes with schema defaults, ``hw`` a ``Hardware`` profile. Rules
-are pure: the simulator memoizes them by ``(op, argument values, attributes)``.
+are pure: the simulator memoizes them by ``(op, argument values, attributes)``. A rule
+registered with ``skips_unused=True`` receives ``None`` in ``outs`` for a result the
+program never uses, and costs only what is computed: the PyTorch lowering of such an op
+skips that result too (``_, %dw = MatMulGrad(...)`` is one product).
 
 Every op in ``SCHEMAS`` has a rule (a test checks it). An op without one is an error naming
 it, or, with ``fallback=True``, costed as a memory-bound kernel over its input and output
@@ -50,7 +53,15 @@ class CostRuleTable(RuleTable):
     """``RuleTable`` (the decorator and lookups of ``distir.analysis.rules``) typed for
     cost rules."""
 
-    def register(self, *op_types: str) -> Callable[[CostRule], CostRule]:  # type: ignore[override]
+    def __init__(self, meaning: str) -> None:
+        super().__init__(meaning)
+        self.skips_unused: set[str] = set()
+        """The ops whose rules cost only the results the program uses."""
+
+    def register(self, *op_types: str,  # type: ignore[override]
+                 skips_unused: bool = False) -> Callable[[CostRule], CostRule]:
+        if skips_unused:
+            self.skips_unused.update(op_types)
         return super().register(*op_types)  # type: ignore[return-value]
 
     def get(self, op_type: str) -> CostRule | None:  # type: ignore[override]

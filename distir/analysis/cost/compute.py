@@ -155,14 +155,19 @@ def matmul(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return _products(hw, [(batch * m, n, k)], ins[0])
 
 
-@COST_RULES.register("MatMulGrad")
+@COST_RULES.register("MatMulGrad", skips_unused=True)
 def matmul_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                 hw: Hardware) -> OpCost:
-    """da = dy @ b^T and db = a^T @ dy (summed over broadcast batches when b is shared)."""
+    """da = dy @ b^T and db = a^T @ dy (summed over broadcast batches when b is shared);
+    a result the program never uses (``None`` in ``outs``) is not computed."""
     batch, m, k, n, b_batched = _matmul_dims(ins[0], ins[1])
+    da: tuple[int, ...]
+    db: tuple[int, ...]
     if b_batched and batch > 1:
-        return _products(hw, [(batch, m, k, n), (batch, k, n, m)], ins[0])
-    return _products(hw, [(batch * m, k, n), (k, n, batch * m)], ins[0])
+        da, db = (batch, m, k, n), (batch, k, n, m)
+    else:
+        da, db = (batch * m, k, n), (k, n, batch * m)
+    return _products(hw, [d for d, o in zip((da, db), outs) if o is not None], ins[0])
 
 
 @COST_RULES.register("Gemm")
