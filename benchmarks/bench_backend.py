@@ -186,6 +186,24 @@ def run_ddp(world: int, backend: str, dims: list[int], batch: int, dtype_name: s
     return [got[r][0] for r in range(world)], [got[r][1] for r in range(world)]
 
 
+def run_distir(session: Any, fn: Any, n_dev: int, backend: str, batch: int, steps: int,
+               warmup: int) -> Any:
+    """DistIR's D/1/1/1 step on ``n_dev`` devices in one session: prints its line and
+    returns the run's result, or ``None`` (after printing why) if it did not run."""
+    t0 = time.perf_counter()
+    with session(n_dev, backend) as s:
+        res = s.run(fn, steps=steps, warmup=warmup)
+    label = f"distir {n_dev}/1/1/1"
+    if res.status != "ok":
+        print(f"{label}: {res.status}: {res.message}")
+        return None
+    lat = res.step_latency_s
+    print(f"{label:<20}  {lat * 1e3:9.3f} ms  {batch / lat:12.1f} samples/s  "
+          f"peak {_gib(res.max_peak_memory_bytes)}  "
+          f"(session {time.perf_counter() - t0:.1f} s)", flush=True)
+    return res
+
+
 def step_latency(rank_times: list[list[float]]) -> float:
     return statistics.median(max(ts) for ts in zip(*rank_times))
 
@@ -248,16 +266,10 @@ def main(argv: list[str] | None = None) -> int:
           f"torch {torch.__version__}", flush=True)
 
     if not args.skip_single:
-        t0 = time.perf_counter()
-        with Session(1, backend) as s:
-            res = s.run(fn, steps=steps, warmup=warmup)
-        if res.status != "ok":
-            print(f"distir 1/1/1/1: {res.status}: {res.message}")
+        res = run_distir(Session, fn, 1, backend, batch, steps, warmup)
+        if res is None:
             return 1
         lat = res.step_latency_s
-        print(f"distir 1/1/1/1        {lat * 1e3:9.3f} ms  {batch / lat:12.1f} samples/s  "
-              f"peak {_gib(res.peak_memory_bytes[0])}  (session {time.perf_counter() - t0:.1f} s)",
-              flush=True)
         if not cuda:
             torch.set_num_threads(os.cpu_count() or 1)
         ws = make_weights(torch, dims, getattr(torch, dtype_name), device, seed=0)
@@ -302,17 +314,10 @@ def main(argv: list[str] | None = None) -> int:
         if batch % n_dev:
             print(f"batch {batch} does not split over {n_dev} devices")
             return 1
-        dist_fn = dtp(fn, dp=n_dev)
-        t0 = time.perf_counter()
-        with Session(n_dev, backend) as s:
-            res = s.run(dist_fn, steps=steps, warmup=warmup)
-        if res.status != "ok":
-            print(f"distir {n_dev}/1/1/1: {res.status}: {res.message}")
+        res = run_distir(Session, dtp(fn, dp=n_dev), n_dev, backend, batch, steps, warmup)
+        if res is None:
             return 1
         lat = res.step_latency_s
-        print(f"distir {n_dev}/1/1/1        {lat * 1e3:9.3f} ms  {batch / lat:12.1f} samples/s  "
-              f"peak {_gib(res.max_peak_memory_bytes)}  "
-              f"(session {time.perf_counter() - t0:.1f} s)", flush=True)
         rank_times, peaks = run_ddp(n_dev, backend, dims, batch, dtype_name, 0.0, steps,
                                     warmup)  # lr 0: fixed values, see the docstring
         t_ddp = step_latency(rank_times)

@@ -87,15 +87,16 @@ def chrome_trace_events(sim: Simulation) -> list[dict[str, Any]]:
     evs: list[dict[str, Any]] = [
         {"name": "process_name", "ph": "M", "pid": 0, "tid": 0, "args": {"name": name}}]
     timeline = sim.events()
-    streams = sorted({d for e in timeline if e[3].op_type in ASYNC_OPS for d in e[2]})
-    tracks = [(d, f"device {d}") for d in sim.devices]
-    tracks += [(COMM_TRACK + d, f"device {d} comm") for d in streams]
+    streams = {d for e in timeline if e[3].op_type in ASYNC_OPS for d in e[2]}
     for d in sim.devices:
-        for tid, label in [t for t in tracks if t[0] % COMM_TRACK == d]:
+        tracks = [(d, f"device {d}")]
+        if d in streams:
+            tracks.append((COMM_TRACK + d, f"device {d} comm"))
+        for i, (tid, label) in enumerate(tracks):
             evs.append({"name": "thread_name", "ph": "M", "pid": 0, "tid": tid,
                         "args": {"name": label}})
             evs.append({"name": "thread_sort_index", "ph": "M", "pid": 0, "tid": tid,
-                        "args": {"sort_index": 2 * d + (tid != d)}})
+                        "args": {"sort_index": 2 * d + i}})
     text: dict[int, str] = {}
     for start, secs, devs, op, detail, fname in timeline:
         cost, ins, outs = detail[0], detail[1], detail[2]
