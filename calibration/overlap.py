@@ -175,6 +175,18 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--write", help="with --profile: write the result here instead")
     ap.add_argument("--json", help="write the measurements to this file")
     args = ap.parse_args(argv)
+    if args.profile:  # a bad profile fails before anything is measured
+        from distir.analysis.hardware import load_hardware
+        from distir.errors import DistIRError
+
+        try:
+            if not args.profile.endswith(".json"):
+                raise DistIRError(f"--profile {args.profile}: give the path of the "
+                                  "profile's .json file (it is rewritten in place)")
+            load_hardware(args.profile)
+        except DistIRError as e:
+            print(e, file=sys.stderr)
+            return 2
     if args.cpu:
         backend, world, sizes = "gloo", args.world or 2, CPU_SIZES
     else:

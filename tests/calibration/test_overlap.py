@@ -51,3 +51,17 @@ def test_gloo_run_writes_rows_and_the_profile(tmp_path: Path,
 def test_one_process_is_refused(capsys: pytest.CaptureFixture) -> None:
     assert main(["--cpu", "--world", "1"]) == 2
     assert "needs 2 or more processes" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("content,expect", [
+    (None, "does not exist"), ("{", "invalid JSON"), ("{}", "not a distir hardware profile")])
+def test_bad_profile_is_one_line_before_measuring(tmp_path: Path, capsys: pytest.CaptureFixture,
+                                                  content: str | None, expect: str) -> None:
+    path = tmp_path / "p.json"
+    if content is not None:
+        path.write_text(content)
+    assert main(["--cpu", "--profile", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert expect in err and "\n" not in err and err.startswith("error:")
+    assert main(["--cpu", "--profile", "h200-sxm"]) == 2
+    assert ".json file" in capsys.readouterr().err
