@@ -129,7 +129,7 @@ class TypeInterpreter(Interpreter):
                  record: dict[Value, Any] | None = None) -> None:
         super().__init__(listeners)
         self.cache: dict[tuple, tuple] = {}
-        self.call_cache: dict[tuple, tuple] = {}
+        self.call_cache: dict[tuple, tuple[Function, tuple]] = {}
         self.check_annotations = check_annotations
         self.record = record
         self._home = 0  # where input-less ops of the function being run go by default
@@ -169,11 +169,13 @@ class TypeInterpreter(Interpreter):
                                          v.loc or op.loc)
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
-        key = (callee, args)
+        # Keyed by identity (functions compare by structure); the entry keeps the callee
+        # alive so that its id is not reused while the cache lives.
+        key = (id(callee), args)
         hit = self.call_cache.get(key)
         if hit is None:
-            hit = self.call_cache[key] = self.run(callee, args)
-        return hit
+            hit = self.call_cache[key] = (callee, self.run(callee, args))
+        return hit[1]
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
         if not args and self._home and "device" not in op.attrs:

@@ -81,7 +81,9 @@ class Memo:
     __slots__ = ("facts", "sigs")
 
     def __init__(self) -> None:
-        self.facts: dict[tuple[Function, frozenset[int]], FunctionLiveness] = {}
+        # Keyed by the function's identity (functions compare by structure); each entry
+        # keeps its function alive so that the id is not reused while the memo lives.
+        self.facts: dict[tuple[int, frozenset[int]], tuple[Function, FunctionLiveness]] = {}
         self.sigs: dict[tuple, tuple] = {}
 
 
@@ -94,10 +96,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     one backward pass finds each storage's last use (the first use seen backwards)."""
     if memo is None:
         memo = Memo()
-    key = (fn, drop)
+    key = (id(fn), drop)
     hit = memo.facts.get(key)
     if hit is not None:
-        return hit
+        return hit[1]
     sigs = memo.sigs
     annotated = False
     alias: dict[Value, Value] = {}  # call results that are an argument's storage
@@ -209,8 +211,9 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             first_ret.setdefault(rr, i)
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
-    fl = memo.facts[key] = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup),
-                                            returned_params, drop, annotated)
+    fl = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup), returned_params,
+                          drop, annotated)
+    memo.facts[key] = (fn, fl)
     return fl
 
 

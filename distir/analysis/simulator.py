@@ -146,6 +146,7 @@ class Simulator(TypeInterpreter):
         self._rec_by_id: dict[int, _Rec] = {}  # the records (kept alive by _recs) by id
         self._costs: dict[tuple, OpCost] = {}
         self._summaries: dict[tuple, CallSummary] = {}
+        self._callees: dict[int, Function] = {}
         self._live_memo = Memo()
         self._canon: dict[Any, Any] = {}  # types and values interned: equal is identical
         self._lv: dict[Op, OpLiveness] = {}  # liveness of the ops of the function running
@@ -351,9 +352,12 @@ class Simulator(TypeInterpreter):
         # Pending arguments stay pending inside (each is a symbol there, see _summarize).
         pending = self._pending
         waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) if pending else ()
-        key = (callee, tuple(map(id, args)), given, drop, waiting)
+        # The callee by identity too (functions compare by structure); ``_callees`` keeps
+        # each summarized one alive so that its id is not reused.
+        key = (id(callee), tuple(map(id, args)), given, drop, waiting)
         s = self._summaries.get(key)
         if s is None:
+            self._callees[id(callee)] = callee
             s = self._summaries[key] = self._summarize(callee, args, given, drop, waiting)
         self._apply(s, op, waiting)
         mem = self._mem

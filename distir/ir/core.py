@@ -2,6 +2,12 @@
 
 Invariants:
 - ``Value`` and ``Op`` compare by identity; types and attributes compare by value.
+- ``Function`` and ``Module`` compare by structure (``==``): the same ops with the same
+  types, attributes and dataflow, whatever the value names (names are hints), so
+  ``parse(dumps(m)) == m``. Initializer values (weights) are data bound to the program, not
+  part of it: the text does not hold them, and ``==`` does not compare them. Inside a
+  function, values stay identity-compared; analyses key their caches by identity
+  (``id``), never by a function's structure.
 - A ``Function`` is a straight line of ops ending in its ``returns``; every value is defined
   once (as a parameter or an op result) before its uses. ``verify`` checks this; constructors
   check only local facts.
@@ -145,6 +151,18 @@ class Function:
     def __repr__(self) -> str:
         return f"<Function @{self.name}: {len(self.params)} params, {len(self.ops)} ops>"
 
+    def __eq__(self, other: object) -> bool:
+        if self is other:
+            return True
+        if not isinstance(other, Function):
+            return NotImplemented
+        return _same_function(self, other, set())
+
+    def __hash__(self) -> int:
+        # Consistent with ``__eq__`` and cheap; a function is mutable while it is built, so
+        # only what no pass changes after construction takes part.
+        return hash((self.name, len(self.params)))
+
 
 class Module:
     """An ordered collection of functions.
@@ -200,6 +218,21 @@ class Module:
     def __repr__(self) -> str:
         return f"<Module {self.filename}: {', '.join('@' + n for n in self.functions)}>"
 
+    def __eq__(self, other: object) -> bool:
+        """Structural: the same functions, in the same order, each equal (``filename`` is
+        where the module came from, not part of it)."""
+        if self is other:
+            return True
+        if not isinstance(other, Module):
+            return NotImplemented
+        if list(self.functions) != list(other.functions):
+            return False
+        seen: set[tuple[int, int]] = set()
+        return all(_same_function(f, other.functions[n], seen)
+                   for n, f in self.functions.items())
+
+    __hash__ = None  # type: ignore[assignment]  # mutable, like a list
+
     @staticmethod
     def of(fn: Function) -> Module:
         """The module holding ``fn`` and, transitively, every function it calls."""
@@ -223,3 +256,38 @@ class Module:
                 k += 1
             names.add(f.name)
         return Module(order)
+
+
+def _same_function(a: Function, b: Function, seen: set[tuple[int, int]]) -> bool:
+    """Whether ``a`` and ``b`` are the same program up to value names: one walk that maps
+    each value of ``a`` to the value of ``b`` defined in the same place. ``seen`` holds
+    the pairs of callees already found equal (or being compared: calls cannot recurse)."""
+    pair = (id(a), id(b))
+    if pair in seen:
+        return True
+    if (a.name != b.name or len(a.params) != len(b.params) or len(a.ops) != len(b.ops)
+            or len(a.returns) != len(b.returns) or a.return_types != b.return_types):
+        return False
+    if any(p.type != q.type for p, q in zip(a.params, b.params)):
+        return False
+    seen.add(pair)
+    to_b: dict[int, Value] = {id(p): q for p, q in zip(a.params, b.params)}
+    for x, y in zip(a.ops, b.ops):
+        if (x.op_type != y.op_type or len(x.inputs) != len(y.inputs)
+                or len(x.outputs) != len(y.outputs) or x.attrs_key != y.attrs_key):
+            return False
+        if x.callee is not None or y.callee is not None:
+            if x.callee is None or y.callee is None or not _same_function(
+                    x.callee, y.callee, seen):
+                return False
+        for u, v in zip(x.inputs, y.inputs):
+            if u is None or v is None:
+                if u is not v:
+                    return False
+            elif to_b.get(id(u)) is not v:
+                return False
+        for u, v in zip(x.outputs, y.outputs):
+            if u.type != v.type:
+                return False
+            to_b[id(u)] = v
+    return all(to_b.get(id(u)) is v for u, v in zip(a.returns, b.returns))

@@ -67,6 +67,7 @@ def test_file_round_trips(path: Path) -> None:
     text = distir.dumps(m)
     m2 = distir.parse(text, filename="printed.dir")
     assert distir.dumps(m2) == text
+    assert m2 == m and m == m2  # the documented contract: parse(dumps(m)) == m
     assert _names(m2) == _names(m)
     assert [f.name for f in m2] == [f.name for f in m]
     for f, f2 in zip(m, m2, strict=True):
