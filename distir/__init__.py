@@ -9,7 +9,9 @@ it with ``distir.transforms``, and simulate, execute or run it::
     types = distir.infer_types(m.entry)
 
 Heavy parts (the ONNX importer, the simulator, the PyTorch backend) are imported on first
-use, so ``import distir`` stays fast.
+use, so ``import distir`` stays fast; every subpackage (``distir.analysis``,
+``distir.transforms``, ``distir.models``, ``distir.importers``, ``distir.backend``) is
+reachable right after ``import distir``.
 """
 
 from __future__ import annotations
@@ -43,6 +45,9 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "import_onnx": ("distir.importers.onnx", "import_onnx"),
     "simulate": ("distir.analysis.simulator", "simulate"),
     "run": ("distir.backend", "run"),
+    "analysis": ("distir.analysis", None),
+    "backend": ("distir.backend", None),
+    "importers": ("distir.importers", None),
     "models": ("distir.models", None),
     "transforms": ("distir.transforms", None),
 }

@@ -49,3 +49,22 @@ def test_import_distir_is_light() -> None:
                        timeout=120)
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout) == []
+
+
+SUBPACKAGES = ("analysis", "backend", "importers", "ir", "models", "transforms", "errors")
+
+
+@pytest.mark.parametrize("name", SUBPACKAGES)
+def test_subpackage_reachable_after_import_distir(name: str) -> None:
+    """In a fresh interpreter, ``import distir`` alone makes each subpackage an attribute
+    (loaded on first use), and loads none of the heavy libraries until then."""
+    code = ("import sys, json, types, distir\n"
+            f"heavy = sorted(h for h in {HEAVY!r} if h in sys.modules)\n"
+            f"mod = getattr(distir, {name!r})\n"
+            "assert isinstance(mod, types.ModuleType), type(mod)\n"
+            f"assert mod.__name__ == 'distir.' + {name!r}, mod.__name__\n"
+            "print(json.dumps(heavy))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout) == []
