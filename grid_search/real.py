@@ -140,9 +140,26 @@ def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
             "median_memory_error": median(mem_err)}
 
 
+def profile_mismatch(hardware: str | None, devices: Sequence[str]) -> str | None:
+    """Why measurements on ``devices`` cannot check predictions for ``hardware``, or ``None``.
+
+    Every shipped profile describes GPUs; runs on the CPU (gloo without GPUs) time other
+    hardware, so their rank correlation and errors say nothing about the simulator."""
+    cpu = sorted({d for d in devices if d.lower().startswith("cpu")})
+    if not cpu or (hardware is not None and "cpu" in str(hardware).lower()):
+        return None
+    prof = f"the profile {hardware}" if hardware else "the hardware profile"
+    return (f"the runs were measured on {', '.join(cpu)}, which {prof} does not describe: "
+            "the figures below compare CPU times with GPU predictions and say nothing about "
+            "the simulator's accuracy (run on the profile's GPUs with --backend nccl, or "
+            "calibrate a profile of these devices with `distir calibrate`)")
+
+
 def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
-            out: str | None = None, backend: str | None = None) -> list[dict[str, Any]]:
-    """Run the ``k`` best fitting rows for real; add measured columns to ``out``."""
+            out: str | None = None, backend: str | None = None,
+            hardware: str | None = None) -> list[dict[str, Any]]:
+    """Run the ``k`` best fitting rows for real; add measured columns to ``out``. When the
+    measuring devices are not those ``hardware`` describes, says so beside the figures."""
     from grid_search.report import best_rows
     from grid_search.search import COLUMNS, read_rows
 
@@ -168,6 +185,10 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x * 100:.1f}%"
 
+    mismatch = profile_mismatch(hardware, [str(m.get("measured_device", ""))
+                                           for m in measured.values()])
+    if mismatch:
+        print(f"\nwarning: {mismatch}")
     print(f"\nMeasured the top {len(configs)} configurations: Spearman's rank correlation "
           f"of predicted and measured latency {acc['spearman']:.3f}, median latency error "
           f"{pct(acc['median_latency_error'])}, median peak-memory error "

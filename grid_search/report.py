@@ -35,6 +35,19 @@ def _gib(x: Any) -> str:
     return f"{_f(x) / 2**30:.2f}"
 
 
+def _why_none(rows: Sequence[dict[str, Any]], n_oom: int, n_ref: int, n_err: int) -> str:
+    """Why no configuration is ranked: memory only when memory is what stopped them all."""
+    if not rows:
+        return "no configuration was simulated"
+    if n_oom == len(rows):
+        return ("no configuration fits in memory: try more devices, a smaller batch, or a "
+                "larger-memory --hardware")
+    reasons = [r for r in rows if r.get("status") in ("error", "refused") and r.get("reason")]
+    first = f"; the first: {reasons[0]['reason']}" if reasons else ""
+    return (f"no configuration could be ranked ({n_oom} out of memory, {n_ref} refused, "
+            f"{n_err} failed){first}")
+
+
 def summarize(rows: Sequence[dict[str, Any]], *, top: int = 10,
               title: str = "") -> str:
     """The text summary printed after a search."""
@@ -50,8 +63,7 @@ def summarize(rows: Sequence[dict[str, Any]], *, top: int = 10,
                  f"{n_ref} refused by the transform, {n_err} failed")
     best = best_rows(rows, top)
     if not best:
-        lines.append("no configuration fits in memory: try more devices, a smaller batch, "
-                     "or a larger-memory --hardware")
+        lines.append(_why_none(rows, n_oom, n_ref, n_err))
         return "\n".join(lines)
     hdr = f"{'rank':>4}  {'batch':>7}  {'configuration':<24} {'latency (ms)':>12} " \
           f"{'throughput (/s)':>16} {'peak mem (GiB)':>15}"

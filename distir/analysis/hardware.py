@@ -40,7 +40,7 @@ from itertools import combinations_with_replacement
 from pathlib import Path
 from typing import Any
 
-from distir.errors import ConfigError
+from distir.errors import ConfigError, Loc
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "collective_factors", "loglog_terms",
@@ -552,8 +552,8 @@ def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except json.JSONDecodeError as e:
-            raise ConfigError(f"{path}:{e.lineno}:{e.colno}: error: invalid JSON in hardware "
-                              f"profile: {e.msg}") from None
+            raise ConfigError(f"invalid JSON in hardware profile: {e.msg}",
+                              Loc(str(path), e.lineno, e.colno)) from None
         if not isinstance(data, dict):
             raise ConfigError(f"{path}: a hardware profile must be a JSON object")
         hw = _CACHE[key] = Hardware.from_json(data, str(path))

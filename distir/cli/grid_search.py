@@ -62,6 +62,11 @@ def run(args: argparse.Namespace) -> int:
     w = workload(args.model, args.preset, num_layers=args.num_layers, width=args.width,
                  n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
                  vocab_size=args.vocab_size, seq_len=args.seq_len, dtype=args.dtype)
+    # A bad profile is the user's to fix before anything is simulated (and would otherwise
+    # fail every configuration alike): the same one-line error as `distir simulate`.
+    from distir.analysis.hardware import load_hardware
+
+    load_hardware(args.hardware)
     if args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: need at least 1")
     if args.resume and not args.out:
@@ -94,5 +99,6 @@ def run(args: argparse.Namespace) -> int:
     if args.run_top:
         from grid_search.real import run_top
 
-        run_top(rows, w, args.run_top, out=args.out, backend=args.backend)
+        run_top(rows, w, args.run_top, out=args.out, backend=args.backend,
+                hardware=args.hardware)
     return 0

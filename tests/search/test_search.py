@@ -168,11 +168,58 @@ def test_run_top_adds_measured_columns(tmp_path, capsys) -> None:
     out = str(tmp_path / "r.csv")
     cs = _configs(2, max_microbatches=2)
     run_search(W, cs, hardware="h200-sxm", out=out, progress=None)
-    merged = run_top(read_rows(out), W, 1, out=out, backend="gloo")
+    merged = run_top(read_rows(out), W, 1, out=out, backend="gloo", hardware="h200-sxm")
     rows = read_rows(out)
     assert len(rows) == len(cs) == len(merged)
     assert set(MEASURED_COLUMNS) <= set(rows[0])
     measured = [r for r in rows if r["measured_status"]]
     assert len(measured) == 1 and measured[0]["measured_status"] == "ok"
     assert float(measured[0]["measured_latency_s"]) > 0
-    assert "Spearman" in capsys.readouterr().out
+    text = capsys.readouterr().out
+    assert "Spearman" in text
+    # CPU times against a GPU profile: said beside the figures, not silently compared.
+    assert "warning: the runs were measured on cpu" in text
+    assert "the profile h200-sxm does not describe" in text
+
+
+def test_profile_mismatch_is_only_for_other_devices() -> None:
+    from grid_search.real import profile_mismatch
+
+    assert profile_mismatch("h100-sxm", ["NVIDIA H100 80GB HBM3"]) is None
+    assert profile_mismatch("h100-sxm", []) is None
+    msg = profile_mismatch("h100-sxm", ["cpu (x86_64)", "cpu (x86_64)"])
+    assert msg is not None and msg.count("cpu (x86_64)") == 1 and "\n" not in msg
+
+
+@pytest.mark.parametrize("hw, expected", [
+    ("tpu-v9", r"^error: unknown hardware profile 'tpu-v9'; available: .*h100-sxm"),
+    ("BAD", r"^\S*bad\.json:2:13: error: invalid JSON in hardware profile: "),
+])
+def test_grid_search_rejects_a_bad_profile_at_once(tmp_path, capsys, hw, expected) -> None:
+    """An unknown or malformed profile stops the command before anything is simulated, with
+    the same one line as `distir simulate` (no doubled "error:"), and no CSV is written."""
+    import re
+
+    from distir.cli import main
+
+    if hw == "BAD":
+        hw = str(tmp_path / "bad.json")
+        (tmp_path / "bad.json").write_text('{\n  "name": 3,,\n}', encoding="utf-8")
+    out = tmp_path / "r.csv"
+    rc = main(["grid-search", "--model", "mlp-1b", "--devices", "2", "--hardware", hw,
+               "--workers", "1", "-o", str(out)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 1 and len(err) == 1 and re.search(expected, err[0]), err
+    assert err[0].count("error:") == 1
+    assert not out.exists()
+    rc = main(["simulate", "examples/mlp_step.dir", "--hardware", hw])
+    assert rc == 1 and capsys.readouterr().err.strip() == err[0]
+
+
+def test_summary_blames_memory_only_when_memory_stopped_everything() -> None:
+    failed = [{"status": "error", "reason": "profile x: broken", "fits": ""}] * 3
+    text = summarize(failed)
+    assert "fits in memory" not in text.splitlines()[-1]
+    assert "3 failed" in text and "profile x: broken" in text
+    oom = [{"status": "oom", "reason": "", "fits": "False"}] * 2
+    assert "no configuration fits in memory" in summarize(oom)
