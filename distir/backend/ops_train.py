@@ -202,3 +202,73 @@ def _adam(s: Static) -> Kernel:
         return (w - step_size * (m_new / denom), m_new, v_new)
 
     return k_dyn
+
+
+@LOWERINGS.register("ConvGrad")
+def _conv_grad(s: Static) -> Kernel:
+    """``aten.convolution_backward``; asymmetric pads are applied to ``x`` first and cropped
+    from ``dx``. A result the program never uses is not computed."""
+    x_t = s.inp(0)
+    n = x_t.rank - 2
+    strides, dil = [int(v) for v in s.attrs["strides"]], [int(v) for v in s.attrs["dilations"]]
+    pads = [int(v) for v in s.attrs["pads"]]
+    pb, pe = pads[:n], pads[n:]
+    group = int(s.attrs["group"])
+    need_x, need_w = s.live_outputs
+    cb = torch.ops.aten.convolution_backward
+    mask = [need_x, need_w, False]
+    if pb == pe:
+        return lambda x, w, dy: cb(dy, x, w, None, strides, pb, dil, False, [0] * n, group,
+                                   mask)[:2]
+    padarg: list[int] = []
+    for b, e in zip(reversed(pb), reversed(pe)):
+        padarg += [b, e]
+    crop = (slice(None), slice(None)) + tuple(slice(b, b + size)
+                                              for b, size in zip(pb, x_t.shape[2:]))
+
+    def k(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple:
+        gx, gw, _ = cb(dy, F.pad(x, padarg), w, None, strides, [0] * n, dil, False, [0] * n,
+                       group, mask)
+        return (gx[crop] if gx is not None else None, gw)
+
+    return k
+
+
+@LOWERINGS.register("MaxPoolGrad", "AveragePoolGrad")
+def _pool_grad(s: Static) -> Kernel:
+    """The gradient of the forward pool's own lowering, by ``torch.autograd``: the same
+    padding, window and count conventions by construction. ``ceil_mode`` is read off the
+    shapes (``dy`` has more outputs than floor division gives)."""
+    x_t, dy_t = s.inp(0), s.inp(1)
+    n = x_t.rank - 2
+    kernel = [int(v) for v in s.attrs["kernel_shape"]]
+    strides = [int(v) for v in s.attrs["strides"]]
+    pads = [int(v) for v in s.attrs["pads"]]
+    dil = [int(v) for v in s.attrs.get("dilations", [1] * n)]
+    ceil = 0
+    for i in range(n):
+        span = x_t.shape[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
+        if span // strides[i] + 1 != dy_t.shape[2 + i]:
+            ceil = 1
+    fwd = "MaxPool" if s.op_type == "MaxPoolGrad" else "AveragePool"
+    attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil,
+             "auto_pad": "NOTSET"}
+    if fwd == "MaxPool":
+        attrs["dilations"] = dil
+    else:
+        attrs["count_include_pad"] = int(s.attrs["count_include_pad"])
+    static = Static(fwd, attrs, (x_t,), (dy_t,), (None,), (True,), (False,), s.device,
+                     s.rank, s.groups)
+    entry = LOWERINGS.get(fwd)
+    if entry is None:
+        raise UnsupportedError(f"{s.op_type} needs the lowering of {fwd}")
+    pool = entry.compile(static)
+
+    def k(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        with torch.enable_grad():
+            xr = x.detach().requires_grad_(True)
+            (y,) = pool(xr)
+            (gx,) = torch.autograd.grad(y, xr, dy)
+        return (gx,)
+
+    return k

@@ -10,13 +10,16 @@ The pieces, each usable alone:
 - ``Layout`` and ``LAYOUT_RULES``: how values are split, op by op;
 - ``stage_order`` / ``ticks``: the GPipe and 1F1B schedules;
 - ``build_stage_functions``, ``MainBuilder``: the per-stage functions and ``@main``;
-- ``dtp``: all of the above, composed.
+- ``dtp``: all of the above, composed;
+- ``grad`` (reverse-mode autodiff by the VJP rules of ``distir.transforms.vjp``) and
+  ``training_step`` (a forward program made into a training step): docs/autodiff.md.
 """
 
 from __future__ import annotations
 
 from distir.transforms.compose import MainBuilder
 from distir.transforms.dtp import dtp
+from distir.transforms.grad import grad
 from distir.transforms.layout import Layout
 from distir.transforms.layout_rules import LAYOUT_RULES
 from distir.transforms.plan import Analysis, Plan, analyze
@@ -24,7 +27,8 @@ from distir.transforms.schedule import SCHEDULES, stage_order, ticks
 from distir.transforms.sharding import Sharding
 from distir.transforms.stages import build_stage_functions
 from distir.transforms.structure import Structure
+from distir.transforms.training import training_step
 
 __all__ = ["dtp", "analyze", "Analysis", "Plan", "Layout", "LAYOUT_RULES", "Sharding",
            "Structure", "SCHEDULES", "stage_order", "ticks", "build_stage_functions",
-           "MainBuilder"]
+           "MainBuilder", "grad", "training_step"]

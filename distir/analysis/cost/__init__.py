@@ -73,7 +73,8 @@ COST_RULES = CostRuleTable("cost")
 ZERO = OpCost(0.0)
 """The cost of a view or a value known before the step (Reshape, Constant, ...)."""
 
-_COST_MODULES = ["distir.analysis.cost.compute", "distir.analysis.cost.comm"]
+_COST_MODULES = ["distir.analysis.cost.compute", "distir.analysis.cost.comm",
+                 "distir.analysis.cost.train", "distir.analysis.cost.structured"]
 _loaded = False
 
 

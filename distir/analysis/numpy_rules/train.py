@@ -209,3 +209,109 @@ def adam(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     denom = np.sqrt(v_new) / bc2_sqrt + eps
     w_new = w - step_size * (m_new / denom)
     return tuple(x.astype(dt, copy=False) for x in (w_new, m_new, v_new))
+
+
+def _windows(kernel: list[int], strides: list[int], dil: list[int], out: tuple[int, ...],
+             ) -> list[tuple[tuple[int, ...], tuple[slice, ...]]]:
+    """Each kernel position (row-major) with the strided slice of the padded input that it
+    reads for every output position."""
+    res = []
+    for k in np.ndindex(*kernel):
+        sl = tuple(slice(ki * di, ki * di + si * (oi - 1) + 1, si)
+                   for ki, di, si, oi in zip(k, dil, strides, out))
+        res.append((k, sl))
+    return res
+
+
+def _padded(x: np.ndarray, kernel: list[int], strides: list[int], dil: list[int],
+            pads: list[int], out: tuple[int, ...], fill: float) -> np.ndarray:
+    """``x`` padded by ``pads`` (begin then end), and further at the end where the windows
+    of ``out`` outputs reach past it (``ceil_mode``), with ``fill``."""
+    n = len(kernel)
+    widths = [(0, 0), (0, 0)]
+    for i in range(n):
+        reach = (out[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1
+        end = max(pads[n + i], reach - x.shape[2 + i] - pads[i])
+        widths.append((pads[i], end))
+    return np.pad(x, widths, constant_values=fill)
+
+
+def _crop(xp: np.ndarray, pads: list[int], shape: tuple[int, ...]) -> np.ndarray:
+    return xp[(slice(None), slice(None)) + tuple(
+        slice(p, p + s) for p, s in zip(pads, shape[2:]))]
+
+
+@NUMPY_RULES.register("ConvGrad")
+def conv_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """``dx`` and ``dw`` of ``Conv(x, w)`` (groups, strides, dilations, explicit pads) given
+    ``dy``, accumulated kernel position by kernel position in float64."""
+    x, w, dy = (np.asarray(a) for a in args)
+    g = int(attrs["group"])
+    n_, c = x.shape[:2]
+    m = w.shape[0]
+    out = dy.shape[2:]
+    kernel = list(w.shape[2:])
+    strides, dil, pads = list(attrs["strides"]), list(attrs["dilations"]), list(attrs["pads"])
+    xp = _padded(x.astype(np.float64), kernel, strides, dil, pads, out, 0.0)
+    dxp = np.zeros_like(xp)
+    dw = np.zeros(w.shape, np.float64)
+    dyg = dy.astype(np.float64).reshape(n_, g, m // g, *out)
+    w64 = w.astype(np.float64)
+    lead = (slice(None), slice(None))
+    for k, sl in _windows(kernel, strides, dil, out):
+        xs = xp[lead + sl].reshape(n_, g, c // g, *out)
+        dw[lead + k] = np.einsum("ngm...,ngc...->gmc", dyg, xs).reshape(m, c // g)
+        wk = w64[lead + k].reshape(g, m // g, c // g)
+        dxp[lead + sl] += np.einsum("ngm...,gmc->ngc...", dyg, wk).reshape(n_, c, *out)
+    return (_crop(dxp, pads, x.shape).astype(x.dtype), dw.astype(w.dtype))
+
+
+@NUMPY_RULES.register("MaxPoolGrad")
+def max_pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """``dy`` routed to the first maximum (in row-major window order) of each window."""
+    x, dy = np.asarray(args[0]), np.asarray(args[1])
+    kernel, strides = list(attrs["kernel_shape"]), list(attrs["strides"])
+    dil, pads = list(attrs["dilations"]), list(attrs["pads"])
+    out = dy.shape[2:]
+    xp = _padded(x.astype(np.float64), kernel, strides, dil, pads, out, -np.inf)
+    wins = _windows(kernel, strides, dil, out)
+    lead = (slice(None), slice(None))
+    y = np.full(dy.shape, -np.inf)
+    for _, sl in wins:
+        y = np.maximum(y, xp[lead + sl])
+    dxp = np.zeros_like(xp)
+    taken = np.zeros(dy.shape, bool)
+    d64 = dy.astype(np.float64)
+    for _, sl in wins:
+        hit = (xp[lead + sl] == y) & ~taken
+        taken |= hit
+        dxp[lead + sl] += np.where(hit, d64, 0.0)
+    return (_crop(dxp, pads, x.shape).astype(x.dtype),)
+
+
+@NUMPY_RULES.register("AveragePoolGrad")
+def average_pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """``dy`` divided by each window's count and spread over the window. The count is the
+    number of window positions inside the input (``count_include_pad=0``) or inside the
+    padded input (``1``); positions past the padding (``ceil_mode``) never count."""
+    x, dy = np.asarray(args[0]), np.asarray(args[1])
+    kernel, strides, pads = list(attrs["kernel_shape"]), list(attrs["strides"]), \
+        list(attrs["pads"])
+    dil = [1] * len(kernel)
+    out = dy.shape[2:]
+    n = len(kernel)
+    ones = np.ones((1, 1) + x.shape[2:])
+    if attrs["count_include_pad"]:
+        ones = np.pad(ones, [(0, 0), (0, 0)] + [(pads[i], pads[n + i]) for i in range(n)],
+                      constant_values=1.0)
+        mask = _padded(ones, kernel, strides, dil, [0] * (2 * n), out, 0.0)
+    else:
+        mask = _padded(ones, kernel, strides, dil, pads, out, 0.0)
+    wins = _windows(kernel, strides, dil, out)
+    lead = (slice(None), slice(None))
+    count = sum(mask[lead + sl] for _, sl in wins)
+    share = dy.astype(np.float64) / np.maximum(count, 1.0)
+    xp = _padded(np.zeros(x.shape), kernel, strides, dil, pads, out, 0.0)
+    for _, sl in wins:
+        xp[lead + sl] += share
+    return (_crop(xp, pads, x.shape).astype(x.dtype),)

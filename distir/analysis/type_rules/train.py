@@ -153,3 +153,44 @@ def adam(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     if isinstance(s, Concrete) and float(s.value.reshape(-1)[0]) < 1:
         raise fail(f"step counts from 1 (the first step), got {s.value.reshape(-1)[0]}")
     return (w, w, w)
+
+
+def _window_attrs(attrs: dict[str, Any], n: int, names: tuple[str, ...]) -> None:
+    for name in names:
+        v = attrs.get(name)
+        want = 2 * n if name == "pads" else n
+        if not isinstance(v, tuple) or len(v) != want:
+            raise fail(f"{name} must list {want} integers for {n} spatial dimensions, got {v}")
+
+
+def _pooled_shape(x: TensorType, dy: TensorType, channels: int) -> None:
+    if x.rank < 3:
+        raise fail(f"x must be (N, C, spatial...), got shape {x.shape}")
+    if dy.rank != x.rank or dy.shape[0] != x.shape[0] or dy.shape[1] != channels:
+        raise fail(f"dy must be ({x.shape[0]}, {channels}, spatial...) of rank {x.rank}, got "
+                   f"shape {dy.shape}")
+
+
+@TYPE_RULES.register("ConvGrad")
+def conv_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, w, dy = (tensor(a, n) for a, n in zip(args, ("x", "w", "dy")))
+    same_dtype([x, w, dy], op_type)
+    _float(x, "x")
+    _pooled_shape(x, dy, w.shape[0] if w.rank else 0)
+    g = attrs["group"]
+    if w.rank != x.rank or g < 1 or x.shape[1] != w.shape[1] * g or w.shape[0] % g:
+        raise fail(f"w {w.shape} does not fit x {x.shape} with group={g}")
+    _window_attrs(attrs, x.rank - 2, ("strides", "pads", "dilations"))
+    return (x, w)
+
+
+@TYPE_RULES.register("MaxPoolGrad", "AveragePoolGrad")
+def pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, dy = tensor(args[0], "x"), tensor(args[1], "dy")
+    same_dtype([x, dy], op_type)
+    _float(x, "x")
+    _pooled_shape(x, dy, x.shape[1] if x.rank else 0)
+    names = ("kernel_shape", "strides", "pads") + (
+        ("dilations",) if op_type == "MaxPoolGrad" else ())
+    _window_attrs(attrs, x.rank - 2, names)
+    return (x,)

@@ -1,0 +1,225 @@
+"""VJP rules of elementwise ops: arithmetic with numpy broadcasting (each operand's
+gradient summed back to its shape), activations and casts.
+
+Every rule returns one cotangent per input (``None`` where ``need`` is false or there is no
+gradient); derivatives are written with the ops' own results where that saves work
+(``Exp``, ``Sqrt``, ``Tanh``, ``Sigmoid`` reuse ``y``).
+"""
+
+from __future__ import annotations
+
+import math
+
+from distir.ir.core import Value
+from distir.transforms.vjp import VJP_RULES, VJPContext
+
+
+def _to(cx: VJPContext, g: Value, i: int) -> Value:
+    """``g`` (shaped like the result) summed back to input ``i``'s shape."""
+    return cx.sum_to(g, cx.ty().shape, cx.tx(i).shape)
+
+
+@VJP_RULES.register("Add", "Sum")
+def add(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d = douts[0]
+    return tuple(_to(cx, d, i) if n else None for i, n in enumerate(need))
+
+
+@VJP_RULES.register("Sub")
+def sub(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d = douts[0]
+    return (_to(cx, d, 0) if need[0] else None,
+            _to(cx, cx.emit("Neg", d), 1) if need[1] else None)
+
+
+@VJP_RULES.register("Mul")
+def mul(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d = douts[0]
+    return (_to(cx, cx.mul(d, cx.x(1)), 0) if need[0] else None,
+            _to(cx, cx.mul(d, cx.x(0)), 1) if need[1] else None)
+
+
+@VJP_RULES.register("Div")
+def div(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    q = cx.emit("Div", douts[0], cx.x(1))  # d / b
+    gb = None
+    if need[1]:  # -d * a / b^2 = -(d / b) * y
+        gb = _to(cx, cx.emit("Neg", cx.mul(q, cx.y())), 1)
+    return (_to(cx, q, 0) if need[0] else None, gb)
+
+
+@VJP_RULES.register("Neg")
+def neg(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("Neg", douts[0]),)
+
+
+@VJP_RULES.register("Identity")
+def identity(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (douts[0],)
+
+
+@VJP_RULES.register("Dropout")
+def dropout(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The identity in inference mode (``training_mode`` omitted or false); in training mode
+    the gradient is masked and scaled like the data, which needs the mask result."""
+    mode = cx.known(2)
+    training = cx.has(2) and (mode is None or bool(mode.reshape(-1)[0]))
+    if not training:
+        return (douts[0], None, None)[:cx.n_in]
+    if len(cx.op.outputs) < 2:
+        raise cx.fail("Dropout in training mode needs its mask result to be named")
+    ratio = cx.known(1)
+    r = 0.5 if not cx.has(1) else None if ratio is None else float(ratio.reshape(-1)[0])
+    if r is None:
+        raise cx.fail("the Dropout ratio must be known before the step")
+    t = cx.tx(0)
+    mask = cx.emit("Cast", cx.y(1), to=t.dtype)
+    g = cx.mul(cx.mul(douts[0], mask), cx.scalar(1.0 / (1.0 - r), t))
+    return (g, None, None)[:cx.n_in]
+
+
+@VJP_RULES.register("Cast")
+def cast(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    t = cx.tx(0)
+    if not t.dtype.is_float:
+        return (None,)
+    return (cx.emit("Cast", douts[0], to=t.dtype),)
+
+
+@VJP_RULES.register("Pow")
+def pow_(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d, a = douts[0], cx.x(0)
+    ta = cx.tx(0)
+    ga = gb = None
+    if need[0]:
+        e = cx.known(1)
+        if e is not None and e.size == 1:
+            ev = float(e.reshape(-1)[0])
+            if ev == 2.0:
+                slope = cx.mul(a, cx.scalar(2.0, ta))
+            elif ev == 1.0:
+                slope = cx.scalar(1.0, ta)
+            else:
+                slope = cx.mul(cx.emit("Pow", a, cx.scalar(ev - 1.0, ta)), cx.scalar(ev, ta))
+        else:
+            eb = cx.x(1) if cx.tx(1).dtype == ta.dtype else cx.emit("Cast", cx.x(1),
+                                                                     to=ta.dtype)
+            slope = cx.mul(cx.emit("Pow", a, cx.emit("Sub", eb, cx.scalar(1.0, ta))), eb)
+        ga = _to(cx, cx.mul(d, slope), 0)
+    if need[1]:
+        gb = _to(cx, cx.mul(cx.mul(d, cx.y()), cx.emit("Log", a)), 1)
+    return (ga, gb)
+
+
+@VJP_RULES.register("Sqrt")
+def sqrt(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("Div", cx.mul(douts[0], cx.scalar(0.5, cx.ty())), cx.y()),)
+
+
+@VJP_RULES.register("Exp")
+def exp(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.mul(douts[0], cx.y()),)
+
+
+@VJP_RULES.register("Log")
+def log(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("Div", douts[0], cx.x(0)),)
+
+
+@VJP_RULES.register("Reciprocal")
+def reciprocal(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    y = cx.y()
+    return (cx.emit("Neg", cx.mul(douts[0], cx.mul(y, y))),)
+
+
+@VJP_RULES.register("Erf")
+def erf(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x, t = cx.x(0), cx.tx(0)
+    g = cx.emit("Exp", cx.emit("Neg", cx.mul(x, x)))
+    return (cx.mul(douts[0], cx.mul(g, cx.scalar(2.0 / math.sqrt(math.pi), t))),)
+
+
+@VJP_RULES.register("Tanh")
+def tanh(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    y, t = cx.y(), cx.ty()
+    return (cx.mul(douts[0], cx.emit("Sub", cx.scalar(1.0, t), cx.mul(y, y))),)
+
+
+@VJP_RULES.register("Sigmoid")
+def sigmoid(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    y, t = cx.y(), cx.ty()
+    return (cx.mul(douts[0], cx.mul(y, cx.emit("Sub", cx.scalar(1.0, t), y))),)
+
+
+@VJP_RULES.register("Softplus")
+def softplus(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.mul(douts[0], cx.emit("Sigmoid", cx.x(0))),)
+
+
+@VJP_RULES.register("Sin")
+def sin(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.mul(douts[0], cx.emit("Cos", cx.x(0))),)
+
+
+@VJP_RULES.register("Cos")
+def cos(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("Neg", cx.mul(douts[0], cx.emit("Sin", cx.x(0)))),)
+
+
+@VJP_RULES.register("Relu")
+def relu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("ReluGrad", cx.x(0), douts[0]),)
+
+
+@VJP_RULES.register("Gelu")
+def gelu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.emit("GeluGrad", cx.x(0), douts[0], approximate=cx.attrs["approximate"]),)
+
+
+@VJP_RULES.register("LeakyRelu")
+def leaky_relu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    pos = cx.emit("Greater", x, cx.scalar(0.0, t))
+    return (cx.emit("Where", pos, d, cx.mul(d, cx.scalar(float(cx.attrs["alpha"]), t))),)
+
+
+@VJP_RULES.register("HardSwish")
+def hard_swish(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``x * clip(x / 6 + 1/2, 0, 1)``: slope 0 below -3, 1 above 3, ``x / 3 + 1/2`` between
+    (PyTorch's convention at the two kinks)."""
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    mid = cx.emit("Add", cx.mul(x, cx.scalar(1.0 / 3.0, t)), cx.scalar(0.5, t))
+    upper = cx.emit("Where", cx.emit("Greater", x, cx.scalar(3.0, t)), cx.scalar(1.0, t), mid)
+    slope = cx.emit("Where", cx.emit("Less", x, cx.scalar(-3.0, t)), cx.scalar(0.0, t), upper)
+    return (cx.mul(d, slope),)
+
+
+@VJP_RULES.register("Abs")
+def abs_(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    return (cx.emit("Where", cx.emit("Less", x, cx.scalar(0.0, t)), cx.emit("Neg", d), d),)
+
+
+@VJP_RULES.register("Clip", "Max", "Min")
+def pass_where_equal(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The gradient flows to the operand the result equals (``Clip``: where ``x`` was not
+    clipped; ``Max``/``Min``: to every operand equal to the result)."""
+    d, y, t = douts[0], cx.y(), cx.ty()
+    zero = cx.scalar(0.0, t)
+    out: list[Value | None] = []
+    for i, n in enumerate(need):
+        if not n or (cx.op.op_type == "Clip" and i > 0):
+            out.append(None)
+            continue
+        g = cx.emit("Where", cx.emit("Equal", cx.x(i), y), d, zero)
+        out.append(_to(cx, g, i))
+    return tuple(out)
+
+
+@VJP_RULES.register("Where")
+def where(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d, c = douts[0], cx.x(0)
+    zero = cx.scalar(0.0, cx.ty())
+    return (None,
+            _to(cx, cx.emit("Where", c, d, zero), 1) if need[1] else None,
+            _to(cx, cx.emit("Where", c, zero, d), 2) if need[2] else None)

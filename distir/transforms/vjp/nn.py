@@ -1,0 +1,216 @@
+"""VJP rules of the neural-network ops: products, convolution, normalization, softmax,
+pooling.
+
+``MatMul``/``Gemm`` use the gradient ops ``MatMulGrad``/``GemmGrad`` (a result nobody reads
+is not computed); ``Conv``, ``MaxPool`` and ``AveragePool`` use ``ConvGrad``,
+``MaxPoolGrad`` and ``AveragePoolGrad`` (there is no composite of forward ops for them),
+with padding resolved to explicit ``pads`` from the static shapes. Normalizations and
+softmax are composites of forward ops (reductions over the normalized axes).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from distir.ir.core import Value
+from distir.transforms.vjp import VJP_RULES, VJPContext
+
+
+@VJP_RULES.register("MatMul")
+def matmul(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    da, db = cx.emit("MatMulGrad", cx.x(0), cx.x(1), douts[0])
+    return (da if need[0] else None, db if need[1] else None)
+
+
+@VJP_RULES.register("Gemm")
+def gemm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    a = {k: cx.attrs[k] for k in ("alpha", "beta", "transA", "transB")}
+    if len(need) > 2 and need[2]:
+        da, db, dc = cx.emit("GemmGrad", cx.x(0), cx.x(1), cx.x(2), douts[0], n=3, **a)
+        return (da if need[0] else None, db if need[1] else None, dc)
+    if not (need[0] or need[1]):
+        return (None,) * len(need)
+    da, db = cx.emit("GemmGrad", cx.x(0), cx.x(1), douts[0], n=2, **a)
+    return (da if need[0] else None, db if need[1] else None) + (None,) * (len(need) - 2)
+
+
+def spatial(cx: VJPContext, kernel: list[int]) -> dict[str, Any]:
+    """Strides, dilations and explicit begin/end ``pads`` of a conv or pool, with
+    ``auto_pad`` resolved from the input's static shape."""
+    x = cx.tx(0)
+    n = x.rank - 2
+    strides = list(cx.attrs.get("strides") or [1] * n)
+    dil = list(cx.attrs.get("dilations") or [1] * n)
+    pads = list(cx.attrs.get("pads") or [0] * (2 * n))
+    auto = cx.attrs.get("auto_pad", "NOTSET")
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        for i in range(n):
+            size = x.shape[2 + i]
+            out = -(-size // strides[i])
+            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size, 0)
+            small = total // 2
+            pads[i], pads[n + i] = ((small, total - small) if auto == "SAME_UPPER"
+                                    else (total - small, small))
+    elif auto == "VALID":
+        pads = [0] * (2 * n)
+    return {"strides": strides, "dilations": dil, "pads": pads}
+
+
+@VJP_RULES.register("Conv")
+def conv(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    w = cx.tx(1)
+    sp = spatial(cx, list(cx.attrs.get("kernel_shape") or w.shape[2:]))
+    d = douts[0]
+    gx = gw = gb = None
+    if need[0] or need[1]:
+        gx, gw = cx.emit("ConvGrad", cx.x(0), cx.x(1), d, group=int(cx.attrs["group"]), **sp)
+    if len(need) > 2 and need[2]:
+        gb = cx.reduce_sum(d, [0] + list(range(2, cx.ty().rank)), keepdims=False)
+    return (gx if need[0] else None, gw if need[1] else None, gb)[:len(need)]
+
+
+@VJP_RULES.register("MaxPool")
+def max_pool(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    kernel = list(cx.attrs["kernel_shape"])
+    sp = spatial(cx, kernel)
+    if douts[0] is None:
+        raise cx.fail("only the pooled result of MaxPool has a gradient, not its indices")
+    return (cx.emit("MaxPoolGrad", cx.x(0), douts[0], kernel_shape=kernel, **sp),)
+
+
+@VJP_RULES.register("AveragePool")
+def average_pool(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    kernel = list(cx.attrs["kernel_shape"])
+    sp = spatial(cx, kernel)
+    if any(v != 1 for v in sp.pop("dilations")):
+        raise cx.fail("AveragePool with dilations")
+    return (cx.emit("AveragePoolGrad", cx.x(0), douts[0], kernel_shape=kernel,
+                    count_include_pad=int(cx.attrs.get("count_include_pad", 0)), **sp),)
+
+
+@VJP_RULES.register("GlobalAveragePool")
+def global_average_pool(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x = cx.tx(0)
+    count = 1
+    for s in x.shape[2:]:
+        count *= s
+    g = cx.mul(douts[0], cx.scalar(1.0 / count, x))
+    return (cx.emit("Expand", g, cx.ints(x.shape)),)
+
+
+@VJP_RULES.register("Softmax")
+def softmax(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``y * (d - sum(d * y))`` over the softmax axis."""
+    y, d = cx.y(), douts[0]
+    axis = int(cx.attrs["axis"]) % cx.ty().rank
+    s = cx.reduce_sum(cx.mul(d, y), [axis], keepdims=True)
+    return (cx.mul(y, cx.emit("Sub", d, s)),)
+
+
+@VJP_RULES.register("LogSoftmax")
+def log_softmax(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``d - exp(y) * sum(d)`` over the axis."""
+    y, d = cx.y(), douts[0]
+    axis = int(cx.attrs["axis"]) % cx.ty().rank
+    s = cx.reduce_sum(d, [axis], keepdims=True)
+    return (cx.emit("Sub", d, cx.mul(cx.emit("Exp", y), s)),)
+
+
+def _mean(cx: VJPContext, v: Value, axes: list[int]) -> Value:
+    return cx.emit("ReduceMean", v, cx.ints(axes), keepdims=1)
+
+
+def _normalized_grad(cx: VJPContext, g: Value, xhat: Value, rstd: Value,
+                     axes: list[int]) -> Value:
+    """The input gradient of ``xhat = (x - mean(x)) * rstd`` (statistics over ``axes``) given
+    ``g``, the cotangent of ``xhat``: ``rstd * (g - mean(g) - xhat * mean(g * xhat))``."""
+    c = cx.emit("Sub", g, _mean(cx, g, axes))
+    c = cx.emit("Sub", c, cx.mul(xhat, _mean(cx, cx.mul(g, xhat), axes)))
+    return cx.mul(rstd, c)
+
+
+def _stats(cx: VJPContext, axes: list[int], eps: float) -> tuple[Value, Value]:
+    """``(x - mean) * rstd`` and ``rstd`` of input 0 over ``axes`` (biased variance)."""
+    x, t = cx.x(0), cx.tx(0)
+    xc = cx.emit("Sub", x, _mean(cx, x, axes))
+    var = _mean(cx, cx.mul(xc, xc), axes)
+    rstd = cx.emit("Reciprocal", cx.emit("Sqrt", cx.emit("Add", var, cx.scalar(eps, t))))
+    return cx.mul(xc, rstd), rstd
+
+
+@VJP_RULES.register("LayerNormalization")
+def layer_norm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Statistics over the axes from ``axis`` on (recomputed from ``x``); only the
+    normalized result ``Y`` has a gradient."""
+    x = cx.tx(0)
+    d = douts[0]
+    if d is None:
+        raise cx.fail("only Y of LayerNormalization has a gradient, not its mean or "
+                      "inverse standard deviation")
+    axes = list(range(int(cx.attrs["axis"]) % x.rank, x.rank))
+    xhat, rstd = _stats(cx, axes, float(cx.attrs["epsilon"]))
+    out: list[Value | None] = [None] * len(need)
+    if need[0]:
+        out[0] = _normalized_grad(cx, cx.mul(d, cx.x(1)), xhat, rstd, axes)
+    if need[1]:
+        out[1] = cx.sum_to(cx.mul(d, xhat), x.shape, cx.tx(1).shape)
+    if len(need) > 2 and need[2]:
+        out[2] = cx.sum_to(d, x.shape, cx.tx(2).shape)
+    return tuple(out)
+
+
+@VJP_RULES.register("BatchNormalization")
+def batch_norm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """In training mode the statistics are the batch's (over every axis but 1), and the
+    running statistics get no gradient; in inference mode ``mean`` and ``var`` are inputs
+    like any other and get their gradients."""
+    x = cx.tx(0)
+    d = douts[0]
+    if d is None:
+        raise cx.fail("only Y of BatchNormalization has a gradient, not its running "
+                      "statistics")
+    axes = [0] + list(range(2, x.rank))
+    chan = (x.shape[1],) + (1,) * (x.rank - 2)
+    eps = float(cx.attrs["epsilon"])
+    scale = cx.reshape(cx.x(1), chan)
+    out: list[Value | None] = [None] * len(need)
+    if int(cx.attrs.get("training_mode", 0)):
+        xhat, rstd = _stats(cx, axes, eps)
+        if need[0]:
+            out[0] = _normalized_grad(cx, cx.mul(d, scale), xhat, rstd, axes)
+    else:
+        t = cx.tx(0)
+        var = cx.reshape(cx.x(4), chan)
+        rstd = cx.emit("Reciprocal", cx.emit("Sqrt", cx.emit("Add", var, cx.scalar(eps, t))))
+        xc = cx.emit("Sub", cx.x(0), cx.reshape(cx.x(3), chan))
+        xhat = cx.mul(xc, rstd)
+        if need[0]:
+            out[0] = cx.mul(d, cx.mul(scale, rstd))
+        if need[3]:
+            g = cx.emit("Neg", cx.mul(cx.reduce_sum(d, axes, True), cx.mul(scale, rstd)))
+            out[3] = cx.reshape(g, (x.shape[1],))
+        if need[4]:  # d/dvar of rstd is -rstd^3 / 2
+            r3 = cx.mul(rstd, cx.mul(rstd, rstd))
+            g = cx.mul(cx.reduce_sum(cx.mul(d, xc), axes, True),
+                       cx.mul(scale, cx.mul(r3, cx.scalar(-0.5, t))))
+            out[4] = cx.reshape(g, (x.shape[1],))
+    if need[1]:
+        out[1] = cx.reshape(cx.reduce_sum(cx.mul(d, xhat), axes, False), (x.shape[1],))
+    if need[2]:
+        out[2] = cx.reshape(cx.reduce_sum(d, axes, False), (x.shape[1],))
+    return tuple(out)
+
+
+@VJP_RULES.register("MSELoss")
+def mse_loss(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``MSELossGrad`` (``p - y``, scaled for ``reduction="mean"``) times the cotangent."""
+    g = cx.times(cx.emit("MSELossGrad", cx.x(0), cx.x(1), reduction=cx.attrs["reduction"]),
+                 douts[0])
+    return (g if need[0] else None, cx.emit("Neg", g) if need[1] else None)
+
+
+@VJP_RULES.register("SoftmaxCrossEntropyLoss")
+def softmax_cross_entropy(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    g = cx.emit("SoftmaxCrossEntropyLossGrad", cx.x(0), cx.x(1),
+                reduction=cx.attrs["reduction"])
+    return (cx.times(g, douts[0]), None)

@@ -1,0 +1,180 @@
+"""VJP rules of shape, indexing and reduction ops.
+
+Views go back by the inverse view (``Reshape`` to the input's static shape, the inverse
+permutation). ``Slice`` pads its cotangent with zero blocks (``Concat``) for unit steps and
+scatters it otherwise; ``Gather`` (an embedding lookup) scatter-adds its cotangent into
+zeros with ``ScatterND(reduction="add")``, so repeated indices add up. Shape and index
+inputs (axes, bounds, indices) must be known before the step, as type propagation already
+requires of them, and never get a gradient.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distir.ir.core import Value
+from distir.ir.types import DType
+from distir.transforms.vjp import VJP_RULES, VJPContext
+
+
+def _back_to_input(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    out: list[Value | None] = [cx.reshape(douts[0], cx.tx(0).shape)]
+    return tuple(out + [None] * (len(need) - 1))
+
+
+VJP_RULES.register("Reshape", "Flatten", "Squeeze", "Unsqueeze")(_back_to_input)
+
+
+@VJP_RULES.register("Transpose")
+def transpose(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    rank = cx.tx(0).rank
+    perm = cx.attrs.get("perm")
+    p = list(range(rank - 1, -1, -1)) if perm is None else [int(a) % rank for a in perm]
+    inv = [0] * rank
+    for i, a in enumerate(p):
+        inv[a] = i
+    return (cx.emit("Transpose", douts[0], perm=inv),)
+
+
+@VJP_RULES.register("Expand")
+def expand(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    return (cx.sum_to(douts[0], cx.ty().shape, cx.tx(0).shape), None)
+
+
+@VJP_RULES.register("Concat")
+def concat(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    rank = cx.ty().rank
+    axis = int(cx.attrs["axis"]) % rank
+    sizes = [cx.tx(i).shape[axis] for i in range(cx.n_in)]
+    if len(sizes) == 1:
+        return (douts[0],)
+    parts = cx.emit("Split", douts[0], cx.ints(sizes), axis=axis, n=len(sizes))
+    return tuple(p if n else None for p, n in zip(parts, need))
+
+
+@VJP_RULES.register("Split")
+def split(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    rank = cx.tx(0).rank
+    axis = int(cx.attrs.get("axis", 0)) % rank
+    parts = [d if d is not None else cx.zeros(cx.ty(j)) for j, d in enumerate(douts)]
+    g = parts[0] if len(parts) == 1 else cx.emit("Concat", *parts, axis=axis)
+    return (g,) + (None,) * (len(need) - 1)
+
+
+def _slice_index(cx: VJPContext) -> tuple[slice, ...]:
+    """The numpy index of a ``Slice`` with known bounds."""
+    shape = cx.tx(0).shape
+    starts = cx.known_ints(1, "starts")
+    ends = cx.known_ints(2, "ends")
+    axes = cx.known_ints(3, "axes") if cx.has(3) else list(range(len(starts)))
+    steps = cx.known_ints(4, "steps") if cx.has(4) else [1] * len(starts)
+    idx = [slice(None)] * len(shape)
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        idx[a % len(shape)] = slice(s, e, st)
+    return tuple(idx)
+
+
+@VJP_RULES.register("Slice")
+def slice_(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    shape = cx.tx(0).shape
+    t = cx.ty()
+    idx = _slice_index(cx)
+    rest = (None,) * (len(need) - 1)
+    bounds = [s.indices(n) for s, n in zip(idx, shape)]
+    if all(st == 1 for _, _, st in bounds):
+        g = douts[0]
+        cur = list(t.shape)
+        for ax, (lo, hi, _) in enumerate(bounds):
+            hi = max(hi, lo)
+            if lo == 0 and hi == shape[ax]:
+                continue
+            pieces = []
+            if lo > 0:
+                pieces.append(cx.zeros(t.with_shape(tuple(cur[:ax] + [lo] + cur[ax + 1:]))))
+            pieces.append(g)
+            if shape[ax] - hi > 0:
+                pieces.append(cx.zeros(t.with_shape(
+                    tuple(cur[:ax] + [shape[ax] - hi] + cur[ax + 1:]))))
+            cur[ax] = shape[ax]
+            g = cx.emit("Concat", *pieces, axis=ax)
+        return (g,) + rest
+    # Other steps: scatter into the flattened input by the statically known positions.
+    n = int(np.prod(shape))
+    pos = np.arange(n, dtype=np.int64).reshape(shape)[idx].reshape(-1, 1)
+    flat = cx.emit("ScatterND", cx.zeros(t.with_shape((n,))), cx.const(pos),
+                   cx.reshape(douts[0], (pos.shape[0],)))
+    return (cx.reshape(flat, shape),) + rest
+
+
+@VJP_RULES.register("Gather")
+def gather(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Scatter-add of the cotangent into zeros of the data's shape, along ``axis`` (moved
+    to the front and back with ``Transpose`` when it is not 0). Known negative indices
+    are wrapped; indices computed in the step are taken to be non-negative."""
+    data, it = cx.tx(0), cx.tx(1)
+    rank, axis = data.rank, int(cx.attrs.get("axis", 0)) % data.rank
+    d = douts[0]
+    known = cx.known(1)
+    idx = cx.x(1)
+    if known is not None and (known < 0).any():
+        idx = cx.const(np.where(known < 0, known + data.shape[axis], known).astype(np.int64))
+    elif it.dtype is not DType.Int64:
+        idx = cx.emit("Cast", idx, to=DType.Int64)
+    idx = cx.emit("Unsqueeze", idx, cx.ints([it.rank]))
+    k = it.rank
+    if axis != 0:
+        # d has axes data[:axis] + I + data[axis+1:]: bring the I axes to the front.
+        perm = list(range(axis, axis + k)) + list(range(axis)) + list(
+            range(axis + k, rank - 1 + k))
+        d = cx.emit("Transpose", d, perm=perm)
+    moved = (data.shape[axis],) + data.shape[:axis] + data.shape[axis + 1:]
+    g = cx.emit("ScatterND", cx.zeros(data.with_shape(moved)), idx, d, reduction="add")
+    if axis != 0:
+        back = list(range(1, axis + 1)) + [0] + list(range(axis + 1, rank))
+        g = cx.emit("Transpose", g, perm=back)
+    return (g, None)
+
+
+def _reduce_axes(cx: VJPContext) -> list[int] | None:
+    """The reduced axes (``None``: the op is the identity), normalized."""
+    rank = cx.tx(0).rank
+    axes = cx.known_ints(1, "axes") if cx.has(1) else []
+    if not axes:
+        return None if cx.attrs.get("noop_with_empty_axes", 0) else list(range(rank))
+    return sorted(a % rank for a in axes)
+
+
+def _spread(cx: VJPContext, d: Value, axes: list[int]) -> Value:
+    """A reduction's cotangent broadcast back over the reduced axes."""
+    x = cx.tx(0)
+    if not cx.attrs.get("keepdims", 1):
+        d = cx.reshape(d, tuple(1 if i in axes else s for i, s in enumerate(x.shape)))
+    return cx.emit("Expand", d, cx.ints(x.shape))
+
+
+@VJP_RULES.register("ReduceSum", "ReduceMean")
+def reduce_sum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    axes = _reduce_axes(cx)
+    rest = (None,) * (len(need) - 1)
+    if axes is None:
+        return (douts[0],) + rest
+    x = cx.tx(0)
+    d = douts[0]
+    if cx.op.op_type == "ReduceMean":
+        count = int(np.prod([x.shape[a] for a in axes]))
+        d = cx.mul(d, cx.scalar(1.0 / max(count, 1), x))
+    return (_spread(cx, d, axes),) + rest
+
+
+@VJP_RULES.register("ReduceMax")
+def reduce_max(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The cotangent goes to every element equal to its maximum."""
+    axes = _reduce_axes(cx)
+    rest = (None,) * (len(need) - 1)
+    if axes is None:
+        return (douts[0],) + rest
+    x = cx.tx(0)
+    y = _spread(cx, cx.y(), axes)
+    hit = cx.emit("Equal", cx.x(0), y)
+    g = cx.emit("Where", hit, _spread(cx, douts[0], axes), cx.scalar(0.0, x))
+    return (g,) + rest
