@@ -53,18 +53,9 @@ def parse_dims(items: list[str]) -> dict[str, int]:
 
 
 def _write_npz(path: str, arrays: dict[str, Any]) -> None:
-    """Write ``arrays`` as an uncompressed ``.npz``; any string may be a key (``np.savez``
-    would take keys such as ``file`` as its own arguments)."""
-    import zipfile
+    from distir.ir.text import write_weights
 
-    import numpy as np
-
-    tmp = path + ".tmp"
-    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
-        for name, arr in arrays.items():
-            with z.open(name + ".npy", "w", force_zip64=True) as f:
-                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
-    os.replace(tmp, path)
+    write_weights(path, arrays)
 
 
 def _header(args: argparse.Namespace, n_weights: int, weights: str | None) -> str:

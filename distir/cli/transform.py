@@ -44,9 +44,19 @@ def run_transform(args: argparse.Namespace) -> int:
         return 0
     with open(args.output, "w", encoding="utf-8") as f:
         f.write(text)
+    weights = ""
+    if fn.initializers:
+        # Printed names are unique; bind each value to its parameter's printed name.
+        from distir.ir.text import weights_path, write_weights
+
+        printed = distir.parse(text, args.output).entry.params
+        by_pos = {p.name: q.name for p, q in zip(fn.params, printed)}
+        wp = weights_path(args.output)
+        write_weights(wp, {by_pos[k]: a for k, a in fn.initializers.items() if k in by_pos})
+        weights = f"; weights of {len(fn.initializers)} parameters in {wp}"
     n_dev = args.dp * args.tp * args.pp
     written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
     sys.stdout.write(f"wrote {args.output}: {n_dev} device{'s' * (n_dev != 1)}, "
                      f"{len(list(fn.callees())) + 1} functions, {written:,} ops "
-                     f"({fn.num_ops(inline_calls=True):,} with calls inlined)\n")
+                     f"({fn.num_ops(inline_calls=True):,} with calls inlined){weights}\n")
     return 0

@@ -10,7 +10,7 @@ from distir.ir.parser import parse_module
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 
-__all__ = ["parse", "load", "weights_path"]
+__all__ = ["parse", "load", "weights_path", "write_weights"]
 
 
 def parse(text: str, filename: str = "<string>") -> Module:
@@ -24,6 +24,23 @@ def weights_path(path: str | os.PathLike[str]) -> str:
     """Where the values of a module's large parameters live: ``X.npz`` beside ``X.dir``."""
     base, _ = os.path.splitext(os.fspath(path))
     return base + ".npz"
+
+
+def write_weights(path: str | os.PathLike[str], arrays: dict[str, object]) -> None:
+    """Write ``arrays`` to ``path`` as an uncompressed ``.npz`` that ``load`` reads back (any
+    string may be a key: ``np.savez`` would take keys such as ``file`` as its own
+    arguments). Written to a temporary file first, so a failure leaves no half file."""
+    import zipfile
+
+    import numpy as np
+
+    p = os.fspath(path)
+    tmp = p + ".tmp"
+    with zipfile.ZipFile(tmp, "w", zipfile.ZIP_STORED, allowZip64=True) as z:
+        for name, arr in arrays.items():
+            with z.open(name + ".npy", "w", force_zip64=True) as f:
+                np.lib.format.write_array(f, np.asarray(arr), allow_pickle=False)
+    os.replace(tmp, p)
 
 
 def load(path: str | os.PathLike[str]) -> Module:

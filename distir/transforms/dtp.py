@@ -11,7 +11,12 @@ from __future__ import annotations
 from distir._util import no_gc
 from distir.ir.core import Function, Module
 from distir.transforms.compose import MainBuilder
-from distir.transforms.placement import distribute, gather_results, placed_params
+from distir.transforms.placement import (
+    distribute,
+    gather_results,
+    placed_initializers,
+    placed_params,
+)
 from distir.transforms.plan import Analysis, Plan, analyze
 from distir.transforms.stages import build_stage_functions
 
@@ -48,10 +53,11 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     with no_gc():
         groups = build_stage_functions(plan, layer_functions)
         mb = MainBuilder(plan, groups)
+        origin = None
         if self_contained:
             distribute(mb)
         else:
-            placed_params(mb)
+            origin = placed_params(mb)
         mb.split_microbatches()
         mb.hoist_all()
         mb.run_schedule()
@@ -61,4 +67,6 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
         out = mb.build(an.fn.name, returns)
         if self_contained:  # same parameters: the same bound weights (imported models)
             out.initializers = dict(an.fn.initializers)
+        elif origin is not None and an.fn.initializers:  # each placed part of a weight
+            out.initializers = placed_initializers(mb, origin, an.fn.initializers)
         return out

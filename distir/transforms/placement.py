@@ -26,11 +26,14 @@ from distir.transforms.compose import MainBuilder
 from distir.transforms.emit import base_name
 from distir.transforms.layout import B, T
 
-__all__ = ["placed_params", "distribute", "gather_results"]
+__all__ = ["placed_params", "placed_initializers", "distribute", "gather_results"]
 
 
-def placed_params(mb: MainBuilder) -> None:
+def placed_params(mb: MainBuilder) -> dict[Value, tuple[Value, int, int]]:
+    """Append the placed parameters; returns, for each, the sequential parameter it holds a
+    part of, with its replica and rank (see ``placed_initializers``)."""
     plan, sh = mb.plan, mb.plan.sh
+    origin: dict[Value, tuple[Value, int, int]] = {}
     for p in mb.prog.fn.params:
         stages = mb.param_stages.get(p)
         if not stages:
@@ -44,6 +47,41 @@ def placed_params(mb: MainBuilder) -> None:
                         for t, n in enumerate(names)]
                 mb.params.extend(vals)
                 mb.env[(p, None, d, s)] = vals
+                origin.update((v, (p, d, t)) for t, v in enumerate(vals))
+    return origin
+
+
+def placed_initializers(mb: MainBuilder, origin: dict[Value, tuple[Value, int, int]],
+                        values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    """The values of the placed parameters whose sequential parameter is bound (``values``,
+    the sequential function's initializers, by name): each rank's shard of a split weight,
+    each replica's slice of a split batch input, a copy of anything else; by placed name.
+
+    The same parts ``distribute`` sends, computed here with numpy, so that a distributed
+    imported model keeps its weights."""
+    plan, sh = mb.plan, mb.plan.sh
+    out: dict[str, np.ndarray] = {}
+    for v, (p, d, t) in origin.items():
+        a = values.get(p.name or "")
+        if a is None or v.name is None:
+            continue
+        a = np.asarray(a)
+        lay = sh.layout[p]
+        if p in sh.data:
+            if plan.dp > 1:
+                a = np.split(a, plan.dp, axis=lay.axis(B))[d]
+        elif T in lay.marks and plan.tp > 1:
+            axis, g = lay.marks.index(T), lay.groups
+            n = a.shape[axis]
+            grouped = a.reshape(a.shape[:axis] + (g, n // g) + a.shape[axis + 1:])
+            part = np.split(grouped, plan.tp, axis=axis + 1)[t]
+            a = part.reshape(a.shape[:axis] + (n // plan.tp,) + a.shape[axis + 1:])
+        want = v.type.shape if isinstance(v.type, TensorType) else None
+        if want is not None and tuple(a.shape) != tuple(want):
+            raise TransformError(f"the value of %{p.name} ({tuple(a.shape)}) does not give "
+                                 f"%{v.name} its shape {tuple(want)}")
+        out[v.name] = np.ascontiguousarray(a)
+    return out
 
 
 class _Out:
