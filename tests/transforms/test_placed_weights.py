@@ -8,8 +8,8 @@ import pytest
 
 import distir
 from distir.analysis import random_inputs
-from distir.analysis.interpreter import NumpyInterpreter
 from distir.analysis.api import bind_inputs
+from distir.analysis.interpreter import NumpyInterpreter
 from distir.transforms import dtp
 
 from .helpers import cfg_id
