@@ -98,6 +98,12 @@ class Plan:
     def _check_layers(self) -> None:
         n, pp = self.st.num_layers, self.pp
         name = self.prog.fn.name
+        if pp == 1:  # one stage holds the whole program, layers or not
+            return
+        if n == 0:
+            raise TransformError(f"pp={pp} cuts a program into stages at its repeated layers, "
+                                 f"and @{name} has none that the transform recognises: use "
+                                 "pp=1")
         if pp > n:
             raise TransformError(f"pp={pp} is more pipeline stages than the {n} layer"
                                  f"{'s' * (n != 1)} of @{name}")

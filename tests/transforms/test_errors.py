@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 import distir
@@ -25,6 +26,12 @@ def _gpt2(d_model: int, n_head: int) -> distir.Function:
                               seq_len=4, batch_size=2)
 
 
+def _no_layers() -> distir.Function:
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (8, 4), 0))
+    return b.ret(b.op("Relu", x, name="y"))
+
+
 CASES = [
     (lambda: dtp(_mlp(batch=6), dp=4),
      r"^error: dp=4 does not divide the batch size 6 \(dimension 0 of %x\)$"),
@@ -33,6 +40,9 @@ CASES = [
      r"dp=2\)$"),
     (lambda: dtp(_mlp(layers=2), pp=4),
      r"^error: pp=4 is more pipeline stages than the 2 layers of @main$"),
+    (lambda: dtp(_no_layers(), pp=2),
+     r"^error: pp=2 cuts a program into stages at its repeated layers, and @main has none "
+     r"that the transform recognises: use pp=1$"),
     (lambda: dtp(_mlp(layers=4), pp=3),
      r"^error: pp=3 does not divide the 4 layers of @main: every stage gets the same "
      r"number of layers$"),
@@ -90,3 +100,11 @@ def test_cli_prints_one_line_and_exits_1(tmp_path: Path, capsys: pytest.CaptureF
     assert main(["transform", str(src), "--dp", "4"]) == 1
     err = capsys.readouterr().err
     assert err == "error: dp=4 does not divide the batch size 6 (dimension 0 of %x)\n"
+
+
+def test_pp1_never_needs_layers() -> None:
+    """One stage holds the whole program, whether or not it has repeated layers."""
+    fn = _no_layers()
+    out = dtp(fn, pp=1)
+    x = np.arange(32, dtype=np.float32).reshape(8, 4) - 16
+    np.testing.assert_array_equal(distir.execute(out, [x])[0], np.maximum(x, 0))
