@@ -1,10 +1,13 @@
 """Launching runs: local worker processes kept across programs, and ``torchrun``.
 
-``Session(world_size, backend)`` starts one process per device (``torch.multiprocessing``
-with the ``spawn`` method; NCCL on GPUs, gloo on the CPU) and keeps them, with their
-process groups, until it is closed, so running k programs costs one start-up. Each
-``Session.run`` projects the program (``distir.analysis.projection``), sends every worker
-its rank's program as pickled IR, and waits for their results under a watchdog:
+``Session(world_size, backend)`` starts one process per device (NCCL on GPUs, gloo on the
+CPU) and keeps them, with their process groups, until it is closed, so running k programs
+costs one start-up. The workers are fresh interpreters running distir's own worker module
+(``distir.backend.procs``), never copies of the user's script, so ``distir.run`` works from
+a plain script, a notebook or ``python -c`` without an ``if __name__ == "__main__":``
+guard. Each ``Session.run`` projects the program (``distir.analysis.projection``), sends
+every worker its rank's program as DistIR text with its inputs as numpy arrays
+(``distir.backend.wire``), and waits for their results under a watchdog:
 
 - a rank out of memory gives a ``RunResult`` with ``status == "oom"`` (not an exception);
 - an error in any rank raises a one-line ``DistIRError`` (``UnsupportedError`` for an op
@@ -13,9 +16,9 @@ its rank's program as pickled IR, and waits for their results under a watchdog:
   kills every worker and raises ``BackendError`` saying which communication each rank was
   in; the next ``run`` starts fresh workers.
 
-Workers are daemonic, ignore interrupts (the launcher stops them) and exit by themselves
-when the launcher disappears; ``close`` (and leaving the ``with`` block, whatever the
-reason) terminates and then kills any that remain.
+Workers ignore interrupts (they run in a session of their own; the launcher stops them)
+and exit by themselves when the launcher disappears; ``close`` (and leaving the ``with``
+block, whatever the reason) terminates and then kills any that remain.
 
 Under ``torchrun`` (the ``RANK``, ``WORLD_SIZE`` and ``LOCAL_RANK`` variables set),
 ``TorchrunSession`` runs this process's rank in place, with ``env://`` rendezvous, and
@@ -25,9 +28,6 @@ gathers the results on rank 0.
 from __future__ import annotations
 
 import os
-import queue
-import shutil
-import tempfile
 import time
 from collections.abc import Sequence
 from typing import Any
@@ -35,7 +35,9 @@ from typing import Any
 import numpy as np
 
 from distir.analysis.projection import Projection, project
+from distir.backend.procs import LocalWorkers
 from distir.backend.timing import COMM_ERROR, ERROR, OOM, RankResult, RunResult
+from distir.backend.wire import task_message
 from distir.backend.worker import RankTask
 from distir.errors import BackendError, ConfigError, DistIRError, ExecutionError
 from distir.ir.core import Function, Module
@@ -208,12 +210,8 @@ class Session:
         self.timeout_s = timeout_s
         self.start_timeout_s = start_timeout_s
         self.watchdog_s = timeout_s + GRACE_S if watchdog_s is None else watchdog_s
-        self.procs: list[Any] = []
         self.device_name = ""
-        self._tmp: str | None = None
-        self._results: Any = None
-        self._commands: list[Any] = []
-        self._progress: Any = None
+        self._workers: LocalWorkers | None = None
         self._broken = False
 
     # -- lifecycle ------------------------------------------------------------------------
@@ -226,34 +224,18 @@ class Session:
 
     @property
     def pids(self) -> list[int]:
-        return [p.pid for p in self.procs]
+        return self._workers.pids if self._workers is not None else []
 
     @property
     def started(self) -> bool:
-        return bool(self.procs)
+        return self._workers is not None
 
     def start(self) -> None:
         """Start the workers and wait until every one has joined the process group."""
-        if self.procs:
+        if self._workers is not None:
             return
-        import torch.multiprocessing as mp
-
-        from distir.backend.worker import worker_main
-
-        ctx = mp.get_context("spawn")
-        self._tmp = tempfile.mkdtemp(prefix="distir-run-")
-        init = "file://" + os.path.join(self._tmp, "store")
-        self._results = ctx.Queue()
-        self._commands = [ctx.Queue() for _ in range(self.world_size)]
-        self._progress = ctx.Array("q", 3 * self.world_size, lock=False)
-        ppid = os.getpid()
+        self._workers = LocalWorkers(self.world_size, self.backend, self.timeout_s)
         try:
-            for r in range(self.world_size):
-                p = ctx.Process(target=worker_main, name=f"distir-rank{r}", daemon=True,
-                                args=(r, self.world_size, self.backend, init, self.timeout_s,
-                                      self._commands[r], self._results, self._progress, ppid))
-                p.start()
-                self.procs.append(p)
             ready: dict[int, str] = {}
             deadline = time.monotonic() + self.start_timeout_s
             while len(ready) < self.world_size:
@@ -271,34 +253,9 @@ class Session:
     def close(self, kill: bool = False) -> None:
         """Stop the workers: ask them to leave (unless ``kill``), then terminate and kill
         whatever remains. Safe to call more than once."""
-        procs, self.procs = self.procs, []
-        if not kill:
-            for q in self._commands:
-                try:
-                    q.put(None)
-                except Exception:  # noqa: BLE001 - a closed queue: the worker is gone
-                    pass
-            end = time.monotonic() + 10.0
-            for p in procs:
-                p.join(max(0.0, end - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.terminate()
-        end = time.monotonic() + 3.0
-        for p in procs:
-            p.join(max(0.0, end - time.monotonic()))
-        for p in procs:
-            if p.is_alive():
-                p.kill()
-                p.join(5.0)
-        for q in [*self._commands, self._results]:
-            if q is not None:
-                q.cancel_join_thread()
-                q.close()
-        self._commands, self._results = [], None
-        if self._tmp is not None:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = None
+        workers, self._workers = self._workers, None
+        if workers is not None:
+            workers.stop(kill=kill)
 
     # -- running --------------------------------------------------------------------------
     def run(self, fn: Function | Module | Projection, inputs: Sequence[Any] | None = None, *,
@@ -326,15 +283,18 @@ class Session:
                               f"the session has {self.world_size} processes")
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=outputs,
                            memory_limit=memory_limit, seed=seed)
+        messages = [task_message(t) for t in tasks]  # programs as DistIR text
         if self._broken:
             self.close(kill=True)
         self.start()
-        for i in range(len(self._progress)):
-            self._progress[i] = -1 if i % 3 == 0 else 0
+        w = self._workers
+        assert w is not None
+        for i in range(len(w.progress)):
+            w.progress[i] = -1 if i % 3 == 0 else 0
         try:
-            for q, t in zip(self._commands, tasks):
-                q.put(t)
-            results = self._collect(proj)
+            for r, m in enumerate(messages):
+                w.send(r, m)  # a rank that has died is reported by _collect
+            results = self._collect(proj, w)
         except BaseException:
             self.close(kill=True)
             raise
@@ -344,49 +304,52 @@ class Session:
 
     def _get(self, deadline: float, doing: str) -> tuple:
         """The next message from the workers; raises if one died or time ran out."""
+        w = self._workers
+        assert w is not None
         while True:
-            try:
-                return self._results.get(timeout=0.2)  # type: ignore[no-any-return]
-            except queue.Empty:
-                pass
-            for r, p in enumerate(self.procs):
-                if p.exitcode is not None:
-                    code = p.exitcode
-                    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                    self.close(kill=True)
-                    raise BackendError(f"the worker of rank {r} died while {doing} ({how}); "
-                                       "its output above may say why")
+            msg = w.next(0.2)
+            if msg is not None:
+                self._check_lost(msg)
+                return msg
+            dead = w.exited()
+            if dead is not None:
+                self.close(kill=True)
+                raise BackendError(f"the worker of rank {dead[0]} died while {doing} "
+                                   f"({dead[1]}); its output above may say why")
             if time.monotonic() > deadline:
                 self.close(kill=True)
                 raise BackendError(f"timed out after {self.start_timeout_s:g} s {doing}")
 
-    def _collect(self, proj: Projection) -> list[RankResult]:
+    def _check_lost(self, msg: tuple) -> None:
+        if msg[0] == "lost":
+            self.close(kill=True)
+            raise BackendError(f"a reply from the worker of rank {msg[1]} could not be read "
+                               f"({msg[2]}); the workers were stopped")
+
+    def _collect(self, proj: Projection, w: LocalWorkers) -> list[RankResult]:
         results: dict[int, RankResult] = {}
-        beats = self._beats()
+        beats = self._beats(w)
         last_change = time.monotonic()
         while len(results) < self.world_size:
-            try:
-                msg = self._results.get(timeout=0.2)
-            except queue.Empty:
-                msg = None
-            if msg is not None and msg[0] == "result":
-                results[msg[1]] = msg[2]
-                last_change = time.monotonic()
+            msg = w.next(0.2)
+            if msg is not None:
+                self._check_lost(msg)
+                if msg[0] == "result":
+                    results[msg[1]] = msg[2]
+                    last_change = time.monotonic()
                 continue
-            for r, p in enumerate(self.procs):
-                if p.exitcode is not None and r not in results:
-                    code = p.exitcode
-                    how = f"killed by signal {-code}" if code < 0 else f"exit status {code}"
-                    where = self._where(proj)
-                    self.close(kill=True)
-                    raise BackendError(f"the worker of rank {r} died while running "
-                                       f"@{proj.name} ({how}); {where}")
+            dead = w.exited(ignore=set(results))
+            if dead is not None:
+                where = self._where(proj, w)
+                self.close(kill=True)
+                raise BackendError(f"the worker of rank {dead[0]} died while running "
+                                   f"@{proj.name} ({dead[1]}); {where}")
             now = time.monotonic()
-            b = self._beats()
+            b = self._beats(w)
             if b != beats:
                 beats, last_change = b, now
             elif now - last_change > self.watchdog_s:
-                where = self._where(proj)
+                where = self._where(proj, w)
                 self.close(kill=True)
                 raise BackendError(
                     f"@{proj.name} hung: no rank made progress for {self.watchdog_s:g} s; "
@@ -394,11 +357,11 @@ class Session:
                     "longer than the timeout (raise timeout_s)")
         return [results[r] for r in range(self.world_size)]
 
-    def _beats(self) -> tuple[int, ...]:
-        p = self._progress
+    def _beats(self, w: LocalWorkers) -> tuple[int, ...]:
+        p = w.progress
         return tuple(p[3 * r + 2] for r in range(self.world_size))
 
-    def _where(self, proj: Projection) -> str:
+    def _where(self, proj: Projection, w: LocalWorkers) -> str:
         """Where each rank is, from the progress slots: the communication it is in."""
         kinds: dict[int, str] = {}
         for prog in proj.programs:
@@ -408,7 +371,7 @@ class Session:
                     kind = "Send" if op.op_type == "Recv" else op.op_type
                     kinds[int(attrs["seq"])] = f"{kind} over devices {list(attrs['group'])}"
         parts = []
-        p = self._progress
+        p = w.progress
         for r in range(self.world_size):
             seq, state = p[3 * r], p[3 * r + 1]
             if seq < 0:

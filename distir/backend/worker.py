@@ -2,9 +2,9 @@
 
 ``RankRunner`` holds what a rank keeps between programs (its device, its process groups);
 ``RankRunner.run(task)`` runs one program and returns a ``RankResult``. It is used by the
-local workers (``worker_main``, started by ``distir.backend.launch.Session``) and by
-``torchrun`` processes alike. Programs arrive as pickled IR objects, so a worker never
-imports the text parser (nor ``lark``).
+local workers (``distir.backend.worker_process``, fresh interpreters started by
+``distir.backend.launch.Session``, which receive their programs as DistIR text) and by
+``torchrun`` processes (which project the program themselves) alike.
 
 Failure protocol: every rank reports its status at each barrier (``agree``), so when one
 rank fails (out of memory, an error in an op) all ranks stop at the same step. A rank that
@@ -15,12 +15,7 @@ fails in the middle of a step runs the rest of its communication on dummy buffer
 from __future__ import annotations
 
 import gc
-import os
 import re
-import signal
-import sys
-import threading
-import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,7 +25,7 @@ from distir.analysis.projection import RankProgram
 from distir.backend.timing import COMM_ERROR, ERROR, OK, OOM, RankResult, StepTimer
 from distir.errors import DistIRError
 
-__all__ = ["RankTask", "RankRunner", "worker_main", "to_torch", "to_numpy"]
+__all__ = ["RankTask", "RankRunner", "describe", "to_torch", "to_numpy"]
 
 
 @dataclass(slots=True)
@@ -135,7 +130,7 @@ class RankRunner:
             res.static_peak_bytes = compiled.static_peak_bytes
             inputs = self.bind(task)
         except Exception as e:  # noqa: BLE001 - reported to the caller, with its kind
-            mine, res.message = (OOM if is_oom(e) else ERROR), _describe(e)
+            mine, res.message = (OOM if is_oom(e) else ERROR), describe(e)
             res.error_type = type(e).__name__
         is_cuda = self.device.type == "cuda"
         try:
@@ -158,7 +153,7 @@ class RankRunner:
                         res.times_s.append(dt)
                 except Exception as e:  # noqa: BLE001
                     mine = OOM if is_oom(e) else (COMM_ERROR if _comm_failure(e) else ERROR)
-                    res.message = _describe(e, step, compiled.failed_at)  # type: ignore[union-attr]
+                    res.message = describe(e, step, compiled.failed_at)  # type: ignore[union-attr]
                     res.error_type = type(e).__name__
                 self.beat()
                 step += 1
@@ -169,7 +164,7 @@ class RankRunner:
                 res.outputs = [to_numpy(o) for o in outs]
         except Exception as e:  # noqa: BLE001 - the barrier itself failed: a broken group
             mine = COMM_ERROR
-            res.message = res.message or _describe(e)
+            res.message = res.message or describe(e)
         res.status = mine
         del compiled, inputs
         gc.collect()
@@ -177,6 +172,17 @@ class RankRunner:
             torch.cuda.empty_cache()
             if task.memory_limit is not None:  # the cap was this program's only
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
+        return res
+
+    def refuse(self, message: str, error_type: str) -> RankResult:
+        """The result for a task this rank could not even read: it still meets the other
+        ranks at their first barrier, carrying its error, so they stop there too."""
+        res = RankResult(self.rank, status=ERROR, message=message, error_type=error_type,
+                         device_name=self.device_name)
+        try:
+            self.agree(ERROR)
+        except Exception:  # noqa: BLE001 - the barrier itself failed: a broken group
+            res.status = COMM_ERROR
         return res
 
     def memory_cap(self, task: RankTask) -> int | None:
@@ -207,7 +213,7 @@ class RankRunner:
 _SOURCE_PLACE = re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
 
 
-def _describe(e: BaseException, step: int | None = None, op: str | None = None) -> str:
+def describe(e: BaseException, step: int | None = None, op: str | None = None) -> str:
     """One line: where (the op and step, when known), then the error."""
     where = ", ".join(x for x in (f"at {op}" if op else "",
                                   f"step {step}" if step is not None else "") if x)
@@ -236,59 +242,3 @@ def _device_name(device: Any) -> str:
     import platform
 
     return f"cpu ({platform.machine()})"
-
-
-def _watch_parent(ppid: int) -> None:
-    """Exit when the launching process is gone (so no worker outlives a killed session)."""
-    while True:
-        time.sleep(0.5)
-        if os.getppid() != ppid:
-            os._exit(3)
-
-
-def worker_main(rank: int, world_size: int, backend: str, init_method: str,
-                timeout_s: float, commands: Any, results: Any, progress: Any,
-                ppid: int) -> None:
-    """The loop of a local worker process: set up, then run tasks until told to stop.
-
-    Interrupts go to the launcher, which stops the workers itself."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    threading.Thread(target=_watch_parent, args=(ppid,), daemon=True).start()
-    import datetime
-
-    import torch
-    import torch.distributed as dist
-
-    try:
-        if backend == "nccl":
-            torch.cuda.set_device(rank)
-            device = torch.device("cuda", rank)
-            dist.init_process_group("nccl", init_method=init_method, rank=rank,
-                                    world_size=world_size, device_id=device,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
-        else:
-            # Share the cores: oversubscribed OpenMP threads spin against each other.
-            torch.set_num_threads(max(1, (os.cpu_count() or 1) // world_size))
-            device = torch.device("cpu")
-            dist.init_process_group("gloo", init_method=init_method, rank=rank,
-                                    world_size=world_size,
-                                    timeout=datetime.timedelta(seconds=timeout_s))
-        runner = RankRunner(rank, world_size, backend, device, timeout_s, progress)
-        runner.agree(OK)
-    except Exception as e:  # noqa: BLE001
-        results.put(("fatal", rank, _describe(e)))
-        return
-    results.put(("ready", rank, runner.device_name))
-    while True:
-        cmd = commands.get()
-        if cmd is None:
-            break
-        res = runner.run(cmd)
-        results.put(("result", rank, res))
-    try:
-        dist.destroy_process_group()
-    except Exception:  # noqa: BLE001 - leaving anyway
-        pass
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)  # skip the interpreter's slow teardown of torch

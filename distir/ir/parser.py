@@ -212,9 +212,10 @@ class _Builder:
 
     def result(self, c: list) -> Value:
         tok = c[0]
+        ty = c[1] if len(c) > 1 else None
         if tok.type == "DISCARD":
-            return Value("_", None, self.loc(tok))
-        return Value(self.value_name(tok), c[1] if len(c) > 1 else None, self.loc(tok))
+            return Value("_", ty, self.loc(tok))
+        return Value(self.value_name(tok), ty, self.loc(tok))
 
     def define(self, v: Value) -> None:
         name = v.name
@@ -262,6 +263,13 @@ class _Builder:
             self.define(v)
         return op
 
+    def noresults(self, c: list) -> Op:
+        # `() = Op(...)`: an op that gives no results (a projected program's Send on its
+        # source device); the verifier rejects it in a user's program.
+        op: Op = c[-1]
+        op.outputs = ()
+        return op
+
     def ret(self, c: list) -> _Return:
         return _Return([self.use(t) for t in c[1:]], self.loc(c[0]))
 
@@ -301,7 +309,8 @@ class _Builder:
         returns: list[Value] | None = None
         for s in c[1:-1]:
             if returns is not None:
-                where = s.loc if isinstance(s, _Return) else (s.outputs[0].loc or s.loc)
+                where = s.loc if isinstance(s, _Return) or not s.outputs else (
+                    s.outputs[0].loc or s.loc)
                 raise ParseError(f"statement after return: `return` must be the last "
                                  f"statement of @{name}", where)
             if isinstance(s, _Return):

@@ -171,11 +171,11 @@ class _Printer:
             rhs = f"{op.op_type}({args})"
         outs = []
         for v in op.outputs:
-            if v.name == "_":
-                outs.append("_")
+            if v.name == "_":  # discarded, but its declared type is kept
+                outs.append("_" if v.type is None else f"_: {self.ty(v.type)}")
             else:
                 outs.append(self.value_decl(namer, v))
-        return f"{', '.join(outs)} = {rhs}"
+        return f"{', '.join(outs) or '()'} = {rhs}"
 
     def function(self, fn: Function) -> str:
         namer = Namer()
