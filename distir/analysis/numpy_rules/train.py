@@ -255,14 +255,15 @@ def conv_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
     xp = _padded(x.astype(np.float64), kernel, strides, dil, pads, out, 0.0)
     dxp = np.zeros_like(xp)
     dw = np.zeros(w.shape, np.float64)
-    dyg = dy.astype(np.float64).reshape(n_, g, m // g, *out)
+    pix = int(np.prod(out))
+    dyg = dy.astype(np.float64).reshape(n_, g, m // g, pix)
     w64 = w.astype(np.float64)
     lead = (slice(None), slice(None))
     for k, sl in _windows(kernel, strides, dil, out):
-        xs = xp[lead + sl].reshape(n_, g, c // g, *out)
-        dw[lead + k] = np.einsum("ngm...,ngc...->gmc", dyg, xs).reshape(m, c // g)
+        xs = xp[lead + sl].reshape(n_, g, c // g, pix)
+        dw[lead + k] = np.einsum("ngmp,ngcp->gmc", dyg, xs).reshape(m, c // g)
         wk = w64[lead + k].reshape(g, m // g, c // g)
-        dxp[lead + sl] += np.einsum("ngm...,gmc->ngc...", dyg, wk).reshape(n_, c, *out)
+        dxp[lead + sl] += np.einsum("ngmp,gmc->ngcp", dyg, wk).reshape(n_, c, *out)
     return (_crop(dxp, pads, x.shape).astype(x.dtype), dw.astype(w.dtype))
 
 
