@@ -236,9 +236,9 @@ def _conv_grad(s: Static) -> Kernel:
 
 @LOWERINGS.register("MaxPoolGrad", "AveragePoolGrad")
 def _pool_grad(s: Static) -> Kernel:
-    """The gradient of the forward pool's own lowering, by ``torch.autograd``: the same
-    padding, window and count conventions by construction. ``ceil_mode`` is read off the
-    shapes (``dy`` has more outputs than floor division gives)."""
+    """The gradient of the forward pool's own lowering, by ``torch.autograd`` (on a copy of
+    ``x``): the same padding, window and count conventions by construction. ``ceil_mode``
+    is read off the shapes (``dy`` has more outputs than floor division gives)."""
     x_t, dy_t = s.inp(0), s.inp(1)
     n = x_t.rank - 2
     kernel = [int(v) for v in s.attrs["kernel_shape"]]
@@ -265,10 +265,12 @@ def _pool_grad(s: Static) -> Kernel:
     pool = entry.compile(static)
 
     def k(x: torch.Tensor, dy: torch.Tensor) -> tuple:
-        with torch.enable_grad():
-            xr = x.detach().requires_grad_(True)
+        # Programs run under inference mode, whose tensors autograd cannot record: the
+        # input is copied out of it.
+        with torch.inference_mode(False), torch.enable_grad():
+            xr = x.clone().requires_grad_(True)
             (y,) = pool(xr)
-            (gx,) = torch.autograd.grad(y, xr, dy)
+            (gx,) = torch.autograd.grad(y, xr, dy.clone())
         return (gx,)
 
     return k
