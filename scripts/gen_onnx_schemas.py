@@ -15,7 +15,7 @@ from onnx import defs, helper
 OPSET = 21
 
 # The minimum set of the spec (shared/spec/ops.md), then a few more that exported
-# transformers and image models commonly use.
+# transformers and image models commonly use (the last four lines: issue 14's zoo ops).
 OPS = """
 Abs Add AveragePool BatchNormalization Cast Concat Constant ConstantOfShape Conv Div Dropout
 Equal Erf Exp Expand Flatten Gather Gelu Gemm GlobalAveragePool Identity LayerNormalization
@@ -23,6 +23,10 @@ Less Log LRN MatMul Max MaxPool Mul Neg Not Pow Range Reciprocal ReduceMean Redu
 Reshape Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Unsqueeze Where
 Clip Min Greater And Or Trilu Tile ReduceMax LogSoftmax Floor Ceil Sin Cos LeakyRelu
 Softplus IsNaN GreaterOrEqual LessOrEqual ArgMax ScatterND
+HardSwish HardSigmoid Mish Selu Elu Round Atan Sign IsInf Mod PRelu Xor CastLike
+GatherElements GatherND ScatterElements OneHot NonZero CumSum TopK Einsum ArgMin
+ReduceMin ReduceProd ReduceL2 ReduceL1 ReduceSumSquare ReduceLogSumExp
+Pad Resize DepthToSpace SpaceToDepth InstanceNormalization GroupNormalization
 """.split()
 
 _KIND = {

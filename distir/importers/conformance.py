@@ -22,7 +22,7 @@ import os
 import re
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import numpy as np
 import onnx
@@ -30,9 +30,10 @@ from onnx import TensorProto, numpy_helper
 
 from distir.importers._onnx_graph import DTYPES, dtype_name
 from distir.importers.onnx import import_onnx, unsupported_ops
+from distir.ir._onnx_schemas import ONNX_SCHEMAS
 from distir.ir.types import DType, TensorType
 
-__all__ = ["SPEC_OPS", "NodeCase", "node_cases", "exclusion", "run_node_case",
+__all__ = ["SPEC_OPS", "ZOO_OPS", "NodeCase", "node_cases", "exclusion", "run_node_case",
            "assert_similar", "light_models", "light_input", "light_expected", "LIGHT_RTOL",
            "light_random_weights"]
 
@@ -44,6 +45,11 @@ Reshape Shape Sigmoid Slice Softmax Split Sqrt Squeeze Sub Sum Tanh Transpose Un
 """.split())
 """The minimum op set of the spec (shared/spec/ops.md)."""
 
+ZOO_OPS: tuple[str, ...] = tuple(sorted(set(ONNX_SCHEMAS) - set(SPEC_OPS)))
+"""The other ONNX ops DistIR defines: those that exported Hugging Face and torchvision-like
+models use beyond the minimum set (``scripts/gen_onnx_schemas.py``). Their cases run the
+same way as the minimum set's."""
+
 # Inputs whose values fix the result's shape, by op and input index: type propagation
 # needs them known, so the harness gives them to it as values, as a model would give them
 # as initializers or constants. Every other input is given to it by its type only.
@@ -51,6 +57,10 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Reshape": (1,), "Expand": (1,), "ConstantOfShape": (0,), "Slice": (1, 2, 3, 4),
     "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,),
     "ReduceMax": (1,), "Split": (1,), "Range": (0, 1, 2), "Tile": (1,),
+    **dict.fromkeys(("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+                     "ReduceLogSumExp"), (1,)),
+    "OneHot": (1,), "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3),
+    "NonZero": (0,),  # its result's shape is the count of its input's non-zero values
 }
 
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
@@ -58,8 +68,8 @@ _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")
 
 @dataclass(frozen=True)
 class NodeCase:
-    """One node test case of an op of the minimum set. ``excluded`` is the reason it is
-    outside DistIR's spec, or ``None``."""
+    """One node test case of an op (of ``SPEC_OPS`` or ``ZOO_OPS``). ``excluded`` is the
+    reason it is outside DistIR's spec, or ``None``."""
 
     op: str
     name: str
@@ -135,7 +145,7 @@ def exclusion(case: NodeCase) -> str | None:
         ops = ", ".join(sorted(bad))
         body = "its expanded function body" if _EXPANDED.search(case.name) else "it"
         return f"{body} uses {ops}, outside DistIR's op set"
-    gap = _opset_type_gap(g)
+    gap = _opset_type_gap(g) or _opset_form_gap(case.model)
     if gap is not None:
         return gap
     if case.op == "Dropout" and _random_dropout(case):
@@ -171,6 +181,36 @@ def _opset_type_gap(g: onnx.GraphProto) -> str | None:
             if t not in allowed:
                 return (f"{n.op_type} at opset {OPSET} does not take {dtype_name(elem[x])} "
                         f"(a later opset added it), and DistIR's ops are opset {OPSET}'s")
+    return None
+
+
+def _opset_form_gap(model: onnx.ModelProto) -> str | None:
+    """Why a node of a model written for a later opset than DistIR's has no form at
+    DistIR's opset, or ``None``: it sets an attribute that the later opset added
+    (``SpaceToDepth``'s ``mode``), or it is a ``Mod`` of floats with ``fmod=0``, which
+    opset 21 forbids (its floats need ``fmod=1``) and a later opset defined. (A model of an
+    earlier opset is converted up: its old attributes are the converter's to map.)"""
+    from distir.ir.schemas import OPSET
+
+    g = model.graph
+    if max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+           default=OPSET) <= OPSET:
+        return None
+    elem = {vi.name: vi.type.tensor_type.elem_type for vi in g.input}
+    floats = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+    for n in g.node:
+        spec = ONNX_SCHEMAS.get(n.op_type)
+        if n.domain not in ("", "ai.onnx") or spec is None:
+            continue
+        known = {a[0] for a in cast("tuple[tuple[Any, ...], ...]", spec["attrs"])}
+        extra = sorted(a.name for a in n.attribute if a.name not in known)
+        if extra:
+            return (f"{n.op_type}'s attribute {extra[0]} came after opset {OPSET}, DistIR's "
+                    "opset")
+        fmod = next((a.i for a in n.attribute if a.name == "fmod"), 0)
+        if n.op_type == "Mod" and not fmod and elem.get(n.input[0]) in floats:
+            return (f"Mod of floats with fmod=0 is invalid at opset {OPSET} (DistIR's), "
+                    "which wants fmod=1; a later opset defined it")
     return None
 
 

@@ -163,6 +163,50 @@ CASES: list[C] = [(op, [f32(3, 4)], {}, 1) for op in UNARY] + [
     ("Constant", [], {"value_ints": (1, 2, 3)}, 1),
 ]
 
+# The ops of exported Hugging Face / torchvision-like models (issue 14).
+CASES += [(op, [f32(3, 4)], {}, 1) for op in (
+    "HardSwish", "HardSigmoid", "Mish", "Selu", "Elu", "Round", "Atan", "Sign")] + [
+    ("HardSigmoid", [f32(3, 4)], {"alpha": 0.3, "beta": 0.4}, 1),
+    ("Elu", [f32(3, 4)], {"alpha": 0.5}, 1),
+    ("IsInf", [np.array([1.0, np.inf, -np.inf, np.nan], np.float32)], {}, 1),
+    ("IsInf", [np.array([1.0, np.inf, -np.inf], np.float32)], {"detect_negative": 0}, 1),
+    ("Mod", [ints(-9, 9, 3, 4), np.array([2, -3, 4, 5], np.int64)], {}, 1),
+    ("Mod", [f32(3, 4), pos(4)], {"fmod": 1}, 1),
+    ("PRelu", [f32(2, 3, 4), f32(3, 1)], {}, 1),
+    ("Xor", [boolean(3, 4), boolean(4)], {}, 1),
+    ("CastLike", [f32(3, 4), np.zeros(1, np.float16)], {}, 1),
+    ("GatherElements", [f32(3, 4), ints(0, 3, 2, 4)], {}, 1),
+    ("GatherElements", [f32(3, 4), ints(-4, 4, 3, 2)], {"axis": 1}, 1),
+    ("GatherND", [f32(3, 4, 5), ints(0, 3, 2, 2)], {}, 1),
+    ("GatherND", [f32(2, 4, 5), ints(0, 4, 2, 1)], {"batch_dims": 1}, 1),
+    ("ScatterElements", [f32(3, 4), np.array([[1, 0, 2, 1]], np.int64), f32(1, 4)], {}, 1),
+    ("ScatterElements", [f32(3, 4), np.array([[1, 1], [0, 0]], np.int64), f32(2, 2)],
+     {"axis": 1, "reduction": "add"}, 1),
+    ("OneHot", [i64(0, 2, -1), np.array(4, np.int64), np.array([0.0, 1.0], np.float32)],
+     {}, 1),
+    ("OneHot", [ints(0, 3, 2, 2), np.array(3, np.int64), i64(-1, 5)], {"axis": 0}, 1),
+    ("NonZero", [np.array([[1, 0, 2], [0, 0, 3]], np.int64)], {}, 1),
+    ("CumSum", [f32(3, 4), np.array(1, np.int64)], {}, 1),
+    ("CumSum", [ints(0, 9, 5), np.array(0, np.int32)], {"exclusive": 1, "reverse": 1}, 1),
+    ("TopK", [f32(3, 5), i64(2)], {}, 2),
+    ("TopK", [f32(4, 3), i64(3)], {"axis": 0, "largest": 0}, 2),
+    ("Einsum", [f32(2, 3, 4), f32(2, 4, 5)], {"equation": "bij,bjk->bik"}, 1),
+    ("Einsum", [f32(3, 3)], {"equation": "ii"}, 1),
+    ("ArgMin", [f32(3, 4, 5)], {"axis": 1}, 1),
+    ("Pad", [f32(2, 3), i64(1, 0, 0, 2)], {}, 1),
+    ("Pad", [f32(2, 4), i64(1, 2), None, i64(1)], {"mode": "reflect"}, 1),
+    ("Pad", [f32(2, 3), i64(1, 1, 1, 1), np.array(2.5, np.float32)], {"mode": "constant"}, 1),
+    ("Resize", [f32(1, 1, 3, 4), None, np.array([1, 1, 2, 2], np.float32)], {}, 1),
+    ("Resize", [f32(1, 2, 4, 4), None, None, i64(1, 2, 3, 6)],
+     {"mode": "linear", "coordinate_transformation_mode": "align_corners"}, 1),
+    ("DepthToSpace", [f32(1, 8, 2, 3)], {"blocksize": 2}, 1),
+    ("DepthToSpace", [f32(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"}, 1),
+    ("SpaceToDepth", [f32(1, 2, 4, 6)], {"blocksize": 2}, 1),
+    ("InstanceNormalization", [f32(2, 3, 4, 5), f32(3), f32(3)], {}, 1),
+    ("GroupNormalization", [f32(2, 4, 3, 3), f32(4), f32(4)], {"num_groups": 2}, 1),
+] + [(op, [f32(2, 3, 4), i64(1)], {"keepdims": 0}, 1) for op in (
+    "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")]
+
 _ONNX_DTYPE = {DType.Float16: TensorProto.FLOAT16, DType.Float32: TensorProto.FLOAT,
                DType.Int64: TensorProto.INT64, DType.Bool: TensorProto.BOOL}
 

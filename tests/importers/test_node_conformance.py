@@ -1,4 +1,5 @@
-"""ONNX's backend node tests for every op of the spec's minimum set.
+"""ONNX's backend node tests for every op of the spec's minimum set, and for the other ONNX
+ops DistIR defines (``ZOO_OPS``: those of exported Hugging Face / torchvision-like models).
 
 Each case imports, type-propagates to the expected outputs' dtypes and shapes, and executes
 to the expected values within the case's tolerances. Cases outside DistIR's spec are
@@ -10,9 +11,10 @@ from __future__ import annotations
 
 import pytest
 
-from distir.importers.conformance import SPEC_OPS, node_cases, run_node_case
+from distir.importers.conformance import SPEC_OPS, ZOO_OPS, node_cases, run_node_case
 
 CASES = node_cases()
+ZOO_CASES = node_cases(ZOO_OPS)
 
 
 @pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
@@ -22,6 +24,19 @@ def test_node_case(case):
     run_node_case(case)
 
 
+@pytest.mark.parametrize("case", ZOO_CASES, ids=[c.name for c in ZOO_CASES])
+def test_zoo_node_case(case):
+    if case.excluded:
+        pytest.skip(case.excluded)
+    run_node_case(case)
+
+
+def test_every_zoo_op_has_cases_that_run():
+    ops_run = {c.op for c in ZOO_CASES if not c.excluded}
+    assert ops_run == set(ZOO_OPS), sorted(set(ZOO_OPS) - ops_run)
+    assert not set(ZOO_OPS) & set(SPEC_OPS)
+
+
 def test_every_spec_op_has_cases_that_run():
     ops_run = {c.op for c in CASES if not c.excluded}
     assert ops_run == set(SPEC_OPS), sorted(set(SPEC_OPS) - ops_run)
@@ -29,8 +44,9 @@ def test_every_spec_op_has_cases_that_run():
 
 def test_exclusions_are_a_minority():
     # The spec excludes dtypes, sequences and random outputs, not whole ops or most cases.
-    excluded = sum(1 for c in CASES if c.excluded)
-    assert excluded < len(CASES) / 2
+    for cases in (CASES, ZOO_CASES):
+        excluded = sum(1 for c in cases if c.excluded)
+        assert excluded < len(cases) / 2
 
 
 def test_imported_cases_print_and_parse_back():
@@ -40,7 +56,7 @@ def test_imported_cases_print_and_parse_back():
     from distir.importers.onnx import import_onnx
 
     bad = []
-    for c in CASES:
+    for c in CASES + ZOO_CASES:
         if c.excluded:
             continue
         text = distir.dumps(import_onnx(c.model))

@@ -9,10 +9,11 @@
   ``bmm`` fit, else the folded product.
 - Every other kernel is memory-bound: ``Hardware.memory_time(bytes, flops)`` with ``bytes``
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
-  per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions
-  and normalizations, 12 for Adam). ``Softmax``/``LogSoftmax``, ``LayerNormalization`` and
-  ``Gelu`` use the profile's ``softmax``, ``layernorm`` and ``gelu`` fits where it has them
-  (``Hardware.kernel_time``), the others the ``elementwise`` one.
+  per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions,
+  normalizations, scans and selections, 0 for copies and index shuffles, 12 for Adam).
+  ``Softmax``/``LogSoftmax``, ``LayerNormalization`` and ``Gelu`` use the profile's
+  ``softmax``, ``layernorm`` and ``gelu`` fits where it has them (``Hardware.kernel_time``),
+  the others the ``elementwise`` one. ``Einsum`` and ``Resize``: ``structured.py``.
 - Views and values known before the step cost nothing: ``Reshape``, ``Flatten``,
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
   ``Transpose`` (PyTorch returns views for all of them) and ``Constant``. Exception, with a
@@ -37,13 +38,19 @@ VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Spl
 SIMPLE = ("Abs", "Add", "And", "Ceil", "Clip", "Div", "Equal", "Floor", "Greater",
           "GreaterOrEqual", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Max", "Min", "Mul",
           "Neg", "Not", "Or", "Reciprocal", "Relu", "Sub", "Sum", "Where", "Cast", "Dropout",
-          "Sqrt", "ReluGrad", "MSELossGrad", "SGDOptimizer")
+          "Sqrt", "ReluGrad", "MSELossGrad", "SGDOptimizer", "Mod", "Xor", "PRelu", "Sign",
+          "Round", "IsInf", "CastLike", "HardSigmoid", "HardSwish")
 TRANSCENDENTAL = ("Exp", "Log", "Erf", "Gelu", "Sigmoid", "Tanh", "Sin", "Cos", "Softplus",
-                  "Pow", "GeluGrad")
+                  "Pow", "GeluGrad", "Mish", "Atan", "Selu", "Elu")
 REDUCING = ("ReduceMean", "ReduceSum", "ReduceMax", "ArgMax", "Softmax", "LogSoftmax",
             "LayerNormalization", "BatchNormalization", "LRN", "MSELoss",
-            "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "GlobalAveragePool")
-COPIES = ("Concat", "Gather", "Tile", "Trilu", "ScatterND", "ConstantOfShape", "Range")
+            "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "GlobalAveragePool",
+            "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
+            "ReduceLogSumExp", "ArgMin", "InstanceNormalization", "GroupNormalization",
+            "CumSum", "TopK")
+COPIES = ("Concat", "Gather", "Tile", "Trilu", "ScatterND", "ConstantOfShape", "Range",
+          "GatherElements", "GatherND", "ScatterElements", "OneHot", "Pad", "DepthToSpace",
+          "SpaceToDepth", "NonZero")
 
 _FLOPS_PER_ELEMENT = {**dict.fromkeys(SIMPLE, 1.0), **dict.fromkeys(TRANSCENDENTAL, 8.0),
                       **dict.fromkeys(REDUCING, 5.0), **dict.fromkeys(COPIES, 0.0),

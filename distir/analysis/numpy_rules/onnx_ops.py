@@ -31,8 +31,8 @@ from distir.ir.types import DenseAttr, DType
 __all__ = ["OnnxKernels", "KERNELS", "onnx_attributes"]
 
 _BOOL_RESULT = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
-                          "IsNaN", "Not", "And", "Or"})
-_INT64_RESULT = frozenset({"Shape", "ArgMax"})
+                          "IsNaN", "IsInf", "Not", "And", "Or", "Xor"})
+_INT64_RESULT = frozenset({"Shape", "ArgMax", "ArgMin", "NonZero"})
 
 
 def onnx_attributes(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -119,7 +119,8 @@ class OnnxKernels:
                                 **onnx_attributes(op_type, attrs))
         params = self.run_params()
         try:
-            cls = load_op("", op_type, version=OPSET)
+            # An op ONNX defines by a function body runs that body on ``evaluator_cls``.
+            cls = load_op("", op_type, version=OPSET, evaluator_cls=params["evaluator_cls"])
         except RuntimeContextError:
             # ONNX defines the op by a function whose body depends on the input types.
             self.context_dependent.add(op_type)
@@ -170,10 +171,14 @@ def _expected_dtype(op_type: str, args: tuple, attrs: dict[str, Any], i: int,
     """The dtype ONNX's type constraints give result ``i``, where it is fixed."""
     if op_type in _BOOL_RESULT or (op_type == "Dropout" and i == 1):
         return np.dtype(bool)
-    if op_type in _INT64_RESULT or (op_type == "MaxPool" and i == 1):
+    if op_type in _INT64_RESULT or (op_type in ("MaxPool", "TopK") and i == 1):
         return np.dtype(np.int64)
     if op_type == "Cast":
         return attrs["to"].np
+    if op_type == "CastLike":
+        return np.asarray(args[1]).dtype
+    if op_type == "OneHot":
+        return np.asarray(args[2]).dtype
     if op_type == "ConstantOfShape":
         v = attrs.get("value")
         return v.dtype.np if isinstance(v, DenseAttr) else np.dtype(np.float32)

@@ -7,14 +7,16 @@ from typing import Any
 from distir.analysis.rules import TYPE_RULES
 from distir.analysis.type_rules._util import broadcast_shapes, fail, same_dtype, tensor
 from distir.analysis.values import Concrete
+from distir.errors import TypeInferenceError
 from distir.ir.types import DType, TensorType
 
 UNARY = ("Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
-         "Gelu", "Floor", "Ceil", "Sin", "Cos", "LeakyRelu", "Softplus", "Identity", "Clip")
-BINARY = ("Add", "Sub", "Mul", "Div", "Pow")
+         "Gelu", "Floor", "Ceil", "Sin", "Cos", "LeakyRelu", "Softplus", "Identity", "Clip",
+         "HardSwish", "HardSigmoid", "Mish", "Selu", "Elu", "Round", "Atan", "Sign")
+BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod")
 VARIADIC = ("Sum", "Max", "Min")
 COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
-LOGICAL = ("And", "Or")
+LOGICAL = ("And", "Or", "Xor")
 
 
 @TYPE_RULES.register(*UNARY)
@@ -30,7 +32,7 @@ def not_(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     return (t,)
 
 
-@TYPE_RULES.register("IsNaN")
+@TYPE_RULES.register("IsNaN", "IsInf")
 def isnan(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     t = tensor(args[0])
     return (TensorType(DType.Bool, t.shape, t.device),)
@@ -60,6 +62,8 @@ def binary(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tupl
         dt = t0.dtype
     else:
         dt = same_dtype(ts, op_type)
+        if op_type == "Mod" and dt.is_float and not attrs.get("fmod", 0):
+            raise fail(f"on {dt.value} needs fmod=1 (C fmod); fmod=0 is for integers")
     return (t0 if shape == t0.shape else TensorType(dt, shape, t0.device),)
 
 
@@ -94,3 +98,24 @@ def dropout(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tup
     if n_out == 2:
         return (t, TensorType(DType.Bool, t.shape, t.device))
     return (t,)
+
+
+@TYPE_RULES.register("PRelu")
+def prelu(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """``slope`` broadcasts to ``X`` one way: the result has X's type."""
+    x, slope = tensor(args[0], "X"), tensor(args[1], "slope")
+    same_dtype([x, slope], op_type)
+    try:
+        ok = broadcast_shapes(x.shape, slope.shape) == x.shape
+    except TypeInferenceError:
+        ok = False
+    if not ok:
+        raise fail(f"slope of shape {slope.shape} does not broadcast to X {x.shape}")
+    return (x,)
+
+
+@TYPE_RULES.register("CastLike")
+def cast_like(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """The input, cast to the dtype of ``target_type`` (whose values are unused)."""
+    t, like = tensor(args[0]), tensor(args[1], "target_type")
+    return (TensorType(like.dtype, t.shape, t.device),)

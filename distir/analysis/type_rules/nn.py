@@ -227,6 +227,41 @@ def layer_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> 
     return ((x, stat, stat))[:n_out]
 
 
+def _per_channel(op_type: str, args: tuple, what: str) -> TensorType:
+    """X of an (N, C, D1, ...) normalization, after checking that its other inputs are
+    C-vectors of X's dtype."""
+    x = tensor(args[0], "X")
+    if x.rank < 2:
+        raise fail(f"X must be (N, C, ...), got {x.shape}")
+    c = x.shape[1]
+    for a, name in zip(args[1:], ("scale", "B"), strict=False):
+        t = tensor(a, name)
+        if t.dtype != x.dtype:
+            raise fail(f"{name} must be {x.dtype.value} like X, got {t.dtype.value}")
+        if t.shape != (c,):
+            raise fail(f"{name} must have shape {(c,)} ({what} of X {x.shape}), got {t.shape}")
+    return x
+
+
+@TYPE_RULES.register("InstanceNormalization")
+def instance_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return (_per_channel(op_type, args, "the channels"),)
+
+
+@TYPE_RULES.register("GroupNormalization")
+def group_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Opset 21: scale and bias are per channel; ``num_groups`` must divide the channels."""
+    x = _per_channel(op_type, args, "the channels")
+    g = attrs.get("num_groups")
+    if not isinstance(g, int) or g < 1 or x.shape[1] % g:
+        raise fail(f"num_groups={g} must be a positive divisor of the {x.shape[1]} channels "
+                   f"of X {x.shape}")
+    if attrs.get("stash_type", 1) not in _STASH:
+        raise fail(f"stash_type {attrs.get('stash_type')} is not a float type code (1, 10, 11 "
+                   "or 16)")
+    return (x,)
+
+
 @TYPE_RULES.register("LRN")
 def lrn(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     x = tensor(args[0], "X")
@@ -248,7 +283,11 @@ def softmax(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tup
 
 # --- Reductions --------------------------------------------------------------------------------
 
-@TYPE_RULES.register("ReduceMean", "ReduceSum", "ReduceMax")
+REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
+              "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")
+
+
+@TYPE_RULES.register(*REDUCTIONS)
 def reduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     """Axes from the optional ``axes`` input; none (or empty) reduces every axis, unless
     ``noop_with_empty_axes`` makes it the identity."""

@@ -1,0 +1,167 @@
+"""Type rules of ops that resample or rearrange the spatial axes: Pad, Resize,
+DepthToSpace, SpaceToDepth.
+
+Semantics are ONNX opset 21's (Resize: opset 19's, the version in force at 21); every result
+lives on the device of the inputs. Pad's ``pads`` and ``axes``, and Resize's ``scales`` or
+``sizes``, fix the result shape: they must be known (``const_ints``'s error otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from distir.analysis.rules import TYPE_RULES
+from distir.analysis.type_rules._util import (
+    const_array,
+    const_ints,
+    fail,
+    norm_axes,
+    tensor,
+)
+from distir.ir.types import DType, TensorType
+
+__all__ = ["resize_shape", "RESIZE_MODES", "COORDINATE_MODES"]
+
+_PAD_MODES = ("constant", "reflect", "edge", "wrap")
+RESIZE_MODES = ("nearest", "linear", "cubic")
+COORDINATE_MODES = ("half_pixel", "half_pixel_symmetric", "pytorch_half_pixel",
+                    "align_corners", "asymmetric", "tf_crop_and_resize")
+_NEAREST_MODES = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
+_POLICIES = ("stretch", "not_larger", "not_smaller")
+
+
+@TYPE_RULES.register("Pad")
+def pad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Each padded axis grows by its begin and end pads (negative pads crop)."""
+    x = tensor(args[0], "data")
+    pt = tensor(args[1], "pads")
+    if pt.dtype is not DType.Int64 or pt.rank != 1:
+        raise fail(f"pads must be a 1-D Int64 tensor, got {pt}")
+    pads = const_ints(args[1], "pads")
+    axes_in = args[3] if len(args) > 3 else None
+    axes = (list(range(x.rank)) if axes_in is None
+            else norm_axes(const_ints(axes_in, "the axes input"), x.rank))
+    if len(pads) != 2 * len(axes):
+        raise fail(f"pads {pads} must have 2 entries per padded axis ({len(axes)} axes: the "
+                   "begins, then the ends)")
+    if len(args) > 2 and args[2] is not None:
+        c = tensor(args[2], "constant_value")
+        if c.dtype != x.dtype or c.numel != 1:
+            raise fail(f"constant_value must be one {x.dtype.value} element, got {c}")
+    mode = attrs.get("mode", "constant")
+    if mode not in _PAD_MODES:
+        raise fail(f"mode must be one of {', '.join(_PAD_MODES)}, got {mode!r}")
+    shape = list(x.shape)
+    n = len(axes)
+    for i, a in enumerate(axes):
+        shape[a] += pads[i] + pads[n + i]
+        if shape[a] < 0:
+            raise fail(f"pads {pads} crop axis {a} of {x.shape} below size 0")
+        if mode != "constant" and x.shape[a] == 0 and shape[a] > 0:
+            raise fail(f"mode={mode} cannot pad the empty axis {a} of {x.shape}")
+    return (x.with_shape(tuple(shape)),)
+
+
+def _given(args: tuple, i: int) -> bool:
+    """Whether Resize's optional input i is present and not empty (exporters write an empty
+    tensor for an omitted input)."""
+    if len(args) <= i or args[i] is None:
+        return False
+    return tensor(args[i]).numel > 0
+
+
+def resize_shape(shape: tuple[int, ...], args: tuple, attrs: dict[str, Any],
+                 ) -> tuple[tuple[int, ...], tuple[float, ...]]:
+    """Resize's result shape and the scale of every axis (1.0 where it is not resized), as
+    the ONNX reference computes them: from ``scales``, ``floor(d * s)``; from ``sizes``,
+    the sizes (``stretch``) or one scale for all ``axes``, the smallest (``not_larger``)
+    or largest (``not_smaller``) of ``size / d``, with ``round_half_up(scale * d)``."""
+    rank = len(shape)
+    axes = list(range(rank)) if attrs.get("axes") is None else norm_axes(
+        list(attrs["axes"]), rank)
+    has_scales, has_sizes = _given(args, 2), _given(args, 3)
+    if has_scales == has_sizes:
+        raise fail("needs exactly one of scales and sizes (the other omitted or empty)")
+    scales = [1.0] * rank
+    out = list(shape)
+    if has_scales:
+        vals = [float(v) for v in const_array(args[2], "scales").reshape(-1)]
+        if len(vals) != len(axes):
+            raise fail(f"scales {vals} must have one entry per resized axis ({len(axes)})")
+        if any(not v > 0 for v in vals):
+            raise fail(f"scales {vals} must be positive")
+        for a, v in zip(axes, vals, strict=True):
+            scales[a] = v
+            out[a] = math.floor(v * shape[a])
+        return tuple(out), tuple(scales)
+    sizes = const_ints(args[3], "sizes")
+    if len(sizes) != len(axes):
+        raise fail(f"sizes {sizes} must have one entry per resized axis ({len(axes)})")
+    if any(s < 0 for s in sizes) or any(shape[a] == 0 for a in axes):
+        raise fail(f"sizes {sizes} must be non-negative and resize non-empty axes of {shape}")
+    ratios = [s / shape[a] for a, s in zip(axes, sizes, strict=True)]
+    policy = attrs.get("keep_aspect_ratio_policy", "stretch")
+    if policy not in _POLICIES:
+        raise fail(f"keep_aspect_ratio_policy must be one of {', '.join(_POLICIES)}, got "
+                   f"{policy!r}")
+    if policy == "stretch":
+        for a, s, r in zip(axes, sizes, ratios, strict=True):
+            scales[a], out[a] = r, s
+        return tuple(out), tuple(scales)
+    common = min(ratios) if policy == "not_larger" else max(ratios)
+    for a in axes:
+        scales[a] = common
+        out[a] = int(common * shape[a] + 0.5)
+    return tuple(out), tuple(scales)
+
+
+@TYPE_RULES.register("Resize")
+def resize(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0], "X")
+    for name, allowed in (("mode", RESIZE_MODES),
+                          ("coordinate_transformation_mode", COORDINATE_MODES),
+                          ("nearest_mode", _NEAREST_MODES)):
+        if attrs.get(name) not in allowed:
+            raise fail(f"{name} must be one of {', '.join(allowed)}, got {attrs.get(name)!r}")
+    if attrs.get("antialias", 0) and attrs.get("mode") == "nearest":
+        raise fail("antialias=1 is for the linear and cubic modes, not nearest")
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize" and \
+            not _given(args, 1):
+        raise fail("coordinate_transformation_mode=tf_crop_and_resize needs the roi input")
+    if _given(args, 2) and not tensor(args[2], "scales").dtype.is_float:
+        raise fail(f"scales must be a float tensor, got {tensor(args[2])}")
+    if _given(args, 3) and tensor(args[3], "sizes").dtype is not DType.Int64:
+        raise fail(f"sizes must be an Int64 tensor, got {tensor(args[3])}")
+    shape, _ = resize_shape(x.shape, args, attrs)
+    return (x.with_shape(shape),)
+
+
+def _nchw(op_type: str, args: tuple, attrs: dict[str, Any]) -> tuple[TensorType, int]:
+    x = tensor(args[0])
+    b = attrs.get("blocksize")
+    if x.rank != 4:
+        raise fail(f"the input must be (N, C, H, W), got {x.shape}")
+    if not isinstance(b, int) or b < 1:
+        raise fail(f"blocksize must be a positive int, got {b!r}")
+    return x, b
+
+
+@TYPE_RULES.register("DepthToSpace")
+def depth_to_space(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, b = _nchw(op_type, args, attrs)
+    n, c, h, w = x.shape
+    if c % (b * b):
+        raise fail(f"the {c} channels of {x.shape} are not a multiple of blocksize^2 = {b * b}")
+    if attrs.get("mode", "DCR") not in ("DCR", "CRD"):
+        raise fail(f"mode must be DCR or CRD, got {attrs.get('mode')!r}")
+    return (x.with_shape((n, c // (b * b), h * b, w * b)),)
+
+
+@TYPE_RULES.register("SpaceToDepth")
+def space_to_depth(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, b = _nchw(op_type, args, attrs)
+    n, c, h, w = x.shape
+    if h % b or w % b:
+        raise fail(f"the height and width of {x.shape} must be multiples of blocksize {b}")
+    return (x.with_shape((n, c * b * b, h // b, w // b)),)
