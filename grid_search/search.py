@@ -1,8 +1,10 @@
 """Run a search: transform and simulate every configuration, write rows as they finish.
 
-Rows are written to the CSV in enumeration order, one line per configuration, flushed as
-soon as it is known, so an interrupted search loses nothing and ``resume=True`` continues
-where it stopped and produces the same file as an uninterrupted run.
+The simulations run where an executor puts them (``grid_search.executors``: local
+processes by default, or a Ray cluster). Rows are written to the CSV in enumeration order,
+one line per configuration, flushed as soon as it is known, so an interrupted search loses
+nothing and ``resume=True`` continues where it stopped and produces the same file as an
+uninterrupted run.
 """
 
 from __future__ import annotations
@@ -13,13 +15,18 @@ import json
 import os
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
+from contextlib import closing
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distir.errors import ConfigError, DistIRError
+from grid_search.executors import Executor, LocalExecutor
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
+
+if TYPE_CHECKING:
+    from distir.analysis.hardware import Hardware
 
 __all__ = ["COLUMNS", "evaluate", "run_search", "read_rows", "SearchResult"]
 
@@ -34,18 +41,24 @@ COLUMNS = [
 
 @dataclass
 class _WorkerState:
+    """What a worker process knows of the search it serves. ``token`` names that search
+    (Ray workers outlive searches and serve several); ``models`` caches the analysed
+    sequential model per batch size."""
+
     workload: Workload | None = None
-    hardware: str = "h100-sxm"
+    hardware: Any = "h100-sxm"  # a Hardware, or a profile name or path
     models: dict[int, Any] | None = None
+    token: str = ""
 
 
 _STATE = _WorkerState()
 
 
-def _init_worker(workload: Workload, hardware: str) -> None:
+def _init_worker(workload: Workload, hardware: Any, token: str = "") -> None:
     _STATE.workload = workload
     _STATE.hardware = hardware
     _STATE.models = {}
+    _STATE.token = token
 
 
 def _model(batch: int) -> Any:
@@ -169,11 +182,19 @@ def _progress(done: int, total: int, t0: float, stream: Any) -> None:
     stream.flush()
 
 
-def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str,
+def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str | Hardware,
                out: str | None = None, workers: int = 1, resume: bool = False,
                progress: Any = sys.stderr,
-               on_row: Callable[[dict[str, Any]], None] | None = None) -> SearchResult:
-    """Evaluate ``configs`` (in order) with ``workers`` processes; append rows to ``out``."""
+               on_row: Callable[[dict[str, Any]], None] | None = None,
+               executor: Executor | None = None) -> SearchResult:
+    """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
+    processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
+    is loaded here once, before ``out`` is touched: an unknown profile is a ``ConfigError``."""
+    from distir.analysis.hardware import load_hardware
+
+    hw = load_hardware(hardware)
+    if executor is None:
+        executor = LocalExecutor(workers)
     todo = list(configs)
     done_keys: set[tuple] = set()
     if out is not None:
@@ -185,35 +206,16 @@ def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str,
     f = open(out, "a", newline="", encoding="utf-8") if out is not None else None
     writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore") if f is not None else None
     try:
-        for i, row in enumerate(_evaluate_all(workload, hardware, pending, workers), 1):
-            rows.append(row)
-            if writer is not None and f is not None:
-                writer.writerow(row)
-                f.flush()
-            if on_row is not None:
-                on_row(row)
-            _progress(i, len(pending), t0, progress)
+        with closing(executor.rows(workload, hw, pending)) as results:
+            for i, row in enumerate(results, 1):
+                rows.append(row)
+                if writer is not None and f is not None:
+                    writer.writerow(row)
+                    f.flush()
+                if on_row is not None:
+                    on_row(row)
+                _progress(i, len(pending), t0, progress)
     finally:
         if f is not None:
             f.close()
     return SearchResult(rows, skipped, time.perf_counter() - t0)
-
-
-def _evaluate_all(workload: Workload, hardware: str, configs: Sequence[Config],
-                  workers: int) -> Iterable[dict[str, Any]]:
-    """Rows in the order of ``configs``; several processes when ``workers`` > 1."""
-    if not configs:
-        return
-    if workers <= 1 or len(configs) == 1:
-        _init_worker(workload, hardware)
-        for c in configs:
-            yield evaluate(c)
-        return
-    import multiprocessing as mp
-    from concurrent.futures import ProcessPoolExecutor
-
-    ctx = mp.get_context("fork" if sys.platform.startswith("linux") else "spawn")
-    with ProcessPoolExecutor(max_workers=workers, mp_context=ctx, initializer=_init_worker,
-                             initargs=(workload, hardware)) as pool:
-        # Group configurations of one batch size together so each worker builds few models.
-        yield from pool.map(evaluate, configs, chunksize=max(1, len(configs) // (4 * workers)))

@@ -26,8 +26,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("-o", "--out", help="write results to this CSV, row by row")
     p.add_argument("--resume", action="store_true",
                    help="keep the rows already in --out and simulate only the rest")
-    p.add_argument("--workers", type=int, default=os.cpu_count() or 1,
-                   help="simulation processes (default: all cores)")
+    p.add_argument("--workers", type=int,
+                   help="simulation processes (default: all cores); with --executor ray, "
+                   "the most simulations at once (default: the cluster's CPUs)")
+    p.add_argument("--executor", default="local", choices=["local", "ray"],
+                   help="where simulations run: local processes (default) or a Ray "
+                   "cluster (pip install 'distir[ray]')")
+    p.add_argument("--address", metavar="ADDR",
+                   help="with --executor ray: the cluster for ray.init (HOST:PORT, "
+                   "ray://HOST:PORT, auto, local); default: $RAY_ADDRESS, else a cluster "
+                   "started here with `ray start`, else a new local instance")
     p.add_argument("--fewer-devices", action="store_true",
                    help="also try configurations using fewer than N devices")
     p.add_argument("--max-microbatches", type=int, default=128)
@@ -57,6 +65,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 def run(args: argparse.Namespace) -> int:
     from distir.errors import ConfigError
     from grid_search import enumerate_space, run_search, summarize, workload
+    from grid_search.executors import make_executor
     from grid_search.models import DEFAULT_BATCHES
 
     w = workload(args.model, args.preset, num_layers=args.num_layers, width=args.width,
@@ -67,7 +76,7 @@ def run(args: argparse.Namespace) -> int:
     from distir.analysis.hardware import load_hardware
 
     load_hardware(args.hardware)
-    if args.workers < 1:
+    if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: need at least 1")
     if args.resume and not args.out:
         raise ConfigError("--resume needs -o/--out (the CSV to continue)")
@@ -77,10 +86,11 @@ def run(args: argparse.Namespace) -> int:
                                    fewer_devices=args.fewer_devices,
                                    max_microbatches=args.max_microbatches,
                                    schedules=schedules))
+    executor = make_executor(args.executor, workers=args.workers, address=args.address)
     print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
-          f"({args.hardware}), {args.workers} worker(s)", file=sys.stderr)
-    res = run_search(w, configs, hardware=args.hardware, out=args.out, workers=args.workers,
-                     resume=args.resume)
+          f"({args.hardware}), {executor.describe()}", file=sys.stderr)
+    res = run_search(w, configs, hardware=args.hardware, out=args.out, resume=args.resume,
+                     executor=executor)
     rows = res.rows
     if args.out:
         from grid_search.search import read_rows
