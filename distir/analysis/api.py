@@ -14,7 +14,7 @@ from distir.ir.core import Function, Module, Value
 from distir.ir.types import DType, TensorType, Type
 
 __all__ = ["infer_types", "type_env", "infer_module_types", "execute", "bind_inputs",
-           "random_inputs"]
+           "random_inputs", "host_memory_needed", "check_host_memory", "available_host_memory"]
 
 
 def _input_values(fn: Function, input_types: Sequence[Type | None] | None) -> list[Any]:
@@ -118,13 +118,93 @@ def execute(fn: Function | Module, inputs: Sequence[Any], *, check_types: bool =
                 in_types.append(make_concrete(a, dev))
             else:
                 in_types.append(TensorType(dt, tuple(a.shape), dev))
-        TypeInterpreter().run(fn, in_types)
+        record: dict[Value, Any] = {}
+        TypeInterpreter(record=record).run(fn, in_types)
+        check_host_memory(fn, record)
     return list(NumpyInterpreter().run(fn, args))
+
+
+def _bytes(t: Any) -> int:
+    try:
+        return int(type_of(t).size_bytes)
+    except (AttributeError, TypeError):
+        return 0
+
+
+def host_memory_needed(fn: Function, record: dict[Value, Any] | None = None,
+                       ) -> tuple[int, int, Value | None, int]:
+    """A lower bound of what reference execution of ``fn`` holds at once, in bytes, from
+    types alone: ``(total, inputs, largest result, its bytes)``. Every argument is held for
+    the whole run, and the largest op result is made while they are; ``record`` is a type
+    environment already computed (``type_env``), or ``None`` to compute one."""
+    if record is None:
+        record = type_env(fn)
+    inputs = sum(_bytes(record[p]) for p in fn.params if p in record)
+    biggest, big = None, 0
+    for op in fn.ops:
+        for v in op.outputs:
+            a = record.get(v)
+            b = _bytes(a) if a is not None else 0
+            if b > big:
+                biggest, big = v, b
+    return inputs + big, inputs, biggest, big
+
+
+def available_host_memory() -> int | None:
+    """Bytes this machine can still allocate (``MemAvailable``), or ``None`` if unknown."""
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        import os
+
+        return int(os.sysconf("SC_AVPHYS_PAGES")) * int(os.sysconf("SC_PAGE_SIZE"))
+    except (AttributeError, ValueError, OSError):
+        return None
+
+
+def _gib(b: int) -> str:
+    return f"{b / 2**30:,.1f} GiB" if b >= 2**27 else f"{b / 2**20:,.1f} MiB"
+
+
+def check_host_memory(fn: Function, record: dict[Value, Any] | None = None,
+                      available: int | None = None) -> None:
+    """Raise a one-line ``ExecutionError`` before anything is allocated when executing
+    ``fn`` on this machine would need more memory than it has available."""
+    avail = available_host_memory() if available is None else available
+    if avail is None:
+        return
+    total, inputs, biggest, big = host_memory_needed(fn, record)
+    if total <= avail:
+        return
+    what = f"its inputs ({_gib(inputs)})"
+    if biggest is not None and big:
+        what += f" and its largest result %{biggest.name} ({_gib(big)})"
+    raise ExecutionError(f"executing @{fn.name} needs at least {_gib(total)}: {what}, more "
+                         f"than the {_gib(avail)} this machine has available; bind smaller "
+                         "dimensions (distir import --dim) or a smaller batch", fn.loc)
 
 
 def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
     """Random values for ``fn``'s free parameters (those without initializers): normal for
-    floats, small non-negative integers for integers."""
+    floats, small non-negative integers for integers. Refuses in one line, before
+    allocating, inputs larger than the memory this machine has available."""
+    avail = available_host_memory()
+    if avail is not None:
+        sizes = [p.type.size_bytes for p in fn.params
+                 if p.name not in fn.initializers and isinstance(p.type, TensorType)]
+        # Values are drawn in float64 before the cast: one such copy at a time.
+        temp = max((p.type.numel * 8 for p in fn.params if p.name not in fn.initializers
+                    and isinstance(p.type, TensorType) and p.type.dtype.is_float), default=0)
+        need = sum(sizes)
+        if need + temp > avail:
+            raise ExecutionError(f"the inputs of @{fn.name} take {_gib(need)}, more than the "
+                                 f"{_gib(avail)} this machine has available; bind smaller "
+                                 "dimensions (distir import --dim) or a smaller batch", fn.loc)
     rng = np.random.default_rng(seed)
     out = []
     for p in fn.params:

@@ -42,6 +42,10 @@ def run_execute(args: argparse.Namespace) -> int:
 
     m = distir.load(args.file)
     fn = m.entry
+    if fn.is_typed:  # refuse, before allocating anything, what this machine cannot hold
+        from distir.analysis.api import check_host_memory
+
+        check_host_memory(fn)
     if args.inputs is None:
         inputs = random_inputs(fn, args.seed)
     else:
