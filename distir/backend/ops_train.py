@@ -274,3 +274,38 @@ def _pool_grad(s: Static) -> Kernel:
         return (gx,)
 
     return k
+
+
+@LOWERINGS.register("LayerNormGrad")
+def _layer_norm_grad(s: Static) -> Kernel:
+    """``aten.native_layer_norm`` (for the statistics) then its backward; a scale that
+    broadcasts to the normalized shape is expanded, and its gradient summed back."""
+    x_t, w_t = s.inp(0), s.inp(1)
+    axis = int(s.attrs["axis"]) % x_t.rank
+    norm = list(x_t.shape[axis:])
+    eps = float(s.attrs["epsilon"])
+    w_shape = w_t.shape
+    mask = list(s.live_outputs)
+    fwd, bwd = torch.ops.aten.native_layer_norm, torch.ops.aten.native_layer_norm_backward
+
+    def k(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple:
+        wf = w if tuple(w.shape) == tuple(norm) else w.expand(norm)
+        _, mean, rstd = fwd(x, norm, wf, None, eps)
+        # The bias argument only tells the kernel whether to compute dbias.
+        dx, dw, db = bwd(dy, x, norm, mean, rstd, wf, wf if mask[2] else None, mask)
+        if dw is not None and tuple(dw.shape) != w_shape:
+            dw = _unbroadcast(dw, w_shape)
+        if db is not None and tuple(db.shape) != w_shape:
+            db = _unbroadcast(db, w_shape)
+        return (dx, dw, db)
+
+    return k
+
+
+@LOWERINGS.register("SoftmaxGrad", "LogSoftmaxGrad")
+def _softmax_grad(s: Static) -> Kernel:
+    axis = int(s.attrs["axis"]) % max(s.inp(0).rank, 1)
+    dt = torch_dtype(s.inp(0).dtype)
+    f = (torch.ops.aten._softmax_backward_data if s.op_type == "SoftmaxGrad"
+         else torch.ops.aten._log_softmax_backward_data)
+    return lambda y, dy: (f(dy, y, axis, dt),)

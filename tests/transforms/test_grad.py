@@ -202,6 +202,8 @@ CASES: list[tuple[str, str, list, dict, Any]] = [
     ("layer_norm", "LayerNormalization", [x(3, 6), x(6), x(6)], {"epsilon": 1e-5}, ([0], 1)),
     ("layer_norm_axis1", "LayerNormalization", [x(2, 3, 4), x(3, 4), x(4)], {"axis": 1},
      ([0], 1)),
+    ("layer_norm_broadcast_scale", "LayerNormalization", [x(2, 3, 4), x(4), x(1, 4)],
+     {"axis": 1}, ([0], 1)),
     ("batch_norm", "BatchNormalization", [x(4, 3, 2, 2), x(3), x(3), x(3), pos(3)], {},
      None),
     ("batch_norm_training", "BatchNormalization", [x(4, 3, 2, 2), x(3), x(3), k(np.zeros(3)),

@@ -7,6 +7,9 @@
   (``skips_unused``, as the PyTorch lowering skips it).
 - Pool gradients are memory-bound: they read ``x`` and ``dy`` and write ``dx``, with one
   FLOP per window element of ``dy``.
+- ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one memory-bound kernel
+  each over their inputs and results, priced by the profile's ``layernorm`` and ``softmax``
+  fits where it has them (as their forward ops are), 8 FLOPs per element.
 """
 
 from __future__ import annotations
@@ -45,3 +48,15 @@ def pool_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = float(ins[1].numel * _prod(tuple(attrs["kernel_shape"])))
     return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+
+
+_FAMILY = {"LayerNormGrad": "layernorm", "SoftmaxGrad": "softmax", "LogSoftmaxGrad": "softmax"}
+
+
+@COST_RULES.register(*_FAMILY)
+def normalization_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                       hw: Hardware) -> OpCost:
+    nbytes = tensor_bytes(ins) + tensor_bytes(outs)
+    flops = 8.0 * ins[-1].numel
+    return OpCost(hw.kernel_time(_FAMILY[op_type], nbytes, flops, main_dtype(ins, outs)),
+                  flops, nbytes)

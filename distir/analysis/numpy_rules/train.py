@@ -316,3 +316,36 @@ def average_pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
     for _, sl in wins:
         xp[lead + sl] += share
     return (_crop(xp, pads, x.shape).astype(x.dtype),)
+
+
+@NUMPY_RULES.register("LayerNormGrad")
+def layer_norm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Statistics over the axes from ``axis`` on (biased variance, ``epsilon`` inside the
+    square root), recomputed from ``x`` in float64: ``xhat = (x - mean) * rstd``,
+    ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy * scale``;
+    ``dscale = sum(dy * xhat)`` and ``dbias = sum(dy)`` over the other axes (and the axes
+    along which ``scale`` was broadcast)."""
+    x, scale, dy = (np.asarray(a) for a in args)
+    axes = tuple(range(attrs["axis"] % x.ndim, x.ndim))
+    x64, d64 = x.astype(np.float64), dy.astype(np.float64)
+    xc = x64 - x64.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + attrs["epsilon"])
+    xhat = xc * rstd
+    g = d64 * scale.astype(np.float64)
+    dx = rstd * (g - g.mean(axis=axes, keepdims=True)
+                 - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+    dscale = unbroadcast(d64 * xhat, scale.shape).reshape(scale.shape)
+    dbias = unbroadcast(d64, scale.shape).reshape(scale.shape)
+    return (dx.astype(x.dtype), dscale.astype(scale.dtype), dbias.astype(scale.dtype))
+
+
+@NUMPY_RULES.register("SoftmaxGrad", "LogSoftmaxGrad")
+def softmax_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    y, dy = np.asarray(args[0]), np.asarray(args[1])
+    axis = attrs["axis"]
+    y64, d64 = y.astype(np.float64), dy.astype(np.float64)
+    if op_type == "SoftmaxGrad":
+        dx = y64 * (d64 - (d64 * y64).sum(axis=axis, keepdims=True))
+    else:
+        dx = d64 - np.exp(y64) * d64.sum(axis=axis, keepdims=True)
+    return (dx.astype(dy.dtype),)

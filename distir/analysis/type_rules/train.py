@@ -194,3 +194,29 @@ def pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
         ("dilations",) if op_type == "MaxPoolGrad" else ())
     _window_attrs(attrs, x.rank - 2, names)
     return (x,)
+
+
+@TYPE_RULES.register("LayerNormGrad")
+def layer_norm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, scale, dy = (tensor(a, n) for a, n in zip(args, ("x", "scale", "dy")))
+    same_dtype([x, scale, dy], op_type)
+    _float(x, "x")
+    _same("dy", x, dy)
+    axis = attrs["axis"]
+    if not -x.rank <= axis < x.rank:
+        raise fail(f"axis {axis} is out of range for rank {x.rank}")
+    normalized = x.shape[axis % x.rank:]
+    if scale.rank > len(normalized) or broadcast_shapes(scale.shape, normalized) != normalized:
+        raise fail(f"scale {scale.shape} does not broadcast to the normalized shape "
+                   f"{normalized}")
+    return (x, scale, scale)
+
+
+@TYPE_RULES.register("SoftmaxGrad", "LogSoftmaxGrad")
+def softmax_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    y, dy = tensor(args[0], "y"), tensor(args[1], "dy")
+    _float(y, "y")
+    _same("dy", y, dy)
+    if not -max(y.rank, 1) <= attrs["axis"] < max(y.rank, 1):
+        raise fail(f"axis {attrs['axis']} is out of range for rank {y.rank}")
+    return (y,)
