@@ -8,16 +8,15 @@ import sys
 from typing import Any
 
 import numpy as np
+import onnx
 import pytest
+from onnx import TensorProto, helper, numpy_helper  # noqa: E402
+from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 from distir.analysis.rules import NUMPY_RULES, full_attrs, load_rules
 from distir.errors import ExecutionError
 from distir.ir._onnx_schemas import ONNX_SCHEMAS
 from distir.ir.types import DenseAttr, DType
-
-onnx = pytest.importorskip("onnx")
-from onnx import TensorProto, helper, numpy_helper  # noqa: E402
-from onnx.reference import ReferenceEvaluator  # noqa: E402
 
 load_rules()
 

@@ -7,6 +7,7 @@ import os
 import pickle
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -76,7 +77,9 @@ def test_send_becomes_send_and_recv() -> None:
 
 
 def test_results_on_several_devices() -> None:
-    path = "/work/shared/examples/mlp_data_parallel_2dev.dir"
+    shared = os.environ.get("DISTIR_SHARED_EXAMPLES",
+                            Path(__file__).resolve().parents[3] / "shared" / "examples")
+    path = os.path.join(shared, "mlp_data_parallel_2dev.dir")
     if not os.path.exists(path):
         pytest.skip("shared examples absent")
     proj = project(distir.load(path).entry)

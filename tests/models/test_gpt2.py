@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections import Counter
 
 import numpy as np
+import onnx
+import onnxruntime as ort
 import pytest
 
 import distir
@@ -16,9 +18,6 @@ from distir.errors import ConfigError
 from distir.ir import DType, TensorType
 from distir.models import GPT2Config, gpt2, presets
 from distir.models.gpt2 import LAYER_WEIGHTS, layer_of
-
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
 
 SMALL = GPT2Config(n_layer=2, d_model=64, n_head=4, vocab_size=100, seq_len=16,
                    batch_size=2)
@@ -95,7 +94,8 @@ def test_bfloat16_graph_types_and_runs() -> None:
 def test_graph_is_gpt2_as_torch_computes_it() -> None:
     """The ONNX graph, given the same weights, computes what the torch GPT-2 computes: the
     mask direction, head layout and tied LM head are GPT-2's."""
-    torch = pytest.importorskip("torch")
+    import torch
+
     from distir.models.torch_gpt2 import GPT2, load_weights
 
     inputs = SMALL.example_inputs(seed=2)

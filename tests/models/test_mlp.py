@@ -76,7 +76,7 @@ def test_reference_step_matches_numpy(num_layers: int) -> None:
 
 
 def test_reference_step_matches_torch_autograd() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     cfg = MLPConfig(batch_size=8, input_dim=6, hidden_dim=10, output_dim=4, num_layers=3,
                     lr=0.1)
     rng = np.random.default_rng(0)

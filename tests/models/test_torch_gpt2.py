@@ -9,16 +9,13 @@ from collections import Counter
 from pathlib import Path
 
 import numpy as np
+import onnxruntime as ort
 import pytest
+import torch
 
 import distir
 from distir.ir import DType, TensorType
 from distir.models import GPT2Config
-
-torch = pytest.importorskip("torch")
-onnx = pytest.importorskip("onnx")
-ort = pytest.importorskip("onnxruntime")
-
 from distir.models.torch_gpt2 import GPT2, export_gpt2_onnx  # noqa: E402
 
 CFG = GPT2Config(n_layer=2, d_model=64, n_head=4, vocab_size=100, seq_len=16, batch_size=2)
@@ -32,7 +29,7 @@ def model() -> GPT2:
 
 def _export(model: GPT2, path: Path, exporter: str, dynamic: bool) -> Path:
     if exporter == "dynamo":
-        pytest.importorskip("onnxscript")
+        import onnxscript  # noqa: F401 - the test needs it
     export_gpt2_onnx(model, path, dynamo=exporter == "dynamo", dynamic=dynamic)
     return path
 
