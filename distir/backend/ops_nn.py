@@ -72,8 +72,23 @@ def _layer_norm(s: Static) -> Kernel:
     return k
 
 
-_REDUCE: dict[str, Any] = {"ReduceSum": torch.sum, "ReduceMean": torch.mean,
-                           "ReduceMax": torch.amax, "ReduceMin": torch.amin}
+def _prod(x: torch.Tensor, dim: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    for d in sorted(dim, reverse=True):  # torch.prod reduces one axis at a time
+        x = torch.prod(x, dim=d, keepdim=keepdim)
+    return x
+
+
+def _l2(x: torch.Tensor, dim: tuple[int, ...], keepdim: bool) -> torch.Tensor:
+    return torch.sqrt(torch.sum(x * x, dim=dim, keepdim=keepdim))
+
+
+_REDUCE: dict[str, Any] = {
+    "ReduceSum": torch.sum, "ReduceMean": torch.mean, "ReduceMax": torch.amax,
+    "ReduceMin": torch.amin, "ReduceProd": _prod, "ReduceLogSumExp": torch.logsumexp,
+    "ReduceL1": lambda x, dim, keepdim: torch.sum(torch.abs(x), dim=dim, keepdim=keepdim),
+    "ReduceL2": _l2,
+    "ReduceSumSquare": lambda x, dim, keepdim: torch.sum(x * x, dim=dim, keepdim=keepdim),
+}
 
 
 @LOWERINGS.register(*_REDUCE)
@@ -194,6 +209,40 @@ def _batch_norm(s: Static) -> Kernel:
         raise UnsupportedError("BatchNormalization in training mode")
     eps = float(s.attrs["epsilon"])
     return lambda x, w, b, m, v: (F.batch_norm(x, m, v, w, b, False, 0.0, eps),)
+
+
+@LOWERINGS.register("InstanceNormalization")
+def _instance_norm(s: Static) -> Kernel:
+    """Per sample and channel over the spatial axes, then per-channel scale and bias."""
+    x_t = s.inp(0)
+    eps = float(s.attrs["epsilon"])
+    dims = tuple(range(2, x_t.rank))
+    view = (1, x_t.shape[1]) + (1,) * (x_t.rank - 2)
+
+    def k(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple:
+        if not dims:  # (N, C): each value is its own group
+            return (torch.zeros_like(x) * w + b,)
+        var, mean = torch.var_mean(x, dim=dims, keepdim=True, correction=0)
+        return ((x - mean) * torch.rsqrt(var + eps) * w.view(view) + b.view(view),)
+
+    return k
+
+
+@LOWERINGS.register("GroupNormalization")
+def _group_norm(s: Static) -> Kernel:
+    """Opset 21: statistics per group of channels in the stash type (Float32 unless
+    ``stash_type`` says otherwise), per-channel scale and bias in X's dtype."""
+    x_t = s.inp(0)
+    g, eps = int(s.attrs["num_groups"]), float(s.attrs["epsilon"])
+    stash = {1: torch.float32, 10: torch.float16, 11: torch.float64,
+             16: torch.bfloat16}[int(s.attrs.get("stash_type", 1))]
+    view = (1, x_t.shape[1]) + (1,) * (x_t.rank - 2)
+
+    def k(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor) -> tuple:
+        y = F.group_norm(x.to(stash), g, None, None, eps).to(x.dtype)
+        return (y * w.view(view) + b.view(view),)
+
+    return k
 
 
 @LOWERINGS.register("LRN")

@@ -18,12 +18,14 @@ from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 from distir.ir.types import DenseAttr, DType
 
-_UNARY = {
+_UNARY: dict[str, Any] = {
     "Abs": torch.abs, "Neg": torch.neg, "Exp": torch.exp, "Log": torch.log,
     "Sqrt": torch.sqrt, "Reciprocal": torch.reciprocal, "Relu": torch.relu,
     "Sigmoid": torch.sigmoid, "Tanh": torch.tanh, "Erf": torch.erf, "Floor": torch.floor,
     "Ceil": torch.ceil, "Sin": torch.sin, "Cos": torch.cos, "Not": torch.logical_not,
-    "Softplus": torch.nn.functional.softplus,
+    "Softplus": torch.nn.functional.softplus, "HardSwish": torch.nn.functional.hardswish,
+    "Mish": torch.nn.functional.mish, "Round": torch.round, "Atan": torch.atan,
+    "Sign": torch.sign,
 }
 
 
@@ -47,6 +49,46 @@ def _leaky_relu(s: Static) -> Kernel:
     alpha = float(s.attrs["alpha"])
     f = torch.nn.functional.leaky_relu
     return lambda x: (f(x, alpha),)
+
+
+@LOWERINGS.register("HardSigmoid")
+def _hard_sigmoid(s: Static) -> Kernel:
+    alpha, beta = float(s.attrs["alpha"]), float(s.attrs["beta"])
+    return lambda x: (torch.clamp(x * alpha + beta, 0.0, 1.0),)
+
+
+@LOWERINGS.register("Elu")
+def _elu(s: Static) -> Kernel:
+    alpha = float(s.attrs["alpha"])
+    f = torch.nn.functional.elu
+    return lambda x: (f(x, alpha),)
+
+
+@LOWERINGS.register("Selu")
+def _selu(s: Static) -> Kernel:
+    alpha, gamma = float(s.attrs["alpha"]), float(s.attrs["gamma"])
+    return lambda x: (torch.where(x > 0, x, torch.expm1(x) * alpha) * gamma,)
+
+
+@LOWERINGS.register("PRelu")
+def _prelu(s: Static) -> Kernel:
+    return lambda x, slope: (torch.where(x < 0, x * slope, x),)
+
+
+@LOWERINGS.register("IsInf")
+def _isinf(s: Static) -> Kernel:
+    neg, pos = bool(s.attrs["detect_negative"]), bool(s.attrs["detect_positive"])
+    f = torch.isinf if neg and pos else torch.isneginf if neg else torch.isposinf
+    if not neg and not pos:
+        return lambda x: (torch.zeros_like(x, dtype=torch.bool),)
+    return lambda x: (f(x),)
+
+
+@LOWERINGS.register("Mod")
+def _mod(s: Static) -> Kernel:
+    # fmod=1: the sign of the dividend (C fmod); fmod=0: the sign of the divisor.
+    f = torch.fmod if int(s.attrs["fmod"]) else torch.remainder
+    return lambda a, b: (f(a, b),)
 
 
 @LOWERINGS.register("Identity", "Dropout", view=True)
@@ -153,10 +195,10 @@ def _clip(s: Static) -> Kernel:
     return lambda x, lo=None, hi=None: (torch.clamp(x, lo, hi),)
 
 
-@LOWERINGS.register("Cast", view=True)
+@LOWERINGS.register("Cast", "CastLike", view=True)
 def _cast(s: Static) -> Kernel:
     dt = torch_dtype(s.out().dtype)  # float to int truncates toward zero, as in ONNX
-    return lambda x: (x.to(dt),)
+    return lambda x, *_: (x.to(dt),)
 
 
 # ---- shapes -------------------------------------------------------------------------------
@@ -351,15 +393,16 @@ def _isnan(s: Static) -> Kernel:
     return lambda x: (torch.isnan(x),)
 
 
-@LOWERINGS.register("ArgMax")
+@LOWERINGS.register("ArgMax", "ArgMin")
 def _argmax(s: Static) -> Kernel:
     rank = s.inp(0).rank
     axis = int(s.attrs.get("axis", 0)) % max(rank, 1)
     keep = bool(s.attrs.get("keepdims", 1))
+    f = torch.argmax if s.op_type == "ArgMax" else torch.argmin
     if int(s.attrs.get("select_last_index", 0)):
         n = s.inp(0).shape[axis]
-        return lambda x: ((n - 1 - torch.argmax(x.flip(axis), dim=axis, keepdim=keep)),)
-    return lambda x: (torch.argmax(x, dim=axis, keepdim=keep),)
+        return lambda x: ((n - 1 - f(x.flip(axis), dim=axis, keepdim=keep)),)
+    return lambda x: (f(x, dim=axis, keepdim=keep),)
 
 
 @LOWERINGS.register("ScatterND")

@@ -162,3 +162,23 @@ def test_shape_chain_through_range_mod_nonzero_cumsum_stays_concrete() -> None:
     x = np.arange(36, dtype=np.float32).reshape(2, 6, 3)
     (out,) = execute(fn, [x])
     np.testing.assert_array_equal(out, x.reshape(4, 3, 3))
+
+
+def test_reference_takes_negative_axes() -> None:
+    """GatherElements' axis and Resize's axes may count from the end (the ONNX reference
+    kernels mishandle that; the numpy rules make them non-negative first)."""
+    from distir.analysis.rules import NUMPY_RULES
+
+    x = np.arange(12, dtype=np.float32).reshape(3, 4)
+    idx = np.array([[0, 3], [1, -1], [2, 2]], np.int64)
+    (g,) = NUMPY_RULES.get("GatherElements")("GatherElements", (x, idx),
+                                             full_attrs("GatherElements", {"axis": -1}), 1)
+    np.testing.assert_array_equal(g, np.take_along_axis(x, idx % 4, axis=1))
+    img = x.reshape(1, 1, 3, 4)
+    scales = np.array([2.0, 2.0], np.float32)
+    want = NUMPY_RULES.get("Resize")("Resize", (img, None, scales),
+                                     full_attrs("Resize", {"axes": (2, 3)}), 1)[0]
+    got = NUMPY_RULES.get("Resize")("Resize", (img, None, scales),
+                                    full_attrs("Resize", {"axes": (-2, -1)}), 1)[0]
+    assert got.shape == (1, 1, 6, 8)
+    np.testing.assert_array_equal(got, want)

@@ -234,6 +234,27 @@ def constant(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tu
     return (constant_value(attrs),)
 
 
+_NEGATIVE_AXES = {"GatherElements": "axis", "Resize": "axes"}
+"""Axis attributes the ONNX spec lets count from the end but whose ``onnx.reference``
+kernels mishandle negative values (onnx 1.23: GatherElements compares the wrong axes,
+Resize transposes by them): made non-negative first, which the spec defines as the same."""
+
+
+def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[str, Any]:
+    name = _NEGATIVE_AXES[op_type]
+    v = attrs.get(name)
+    if v is None or not args or args[0] is None:
+        return attrs
+    rank = np.ndim(args[0])
+    if isinstance(v, int):
+        return attrs if v >= 0 else {**attrs, name: v + rank}
+    if all(a >= 0 for a in v):
+        return attrs
+    return {**attrs, name: tuple(a + rank if a < 0 else a for a in v)}
+
+
 @NUMPY_RULES.register(*(name for name in ONNX_SCHEMAS if name != "Constant"))
 def onnx_op(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    if op_type in _NEGATIVE_AXES:
+        attrs = _nonnegative_axes(op_type, args, attrs)
     return KERNELS.run(op_type, args, attrs, n_out)

@@ -1,0 +1,219 @@
+"""The lowerings of the ops exported Hugging Face / torchvision-like models use beyond the
+minimum set (issue 14), against the reference executor, one op at a time on the CPU (the
+harness of test_lowering.py)."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+import tests.backend.test_lowering as base  # noqa: E402
+from distir.backend.lowering import LOWERINGS, load_lowerings  # noqa: E402
+from distir.ir import DType, parse  # noqa: E402
+from distir.ir._onnx_schemas import ONNX_SCHEMAS  # noqa: E402
+
+F32, F64, I64, I32, BOOL = DType.Float32, DType.Float64, DType.Int64, DType.Int32, DType.Bool
+X = (F32, (3, 4))
+one_op, check = base.one_op, base.check
+rng = np.random.default_rng(7)
+
+
+def i64(*v: int) -> np.ndarray:
+    return np.array(v, np.int64)
+
+
+def test_every_onnx_op_has_a_lowering() -> None:
+    load_lowerings()
+    assert sorted(op for op in ONNX_SCHEMAS if op not in LOWERINGS) == []
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("HardSwish", {}), ("Mish", {}), ("Round", {}), ("Atan", {}), ("Sign", {}),
+    ("HardSigmoid", {}), ("HardSigmoid", {"alpha": 0.3, "beta": 0.4}), ("Elu", {}),
+    ("Elu", {"alpha": 0.5}), ("Selu", {}), ("Selu", {"alpha": 1.5, "gamma": 2.0}),
+])
+def test_unary(op: str, attrs: dict) -> None:
+    x = (rng.standard_normal((3, 4)) * 3).astype(np.float32)
+    x[0, :2] = [0.5, -2.5]  # Round: halves go to the even neighbour
+    check(one_op(op, [X], **attrs), [x])
+
+
+@pytest.mark.parametrize("neg, pos", [(1, 1), (0, 1), (1, 0), (0, 0)])
+def test_isinf(neg: int, pos: int) -> None:
+    x = np.array([[1.0, np.inf, -np.inf, np.nan]], np.float32)
+    check(one_op("IsInf", [(F32, (1, 4))], detect_negative=neg, detect_positive=pos), [x])
+
+
+def test_mod_prelu_xor_castlike() -> None:
+    a, b = np.array([7, -7, 9, -9, 5, 0]), np.array([2, 2, -4, 4, -3, 5])
+    check(one_op("Mod", [(I64, (6,)), (I64, (6,))]), [a, b])
+    check(one_op("Mod", [(I64, (6,)), (I64, (6,))], fmod=1), [a, b])
+    check(one_op("Mod", [(F32, (6,)), (F32, (6,))], fmod=1),
+          [a.astype(np.float32) + 0.5, b.astype(np.float32) + 0.25])
+    check(one_op("PRelu", [(F32, (2, 3, 4)), (F32, (3, 1))]))
+    check(one_op("PRelu", [X, np.array([0.1, 0.2, 0.3, 0.4], np.float32)]))
+    check(one_op("Xor", [(BOOL, (3, 4)), (BOOL, (4,))]))
+    check(one_op("CastLike", [X, np.zeros(1, np.float16)]), rtol=1e-3, atol=1e-3)
+    check(one_op("CastLike", [(F32, (5,)), np.zeros((), np.int64)]),
+          [np.array([1.7, -1.7, 0.2, 3.0, -0.9], np.float32)])
+
+
+def test_gather_elements_and_nd() -> None:
+    idx = np.array([[0, -1, 2, 1], [2, 0, -3, 1]], np.int64)
+    check(one_op("GatherElements", [X, idx]))
+    check(one_op("GatherElements", [X, np.array([[3, -1], [0, 1], [2, 2]], np.int64)],
+                 axis=1))
+    check(one_op("GatherElements", [X, (I64, (3, 2))], axis=-1),
+          [rng.standard_normal((3, 4)).astype(np.float32), rng.integers(-4, 4, (3, 2))])
+    check(one_op("GatherND", [(F32, (3, 4, 5)), np.array([[0, 1], [-1, 3]], np.int64)]))
+    check(one_op("GatherND", [(F32, (3, 4, 5)), np.array([[[2]], [[0]]], np.int64)]))
+    check(one_op("GatherND", [(F32, (2, 4, 5)), np.array([[[1], [3]], [[0], [-1]]], np.int64)],
+                 batch_dims=1))
+    check(one_op("GatherND", [(F32, (2, 3, 4, 5)), np.array([[1, 2], [0, 3]], np.int64)],
+                 batch_dims=1))
+
+
+@pytest.mark.parametrize("red", ["none", "add", "mul", "max", "min"])
+def test_scatter_elements(red: str) -> None:
+    idx = np.array([[1, 0, 2, -1], [1, 2, 0, 0]], np.int64)
+    if red == "none":
+        idx = np.array([[1, 0, 2, -1], [0, 2, 1, 0]], np.int64)  # no repeated target
+    check(one_op("ScatterElements", [X, idx, (F32, (2, 4))], reduction=red))
+    check(one_op("ScatterElements", [X, np.array([[3], [-4], [1]], np.int64), (F32, (3, 1))],
+                 axis=1, reduction=red))
+
+
+def test_one_hot_nonzero_cumsum() -> None:
+    check(one_op("OneHot", [(I64, (2, 3)), np.array(4, np.int64),
+                            np.array([0.0, 1.0], np.float32)]),
+          [np.array([[0, 3, -1], [-4, 5, 2]], np.int64)])
+    check(one_op("OneHot", [(I64, (3,)), np.array(3, np.int64), np.array([2, 7], np.int64)],
+                 axis=0), [np.array([2, -2, 0], np.int64)])
+    check(one_op("NonZero", [np.array([[1, 0, 2], [0, 0, 3]], np.int64)]))
+    check(one_op("NonZero", [np.array([0.0, 1.5, 0.0, -2.0], np.float32)]))
+    for ex, rev in itertools.product((0, 1), repeat=2):
+        check(one_op("CumSum", [X, np.array(1, np.int64)], exclusive=ex, reverse=rev))
+        check(one_op("CumSum", [(I64, (5, 2)), np.array(0, np.int32)], exclusive=ex,
+                     reverse=rev))
+
+
+def test_topk_and_argmin() -> None:
+    ties = np.array([[3, 1, 3, 2, 1], [0, 0, 0, 1, 1]], np.int64)
+    for largest in (1, 0):
+        check(one_op("TopK", [(I64, (2, 5)), i64(3)], n_out=2, largest=largest), [ties])
+        check(one_op("TopK", [(F32, (4, 3)), i64(2)], n_out=2, axis=0, largest=largest))
+    check(one_op("ArgMin", [(F32, (3, 5))], axis=1, keepdims=0))
+    check(one_op("ArgMin", [(I64, (2, 5))], axis=1, select_last_index=1), [ties])
+
+
+@pytest.mark.parametrize("eq, shapes", [
+    ("bij,bjk->bik", [(2, 3, 4), (2, 4, 5)]),
+    ("ij,jk", [(3, 4), (4, 5)]),
+    ("ii", [(3, 3)]),
+    ("ij->ji", [(3, 4)]),
+    ("...j,j->...", [(2, 3, 4), (4,)]),
+    ("bhqd,bhkd->bhqk", [(2, 2, 3, 4), (2, 2, 5, 4)]),
+    ("i,j->ij", [(3,), (4,)]),
+    ("ij,jk,kl->il", [(2, 3), (3, 4), (4, 2)]),
+])
+def test_einsum(eq: str, shapes: list) -> None:
+    check(one_op("Einsum", [(F32, s) for s in shapes], equation=eq), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("op", ["ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2",
+                                "ReduceSumSquare", "ReduceLogSumExp"])
+def test_reductions(op: str) -> None:
+    check(one_op(op, [(F32, (2, 3, 4)), i64(1)], keepdims=0), rtol=1e-4)
+    check(one_op(op, [(F32, (2, 3, 4)), i64(0, -1)]), rtol=1e-4)
+    check(one_op(op, [(F32, (2, 3, 4))]), rtol=1e-4)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "edge", "wrap"])
+def test_pad(mode: str) -> None:
+    check(one_op("Pad", [(F32, (3, 4)), i64(1, 2, 2, 1)], mode=mode))
+    check(one_op("Pad", [(F32, (2, 3, 5)), i64(2, 1), None, i64(-1)], mode=mode))
+    check(one_op("Pad", [(I64, (3, 4)), i64(1, 0, 0, 2), np.array(9, np.int64)], mode=mode))
+
+
+def test_pad_negative_crops() -> None:
+    for mode in ("constant", "edge"):
+        fn = one_op("Pad", [(F32, (3, 5)), i64(-1, 2, 1, -2)], mode=mode)
+        x = rng.standard_normal((3, 5)).astype(np.float32)
+        (got,) = base.run_local(fn, [x])
+        want = np.pad(x[1:, :3], ((0, 1), (2, 0)), mode=mode)
+        np.testing.assert_array_equal(got, want)
+
+
+def test_depth_space_and_norms() -> None:
+    check(one_op("DepthToSpace", [(F32, (2, 8, 2, 3))], blocksize=2))
+    check(one_op("DepthToSpace", [(F32, (2, 18, 2, 1))], blocksize=3, mode="CRD"))
+    check(one_op("SpaceToDepth", [(F32, (2, 2, 4, 6))], blocksize=2))
+    check(one_op("InstanceNormalization", [(F32, (2, 3, 4, 5)), (F32, (3,)), (F32, (3,))]),
+          rtol=1e-4, atol=1e-5)
+    check(one_op("InstanceNormalization", [(F32, (2, 3, 7)), (F32, (3,)), (F32, (3,))],
+                 epsilon=1e-3), rtol=1e-4, atol=1e-5)
+    check(one_op("GroupNormalization", [(F32, (2, 6, 3, 3)), (F32, (6,)), (F32, (6,))],
+                 num_groups=3), rtol=1e-4, atol=1e-5)
+
+
+_CTMS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",
+         "asymmetric"]
+_SCALES = [np.array([1, 1, 2.0, 1.5], np.float32), np.array([1, 1, 0.6, 0.34], np.float32),
+           np.array([1, 1, 1.0, 3.0], np.float32), np.array([1, 1, 1.0 / 7, 1.0], np.float32)]
+
+
+@pytest.mark.parametrize("mode, nearest", [("nearest", m) for m in (
+    "round_prefer_floor", "round_prefer_ceil", "floor", "ceil")] + [("linear", ""),
+                                                                   ("cubic", "")])
+@pytest.mark.parametrize("ctm", _CTMS)
+def test_resize_modes(mode: str, nearest: str, ctm: str) -> None:
+    attrs = {"mode": mode, "coordinate_transformation_mode": ctm}
+    if nearest:
+        attrs["nearest_mode"] = nearest
+    for sc in _SCALES:
+        check(one_op("Resize", [(F32, (1, 2, 7, 6)), None, sc], **attrs), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "cubic"])
+def test_resize_antialias_and_exclude_outside(mode: str) -> None:
+    for sc in _SCALES:
+        check(one_op("Resize", [(F32, (1, 2, 7, 6)), None, sc], mode=mode, antialias=1),
+              rtol=1e-4, atol=1e-5)
+    if mode == "cubic":
+        check(one_op("Resize", [(F32, (1, 2, 7, 6)), None, _SCALES[0]], mode=mode,
+                     exclude_outside=1, cubic_coeff_a=-0.5), rtol=1e-4, atol=1e-5)
+
+
+def test_resize_sizes_axes_crop_and_integers() -> None:
+    check(one_op("Resize", [(F32, (1, 2, 4, 6)), None, None, i64(1, 2, 7, 3)],
+                 mode="linear"), rtol=1e-4, atol=1e-5)
+    for policy in ("not_larger", "not_smaller"):
+        check(one_op("Resize", [(F32, (1, 2, 4, 8)), None, None, i64(5, 5)], axes=(2, 3),
+                     keep_aspect_ratio_policy=policy, mode="cubic"), rtol=1e-4, atol=1e-5)
+    check(one_op("Resize", [(F32, (2, 6, 5)), np.array([0.2, 0.8, -0.3, 1.2], np.float32),
+                            None, i64(4, 6)], axes=(1, 2),
+                 coordinate_transformation_mode="tf_crop_and_resize", mode="linear",
+                 extrapolation_value=-3.0), rtol=1e-4, atol=1e-5)
+    check(one_op("Resize", [(F32, (1, 2, 4, 8)), None, np.array([1.5, 0.5], np.float32)],
+                 axes=(-2, -1), mode="linear"), rtol=1e-4, atol=1e-5)
+    check(one_op("Resize", [(I64, (1, 1, 3, 4)), None, np.array([1, 1, 2, 2.5], np.float32)]))
+    check(one_op("Resize", [(F32, (1, 1, 3, 4)), np.zeros(0, np.float32),
+                            np.array([1, 1, 2, 2], np.float32)]))  # an empty roi is omitted
+
+
+def test_resize_to_sizes_computed_from_a_shape() -> None:
+    """Exports compute the sizes from ``Shape``: the scales then come from the types."""
+    fn = parse("""
+func @main(%x: Tensor[Float32, (1, 2, 5, 3), 0]) {
+  %s = Shape(%x, end=2)
+  %hw = Constant(value=dense<Int64>[8, 7])
+  %sizes = Concat(%s, %hw, axis=0)
+  %y = Resize(%x, _, _, %sizes, mode="linear")
+  return %y
+}
+""").entry
+    check(fn, rtol=1e-4, atol=1e-5)
