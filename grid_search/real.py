@@ -119,7 +119,9 @@ def _f(x: Any) -> float:
 
 
 def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Spearman of predicted vs measured latency, median |error| of latency and memory."""
+    """Spearman of predicted vs measured latency, median and worst |error| of latency and
+    memory. Give it the rows of one batch size: pooled over batch sizes, the rank
+    correlation mostly measures that bigger batches take longer."""
     both = [r for r in rows if _f(r.get("latency_s")) > 0
             and _f(r.get("measured_latency_s")) > 0]
     pred = [_f(r["latency_s"]) for r in both]
@@ -137,7 +139,9 @@ def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
 
     return {"n": float(len(both)), "spearman": spearman(pred, meas),
             "median_latency_error": median(lat_err),
-            "median_memory_error": median(mem_err)}
+            "worst_latency_error": lat_err[-1] if lat_err else math.nan,
+            "median_memory_error": median(mem_err),
+            "worst_memory_error": mem_err[-1] if mem_err else math.nan}
 
 
 def profile_mismatch(hardware: str | None, devices: Sequence[str]) -> str | None:
@@ -180,8 +184,6 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
             w = csv.DictWriter(f, COLUMNS + MEASURED_COLUMNS, extrasaction="ignore")
             w.writeheader()
             w.writerows(merged)
-    acc = accuracy([r for r in merged if r.get("measured_status") == "ok"])
-
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x * 100:.1f}%"
 
@@ -189,8 +191,13 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
                                            for m in measured.values()])
     if mismatch:
         print(f"\nwarning: {mismatch}")
-    print(f"\nMeasured the top {len(configs)} configurations: Spearman's rank correlation "
-          f"of predicted and measured latency {acc['spearman']:.3f}, median latency error "
-          f"{pct(acc['median_latency_error'])}, median peak-memory error "
-          f"{pct(acc['median_memory_error'])} (n/a: no CUDA memory figures on the CPU)")
+    ok = [r for r in merged if r.get("measured_status") == "ok"]
+    print(f"\nMeasured the top {len(configs)} configurations; per batch size, predicted vs "
+          "measured (n/a: fewer than 2 runs, or no CUDA memory figures on the CPU):")
+    for b in sorted({int(r["batch_size"]) for r in ok}):
+        acc = accuracy([r for r in ok if int(r["batch_size"]) == b])
+        print(f"  batch {b}: {int(acc['n'])} run(s), Spearman's rank correlation of latency "
+              f"{acc['spearman']:.3f}, latency error median {pct(acc['median_latency_error'])} "
+              f"(worst {pct(acc['worst_latency_error'])}), peak-memory error median "
+              f"{pct(acc['median_memory_error'])} (worst {pct(acc['worst_memory_error'])})")
     return merged
