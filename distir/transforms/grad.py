@@ -38,7 +38,7 @@ from distir.ir.types import ScalarType, TensorType
 from distir.ir.verify import verify
 from distir.transforms.vjp import VJP_RULES, VJPContext, load_vjp_rules
 
-__all__ = ["grad", "default_wrt", "drop_dead_ops"]
+__all__ = ["grad", "differentiate", "default_wrt", "drop_dead_ops"]
 
 
 def _is_float(a: Any) -> bool:
@@ -101,7 +101,19 @@ def grad(fn: Function, wrt: Sequence[str] | None = None) -> Function:
     floating-point parameter bound to an initializer. The result has ``fn``'s parameters
     (and initializers) and the results ``loss, d loss / d wrt[0], ...``.
     """
+    return differentiate(fn, wrt)
+
+
+def differentiate(fn: Function, wrt: Sequence[str] | None = None,
+                  recompute: Sequence[Sequence[Op]] = ()) -> Function:
+    """``grad``, with activation recomputation: each element of ``recompute`` is a group of
+    forward ops of ``fn`` (a layer, in program order, ``fn`` free of calls). The backward
+    pass copies a group's ops right before the first of its VJPs and differentiates the
+    copies, so the group's own activations are needed only in the forward pass; the values
+    the group reads from outside (its input, weights) are what is kept."""
     if any(op.callee is not None for op in fn.ops):
+        if recompute:
+            raise TransformError("grad: recomputed groups must be ops of a call-free function")
         fn = inline_calls(fn)
     if not fn.returns:
         raise TransformError(f"grad: @{fn.name} returns nothing; its first result must be the "
@@ -118,13 +130,13 @@ def grad(fn: Function, wrt: Sequence[str] | None = None) -> Function:
                              "use training_step)")
     load_vjp_rules()
     with no_gc():
-        out = _differentiate(fn, env, params, loss, lt)
+        out = _differentiate(fn, env, params, loss, lt, recompute)
     verify(out)
     return out
 
 
 def _differentiate(fn: Function, env: dict[Value, Any], params: list[Value], loss: Value,
-                   lt: TensorType) -> Function:
+                   lt: TensorType, recompute: Sequence[Sequence[Op]]) -> Function:
     active = _active(fn, env, params, loss)
     b = FunctionBuilder(fn.name)
     new: dict[Value, Value] = {}
@@ -135,6 +147,7 @@ def _differentiate(fn: Function, env: dict[Value, Any], params: list[Value], los
         new.update(zip(op.outputs, outs))
         b.ops.append(Op(op.op_type, [None if v is None else new[v] for v in op.inputs],
                         dict(op.attrs) or None, outs))
+    loss_new = new[loss]
     consts: dict[tuple, Value] = {}
     cx = VJPContext(b, env, new, consts)
     cot: dict[Value, Value] = {}
@@ -143,6 +156,8 @@ def _differentiate(fn: Function, env: dict[Value, Any], params: list[Value], los
         cot[loss] = cx.const(np.ones(lt.shape, dtype=lt.dtype.np))
         cx.ones.add(cot[loss])
     attrs_memo: dict[tuple, dict[str, Any]] = {}
+    group_of: dict[Op, int] = {op: g for g, ops in enumerate(recompute) for op in ops}
+    done: set[int] = set()
     for op in reversed(fn.ops):
         douts = tuple(cot.get(o) for o in op.outputs)
         if all(d is None for d in douts):
@@ -150,6 +165,14 @@ def _differentiate(fn: Function, env: dict[Value, Any], params: list[Value], los
         need = tuple(v is not None and v in active for v in op.inputs)
         if not any(need):
             continue
+        g_idx = group_of.get(op)
+        if g_idx is not None and g_idx not in done:
+            done.add(g_idx)
+            for fop in recompute[g_idx]:  # the copies now stand for the group's values
+                outs = [Value(o.name, o.type) for o in fop.outputs]
+                ins = [None if v is None else new[v] for v in fop.inputs]
+                new.update(zip(fop.outputs, outs))
+                b.ops.append(Op(fop.op_type, ins, dict(fop.attrs) or None, outs))
         rule = VJP_RULES.get(op.op_type)
         if rule is None:
             raise TransformError(f"grad: no VJP rule for op {op.op_type} (result "
@@ -171,7 +194,7 @@ def _differentiate(fn: Function, env: dict[Value, Any], params: list[Value], los
                 continue
             prev = cot.get(v)
             cot[v] = g if prev is None else b.op("Add", prev, g)
-    results = [new[loss]]
+    results = [loss_new]
     for p in params:
         g = cot.get(p)
         if g is None:
