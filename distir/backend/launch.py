@@ -6,8 +6,9 @@ costs one start-up. The workers are fresh interpreters running distir's own work
 (``distir.backend.procs``), never copies of the user's script, so ``distir.run`` works from
 a plain script, a notebook or ``python -c`` without an ``if __name__ == "__main__":``
 guard. Each ``Session.run`` projects the program (``distir.analysis.projection``), sends
-every worker its rank's program as DistIR text with its inputs as numpy arrays
-(``distir.backend.wire``), and waits for their results under a watchdog:
+every worker its rank's program as DistIR text (pickled IR where ``lark`` is missing) with
+its inputs as numpy arrays (``distir.backend.wire``), and waits for their results under a
+watchdog:
 
 - a rank out of memory gives a ``RunResult`` with ``status == "oom"`` (not an exception);
 - an error in any rank raises a one-line ``DistIRError`` (``UnsupportedError`` for an op
@@ -211,6 +212,9 @@ class Session:
         self.start_timeout_s = start_timeout_s
         self.watchdog_s = timeout_s + GRACE_S if watchdog_s is None else watchdog_s
         self.device_name = ""
+        self.program_format = "text"
+        """How programs reach the workers: ``"text"`` (DistIR text), or ``"pickle"`` where
+        the workers' Python has no ``lark``; known once the workers are ready."""
         self._workers: LocalWorkers | None = None
         self._broken = False
 
@@ -236,15 +240,16 @@ class Session:
             return
         self._workers = LocalWorkers(self.world_size, self.backend, self.timeout_s)
         try:
-            ready: dict[int, str] = {}
+            ready: dict[int, tuple] = {}
             deadline = time.monotonic() + self.start_timeout_s
             while len(ready) < self.world_size:
                 msg = self._get(deadline, "starting the workers")
                 if msg[0] == "fatal":
                     raise BackendError(f"worker {msg[1]} could not start: {msg[2]}")
                 if msg[0] == "ready":
-                    ready[msg[1]] = msg[2]
-            self.device_name = ready.get(0, "")
+                    ready[msg[1]] = msg
+            self.device_name = ready[0][2]
+            self.program_format = "text" if all(m[3] for m in ready.values()) else "pickle"
             self._broken = False
         except BaseException:
             self.close(kill=True)
@@ -283,10 +288,11 @@ class Session:
                               f"the session has {self.world_size} processes")
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=outputs,
                            memory_limit=memory_limit, seed=seed)
-        messages = [task_message(t) for t in tasks]  # programs as DistIR text
         if self._broken:
             self.close(kill=True)
         self.start()
+        text = self.program_format == "text"
+        messages = [task_message(t, text=text) for t in tasks]
         w = self._workers
         assert w is not None
         for i in range(len(w.progress)):

@@ -9,8 +9,10 @@ pickle of plain data: strings, numbers, tuples, numpy arrays and ``RankResult``.
 
 A task carries its rank's program as DistIR text (``distir.dumps``, read back with the
 parser, unverified: a projected program holds communication attributes, such as ``seq``
-and ``group``, and results-free ``Send`` statements that only projection makes). Inputs
-and outputs are numpy arrays.
+and ``group``, and results-free ``Send`` statements that only projection makes). Where the
+workers' Python lacks ``lark`` (the parser's one dependency; benchmark machines may not
+have it), each says so when it is ready and the task travels as a pickled ``RankTask``
+instead: IR objects unpickle without the parser. Inputs and outputs are numpy arrays.
 
 Progress slots (``progress[3 * rank + k]``: the communication a rank is in, whether it
 waits in it, and its heartbeat count) live in a small file shared by memory mapping, so the
@@ -53,10 +55,13 @@ def receive(stream: IO[bytes]) -> Any:
     return pickle.loads(body)
 
 
-def task_message(task: RankTask) -> tuple:
-    """A task as plain data, its program as DistIR text."""
+def task_message(task: RankTask, *, text: bool = True) -> tuple:
+    """A task as plain data, its program as DistIR text (or, unless ``text``, the task as
+    pickled objects)."""
     from distir.ir.printer import dumps
 
+    if not text:
+        return ("task", task)
     prog = task.program
     return ("run", dumps(prog.fn), prog.device, prog.param_index, prog.return_index,
             task.name, task.groups, task.inputs, task.steps, task.warmup, task.want_outputs,
@@ -68,6 +73,8 @@ def task_from_message(msg: tuple) -> RankTask:
     from distir.analysis.projection import RankProgram
     from distir.ir.parser import parse_module
 
+    if msg[0] == "task":
+        return msg[1]  # type: ignore[no-any-return]
     (_, text, device, param_index, return_index, name, groups, inputs, steps, warmup, want,
      memory_limit, seed) = msg
     fn = parse_module(text, f"<rank {device} of @{name}>").entry

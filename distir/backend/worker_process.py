@@ -6,8 +6,9 @@
 It never imports the user's script (which is why ``distir.run`` needs no
 ``if __name__ == "__main__":`` guard): it joins the process group, says it is ready, then
 runs the tasks that arrive on its standard input (``distir.backend.wire``: programs as
-DistIR text, inputs as numpy arrays) and answers each with a ``RankResult``, until it is
-told to stop, its input ends, or the launcher disappears.
+DistIR text, or as pickled IR where ``lark`` is missing; inputs as numpy arrays) and answers
+each with a ``RankResult``, until it is told to stop, its input ends, or the launcher
+disappears.
 
 Replies go out through the standard output the worker was started with; the worker points
 its own file descriptor 1 (and ``sys.stdout``) at stderr first, so nothing a library prints
@@ -38,6 +39,16 @@ def _watch_launcher(ppid: int) -> None:
         time.sleep(0.5)
         if os.getppid() != ppid:
             os._exit(3)
+
+
+def _reads_text() -> bool:
+    """Whether this interpreter has the text parser's one dependency, ``lark`` (without it,
+    the launcher sends programs as pickled IR objects instead)."""
+    try:
+        import lark  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 def serve(rank: int, world_size: int, backend: str, init_method: str, timeout_s: float,
@@ -72,7 +83,7 @@ def serve(rank: int, world_size: int, backend: str, init_method: str, timeout_s:
     except Exception as e:  # noqa: BLE001 - reported to the launcher, which says which rank
         send(replies, ("fatal", rank, describe(e)))
         return
-    send(replies, ("ready", rank, runner.device_name))
+    send(replies, ("ready", rank, runner.device_name, _reads_text()))
     while True:
         try:
             msg = receive(commands)

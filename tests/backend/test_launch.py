@@ -133,6 +133,31 @@ def test_a_worker_cannot_be_started_by_hand() -> None:
     assert "Traceback" not in r.stderr
 
 
+def test_programs_travel_pickled_where_lark_is_missing(tmp_path: object,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    """Text where the workers can parse it; pickled IR where their Python has no ``lark``
+    (a ``lark`` that fails to import comes first on their path here)."""
+    pytest.importorskip("torch")
+    from distir.analysis import execute, random_inputs
+    from distir.backend import Session
+
+    fn = distir.load(os.path.join(ROOT, "examples", "mlp_step_pp2.dir")).entry
+    ins = random_inputs(fn, seed=2)
+    want = execute(fn, ins)
+    fake = os.path.join(str(tmp_path), "nolark")
+    os.makedirs(os.path.join(fake, "lark"))
+    with open(os.path.join(fake, "lark", "__init__.py"), "w") as f:
+        f.write("raise ImportError('lark is not installed here')\n")
+    for path, fmt in ((None, "text"), (fake, "pickle")):
+        if path is not None:
+            monkeypatch.setenv("PYTHONPATH", path)
+        with Session(2, "gloo", timeout_s=60) as s:
+            res = s.run(fn, ins, steps=1, warmup=0)
+            assert s.program_format == fmt
+        for g, w in zip(res.outputs, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+
+
 # ---- what travels: per-rank programs as text -------------------------------------------
 
 
