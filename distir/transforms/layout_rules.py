@@ -56,7 +56,7 @@ def apply_rule(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict
 UNARY = ("Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
          "Reciprocal", "Cast", "Identity", "Softplus", "LeakyRelu", "Floor", "Ceil", "Sin",
          "Cos", "Not", "IsNaN", "Dropout", "Sign", "Round", "HardSigmoid", "Elu", "Selu",
-         "Celu", "Mish", "Softsign", "HardSwish")
+         "Celu", "Mish", "Softsign", "HardSwish", "Atan", "IsInf")
 BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "Sum", "Max", "Min", "Mean", "Mod", "Equal",
              "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where",
              "Clip", "PRelu", "ReluGrad", "GeluGrad", "MSELossGrad", "SGDOptimizer",
