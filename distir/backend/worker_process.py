@@ -34,7 +34,14 @@ USAGE = ("usage: python -m distir.backend.worker_process RANK WORLD_SIZE BACKEND
 
 def _watch_launcher(ppid: int) -> None:
     """Exit when the launcher is gone (so no worker outlives a killed session), even while
-    the main thread waits in a collective."""
+    the main thread waits in a collective. (Where ``sys.executable`` is a wrapper that
+    started this interpreter as its own child, the wrapper is watched.)"""
+    if os.getppid() != ppid and os.name == "posix":  # (on Windows, os.kill terminates)
+        try:
+            os.kill(ppid, 0)
+        except OSError:  # the launcher died before this worker got here
+            os._exit(3)
+        ppid = os.getppid()
     while True:
         time.sleep(0.5)
         if os.getppid() != ppid:
