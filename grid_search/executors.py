@@ -22,8 +22,8 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Iterator, Sequence
-from typing import Any, Protocol
+from collections.abc import Generator, Sequence
+from typing import Any, Protocol, cast
 
 from distir.errors import ConfigError
 from grid_search.models import Workload
@@ -46,11 +46,13 @@ class Executor(Protocol):
         ...
 
     def rows(self, workload: Workload, hardware: Any,
-             configs: Sequence[Config]) -> Iterator[dict[str, Any]]:
+             configs: Sequence[Config]) -> Generator[dict[str, Any], None, None]:
         """The row of every configuration, in the order of ``configs``, each yielded as soon
         as it and all rows before it are known. ``hardware`` is a loaded
         ``distir.analysis.hardware.Hardware`` (resolved where the search was started, so a
-        profile given by path need not exist on other machines)."""
+        profile given by path need not exist on other machines). An executor that can fail
+        to start (no cluster) fails in this call, before any row is asked for; closing the
+        generator releases what it started, whether or not a row was taken."""
         ...
 
 
@@ -68,7 +70,7 @@ class LocalExecutor:
         return f"{self.workers} worker(s)"
 
     def rows(self, workload: Workload, hardware: Any,
-             configs: Sequence[Config]) -> Iterator[dict[str, Any]]:
+             configs: Sequence[Config]) -> Generator[dict[str, Any], None, None]:
         from grid_search.search import _init_worker, evaluate
 
         if not configs:
@@ -115,9 +117,9 @@ def ray_runtime_env() -> dict[str, Any]:
     return {"py_modules": dirs, "excludes": ["__pycache__", "*.pyc"]}
 
 
-def _check_reachable(address: str) -> None:
+def _check_reachable(address: str, where: str) -> None:
     """A ``host:port`` address that nothing listens on fails here in seconds, with one
-    line, rather than after Ray's minutes of retries."""
+    line naming ``where`` it came from, rather than after Ray's minutes of retries."""
     host, sep, port = address.rpartition(":")
     if not sep or not port.isdigit() or "://" in address:
         return
@@ -125,9 +127,8 @@ def _check_reachable(address: str) -> None:
         socket.create_connection((host.strip("[]") or "127.0.0.1", int(port)),
                                  timeout=5).close()
     except OSError as e:
-        raise ConfigError(f"--address {address}: no Ray cluster answers there "
-                          f"({e.strerror or e}); start one with `ray start --head` "
-                          "or fix the address") from None
+        raise ConfigError(f"{where}: no Ray cluster answers there ({e.strerror or e}); "
+                          "start one with `ray start --head` or fix the address") from None
 
 
 def _evaluate_remote(token: str, context: list[Any], cfg: Config) -> dict[str, Any]:
@@ -147,14 +148,16 @@ def _evaluate_remote(token: str, context: list[Any], cfg: Config) -> dict[str, A
 class RayExecutor:
     """One Ray task per configuration.
 
-    ``address`` goes to ``ray.init``: None follows Ray's own rule ($RAY_ADDRESS, else a
-    cluster started on this machine with ``ray start``, else a new local instance);
-    ``"auto"`` insists on an existing cluster; ``"local"`` always starts a new one;
-    ``HOST:PORT`` or ``ray://HOST:PORT`` names one. When Ray is already initialised in
-    this process the executor uses that connection, as it is, and leaves it open (its
-    workers must be able to import distir: installed there, or
-    ``ray.init(runtime_env=ray_runtime_env())``); otherwise it connects when the search
-    starts, shipping the code when ``ship_code``, and disconnects when it ends.
+    ``address`` goes to ``ray.init``: ``HOST:PORT`` (a cluster's GCS) or
+    ``ray://HOST:PORT`` (Ray Client) names a cluster; ``"auto"`` is $RAY_ADDRESS, else a
+    cluster started on this machine with ``ray start``; ``"local"`` starts a new instance
+    on this machine. None is ``"auto"`` when $RAY_ADDRESS is set, else ``"local"``: a
+    search never lands on a cluster by accident, nor waits for one that a killed
+    ``ray start`` left behind. When Ray is already initialised in this process the
+    executor uses that connection, as it is, and leaves it open (its workers must be able
+    to import distir: installed there, or ``ray.init(runtime_env=ray_runtime_env())``);
+    otherwise it connects when the search starts, shipping the code when ``ship_code``,
+    and disconnects when it ends.
 
     ``workers`` bounds the configurations in flight (``4 * workers`` ahead of the last row
     released); None uses the cluster's CPUs when the search starts.
@@ -170,13 +173,23 @@ class RayExecutor:
         self.workers = workers
         self.ship_code = ship_code
 
+    def _resolved(self) -> str:
+        if self.address is None:
+            return "auto" if os.environ.get("RAY_ADDRESS") else "local"
+        return self.address
+
     def describe(self) -> str:
-        if self.address:
-            where = f"the Ray cluster at {self.address}"
-        elif os.environ.get("RAY_ADDRESS"):
-            where = f"the Ray cluster at $RAY_ADDRESS ({os.environ['RAY_ADDRESS']})"
+        address = self._resolved()
+        env = os.environ.get("RAY_ADDRESS")
+        if _import_ray().is_initialized():
+            where = "the Ray cluster this process is connected to"
+        elif address == "auto":
+            where = (f"the Ray cluster at $RAY_ADDRESS ({env})" if env
+                     else "the Ray cluster started on this machine")
+        elif address == "local":
+            where = "a new local Ray instance"
         else:
-            where = "Ray (a cluster started here with `ray start`, else a new local instance)"
+            where = f"the Ray cluster at {address}"
         cap = f", at most {self.workers} at once" if self.workers else ""
         return f"on {where}{cap}"
 
@@ -184,25 +197,40 @@ class RayExecutor:
         """Connect unless connected; True when this call connected."""
         if ray.is_initialized():
             return False
-        if self.address not in (None, "auto", "local"):
-            _check_reachable(self.address)
+        address = self._resolved()
+        where = f"--address {address}" if self.address else "--executor ray"
+        env = os.environ.get("RAY_ADDRESS")
+        if address == "auto" and env:
+            _check_reachable(env, f"$RAY_ADDRESS={env}")
+        elif address not in ("auto", "local"):
+            _check_reachable(address, where)
         try:
-            ray.init(address=self.address, logging_level="WARNING",
+            ray.init(address=address, logging_level="WARNING",
                      runtime_env=ray_runtime_env() if self.ship_code else None)
         except (ConnectionError, ValueError, RuntimeError) as e:
-            where = f"--address {self.address}" if self.address else "--executor ray"
             first = (str(e).strip().splitlines() or [type(e).__name__])[0]
             raise ConfigError(f"{where}: cannot connect to Ray: {first}") from None
         return True
 
     def rows(self, workload: Workload, hardware: Any,
-             configs: Sequence[Config]) -> Iterator[dict[str, Any]]:
+             configs: Sequence[Config]) -> Generator[dict[str, Any], None, None]:
+        stream = self._stream(workload, hardware, configs)
+        # Run up to the first yield: connecting (and failing to) happens now, and from
+        # here closing the generator runs its clean-up.
+        next(stream)
+        return cast("Generator[dict[str, Any], None, None]", stream)
+
+    def _stream(self, workload: Workload, hardware: Any,
+                configs: Sequence[Config]) -> Generator[dict[str, Any] | None, None, None]:
+        """Yields None once connected, then the rows."""
         if not configs:
+            yield None
             return
         ray = _import_ray()
         connected = self._connect(ray)
         pending: dict[Any, int] = {}
         try:
+            yield None
             workers = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             ahead = _AHEAD_PER_WORKER * workers
             task = ray.remote(_evaluate_remote).options(num_cpus=1)

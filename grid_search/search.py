@@ -135,24 +135,25 @@ def read_rows(path: str) -> list[dict[str, str]]:
     return [r for r in rows if None not in r.values() and None not in r]
 
 
-def _prepare_csv(path: str, resume: bool) -> set[tuple]:
-    """Start a new CSV, or keep the complete rows of an old one (``resume``)."""
+def _kept_rows(path: str, resume: bool) -> list[dict[str, str]]:
+    """The complete rows of an old CSV that ``resume`` keeps (none without it); reads only."""
     if not resume or not os.path.exists(path):
-        with open(path, "w", newline="", encoding="utf-8") as f:
-            csv.DictWriter(f, COLUMNS).writeheader()
-        return set()
+        return []
     with open(path, encoding="utf-8") as f:
         header = f.readline().strip().split(",")
     if header[: len(COLUMNS)] != COLUMNS:
         raise ConfigError(f"{path}: not a results file of this version (its columns differ); "
                           "write to a new file or drop --resume")
-    rows = read_rows(path)
-    # Rewrite without a torn last line, so appended rows start on a line of their own.
+    return read_rows(path)
+
+
+def _start_csv(path: str, kept: list[dict[str, str]]) -> None:
+    """Write the header and the kept rows: a torn last line of an old file is gone, so
+    appended rows start on a line of their own."""
     with open(path, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, COLUMNS, extrasaction="ignore")
         w.writeheader()
-        w.writerows(rows)
-    return {_row_key(r) for r in rows}
+        w.writerows(kept)
 
 
 # -- the search --------------------------------------------------------------------------
@@ -189,24 +190,26 @@ def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str |
                executor: Executor | None = None) -> SearchResult:
     """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
     processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
-    is loaded here once, before ``out`` is touched: an unknown profile is a ``ConfigError``."""
+    is loaded here once. Bad options (an unknown profile, a results file of another format,
+    an executor that cannot start) raise before ``out`` is written."""
     from distir.analysis.hardware import load_hardware
 
     hw = load_hardware(hardware)
     if executor is None:
         executor = LocalExecutor(workers)
     todo = list(configs)
-    done_keys: set[tuple] = set()
-    if out is not None:
-        done_keys = _prepare_csv(out, resume)
+    kept = _kept_rows(out, resume) if out is not None else []
+    done_keys = {_row_key(r) for r in kept}
     pending = [c for c in todo if c.key not in done_keys]
-    skipped = len(todo) - len(pending)
-    t0 = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    f = open(out, "a", newline="", encoding="utf-8") if out is not None else None
-    writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore") if f is not None else None
-    try:
-        with closing(executor.rows(workload, hw, pending)) as results:
+    with closing(executor.rows(workload, hw, pending)) as results:
+        t0 = time.perf_counter()
+        f = None
+        if out is not None:
+            _start_csv(out, kept)
+            f = open(out, "a", newline="", encoding="utf-8")
+        writer = csv.DictWriter(f, COLUMNS, extrasaction="ignore") if f is not None else None
+        try:
             for i, row in enumerate(results, 1):
                 rows.append(row)
                 if writer is not None and f is not None:
@@ -215,7 +218,7 @@ def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str |
                 if on_row is not None:
                     on_row(row)
                 _progress(i, len(pending), t0, progress)
-    finally:
-        if f is not None:
-            f.close()
-    return SearchResult(rows, skipped, time.perf_counter() - t0)
+        finally:
+            if f is not None:
+                f.close()
+    return SearchResult(rows, len(todo) - len(pending), time.perf_counter() - t0)
