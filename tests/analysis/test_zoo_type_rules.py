@@ -174,6 +174,12 @@ def test_reference_takes_negative_axes() -> None:
     (g,) = NUMPY_RULES.get("GatherElements")("GatherElements", (x, idx),
                                              full_attrs("GatherElements", {"axis": -1}), 1)
     np.testing.assert_array_equal(g, np.take_along_axis(x, idx % 4, axis=1))
+    # The BERT export's token-type gather: a broadcast row, 64 wide, gathered at 8 places.
+    row = np.broadcast_to(np.arange(64, dtype=np.int64)[None, :], (1, 64))
+    at = np.array([[5, 63, 0, 7, 40, 41, 33, 2]], np.int64)
+    (g,) = NUMPY_RULES.get("GatherElements")("GatherElements", (row, at),
+                                             full_attrs("GatherElements", {"axis": 1}), 1)
+    np.testing.assert_array_equal(g, at)
     img = x.reshape(1, 1, 3, 4)
     scales = np.array([2.0, 2.0], np.float32)
     want = NUMPY_RULES.get("Resize")("Resize", (img, None, scales),

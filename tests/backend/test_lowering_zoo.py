@@ -69,6 +69,10 @@ def test_gather_elements_and_nd() -> None:
                  axis=1))
     check(one_op("GatherElements", [X, (I64, (3, 2))], axis=-1),
           [rng.standard_normal((3, 4)).astype(np.float32), rng.integers(-4, 4, (3, 2))])
+    # A long axis (the reference's numpy.choose takes at most 32 or 64 choices), and
+    # indices shorter than the data on another axis.
+    check(one_op("GatherElements", [(F32, (3, 100)), (I64, (2, 40))], axis=1),
+          [rng.standard_normal((3, 100)).astype(np.float32), rng.integers(-100, 100, (2, 40))])
     check(one_op("GatherND", [(F32, (3, 4, 5)), np.array([[0, 1], [-1, 3]], np.int64)]))
     check(one_op("GatherND", [(F32, (3, 4, 5)), np.array([[[2]], [[0]]], np.int64)]))
     check(one_op("GatherND", [(F32, (2, 4, 5)), np.array([[[1], [3]], [[0], [-1]]], np.int64)],
