@@ -54,7 +54,6 @@ def readme_python_block() -> str:
 
 
 def test_readme_python_block_runs_as_a_script(tmp_path: object) -> None:
-    pytest.importorskip("torch")
     # The block reads examples/mlp_step.dir and writes trace.json, relative to its working
     # directory: it runs unchanged in a temporary directory holding a copy of examples/.
     work = str(tmp_path)
@@ -77,7 +76,6 @@ def test_readme_python_block_runs_as_a_script(tmp_path: object) -> None:
 
 
 def test_python_c_and_standard_input(tmp_path: object) -> None:
-    pytest.importorskip("torch")
     code = (
         "import numpy as np, distir\n"
         f"fn = distir.parse({ALLREDUCE!r}).entry\n"
@@ -106,7 +104,6 @@ time.sleep(600)
 
 
 def test_workers_exit_when_the_launcher_is_killed(tmp_path: object) -> None:
-    pytest.importorskip("torch")
     from tests.backend.test_failures import all_gone
 
     script = os.path.join(str(tmp_path), "killed.py")
@@ -137,7 +134,6 @@ def test_programs_travel_pickled_where_lark_is_missing(tmp_path: object,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     """Text where the workers can parse it; pickled IR where their Python has no ``lark``
     (a ``lark`` that fails to import comes first on their path here)."""
-    pytest.importorskip("torch")
     from distir.analysis import execute, random_inputs
     from distir.backend import Session
 
