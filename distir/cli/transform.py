@@ -50,7 +50,7 @@ def run_transform(args: argparse.Namespace) -> int:
         from distir.ir.text import weights_path, write_weights
 
         printed = distir.parse(text, args.output).entry.params
-        by_pos = {p.name: q.name for p, q in zip(fn.params, printed)}
+        by_pos = {p.name: q.name or "" for p, q in zip(fn.params, printed)}
         wp = weights_path(args.output)
         write_weights(wp, {by_pos[k]: a for k, a in fn.initializers.items() if k in by_pos})
         weights = f"; weights of {len(fn.initializers)} parameters in {wp}"

@@ -68,8 +68,9 @@ def placed_initializers(mb: MainBuilder, origin: dict[Value, tuple[Value, int, i
         a = np.asarray(a)
         lay = sh.layout[p]
         if p in sh.data:
-            if plan.dp > 1:
-                a = np.split(a, plan.dp, axis=lay.axis(B))[d]
+            ax = lay.axis(B)
+            if plan.dp > 1 and ax is not None:
+                a = np.split(a, plan.dp, axis=ax)[d]
         elif T in lay.marks and plan.tp > 1:
             axis, g = lay.marks.index(T), lay.groups
             n = a.shape[axis]

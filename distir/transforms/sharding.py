@@ -42,13 +42,26 @@ _DATA_ROLES = {("MatMul", 0), ("MatMulGrad", 0), ("Gemm", 0), ("Conv", 0), ("Gat
                ("SoftmaxCrossEntropyLossGrad", 1)}
 
 
+class _Layouts(dict[Value, Layout]):
+    """Layouts by value. A value no rule reached (no split input ever flowed into the op that
+    makes it) is replicated: ``layouts[v]`` says so without storing it, while ``get`` still
+    tells the propagation that nothing reached it."""
+
+    def __init__(self, prog: Program) -> None:
+        super().__init__()
+        self.prog = prog
+
+    def __missing__(self, v: Value) -> Layout:
+        return replicated(len(self.prog.shape(v)))
+
+
 class Sharding:
     """Layouts (``layout``) and partial-sum marks (``partial``) of the live values of a
     ``Program``; ``batch_size`` is the size of the split batch axis (``None`` if none)."""
 
     def __init__(self, prog: Program) -> None:
         self.prog = prog
-        self.layout: dict[Value, Layout] = {}
+        self.layout: dict[Value, Layout] = _Layouts(prog)
         self.partial: dict[Value, str] = {}
         self.trained: set[Value] = set()
         self.data: set[Value] = set()

@@ -85,7 +85,7 @@ def test_calls_are_memoized_a_128_microbatch_pipeline() -> None:
     interp = TypeInterpreter()
     interp.run(prog, [p.type for p in prog.params])
     # the 6 stage functions once each, and the 2 layer functions once per stage's devices
-    assert sorted(k[0].name for k in interp.call_cache) == sorted(
+    assert sorted(v[0].name for v in interp.call_cache.values()) == sorted(
         names + ["layer0_fwd", "layer0_fwd", "layer1_fwd", "layer1_fwd"])
     assert prog.num_ops(inline_calls=True) > 10 * sum(len(f.ops) for f in prog.callees())
 
