@@ -11,13 +11,12 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+import ray
 
 from distir.cli import main
 from grid_search import RayExecutor, enumerate_space, read_rows, run_search, workload
 from grid_search.executors import make_executor, ray_runtime_env
 from grid_search.space import Config
-
-ray = pytest.importorskip("ray")
 
 W = workload("mlp", num_layers=4, width=64)
 HW = "h200-sxm"
