@@ -43,6 +43,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "infer_types": ("distir.analysis", "infer_types"),
     "execute": ("distir.analysis", "execute"),
     "import_onnx": ("distir.importers.onnx", "import_onnx"),
+    "import_torch": ("distir.importers.pytorch", "import_torch"),
     "simulate": ("distir.analysis.simulator", "simulate"),
     "run": ("distir.backend", "run"),
     "analysis": ("distir.analysis", None),

@@ -197,9 +197,10 @@ def _check_dims(graph: onnx.GraphProto, dims: Mapping[str, int]) -> None:
         raise ImportError_(f"dims must map dimension names to sizes, got "
                            f"{type(dims).__name__}")
     for k, v in dims.items():
-        if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v < 0:
-            raise ImportError_(f"dims must map names to non-negative integers; got "
-                               f"{k!r}: {v!r}")
+        if not isinstance(k, str) or not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ImportError_(f"dims must map names to positive integers (a dimension of "
+                               f"size 0 or less has no elements to distribute); got {k!r}: "
+                               f"{v!r}")
     have = symbolic_dims(graph)
     extra = [k for k in dims if k not in have]
     if extra:

@@ -78,6 +78,7 @@ def test_stale_weights_file_is_removed(tmp_path, capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--dim", "batch"], r"^error: --dim batch: expected NAME=N"),
     (["--dim", "batch=-2"], r"^error: --dim batch=-2: expected NAME=N"),
+    (["--dim", "batch=0"], r"^error: --dim batch=0: expected NAME=N with N a positive"),
     (["--dim", "batch=2", "--dim", "batch=3"], r"--dim batch is given twice"),
     ([], r"unbound symbolic dimension 'batch' \(input 'x', axis 0\).*--dim batch=N"),
     (["--dim", "seq=4", "--dim", "batch=1"], r"dims names 'seq', which no input"),

@@ -216,8 +216,9 @@ def test_several_unbound_dims_are_listed_together():
 def test_unknown_dim_name_is_an_error():
     with pytest.raises(ImportError_, match=r"dims names 'btach', which no input .* batch"):
         import_onnx(mlp_model(), dims={"btach": 2})
-    with pytest.raises(ImportError_, match="non-negative integers"):
-        import_onnx(mlp_model(), dims={"batch": -1})
+    for bad in (-1, 0):
+        with pytest.raises(ImportError_, match="positive integers"):
+            import_onnx(mlp_model(), dims={"batch": bad})
 
 
 def test_unnamed_unknown_dim_is_an_error():
