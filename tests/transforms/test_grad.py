@@ -214,8 +214,54 @@ CASES: list[tuple[str, str, list, dict, Any]] = [
     ("xent", "SoftmaxCrossEntropyLoss", [x(2, 3, 5), data(np.array([[0, 4, 2], [1, 1, 3]]))],
      {}, None),
 ]
+# Ops added beside this work (their forward rules come from the ONNX-ops session).
+MORE: list[tuple[str, str, list, dict, Any]] = [
+    ("hard_sigmoid", "HardSigmoid", [x(3, 4)], {"alpha": 0.3, "beta": 0.4}, None),
+    ("elu", "Elu", [x(3, 4)], {"alpha": 0.7}, None),
+    ("selu", "Selu", [x(3, 4)], {}, None),
+    ("mish", "Mish", [x(3, 4)], {}, None),
+    ("prelu", "PRelu", [x(2, 3, 4), x(3, 1)], {}, None),
+    ("atan", "Atan", [x(3, 4)], {}, None),
+    ("cast_like", "CastLike", [x(3, 4), k(np.zeros(1))], {}, None),
+    ("floor", "Floor", [x(3, 4)], {}, None),
+    ("reduce_min", "ReduceMin", [x(2, 3, 4), k([1])], {}, None),
+    ("reduce_sum_square", "ReduceSumSquare", [x(2, 3, 4), k([1, 2])], {"keepdims": 0}, None),
+    ("reduce_l1", "ReduceL1", [x(2, 3, 4), k([2])], {}, None),
+    ("reduce_l2", "ReduceL2", [x(2, 3, 4), k([0])], {"keepdims": 0}, None),
+    ("reduce_log_sum_exp", "ReduceLogSumExp", [x(2, 3, 4), k([1])], {}, None),
+    ("reduce_prod", "ReduceProd", [pos(2, 3, 4), k([2])], {}, None),
+    ("pad", "Pad", [x(2, 3, 4), k([1, 0, 2, 0, 1, 3])], {}, None),
+    ("pad_axes", "Pad", [x(2, 3, 4), k([2, 1]), k(1.5), k([-1])], {}, None),
+    ("tile", "Tile", [x(2, 3), k([3, 2])], {}, None),
+    ("trilu", "Trilu", [x(2, 4, 4), k(1)], {"upper": 0}, None),
+    ("depth_to_space_dcr", "DepthToSpace", [x(1, 8, 2, 3)], {"blocksize": 2}, None),
+    ("depth_to_space_crd", "DepthToSpace", [x(1, 8, 2, 3)], {"blocksize": 2, "mode": "CRD"},
+     None),
+    ("space_to_depth", "SpaceToDepth", [x(1, 2, 4, 6)], {"blocksize": 2}, None),
+    ("gather_elements", "GatherElements", [x(3, 4), data(np.array([[0, 3], [2, 2], [1, 0]]))],
+     {"axis": 1}, None),
+    ("gather_nd", "GatherND", [x(3, 4, 2), data(np.array([[0, 1], [2, 3], [0, 1]]))], {},
+     None),
+    ("scatter_nd", "ScatterND", [x(4, 3), data(np.array([[1], [3]])), x(2, 3)], {}, None),
+    ("scatter_elements_add", "ScatterElements",
+     [x(3, 4), data(np.array([[0, 1], [3, 3], [2, 0]])), x(3, 2)],
+     {"axis": 1, "reduction": "add"}, None),
+    ("top_k", "TopK", [x(3, 5), k([2])], {}, ([0], 2)),
+    ("cum_sum", "CumSum", [x(3, 4), k(1)], {"exclusive": 1}, None),
+    ("cum_sum_reverse", "CumSum", [x(3, 4), k(0)], {"reverse": 1}, None),
+    ("instance_norm", "InstanceNormalization", [x(2, 3, 4, 2), x(3), x(3)], {}, None),
+    ("group_norm", "GroupNormalization", [x(2, 4, 3, 2), x(4), x(4)], {"num_groups": 2},
+     None),
+    ("einsum_bmm", "Einsum", [x(2, 3, 4), x(2, 4, 5)], {"equation": "bij,bjk->bik"}, None),
+    ("einsum_implicit_sum", "Einsum", [x(3, 4), x(4, 2)], {"equation": "ij,jk"}, None),
+    ("einsum_own_axis", "Einsum", [x(3, 4, 2), x(4)], {"equation": "ijk,j->i"}, None),
+]
+CASES += [c for c in MORE if c[1] in SCHEMAS]
+
 # onnx.reference's Erf is exact to about 1e-8 only: wider steps, the spec's tolerance.
-LOOSE = {"Erf": (1e-3, 1e-4), "Gelu": (1e-3, 1e-4)}
+# Its GroupNormalization keeps the statistics in float32 (stash_type=1): checked against
+# torch in float64 below as well.
+LOOSE = {"Erf": (1e-3, 1e-4), "Gelu": (1e-3, 1e-4), "GroupNormalization": (1e-3, 1e-3)}
 if "HardSwish" in SCHEMAS:
     CASES.append(("hard_swish", "HardSwish", [x(4, 5)], {}, None))
 
@@ -239,8 +285,24 @@ def test_the_rules_cover_the_differentiable_ops() -> None:
               "ReduceMean ReduceSum ReduceMax MaxPool AveragePool GlobalAveragePool Dropout "
               "Cast Identity Neg").split()
     assert [op for op in wanted if op not in VJP_RULES] == []
-    tested = {c[1] for c in CASES} | {"Cast", "HardSwish"}
+    # Cast has its own test; Ceil, Round and Sign share Floor's rule.
+    tested = {c[1] for c in CASES} | {"Cast", "HardSwish", "Ceil", "Round", "Sign"}
     assert set(VJP_RULES.rules) <= tested
+
+
+@pytest.mark.skipif("GroupNormalization" not in SCHEMAS, reason="op not in this tree")
+@pytest.mark.parametrize("groups", [1, 2, 4])
+def test_group_norm_matches_torch_in_float64(groups: int) -> None:
+    torch = pytest.importorskip("torch")
+    fn, vals, names = build("GroupNormalization", [x(2, 4, 3, 2), x(4), x(4)],
+                            {"num_groups": groups})
+    outs = distir.execute(grad(fn, names), vals)
+    ts = [torch.tensor(v, requires_grad=True) for v in vals]
+    r = next(op for op in fn.ops if op.op_type == "Constant").attrs["value"].array
+    y = torch.nn.functional.group_norm(ts[0], groups, ts[1], ts[2], eps=1e-5)
+    (y * torch.tensor(r)).sum().backward()
+    for got, t in zip(outs[1:], ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-10)
 
 
 def test_a_value_used_twice_gets_the_sum() -> None:

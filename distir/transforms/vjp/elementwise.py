@@ -223,3 +223,68 @@ def where(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     return (None,
             _to(cx, cx.emit("Where", c, d, zero), 1) if need[1] else None,
             _to(cx, cx.emit("Where", c, zero, d), 2) if need[2] else None)
+
+
+@VJP_RULES.register("HardSigmoid")
+def hard_sigmoid(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``alpha`` where the result is strictly between 0 and 1, else 0."""
+    y, t, d = cx.y(), cx.ty(), douts[0]
+    inside = cx.emit("And", cx.emit("Greater", y, cx.scalar(0.0, t)),
+                     cx.emit("Less", y, cx.scalar(1.0, t)))
+    g = cx.mul(d, cx.scalar(float(cx.attrs["alpha"]), t))
+    return (cx.emit("Where", inside, g, cx.scalar(0.0, t)),)
+
+
+@VJP_RULES.register("Elu", "Selu")
+def elu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``Elu``: ``d`` for ``x > 0``, else ``d * (y + alpha)``; ``Selu``: ``d * gamma``, else
+    ``d * (y + alpha * gamma)``."""
+    x, y, t, d = cx.x(0), cx.y(), cx.tx(0), douts[0]
+    alpha = float(cx.attrs["alpha"])
+    gamma = float(cx.attrs.get("gamma", 1.0)) if cx.op.op_type == "Selu" else 1.0
+    pos = cx.emit("Greater", x, cx.scalar(0.0, t))
+    up = d if gamma == 1.0 else cx.mul(d, cx.scalar(gamma, t))
+    down = cx.mul(d, cx.emit("Add", y, cx.scalar(alpha * gamma, t)))
+    return (cx.emit("Where", pos, up, down),)
+
+
+@VJP_RULES.register("Mish")
+def mish(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``tanh(sp) + x * sigmoid(x) * (1 - tanh(sp)^2)`` with ``sp = softplus(x)``."""
+    x, t = cx.x(0), cx.tx(0)
+    th = cx.emit("Tanh", cx.emit("Softplus", x))
+    rest = cx.mul(cx.mul(x, cx.emit("Sigmoid", x)),
+                  cx.emit("Sub", cx.scalar(1.0, t), cx.mul(th, th)))
+    return (cx.mul(douts[0], cx.emit("Add", th, rest)),)
+
+
+@VJP_RULES.register("PRelu")
+def prelu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    zero = cx.scalar(0.0, t)
+    pos = cx.emit("Greater", x, zero)
+    gx = gs = None
+    if need[0]:
+        gx = _to(cx, cx.emit("Where", pos, d, cx.mul(d, cx.x(1))), 0)
+    if need[1]:
+        gs = _to(cx, cx.emit("Where", pos, zero, cx.mul(d, x)), 1)
+    return (gx, gs)
+
+
+@VJP_RULES.register("Atan")
+def atan(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    x, t = cx.x(0), cx.tx(0)
+    return (cx.emit("Div", douts[0], cx.emit("Add", cx.scalar(1.0, t), cx.mul(x, x))),)
+
+
+@VJP_RULES.register("CastLike")
+def cast_like(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    t = cx.tx(0)
+    return (cx.emit("Cast", douts[0], to=t.dtype) if t.dtype.is_float else None, None)
+
+
+@VJP_RULES.register("Floor", "Ceil", "Round", "Sign")
+def piecewise_constant(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Piecewise constant: the gradient is zero almost everywhere (PyTorch's convention),
+    so nothing flows back."""
+    return (None,) * len(need)

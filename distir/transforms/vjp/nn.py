@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from distir.errors import TransformError
 from distir.ir.core import Value
 from distir.transforms.vjp import VJP_RULES, VJPContext
 
@@ -121,9 +122,12 @@ def _normalized_grad(cx: VJPContext, g: Value, xhat: Value, rstd: Value,
     return cx.mul(rstd, c)
 
 
-def _stats(cx: VJPContext, axes: list[int], eps: float) -> tuple[Value, Value]:
-    """``(x - mean) * rstd`` and ``rstd`` of input 0 over ``axes`` (biased variance)."""
-    x, t = cx.x(0), cx.tx(0)
+def _stats(cx: VJPContext, axes: list[int], eps: float, x: Value | None = None,
+           ) -> tuple[Value, Value]:
+    """``(x - mean) * rstd`` and ``rstd`` of ``x`` (default: input 0) over ``axes``
+    (biased variance)."""
+    t = cx.tx(0)
+    x = cx.x(0) if x is None else x
     xc = cx.emit("Sub", x, _mean(cx, x, axes))
     var = _mean(cx, cx.mul(xc, xc), axes)
     rstd = cx.emit("Reciprocal", cx.emit("Sqrt", cx.emit("Add", var, cx.scalar(eps, t))))
@@ -207,3 +211,78 @@ def softmax_cross_entropy(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     g = cx.emit("SoftmaxCrossEntropyLossGrad", cx.x(0), cx.x(1),
                 reduction=cx.attrs["reduction"])
     return (cx.times(g, douts[0]), None)
+
+
+@VJP_RULES.register("InstanceNormalization", "GroupNormalization")
+def group_norm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Statistics per sample over each group of channels and the spatial axes
+    (``InstanceNormalization``: one channel per group), recomputed from ``x`` seen as
+    ``(N, groups, -1)``; the per-channel scale and bias get sums over every other axis."""
+    x = cx.tx(0)
+    n, c = x.shape[0], x.shape[1]
+    groups = c if cx.op.op_type == "InstanceNormalization" else int(cx.attrs["num_groups"])
+    eps = float(cx.attrs["epsilon"])
+    d = douts[0]
+    grouped = (n, groups, x.numel // (n * groups))
+    chan = (c,) + (1,) * (x.rank - 2)
+    xhat_g, rstd = _stats(cx, [2], eps, cx.reshape(cx.x(0), grouped))
+    out: list[Value | None] = [None] * len(need)
+    if need[0]:
+        g = cx.reshape(cx.mul(d, cx.reshape(cx.x(1), chan)), grouped)
+        out[0] = cx.reshape(_normalized_grad(cx, g, xhat_g, rstd, [2]), x.shape)
+    axes = [0] + list(range(2, x.rank))
+    if need[1]:
+        xhat = cx.reshape(xhat_g, x.shape)
+        out[1] = cx.reshape(cx.reduce_sum(cx.mul(d, xhat), axes, False), (c,))
+    if need[2]:
+        out[2] = cx.reshape(cx.reduce_sum(d, axes, False), (c,))
+    return tuple(out)
+
+
+def _einsum_terms(eq: str, n_in: int) -> tuple[list[str], str]:
+    """The input subscripts and the output subscripts of an ``Einsum`` equation (implicit
+    output: the letters used once, in alphabetical order, after any ellipsis)."""
+    eq = eq.replace(" ", "")
+    lhs, arrow, out = eq.partition("->")
+    ins = lhs.split(",")
+    if len(ins) != n_in:
+        raise TransformError(f"Einsum equation {eq!r} has {len(ins)} operands, "
+                             f"{n_in} given")
+    if not arrow:
+        letters = [ch for term in ins for ch in term.replace("...", "")]
+        once = sorted(ch for ch in set(letters) if letters.count(ch) == 1)
+        out = ("..." if "..." in lhs else "") + "".join(once)
+    return ins, out
+
+
+@VJP_RULES.register("Einsum")
+def einsum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Operand ``i``'s gradient is the ``Einsum`` of the cotangent with the other operands
+    onto ``i``'s subscripts; letters only ``i`` has (summed away inside it) are restored
+    with ``Expand``. Repeated letters within an operand (diagonals) are not supported."""
+    ins, out = _einsum_terms(str(cx.attrs["equation"]), cx.n_in)
+    grads: list[Value | None] = []
+    for i, n in enumerate(need):
+        if not n:
+            grads.append(None)
+            continue
+        term = ins[i]
+        plain = term.replace("...", "")
+        if len(set(plain)) != len(plain):
+            raise cx.fail(f"Einsum operand {term!r} repeats a subscript (a diagonal)")
+        others = [t for j, t in enumerate(ins) if j != i]
+        seen = set(out) | {ch for t in others for ch in t}
+        kept = "".join(ch for ch in plain if ch in seen)
+        missing = [k for k, ch in enumerate(plain) if ch not in seen]
+        if missing and "..." in term:
+            raise cx.fail(f"Einsum operand {term!r} sums a subscript of its own beside an "
+                          "ellipsis")
+        target = term if not missing else kept
+        eq = ",".join([out] + others) + "->" + target
+        g = cx.emit("Einsum", douts[0], *[cx.x(j) for j in range(cx.n_in) if j != i],
+                    equation=eq)
+        if missing:
+            g = cx.emit("Unsqueeze", g, cx.ints(missing))
+            g = cx.emit("Expand", g, cx.ints(cx.tx(i).shape))
+        grads.append(g)
+    return tuple(grads)

@@ -166,9 +166,9 @@ def reduce_sum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     return (_spread(cx, d, axes),) + rest
 
 
-@VJP_RULES.register("ReduceMax")
+@VJP_RULES.register("ReduceMax", "ReduceMin")
 def reduce_max(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
-    """The cotangent goes to every element equal to its maximum."""
+    """The cotangent goes to every element equal to its maximum (minimum)."""
     axes = _reduce_axes(cx)
     rest = (None,) * (len(need) - 1)
     if axes is None:
@@ -178,3 +178,142 @@ def reduce_max(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     hit = cx.emit("Equal", cx.x(0), y)
     g = cx.emit("Where", hit, _spread(cx, douts[0], axes), cx.scalar(0.0, x))
     return (g,) + rest
+
+
+@VJP_RULES.register("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+                    "ReduceProd")
+def reduce_smooth(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The spread cotangent times the derivative of the reduction with respect to each
+    element: ``2x``, ``sign(x)``, ``x / y``, ``exp(x - y)``, ``y / x`` (the last one
+    undefined where an element is 0)."""
+    axes = _reduce_axes(cx)
+    rest = (None,) * (len(need) - 1)
+    if axes is None:
+        return (douts[0],) + rest
+    x, t, op = cx.x(0), cx.tx(0), cx.op.op_type
+    d = _spread(cx, douts[0], axes)
+    if op == "ReduceSumSquare":
+        slope = cx.mul(x, cx.scalar(2.0, t))
+    elif op == "ReduceL1":
+        slope = cx.emit("Sign", x)
+    else:
+        y = _spread(cx, cx.y(), axes)
+        if op == "ReduceL2":
+            slope = cx.emit("Div", x, y)
+        elif op == "ReduceLogSumExp":
+            slope = cx.emit("Exp", cx.emit("Sub", x, y))
+        else:
+            slope = cx.emit("Div", y, x)
+    return (cx.mul(d, slope),) + rest
+
+
+@VJP_RULES.register("Pad")
+def pad(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Constant padding: the part of the cotangent that lies over the input (``Slice``)."""
+    if cx.attrs.get("mode", "constant") != "constant":
+        raise cx.fail(f"Pad with mode={cx.attrs['mode']!r} (only \"constant\")")
+    shape = cx.tx(0).shape
+    rank = len(shape)
+    pads = cx.known_ints(1, "pads")
+    if any(p < 0 for p in pads):
+        raise cx.fail("Pad with negative pads (cropping)")
+    axes = [a % rank for a in cx.known_ints(3, "axes")] if cx.has(3) else list(range(rank))
+    starts = pads[:len(axes)]
+    ends = [b + shape[a] for b, a in zip(starts, axes)]
+    g = cx.emit("Slice", douts[0], cx.ints(starts), cx.ints(ends), cx.ints(axes))
+    return (g,) + (None,) * (len(need) - 1)
+
+
+@VJP_RULES.register("Tile")
+def tile(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The cotangent seen as ``(r0, s0, r1, s1, ...)`` summed over the repeat axes."""
+    shape = cx.tx(0).shape
+    reps = cx.known_ints(1, "repeats")
+    split: list[int] = []
+    for r, n in zip(reps, shape):
+        split += [r, n]
+    g = cx.reshape(douts[0], tuple(split))
+    g = cx.reduce_sum(g, list(range(0, 2 * len(shape), 2)), keepdims=False)
+    return (g, None)
+
+
+@VJP_RULES.register("Trilu")
+def trilu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    ins = [douts[0]] + ([cx.x(1)] if cx.has(1) else [])
+    return (cx.emit("Trilu", *ins, upper=int(cx.attrs["upper"])),) + (None,) * (len(need) - 1)
+
+
+def _view_back(cx: VJPContext, d: Value, mid: tuple[int, ...], perm: list[int]) -> Value:
+    """The cotangent of ``Reshape(Transpose(Reshape(x, mid), perm), y.shape)``."""
+    inv = [0] * len(perm)
+    for i, a in enumerate(perm):
+        inv[a] = i
+    moved = tuple(mid[a] for a in perm)
+    g = cx.emit("Transpose", cx.reshape(d, moved), perm=inv)
+    return cx.reshape(g, cx.tx(0).shape)
+
+
+@VJP_RULES.register("DepthToSpace", "SpaceToDepth")
+def depth_to_space(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Both are a reshape, a transpose and a reshape (ONNX's definitions): undone in
+    reverse order."""
+    n, c, h, w = cx.tx(0).shape
+    b = int(cx.attrs["blocksize"])
+    if cx.op.op_type == "SpaceToDepth":
+        return (_view_back(cx, douts[0], (n, c, h // b, b, w // b, b), [0, 3, 5, 1, 2, 4]),)
+    if cx.attrs.get("mode", "DCR") == "DCR":
+        return (_view_back(cx, douts[0], (n, b, b, c // (b * b), h, w), [0, 3, 4, 1, 5, 2]),)
+    return (_view_back(cx, douts[0], (n, c // (b * b), b, b, h, w), [0, 1, 4, 2, 5, 3]),)
+
+
+@VJP_RULES.register("GatherElements")
+def gather_elements(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Scatter-add into zeros (``ScatterElements(reduction="add")``)."""
+    g = cx.emit("ScatterElements", cx.zeros(cx.tx(0)), cx.x(1), douts[0],
+                axis=int(cx.attrs["axis"]), reduction="add")
+    return (g, None)
+
+
+@VJP_RULES.register("GatherND")
+def gather_nd(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    if int(cx.attrs.get("batch_dims", 0)):
+        raise cx.fail("GatherND with batch_dims > 0")
+    g = cx.emit("ScatterND", cx.zeros(cx.tx(0)), cx.x(1), douts[0], reduction="add")
+    return (g, None)
+
+
+@VJP_RULES.register("ScatterND", "ScatterElements")
+def scatter(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``reduction="none"``: the data's cotangent is zero where updates were written, the
+    updates' is the cotangent gathered there; ``"add"``: the data's passes unchanged."""
+    d = douts[0]
+    red = cx.attrs.get("reduction", "none")
+    if red not in ("none", "add"):
+        raise cx.fail(f"{cx.op.op_type} with reduction={red!r}")
+    nd = cx.op.op_type == "ScatterND"
+    extra = {} if nd else {"axis": int(cx.attrs["axis"])}
+    gd = gu = None
+    if need[0]:
+        gd = d if red == "add" else cx.emit(cx.op.op_type, d, cx.x(1), cx.zeros(cx.tx(2)),
+                                             **extra)
+    if need[2]:
+        gu = cx.emit("GatherND" if nd else "GatherElements", d, cx.x(1), **extra)
+    return (gd, None, gu)
+
+
+@VJP_RULES.register("TopK")
+def top_k(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The values' cotangent scattered to where they were taken from."""
+    if douts[0] is None:
+        return (None, None)
+    g = cx.emit("ScatterElements", cx.zeros(cx.tx(0)), cx.y(1), douts[0],
+                axis=int(cx.attrs["axis"]), reduction="add")
+    return (g, None)
+
+
+@VJP_RULES.register("CumSum")
+def cum_sum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The cumulative sum in the other direction (same ``exclusive``)."""
+    g = cx.emit("CumSum", douts[0], cx.x(1), exclusive=int(cx.attrs["exclusive"]),
+                reverse=1 - int(cx.attrs["reverse"]))
+    return (g, None)
