@@ -15,6 +15,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
+from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 
@@ -108,6 +109,8 @@ def _nonzero(s: Static) -> Kernel:
 
 @LOWERINGS.register("CumSum")
 def _cumsum(s: Static) -> Kernel:
+    if unknown(s, (1,)):
+        return by_value(s, (1,), _cumsum)
     rank = s.inp(0).rank
     axis = _known_int(s, 1, "the axis of CumSum") % rank
     exclusive, reverse = bool(s.attrs["exclusive"]), bool(s.attrs["reverse"])
@@ -153,6 +156,8 @@ _NUMPY_PAD: dict[str, Any] = {"edge": "edge", "reflect": "reflect", "wrap": "wra
 def _pad(s: Static) -> Kernel:
     """``constant``: ``F.pad`` (any rank, negative pads crop); ``edge``/``reflect``/
     ``wrap``: one ``index_select`` per padded axis by an index map made once."""
+    if unknown(s, (1, 3)):
+        return by_value(s, (1, 3), _pad)
     x_t = s.inp(0)
     rank = x_t.rank
     pads = [int(v) for v in _const(s, 1, "the pads of Pad")]

@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static
 from distir.errors import UnsupportedError
 
@@ -93,6 +94,8 @@ _REDUCE: dict[str, Any] = {
 
 @LOWERINGS.register(*_REDUCE)
 def _reduce(s: Static) -> Kernel:
+    if unknown(s, (1,)):
+        return by_value(s, (1,), _reduce)
     rank = s.inp(0).rank
     keep = bool(s.attrs.get("keepdims", 1))
     if len(s.in_types) > 1 and s.in_types[1] is not None:

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 from distir.ir.types import DenseAttr, DType
@@ -341,6 +342,8 @@ def _ints(s: Static, i: int, what: str) -> list[int] | None:
 
 @LOWERINGS.register("Slice", view=True)
 def _slice(s: Static) -> Kernel:
+    if unknown(s, (1, 2, 3, 4)):
+        return by_value(s, (1, 2, 3, 4), _slice)
     shape = s.inp(0).shape
     rank = len(shape)
     starts = _ints(s, 1, "the starts of Slice") or []
@@ -378,6 +381,8 @@ def _tile(s: Static) -> Kernel:
 
 @LOWERINGS.register("Trilu")
 def _trilu(s: Static) -> Kernel:
+    if unknown(s, (1,)):
+        return by_value(s, (1,), _trilu)
     k = 0
     if len(s.in_types) > 1 and s.in_types[1] is not None:
         c = s.const(1)

@@ -20,6 +20,7 @@ import torch
 
 from distir.analysis.type_rules.spatial import resize_shape
 from distir.analysis.values import Concrete
+from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
 from distir.errors import UnsupportedError
 
@@ -139,6 +140,12 @@ def _input(s: Static, i: int) -> Any:
 
 @LOWERINGS.register("Resize")
 def _resize(s: Static) -> Kernel:
+    sizes_only = unknown(s, (3,)) and not unknown(s, (2,)) and (
+        len(s.in_types) < 3 or s.in_types[2] is None or s.inp(2).numel == 0)
+    need = (1, 2) if s.attrs["coordinate_transformation_mode"] == "tf_crop_and_resize" \
+        else (2,)
+    if unknown(s, need) or (unknown(s, (3,)) and not sizes_only):
+        return by_value(s, (1, 2, 3), _resize)
     x_t = s.inp(0)
     rank = x_t.rank
     attrs = s.attrs
