@@ -30,10 +30,11 @@ def _first_line(e: BaseException) -> str:
     return f"{type(e).__name__}: {msg}".replace("|", "\\|")[:200]
 
 
-def node_section() -> list[str]:
-    from distir.importers.conformance import SPEC_OPS, node_cases, run_node_case
+def node_section(ops: tuple[str, ...], heading: str, which: str) -> list[str]:
+    """The table of ONNX's node cases for ``ops``; ``which`` says what the op set is."""
+    from distir.importers.conformance import node_cases, run_node_case
 
-    cases = node_cases()
+    cases = node_cases(ops)
     passed: dict[str, int] = defaultdict(int)
     total: dict[str, int] = defaultdict(int)
     excluded: dict[str, list[tuple[str, str]]] = defaultdict(list)
@@ -54,10 +55,10 @@ def node_section() -> list[str]:
     n_fail = sum(len(v) for v in failed.values())
     n_excl = sum(len(v) for v in excluded.values())
     out = [
-        "## ONNX backend node tests",
+        f"## {heading}",
         "",
         f"Every case that `onnx.backend.test.case.node.collect_testcases()` yields for an op "
-        f"of the spec's minimum set ({len(SPEC_OPS)} ops), including the `_expanded` cases "
+        f"of {which} ({len(ops)} ops), including the `_expanded` cases "
         "(the op's ONNX function body). A case passes when it imports, type propagation "
         "gives the expected outputs' dtypes and shapes, and `distir.execute` gives the "
         "expected values within the case's tolerances (rtol 1e-3, atol 1e-7), compared as "
@@ -69,18 +70,18 @@ def node_section() -> list[str]:
         "| op | cases | passed | failed | excluded |",
         "|---|---:|---:|---:|---:|",
     ]
-    for op in SPEC_OPS:
+    for op in ops:
         out.append(f"| {op} | {total[op]} | {passed[op]} | {len(failed[op])} | "
                    f"{len(excluded[op])} |")
     if n_fail:
         out += ["", "### Failed cases", ""]
-        for op in SPEC_OPS:
+        for op in ops:
             for name, msg in failed[op]:
                 out.append(f"- {op}: `{name}`: {msg}")
     out += ["", "### Excluded cases", "",
             "Each is outside DistIR's spec, decided from the case alone before it runs "
             "(`distir.importers.conformance.exclusion`).", ""]
-    for op in SPEC_OPS:
+    for op in ops:
         for name, why in excluded[op]:
             out.append(f"- {op}: `{name}`: {why}")
     return out
@@ -164,6 +165,8 @@ def main() -> int:
     import numpy
     import onnx
 
+    from distir.importers.conformance import SPEC_OPS, ZOO_OPS
+
     lines = [
         "# Conformance with ONNX's own test suites",
         "",
@@ -171,7 +174,11 @@ def main() -> int:
         f"{numpy.__version__}, Python {platform.python_version()}. The same checks run in "
         "`.venv/bin/pytest tests/importers` (the four slowest models with `-m slow`).",
         "",
-        *node_section(),
+        *node_section(SPEC_OPS, "ONNX backend node tests", "the spec's minimum set"),
+        "",
+        *node_section(ZOO_OPS, "ONNX backend node tests of the other ops",
+                      "the other ONNX ops DistIR defines, `ZOO_OPS`, those that exported "
+                      "Hugging Face and torchvision-like models use"),
     ]
     if not args.no_models:
         lines += ["", *model_section()]
