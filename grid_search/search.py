@@ -21,9 +21,10 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distir.errors import ConfigError, DistIRError
+from distir.ir.core import Function, Module
 from grid_search.executors import Executor, LocalExecutor
 from grid_search.models import Workload
-from grid_search.space import Config, strategy
+from grid_search.space import Config, enumerate_space, strategy
 
 if TYPE_CHECKING:
     from distir.analysis.hardware import Hardware
@@ -43,7 +44,8 @@ COLUMNS = [
 class _WorkerState:
     """What a worker process knows of the search it serves. ``token`` names that search
     (Ray workers outlive searches and serve several); ``models`` caches the analysed
-    sequential model per batch size."""
+    sequential model per batch size, or the ``DistIRError`` that analysing it raised (so
+    a model the transform cannot take is analysed once, and every row says why)."""
 
     workload: Workload | None = None
     hardware: Any = "h100-sxm"  # a Hardware, or a profile name or path
@@ -61,20 +63,38 @@ def _init_worker(workload: Workload, hardware: Any, token: str = "") -> None:
     _STATE.token = token
 
 
+def _analyze(fn: Any, batch_inputs: tuple[str, ...]) -> Any:
+    """``analyze(fn)``, told the user's batch inputs where the transform takes them."""
+    import inspect
+
+    from distir.transforms import analyze
+
+    if batch_inputs and "batch_inputs" in inspect.signature(analyze).parameters:
+        return analyze(fn, batch_inputs=list(batch_inputs))  # type: ignore[call-arg]
+    return analyze(fn)
+
+
 def _model(batch: int) -> Any:
     """The sequential model at this batch size, analysed once for every configuration."""
     assert _STATE.workload is not None and _STATE.models is not None
     an = _STATE.models.get(batch)
     if an is None:
-        from distir.transforms import analyze
-
-        an = _STATE.models[batch] = analyze(_STATE.workload.build(batch))
+        w = _STATE.workload
+        try:
+            an = _analyze(w.build(batch), w.batch_inputs)
+        except DistIRError as e:
+            an = e
+        _STATE.models[batch] = an
+    if isinstance(an, DistIRError):
+        raise an
     return an
 
 
 def evaluate(cfg: Config) -> dict[str, Any]:
     """Transform and simulate one configuration in this process; never raises for a
-    configuration the transform refuses or the simulator cannot place: the row says why."""
+    configuration the transform refuses or the simulator cannot place: the row says why
+    (``refused``: the transform's reason; ``error``: another analysis' error, or a bug met
+    in this configuration, named as one, so that one configuration cannot end a search)."""
     import distir
     from distir.transforms import dtp
 
@@ -83,18 +103,20 @@ def evaluate(cfg: Config) -> dict[str, Any]:
     row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
     row["devices"] = cfg.devices
     t0 = time.perf_counter()
+    step = "the transform"
     try:
         seq = _model(cfg.batch_size)
         fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
                  schedule=cfg.schedule)
+        step = "the simulator"
         sim = distir.simulate(fn, hardware=_STATE.hardware, batch_size=cfg.batch_size)
     except DistIRError as e:
         kind = type(e).__name__
-        row["status"] = "refused" if kind == "TransformError" else "error"
-        row["fits"] = False
-        row["reason"] = e.message
-        row["sim_seconds"] = round(time.perf_counter() - t0, 4)
-        return row
+        return _failed(row, "refused" if kind == "TransformError" else "error", e.message, t0)
+    except Exception as e:  # noqa: BLE001 - a bug in one configuration: record it, go on
+        first = (str(e).strip().splitlines() or [""])[0]
+        return _failed(row, "error", f"internal error in {step} (a bug in distir; please "
+                       f"report it): {type(e).__name__}: {first}", t0)
     peaks = sim.peak_memory_bytes
     per_dev = [int(peaks.get(d, 0)) for d in range(cfg.devices)]
     capacity = sim.memory_capacity_bytes
@@ -112,6 +134,12 @@ def evaluate(cfg: Config) -> dict[str, Any]:
                                 f"{per_dev.index(max(per_dev))}, has "
                                 f"{capacity / 2**30:.1f} GiB"),
     )
+    return row
+
+
+def _failed(row: dict[str, Any], status: str, reason: str, t0: float) -> dict[str, Any]:
+    row.update(status=status, fits=False, reason=reason,
+               sim_seconds=round(time.perf_counter() - t0, 4))
     return row
 
 
@@ -183,7 +211,9 @@ def _progress(done: int, total: int, t0: float, stream: Any) -> None:
     stream.flush()
 
 
-def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str | Hardware,
+def run_search(workload: Workload | Function | Module,
+               configs: Iterable[Config] | None = None, *,
+               hardware: str | Hardware = "h100-sxm", devices: int | None = None,
                out: str | None = None, workers: int = 1, resume: bool = False,
                progress: Any = sys.stderr,
                on_row: Callable[[dict[str, Any]], None] | None = None,
@@ -191,9 +221,25 @@ def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str |
     """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
     processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
     is loaded here once. Bad options (an unknown profile, a results file of another format,
-    an executor that cannot start) raise before ``out`` is written."""
-    from distir.analysis.hardware import load_hardware
+    an executor that cannot start) raise before ``out`` is written.
 
+    ``workload`` may be the user's own ``Function`` or ``Module`` (``workload(fn)``: its
+    batch size as built). Without ``configs``, the space is every D·T·P = ``devices`` at
+    the workload's default batch sizes (``enumerate_space``). A user's model is built here
+    for every batch size of the configurations (``Workload.prepared``) and travels to the
+    workers as functions."""
+    from distir.analysis.hardware import load_hardware
+    from grid_search.models import default_batches
+    from grid_search.models import workload as make_workload
+
+    if not isinstance(workload, Workload):
+        workload = make_workload(workload)
+    if configs is None:
+        if devices is None:
+            raise ConfigError("run_search: give the configurations, or devices=N to search "
+                              "every D/T/P/K on N devices")
+        configs = enumerate_space(workload.name, devices, default_batches(workload),
+                                  schedules=("1f1b",) if workload.training else ("gpipe",))
     hw = load_hardware(hardware)
     if executor is None:
         executor = LocalExecutor(workers)
@@ -201,6 +247,7 @@ def run_search(workload: Workload, configs: Iterable[Config], *, hardware: str |
     kept = _kept_rows(out, resume) if out is not None else []
     done_keys = {_row_key(r) for r in kept}
     pending = [c for c in todo if c.key not in done_keys]
+    workload = workload.prepared(sorted({c.batch_size for c in pending}))
     rows: list[dict[str, Any]] = []
     with closing(executor.rows(workload, hw, pending)) as results:
         t0 = time.perf_counter()

@@ -14,13 +14,23 @@ def register(sub: argparse._SubParsersAction) -> None:
         "with D*T*P = N and microbatches K, transform and simulate each configuration, drop "
         "those that do not fit in device memory, and print the best ones.")
     p.add_argument("--model", required=True,
-                   help="mlp, gpt2, or a preset (mlp-1b, mlp-17b, mlp-103b, gpt2-1.6b, "
-                   "gpt2-13b, gpt2-175b)")
+                   help="your model, FILE.onnx or FILE.dir; or mlp, gpt2, or a preset "
+                   "(mlp-1b, mlp-17b, mlp-103b, gpt2-1.6b, gpt2-13b, gpt2-175b, "
+                   "gpt2-1.6b-train, gpt2-13b-train, gpt2-175b-train)")
     p.add_argument("--preset", help="a preset of the model family (same names as --model)")
     p.add_argument("--devices", type=int, required=True, help="number of devices N")
     p.add_argument("--batch-sizes", type=int, nargs="+",
                    help="global batch sizes (training: one per run; inference: the free "
-                   "variable); default: 8192 for MLP, 2^7..2^20 for GPT-2")
+                   "variable); default: 8192 for MLP, 2^7..2^20 for GPT-2 inference, 64 for "
+                   "GPT-2 training, a model file's own (--dim); a model file's batch "
+                   "dimension is re-bound to each when it is symbolic")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="with FILE.onnx: bind a symbolic input dimension, e.g. --dim batch=8 "
+                   "--dim seq=128 (repeatable); the batch dimension's binding is the batch "
+                   "size searched unless --batch-sizes says otherwise")
+    p.add_argument("--batch-input", metavar="NAME",
+                   help="with a model file: the input that carries the batch (its first "
+                   "dimension); default: the first input that is not a weight")
     p.add_argument("--hardware", default="h100-sxm",
                    help="hardware profile name or path (default: h100-sxm)")
     p.add_argument("-o", "--out", help="write results to this CSV, row by row")
@@ -59,16 +69,23 @@ def register(sub: argparse._SubParsersAction) -> None:
     g2.add_argument("--n-head", type=int)
     g2.add_argument("--vocab-size", type=int)
     g2.add_argument("--seq-len", type=int)
+    from distir.cli import _train
+
+    _train.add_arguments(p)
     p.set_defaults(func=run)
 
 
 def run(args: argparse.Namespace) -> int:
+    from distir.cli import _train
+    from distir.cli.importer import parse_dims
     from distir.errors import ConfigError
     from grid_search import enumerate_space, run_search, summarize, workload
     from grid_search.executors import make_executor
-    from grid_search.models import DEFAULT_BATCHES
+    from grid_search.models import default_batches
 
-    w = workload(args.model, args.preset, num_layers=args.num_layers, width=args.width,
+    w = workload(args.model, args.preset, train=_train.from_args(args),
+                 dims=parse_dims(args.dim), batch_input=args.batch_input,
+                 batch_sizes=args.batch_sizes, num_layers=args.num_layers, width=args.width,
                  n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
                  vocab_size=args.vocab_size, seq_len=args.seq_len, dtype=args.dtype)
     # A bad profile is the user's to fix before anything is simulated (and would otherwise
@@ -80,7 +97,15 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError(f"--workers {args.workers}: need at least 1")
     if args.resume and not args.out:
         raise ConfigError("--resume needs -o/--out (the CSV to continue)")
-    batches = args.batch_sizes or DEFAULT_BATCHES[w.family]
+    batches = args.batch_sizes or default_batches(w)
+    src = w.source
+    if src is not None and src.batch_dim is None and args.batch_sizes \
+            and set(args.batch_sizes) != {src.own_batch}:
+        print(f"distir: note: {args.model} has a fixed batch size {src.own_batch} (its input "
+              f"%{src.batch_input} has no symbolic first dimension): only batch "
+              f"{src.own_batch} is searched, not --batch-sizes "
+              f"{' '.join(map(str, args.batch_sizes))}", file=sys.stderr)
+        batches = [src.own_batch]
     schedules = args.schedules if w.training else ["gpipe"]
     configs = list(enumerate_space(w.name, args.devices, batches,
                                    fewer_devices=args.fewer_devices,
