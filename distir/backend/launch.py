@@ -231,6 +231,11 @@ class Session:
         return self._workers.pids if self._workers is not None else []
 
     @property
+    def session_dir(self) -> str | None:
+        """The temporary directory of the running workers' shared files, if started."""
+        return self._workers.directory if self._workers is not None else None
+
+    @property
     def started(self) -> bool:
         return self._workers is not None
 

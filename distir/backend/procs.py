@@ -58,7 +58,9 @@ class LocalWorkers:
     ready: each sends ``("ready", rank, device_name)`` or ``("fatal", rank, message)``).
 
     ``progress`` holds their shared progress slots; ``send`` and ``next`` exchange messages;
-    ``exited`` says whether one has ended; ``stop`` ends them all and removes the files.
+    ``exited`` says whether one has ended; ``stop`` ends them all and removes ``directory``
+    (the session's files: the progress slots and the rendezvous store; workers whose
+    launcher was killed remove it themselves).
     """
 
     def __init__(self, world_size: int, backend: str, timeout_s: float) -> None:
@@ -66,10 +68,10 @@ class LocalWorkers:
         self.procs: list[subprocess.Popen[bytes]] = []
         self._readers: list[threading.Thread] = []
         self._inbox: queue.Queue = queue.Queue()
-        self._tmp = tempfile.mkdtemp(prefix="distir-run-")
-        progress_path = os.path.join(self._tmp, "progress")
+        self.directory = tempfile.mkdtemp(prefix="distir-run-")
+        progress_path = os.path.join(self.directory, "progress")
         self.progress = Progress(progress_path, 3 * world_size, create=True)
-        init = "file://" + os.path.join(self._tmp, "store")
+        init = "file://" + os.path.join(self.directory, "store")
         env = _worker_env()
         try:
             for r in range(world_size):
@@ -150,9 +152,9 @@ class LocalWorkers:
                     pass
         self._readers = []
         self.progress.close()
-        if self._tmp:
-            shutil.rmtree(self._tmp, ignore_errors=True)
-            self._tmp = ""
+        if self.directory:
+            shutil.rmtree(self.directory, ignore_errors=True)
+            self.directory = ""
 
 
 def _wait_all(procs: list[subprocess.Popen[bytes]], within: float) -> None:

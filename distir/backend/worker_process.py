@@ -18,6 +18,7 @@ can corrupt a reply. Interrupts are ignored: the launcher stops its workers itse
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import sys
 import threading
@@ -32,20 +33,26 @@ USAGE = ("usage: python -m distir.backend.worker_process RANK WORLD_SIZE BACKEND
          "hand)")
 
 
-def _watch_launcher(ppid: int) -> None:
+def _watch_launcher(ppid: int, session_dir: str) -> None:
     """Exit when the launcher is gone (so no worker outlives a killed session), even while
-    the main thread waits in a collective. (Where ``sys.executable`` is a wrapper that
-    started this interpreter as its own child, the wrapper is watched.)"""
+    the main thread waits in a collective, removing the session's files that the launcher
+    could not. (Where ``sys.executable`` is a wrapper that started this interpreter as its
+    own child, the wrapper is watched.)"""
     if os.getppid() != ppid and os.name == "posix":  # (on Windows, os.kill terminates)
         try:
             os.kill(ppid, 0)
         except OSError:  # the launcher died before this worker got here
-            os._exit(3)
+            _orphaned(session_dir)
         ppid = os.getppid()
     while True:
         time.sleep(0.5)
         if os.getppid() != ppid:
-            os._exit(3)
+            _orphaned(session_dir)
+
+
+def _orphaned(session_dir: str) -> None:
+    shutil.rmtree(session_dir, ignore_errors=True)  # every worker tries; the first wins
+    os._exit(3)
 
 
 def _reads_text() -> bool:
@@ -91,10 +98,12 @@ def serve(rank: int, world_size: int, backend: str, init_method: str, timeout_s:
         send(replies, ("fatal", rank, describe(e)))
         return
     send(replies, ("ready", rank, runner.device_name, _reads_text()))
+    orphaned = False
     while True:
         try:
             msg = receive(commands)
-        except EOFError:  # the launcher closed our input: it is gone or done with us
+        except EOFError:  # our input closed without a word: the launcher is gone
+            orphaned = True
             break
         if msg is None:
             break
@@ -110,6 +119,8 @@ def serve(rank: int, world_size: int, backend: str, init_method: str, timeout_s:
         dist.destroy_process_group()
     except Exception:  # noqa: BLE001 - leaving anyway
         pass
+    if orphaned:  # remove the session's files, which the launcher could not
+        shutil.rmtree(os.path.dirname(progress_path), ignore_errors=True)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -119,7 +130,8 @@ def main(argv: list[str] | None = None) -> None:
         print(USAGE, file=sys.stderr)
         sys.exit(2)
     rank, world_size, backend, init_method, timeout_s, progress_path, ppid = args
-    threading.Thread(target=_watch_launcher, args=(int(ppid),), daemon=True).start()
+    threading.Thread(target=_watch_launcher, args=(int(ppid), os.path.dirname(progress_path)),
+                     daemon=True).start()
     replies = os.fdopen(os.dup(1), "wb")
     os.dup2(2, 1)  # whatever anything prints goes to stderr, never into a reply
     sys.stdout = sys.stderr

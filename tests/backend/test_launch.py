@@ -98,7 +98,7 @@ from distir.backend import Session
 
 s = Session(2, "gloo", timeout_s=60)
 s.start()
-print(" ".join(map(str, s.pids)), flush=True)
+print(" ".join(map(str, s.pids)), s.session_dir, flush=True)
 time.sleep(600)
 """
 
@@ -113,14 +113,16 @@ def test_workers_exit_when_the_launcher_is_killed(tmp_path: object) -> None:
     proc = subprocess.Popen([sys.executable, script], stdout=subprocess.PIPE, text=True,
                             env=env, cwd=str(tmp_path))
     try:
-        pids = [int(p) for p in proc.stdout.readline().split()]  # type: ignore[union-attr]
-        assert len(pids) == 2
+        *words, session_dir = proc.stdout.readline().split()  # type: ignore[union-attr]
+        pids = [int(p) for p in words]
+        assert len(pids) == 2 and os.path.isdir(session_dir)
         proc.send_signal(signal.SIGKILL)  # no chance to stop its workers itself
         proc.wait(timeout=30)
     finally:
         if proc.poll() is None:
             proc.kill()
     assert all_gone(pids, within=15.0)
+    assert not os.path.exists(session_dir)  # the workers removed what the launcher left
 
 
 def test_a_worker_cannot_be_started_by_hand() -> None:
