@@ -39,6 +39,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="bind a symbolic input dimension, e.g. --dim batch=8 (repeatable)")
     p.add_argument("--device", type=int, default=0, metavar="D",
                    help="the device of every parameter and constant (default 0)")
+    from distir.cli import _train
+
+    _train.add_arguments(p)  # --train --loss --optimizer --lr: write the training step
     p.set_defaults(func=run_import)
 
 
@@ -87,18 +90,20 @@ def _import(args: argparse.Namespace) -> Any:
             raise ConfigError("distir import takes MODEL.onnx or --torch "
                               "PACKAGE.MODULE:FACTORY --example SHAPE ...")
         return import_onnx(args.model, dims=dims, device=args.device)
-    if args.model is not None:
-        raise ConfigError(f"give MODEL.onnx ({args.model}) or --torch, not both")
-    if not args.example:
-        raise ConfigError(f"--torch {args.torch}: give one --example SHAPE per forward() "
-                          "argument, e.g. --example batch=2,3,32,32")
     from distir.importers.pytorch import (
         example_tensors,
         import_torch,
         load_factory,
         parse_example,
+        split_factory,
     )
 
+    if args.model is not None:
+        raise ConfigError(f"give MODEL.onnx ({args.model}) or --torch, not both")
+    split_factory(args.torch)
+    if not args.example:
+        raise ConfigError(f"--torch {args.torch}: give one --example SHAPE per forward() "
+                          "argument, e.g. --example batch=2,3,32,32")
     examples = [parse_example(e) for e in args.example]
     module = load_factory(args.torch)
     return import_torch(module, example_tensors(examples), dims,
@@ -107,9 +112,13 @@ def _import(args: argparse.Namespace) -> Any:
 
 def run_import(args: argparse.Namespace) -> int:
     import distir
+    from distir.cli import _train
     from distir.ir.text import weights_path
 
+    train = _train.from_args(args)
     m = _import(args)
+    if train is not None:
+        m = _train.train_module(m, train, args.model or args.torch)
     inits = m.entry.initializers
     text = distir.dumps(m)
     if args.output is None:

@@ -31,7 +31,7 @@ from typing import Any
 from distir.errors import ImportError_
 from distir.ir.core import Module
 
-__all__ = ["import_torch", "load_factory", "example_tensors", "parse_example"]
+__all__ = ["import_torch", "load_factory", "split_factory", "example_tensors", "parse_example"]
 
 Dynamic = Sequence[Mapping[int, str]] | Mapping[str, Mapping[int, str]]
 
@@ -62,6 +62,9 @@ def import_torch(module: Any, example_inputs: Any, dims: Mapping[str, int] | Non
         for axis, name in spec.items():
             sizes.setdefault(name, int(t.shape[axis]))
     dims = dict(dims or {})
+    for k, v in dims.items():  # before the export, which takes seconds
+        if not isinstance(v, int) or isinstance(v, bool) or v <= 0:
+            raise ImportError_(f"dims must map names to positive integers; got {k!r}: {v!r}")
     unknown = [k for k in dims if k not in sizes]
     if unknown:
         have = ", ".join(sizes) or "none: pass dynamic= to name some"
@@ -220,6 +223,15 @@ def _cause(e: BaseException) -> str:
     return f"{type(seen).__name__}: {text}"
 
 
+def split_factory(path: str) -> tuple[str, str]:
+    """``PACKAGE.MODULE:FACTORY`` as ``(module, factory)``; a one-line error otherwise."""
+    mod_name, colon, attr = path.partition(":")
+    if not colon or not mod_name or not attr:
+        raise ImportError_(f"--torch {path}: expected PACKAGE.MODULE:FACTORY, e.g. "
+                           "--torch mypkg.models:make_model")
+    return mod_name, attr
+
+
 def load_factory(path: str) -> Any:
     """The ``torch.nn.Module`` that ``PACKAGE.MODULE:FACTORY`` makes: the module is imported
     (from the current directory too), ``FACTORY`` (a dotted attribute path) is called with
@@ -228,10 +240,7 @@ def load_factory(path: str) -> Any:
 
     import torch
 
-    mod_name, colon, attr = path.partition(":")
-    if not colon or not mod_name or not attr:
-        raise ImportError_(f"--torch {path}: expected PACKAGE.MODULE:FACTORY, e.g. "
-                           "--torch mypkg.models:make_model")
+    mod_name, attr = split_factory(path)
     if "" not in sys.path and "." not in sys.path:
         sys.path.insert(0, "")
     try:
