@@ -113,13 +113,13 @@ class Workload:
     def _build_user(self, batch: int) -> Function:
         src = self.source
         assert src is not None
+        if src.path is None:
+            raise ConfigError(f"{self.name}: a function given in memory is searched at its "
+                              f"own batch size {src.own_batch} only, not {batch}")
         if batch != src.own_batch and src.batch_dim is None:
             raise ConfigError(f"{self.name}: its batch size is fixed at {src.own_batch} (the "
                               f"batch input %{src.batch_input} has no symbolic first "
                               f"dimension); it cannot be searched at batch {batch}")
-        if src.path is None:
-            raise ConfigError(f"{self.name}: a function given in memory is searched at its "
-                              f"own batch size {src.own_batch} only, not {batch}")
         if src.path.endswith(".onnx"):
             from distir.importers.onnx import import_onnx
 
@@ -264,7 +264,7 @@ def workload(model: str | Function | Module, preset: str | None = None, *,
                           f"({named_train.label}); drop --train or name the forward model")
     train = train or named_train
     w = _builder_workload(base if named_train else model, None if named_train else preset,
-                          sizes)
+                          sizes, shown=preset or model)
     if train is None:
         return w
     if w.family == "mlp":
@@ -274,8 +274,10 @@ def workload(model: str | Function | Module, preset: str | None = None, *,
     return dataclasses.replace(w, name=f"{w.name}-{suffix}", train=train)
 
 
-def _builder_workload(model: str, preset: str | None, sizes: dict[str, Any]) -> Workload:
-    """A forward preset, or the MLP/GPT-2 builder with sizes (no training suffix)."""
+def _builder_workload(model: str, preset: str | None, sizes: dict[str, Any], *,
+                      shown: str) -> Workload:
+    """A forward preset, or the MLP/GPT-2 builder with sizes (no training suffix);
+    ``shown`` is the name as the user gave it, for messages."""
     name = preset or model
     if name in PRESETS and PRESETS[name].train is None:
         w = PRESETS[name]
@@ -301,7 +303,7 @@ def _builder_workload(model: str, preset: str | None, sizes: dict[str, Any]) -> 
     elif model == "gpt2":
         need = ("n_layer", "d_model", "n_head")
     else:
-        raise ConfigError(f"unknown model '{model}': use mlp, gpt2, a preset "
+        raise ConfigError(f"unknown model '{shown}': use mlp, gpt2, a preset "
                           f"({', '.join(PRESETS)}) or a model file (FILE.onnx, FILE.dir)")
     missing = [k for k in need if k not in given]
     if missing:

@@ -8,9 +8,9 @@ import argparse
 from dataclasses import dataclass
 
 from distir.errors import ConfigError, DistIRError
-from distir.ir.core import Function
+from distir.ir.core import Function, Module
 
-__all__ = ["TrainOptions", "add_arguments", "from_args", "train"]
+__all__ = ["TrainOptions", "add_arguments", "from_args", "train", "train_module"]
 
 _LOSSES = ("mse", "cross_entropy")
 _OPTIMIZERS = ("sgd", "adam")
@@ -62,7 +62,9 @@ def from_args(args: argparse.Namespace) -> TrainOptions | None:
     given = [f"--{k}" for k in ("loss", "optimizer", "lr") if getattr(args, k) is not None]
     if not args.train:
         if given:
-            raise ConfigError(f"{', '.join(given)} go(es) with --train")
+            verb = "goes" if len(given) == 1 else "go"
+            raise ConfigError(f"{', '.join(given)} {verb} with --train (which makes the model "
+                              "a training step)")
         return None
     opts = TrainOptions()
     return TrainOptions(args.loss or opts.loss, args.optimizer or opts.optimizer,
@@ -88,3 +90,9 @@ def train(fn: Function, opts: TrainOptions, where: str) -> Function:
     except DistIRError as e:
         msg = e.message.removeprefix("training_step: ")
         raise ConfigError(f"{where}: --train --loss {opts.loss}: {msg}") from None
+
+
+def train_module(m: Module, opts: TrainOptions, where: str) -> Module:
+    """The module whose entry is the training step of ``m``'s entry (``train``); the step's
+    initializers are the forward's plus the optimizer state's."""
+    return Module([train(m.entry, opts, where)], filename=m.filename)
