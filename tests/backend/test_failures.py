@@ -11,8 +11,7 @@ import threading
 import time
 
 import pytest
-
-pytest.importorskip("torch")
+import torch  # noqa: F401 - the test needs it
 
 import distir  # noqa: E402
 from distir.analysis.projection import Projection, project  # noqa: E402

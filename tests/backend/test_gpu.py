@@ -10,8 +10,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")
 N_GPU = torch.cuda.device_count() if torch.cuda.is_available() else 0

@@ -10,8 +10,7 @@ from typing import Any
 
 import numpy as np
 import pytest
-
-torch = pytest.importorskip("torch")
+import torch
 
 import distir  # noqa: E402
 from distir.analysis.projection import project  # noqa: E402

@@ -13,8 +13,7 @@ from collections.abc import Iterator
 
 import numpy as np
 import pytest
-
-pytest.importorskip("torch")
+import torch  # noqa: F401 - the test needs it
 
 import distir  # noqa: E402
 from distir.analysis import execute, random_inputs  # noqa: E402
@@ -23,7 +22,9 @@ from distir.backend import Session  # noqa: E402
 from distir.errors import BackendError, ExecutionError, UnsupportedError  # noqa: E402
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SHARED = "/work/shared/examples"
+# shared/ lies beside the repository (here and in CI); $DISTIR_SHARED_EXAMPLES overrides.
+SHARED = os.environ.get("DISTIR_SHARED_EXAMPLES",
+                        os.path.join(os.path.dirname(ROOT), "shared", "examples"))
 
 
 @pytest.fixture(scope="module")
@@ -173,14 +174,6 @@ def test_two_device_programs_on_four_ranks(s4: Session) -> None:
 # ---- the D/T/P/K programs of the transforms --------------------------------------------
 
 
-def _dtp():
-    try:
-        from distir.transforms import dtp
-    except ImportError:
-        return None
-    return dtp
-
-
 MLP_CONFIGS = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2), (2, 2, 1, 1), (1, 2, 2, 2),
                (2, 1, 2, 2), (1, 1, 4, 4), (4, 1, 1, 1)]
 GPT2_CONFIGS = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2), (2, 2, 1, 1), (2, 1, 2, 2)]
@@ -188,7 +181,8 @@ GPT2_CONFIGS = [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2), (2, 2, 1, 1), (2, 1, 2
 
 def _run_config(s: Session, fn: distir.Function, cfg: tuple[int, int, int, int],
                 schedule: str) -> None:
-    dtp = _dtp()
+    from distir.transforms import dtp
+
     dp, tp, pp, k = cfg
     dist = dtp(fn, dp=dp, tp=tp, pp=pp, microbatches=k, schedule=schedule,
                self_contained=True)
@@ -205,8 +199,6 @@ def _session_for(cfg: tuple[int, ...], s2: Session, s4: Session) -> Session:
 @pytest.mark.parametrize("cfg", MLP_CONFIGS, ids=lambda c: "D{}T{}P{}K{}".format(*c))
 def test_mlp_configurations(cfg: tuple[int, int, int, int], request: pytest.FixtureRequest,
                             ) -> None:
-    if _dtp() is None:
-        pytest.skip("distir.transforms.dtp is not available yet")
     from distir.models import mlp
 
     fn = mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=8, num_layers=4)
@@ -218,8 +210,6 @@ def test_mlp_configurations(cfg: tuple[int, int, int, int], request: pytest.Fixt
 @pytest.mark.parametrize("cfg", GPT2_CONFIGS, ids=lambda c: "D{}T{}P{}K{}".format(*c))
 def test_gpt2_configurations(cfg: tuple[int, int, int, int], request: pytest.FixtureRequest,
                              ) -> None:
-    if _dtp() is None:
-        pytest.skip("distir.transforms.dtp is not available yet")
     from distir.models import gpt2
 
     fn = gpt2(n_layer=2, d_model=16, n_head=2, vocab_size=32, seq_len=8, batch_size=4)
