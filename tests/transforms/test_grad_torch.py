@@ -169,3 +169,29 @@ def test_gpt2_cross_entropy_gradients_match_torch() -> None:
             t = t.T
         scale = float(np.abs(t).max()) or 1.0
         np.testing.assert_allclose(dw, t, rtol=1e-4, atol=2e-4 * scale, err_msg=name)
+
+
+def test_imported_cnn_training_step_runs_on_gloo() -> None:
+    """A training step of an imported model (Conv, BatchNorm, pools: the gradient ops
+    ConvGrad, MaxPoolGrad, AveragePoolGrad) types, simulates and runs on gloo, computing
+    what the reference executor computes."""
+    from distir.analysis import bind_inputs
+    from distir.transforms import training_step
+
+    torch.manual_seed(0)
+    model = CNN()
+    _randomize_batch_norm(model)
+    model.eval()
+    xv = torch.randn(2, 3, 22, 19)
+    fn = export(model, (xv,), ["x"])
+    step = training_step(fn, loss="cross_entropy", optimizer="adam", lr=1e-3)
+    n = len(fn.initializers)  # every weight is a float initializer: all are trained
+    assert len(distir.infer_types(step)) == 1 + n + 2 * n + 1  # loss, weights, m, v, step
+    assert distir.simulate(step, hardware="h100-sxm").latency_s > 0
+    labels = np.array([1, 4])
+    args = bind_inputs(step, [xv.numpy(), labels])
+    want = distir.execute(step, args)
+    res = distir.run(step, args, backend="gloo", steps=1, warmup=0, timeout_s=120)
+    assert res is not None and res.outputs is not None
+    for g, w in zip(res.outputs, want):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-6)
