@@ -167,7 +167,8 @@ def test_type_errors_keep_their_place() -> None:
 
 
 def test_projection_pickles_without_the_parser() -> None:
-    """A worker gets pickled programs; unpickling must not need ``lark`` or ``torch``."""
+    """Where the workers lack ``lark``, they get pickled programs; unpickling must not need
+    ``lark`` or ``torch``."""
     proj = project(load("mlp_step_pp2.dir"))
     blob = pickle.dumps(proj)
     again = pickle.loads(blob)
