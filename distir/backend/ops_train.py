@@ -309,3 +309,18 @@ def _softmax_grad(s: Static) -> Kernel:
     f = (torch.ops.aten._softmax_backward_data if s.op_type == "SoftmaxGrad"
          else torch.ops.aten._log_softmax_backward_data)
     return lambda y, dy: (f(dy, y, axis, dt),)
+
+
+@LOWERINGS.register("BatchNormGrad")
+def _batch_norm_grad(s: Static) -> Kernel:
+    """``aten.native_batch_norm`` in training mode (for the batch statistics) then its
+    backward."""
+    eps = float(s.attrs["epsilon"])
+    mask = list(s.live_outputs)
+    fwd, bwd = torch.ops.aten.native_batch_norm, torch.ops.aten.native_batch_norm_backward
+
+    def k(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple:
+        _, mean, invstd = fwd(x, w, None, None, None, True, 0.0, eps)
+        return tuple(bwd(dy, x, w, None, None, mean, invstd, True, eps, mask))
+
+    return k

@@ -150,6 +150,10 @@ _DISTIR_OPS = [
         (_A("axis", "int", False, -1), _A("epsilon", "float", False, 1e-5)),
         doc="dx, dscale, dbias of LayerNormalization(x, scale, bias) given dy (inputs x, "
             "scale, dy; statistics recomputed from x)"),
+    _op("BatchNormGrad", "train", (3, 3), (3, 3), (_A("epsilon", "float", False, 1e-5),),
+        doc="dx, dscale, dbias of BatchNormalization(x, scale, bias) in training mode (batch "
+            "statistics over every axis but 1, recomputed from x) given dy; inputs x, scale, "
+            "dy"),
     _op("SoftmaxGrad", "train", (2, 2), (1, 1), (_A("axis", "int", False, -1),),
         doc="dx of y = Softmax(x) given y and dy: y * (dy - sum(dy * y))"),
     _op("LogSoftmaxGrad", "train", (2, 2), (1, 1), (_A("axis", "int", False, -1),),

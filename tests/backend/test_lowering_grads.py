@@ -55,3 +55,15 @@ def test_conv_grad_skips_the_dead_result(need: tuple[bool, bool]) -> None:
     (got,) = run_local(fn, [t.numpy() for t in ins])
     check(fn, [t.numpy() for t in ins], rtol=1e-4, atol=1e-4)
     assert got.shape == ((2, 4, 6, 6) if need[0] else (6, 2, 3, 3))
+
+
+def test_batch_norm_grad_lowers() -> None:
+    """``BatchNormGrad`` on its own (the training-mode forward has no lowering yet)."""
+    b = FunctionBuilder("f")
+    xv = b.param("x", TensorType(DType.Float32, (4, 3, 5, 2), 0))
+    w = b.param("w", TensorType(DType.Float32, (3,), 0))
+    dy = b.param("dy", TensorType(DType.Float32, (4, 3, 5, 2), 0))
+    fn = b.ret(*b.op("BatchNormGrad", xv, w, dy, epsilon=1e-3))
+    rng = np.random.default_rng(0)
+    check(fn, [rng.standard_normal(p.type.shape).astype(np.float32) for p in fn.params],
+          rtol=1e-4, atol=1e-5)

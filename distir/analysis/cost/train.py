@@ -7,9 +7,11 @@
   (``skips_unused``, as the PyTorch lowering skips it).
 - Pool gradients are memory-bound: they read ``x`` and ``dy`` and write ``dx``, with one
   FLOP per window element of ``dy``.
-- ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one memory-bound kernel
+- ``BatchNormGrad``, ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one
+  memory-bound kernel
   each over their inputs and results, priced by the profile's ``layernorm`` and ``softmax``
-  fits where it has them (as their forward ops are), 8 FLOPs per element.
+  fits where it has them (``BatchNormGrad`` by the ``elementwise`` one), 8 FLOPs per
+  element.
 """
 
 from __future__ import annotations
@@ -53,10 +55,13 @@ def pool_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
 _FAMILY = {"LayerNormGrad": "layernorm", "SoftmaxGrad": "softmax", "LogSoftmaxGrad": "softmax"}
 
 
-@COST_RULES.register(*_FAMILY)
+@COST_RULES.register(*_FAMILY, "BatchNormGrad")
 def normalization_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                        hw: Hardware) -> OpCost:
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = 8.0 * ins[-1].numel
-    return OpCost(hw.kernel_time(_FAMILY[op_type], nbytes, flops, main_dtype(ins, outs)),
-                  flops, nbytes)
+    dt = main_dtype(ins, outs)
+    family = _FAMILY.get(op_type)
+    if family is None:
+        return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+    return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)

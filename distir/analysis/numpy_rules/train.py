@@ -349,3 +349,22 @@ def softmax_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -
     else:
         dx = d64 - np.exp(y64) * d64.sum(axis=axis, keepdims=True)
     return (dx.astype(dy.dtype),)
+
+
+@NUMPY_RULES.register("BatchNormGrad")
+def batch_norm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Training-mode statistics over every axis but 1 (biased variance), in float64:
+    ``dx = rstd * (g - mean(g) - xhat * mean(g * xhat))`` with ``g = dy * scale``;
+    ``dscale = sum(dy * xhat)``, ``dbias = sum(dy)`` per channel."""
+    x, scale, dy = (np.asarray(a) for a in args)
+    axes = (0,) + tuple(range(2, x.ndim))
+    chan = (1, x.shape[1]) + (1,) * (x.ndim - 2)
+    x64, d64 = x.astype(np.float64), dy.astype(np.float64)
+    xc = x64 - x64.mean(axis=axes, keepdims=True)
+    rstd = 1.0 / np.sqrt((xc * xc).mean(axis=axes, keepdims=True) + attrs["epsilon"])
+    xhat = xc * rstd
+    g = d64 * scale.astype(np.float64).reshape(chan)
+    dx = rstd * (g - g.mean(axis=axes, keepdims=True)
+                 - xhat * (g * xhat).mean(axis=axes, keepdims=True))
+    return (dx.astype(x.dtype), (d64 * xhat).sum(axis=axes).astype(scale.dtype),
+            d64.sum(axis=axes).astype(scale.dtype))

@@ -220,3 +220,15 @@ def softmax_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -
     if not -max(y.rank, 1) <= attrs["axis"] < max(y.rank, 1):
         raise fail(f"axis {attrs['axis']} is out of range for rank {y.rank}")
     return (y,)
+
+
+@TYPE_RULES.register("BatchNormGrad")
+def batch_norm_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x, scale, dy = (tensor(a, n) for a, n in zip(args, ("x", "scale", "dy")))
+    same_dtype([x, scale, dy], op_type)
+    _float(x, "x")
+    _same("dy", x, dy)
+    if x.rank < 2 or scale.shape != (x.shape[1],):
+        raise fail(f"scale must have shape (C,) = ({x.shape[1] if x.rank > 1 else '?'},) for x "
+                   f"{x.shape}, got {scale.shape}")
+    return (x, scale, scale)

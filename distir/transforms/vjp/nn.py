@@ -7,7 +7,8 @@ is not computed); ``Conv``, ``MaxPool`` and ``AveragePool`` use ``ConvGrad``,
 with padding resolved to explicit ``pads`` from the static shapes. ``LayerNormalization``,
 ``Softmax`` and ``LogSoftmax`` use ``LayerNormGrad``, ``SoftmaxGrad`` and
 ``LogSoftmaxGrad`` (one kernel each, where the composite of forward ops would be nine to
-seventeen); ``BatchNormalization`` is a composite of reductions over every axis but 1.
+seventeen); ``BatchNormalization`` uses ``BatchNormGrad`` in training mode and is an
+affine map otherwise.
 """
 
 from __future__ import annotations
@@ -158,39 +159,38 @@ def layer_norm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
 
 @VJP_RULES.register("BatchNormalization")
 def batch_norm(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
-    """In training mode the statistics are the batch's (over every axis but 1), and the
-    running statistics get no gradient; in inference mode ``mean`` and ``var`` are inputs
-    like any other and get their gradients."""
+    """In training mode the statistics are the batch's (over every axis but 1):
+    ``BatchNormGrad``, and the running statistics get no gradient; in inference mode
+    (an affine map) ``mean`` and ``var`` are inputs like any other and get their
+    gradients."""
     x = cx.tx(0)
     d = douts[0]
     if d is None:
         raise cx.fail("only Y of BatchNormalization has a gradient, not its running "
                       "statistics")
+    eps = float(cx.attrs["epsilon"])
+    if int(cx.attrs.get("training_mode", 0)):
+        dx, dscale, dbias = cx.emit("BatchNormGrad", cx.x(0), cx.x(1), d, epsilon=eps)
+        return (dx if need[0] else None, dscale if need[1] else None,
+                dbias if need[2] else None) + (None,) * (len(need) - 3)
     axes = [0] + list(range(2, x.rank))
     chan = (x.shape[1],) + (1,) * (x.rank - 2)
-    eps = float(cx.attrs["epsilon"])
     scale = cx.reshape(cx.x(1), chan)
     out: list[Value | None] = [None] * len(need)
-    if int(cx.attrs.get("training_mode", 0)):
-        xhat, rstd = _stats(cx, axes, eps)
-        if need[0]:
-            out[0] = _normalized_grad(cx, cx.mul(d, scale), xhat, rstd, axes)
-    else:
-        t = cx.tx(0)
-        var = cx.reshape(cx.x(4), chan)
-        rstd = cx.emit("Reciprocal", cx.emit("Sqrt", cx.emit("Add", var, cx.scalar(eps, t))))
-        xc = cx.emit("Sub", cx.x(0), cx.reshape(cx.x(3), chan))
-        xhat = cx.mul(xc, rstd)
-        if need[0]:
-            out[0] = cx.mul(d, cx.mul(scale, rstd))
-        if need[3]:
-            g = cx.emit("Neg", cx.mul(cx.reduce_sum(d, axes, True), cx.mul(scale, rstd)))
-            out[3] = cx.reshape(g, (x.shape[1],))
-        if need[4]:  # d/dvar of rstd is -rstd^3 / 2
-            r3 = cx.mul(rstd, cx.mul(rstd, rstd))
-            g = cx.mul(cx.reduce_sum(cx.mul(d, xc), axes, True),
-                       cx.mul(scale, cx.mul(r3, cx.scalar(-0.5, t))))
-            out[4] = cx.reshape(g, (x.shape[1],))
+    var = cx.reshape(cx.x(4), chan)
+    rstd = cx.emit("Reciprocal", cx.emit("Sqrt", cx.emit("Add", var, cx.scalar(eps, x))))
+    xc = cx.emit("Sub", cx.x(0), cx.reshape(cx.x(3), chan))
+    xhat = cx.mul(xc, rstd)
+    if need[0]:
+        out[0] = cx.mul(d, cx.mul(scale, rstd))
+    if need[3]:
+        g = cx.emit("Neg", cx.mul(cx.reduce_sum(d, axes, True), cx.mul(scale, rstd)))
+        out[3] = cx.reshape(g, (x.shape[1],))
+    if need[4]:  # d/dvar of rstd is -rstd^3 / 2
+        r3 = cx.mul(rstd, cx.mul(rstd, rstd))
+        g = cx.mul(cx.reduce_sum(cx.mul(d, xc), axes, True),
+                   cx.mul(scale, cx.mul(r3, cx.scalar(-0.5, x))))
+        out[4] = cx.reshape(g, (x.shape[1],))
     if need[1]:
         out[1] = cx.reshape(cx.reduce_sum(cx.mul(d, xhat), axes, False), (x.shape[1],))
     if need[2]:
