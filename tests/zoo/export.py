@@ -65,7 +65,8 @@ class ExportFailed(Exception):
 class Exported:
     path: str
     seconds: float
-    """The export's wall time when it was exported (read back from the cache otherwise)."""
+    """The wall time of the ``torch.onnx.export`` call when it was exported (read back from
+    the cache otherwise)."""
 
 
 def exported(spec: Spec, exporter: str) -> Exported:
@@ -78,10 +79,9 @@ def exported(spec: Spec, exporter: str) -> Exported:
         with open(err, encoding="utf-8") as f:
             raise ExportFailed(f.read())
     if not os.path.exists(path):
-        t0 = time.perf_counter()
         tmp = f"{path}.{os.getpid()}.tmp"
         try:
-            export(spec, exporter, tmp)
+            seconds = export(spec, exporter, tmp)
         except Exception as e:  # noqa: BLE001 - any exporter failure is a zoo result
             from distir.importers.pytorch import _cause
 
@@ -90,18 +90,20 @@ def exported(spec: Spec, exporter: str) -> Exported:
                 f.write(msg)
             raise ExportFailed(msg) from None
         with open(secs, "w", encoding="utf-8") as f:
-            f.write(f"{time.perf_counter() - t0:.3f}")
+            f.write(f"{seconds:.3f}")
         os.replace(tmp, path)
     with open(secs, encoding="utf-8") as f:
         return Exported(path, float(f.read()))
 
 
-def export(spec: Spec, exporter: str, path: str) -> None:
+def export(spec: Spec, exporter: str, path: str) -> float:
     """Write ``spec``'s model to ``path`` with ``exporter``; the inputs are named
-    ``spec.input_names`` and their batch (and sequence) axes are symbolic."""
+    ``spec.input_names`` and their batch (and sequence) axes are symbolic. Returns the wall
+    seconds of the ``torch.onnx.export`` call alone (not building the model)."""
     model = spec.build()
     args = spec.inputs(*_example())
     quiet = io.StringIO()
+    t0 = time.perf_counter()
     with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), \
             contextlib.redirect_stderr(quiet):
         warnings.simplefilter("ignore")
@@ -118,6 +120,7 @@ def export(spec: Spec, exporter: str, path: str) -> None:
             prog.save(path)
         else:
             raise ValueError(f"unknown exporter {exporter!r}")
+    return time.perf_counter() - t0
 
 
 def _example() -> tuple[int, int]:

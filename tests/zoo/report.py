@@ -89,7 +89,8 @@ def render(results: list[Result]) -> str:
         "",
         f"- Versions: {_versions()}, onnxruntime {_ort_version()}, Python "
         f"{platform.python_version()}.",
-        f"- Machine: {_machine()}.",
+        f"- Machine: {_machine()}; load average {os.getloadavg()[0]:.1f} when written "
+        "(times grow with it: other work shared these CPUs).",
         f"- Date: {date}.",
         "",
         f"**{main} of {n}** pairs import, type every value, execute within {RTOL:g} "
@@ -114,6 +115,20 @@ def render(results: list[Result]) -> str:
         "exported graph's nodes.",
         "",
         table(results),
+        "",
+        "Setup choices forced by the exporters (not by DistIR), so that every model exports "
+        "with both:",
+        "",
+        "- GPT-2 and Llama take an `attention_mask` input beside `input_ids`, as BERT and T5 "
+        "do: without one, `transformers` looks for packed sequences with `torch.diff`, which "
+        "the TorchScript exporter cannot export (`aten::diff`).",
+        "- T5 uses eager attention: torch's dynamo exporter fails to decompose T5's SDPA "
+        "attention (\"Cannot view a tensor with shape [b, s, 4, 8] ... as a tensor with shape "
+        "[b, s, 32]\"), with symbolic or fixed sizes alike.",
+        "- `nn.TransformerEncoder` is exported with gradients enabled (as "
+        "`torch.onnx.export` is usually called): under `torch.no_grad()` in eval mode it takes "
+        "its fused fast path, `aten::_transformer_encoder_layer_fwd`, which the TorchScript "
+        "exporter cannot export.",
         "",
         "## Failures left",
         "",
