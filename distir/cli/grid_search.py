@@ -111,6 +111,8 @@ def run(args: argparse.Namespace) -> int:
                                    fewer_devices=args.fewer_devices,
                                    max_microbatches=args.max_microbatches,
                                    schedules=schedules))
+    # A model file is imported here once per batch size; the search and --run-top share it.
+    w = w.prepared(sorted(set(batches)))
     executor = make_executor(args.executor, workers=args.workers, address=args.address)
     print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
           f"({args.hardware}), {executor.describe()}", file=sys.stderr)
