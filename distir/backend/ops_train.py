@@ -236,8 +236,10 @@ def _conv_grad(s: Static) -> Kernel:
 
 @LOWERINGS.register("MaxPoolGrad", "AveragePoolGrad")
 def _pool_grad(s: Static) -> Kernel:
-    """The gradient of the forward pool's own lowering, by ``torch.autograd`` (on a copy of
-    ``x``): the same padding, window and count conventions by construction. ``ceil_mode``
+    """``MaxPoolGrad``: the pool with indices, then its backward (ATen kernels, 1-D as 2-D).
+    ``AveragePoolGrad``: the gradient of the forward pool's own lowering, by
+    ``torch.autograd`` (on a copy of ``x``): the same padding, window and count conventions
+    by construction. ``ceil_mode``
     is read off the shapes (``dy`` has more outputs than floor division gives)."""
     x_t, dy_t = s.inp(0), s.inp(1)
     n = x_t.rank - 2
@@ -250,6 +252,8 @@ def _pool_grad(s: Static) -> Kernel:
         span = x_t.shape[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
         if span // strides[i] + 1 != dy_t.shape[2 + i]:
             ceil = 1
+    if s.op_type == "MaxPoolGrad" and n in (1, 2, 3):
+        return _max_pool_grad(n, kernel, strides, pads, dil, bool(ceil), x_t.shape)
     fwd = "MaxPool" if s.op_type == "MaxPoolGrad" else "AveragePool"
     attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil,
              "auto_pad": "NOTSET"}
@@ -272,6 +276,38 @@ def _pool_grad(s: Static) -> Kernel:
             (y,) = pool(xr)
             (gx,) = torch.autograd.grad(y, xr, dy.clone())
         return (gx,)
+
+    return k
+
+
+def _max_pool_grad(n: int, kernel: list[int], strides: list[int], pads: list[int],
+                   dil: list[int], ceil: bool, x_shape: tuple[int, ...]) -> Kernel:
+    """ATen's ``max_pool{2,3}d_with_indices`` and its backward; asymmetric pads are applied
+    with ``-inf`` first and cropped from the gradient."""
+    aten = torch.ops.aten
+    fwd, bwd = ((aten.max_pool3d_with_indices, aten.max_pool3d_with_indices_backward)
+                if n == 3 else (aten.max_pool2d_with_indices,
+                                aten.max_pool2d_with_indices_backward))
+    pb, pe = pads[:n], pads[n:]
+    sym = pb == pe and all(2 * p <= k for p, k in zip(pb, kernel))
+    padarg: list[int] = []
+    for b, e in zip(reversed(pb), reversed(pe)):
+        padarg += [b, e]
+    crop = (slice(None), slice(None)) + tuple(slice(b, b + size)
+                                              for b, size in zip(pb, x_shape[2:]))
+    one = n == 1  # as 2-D, with a unit first spatial axis
+    kk, ss, dd = ([1] + kernel, [1] + strides, [1] + dil) if one else (kernel, strides, dil)
+    inner = ([0] + pb if one else pb) if sym else [0] * len(kk)
+
+    def k(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        xp = x if sym else F.pad(x, padarg, value=float("-inf"))
+        if one:
+            xp, dy = xp.unsqueeze(2), dy.unsqueeze(2)
+        _, idx = fwd(xp, kk, ss, inner, dd, ceil)
+        g = bwd(dy, xp, kk, ss, inner, dd, ceil, idx)
+        if one:
+            g = g.squeeze(2)
+        return (g if sym else g[crop],)
 
     return k
 
