@@ -34,13 +34,14 @@ class UserModel:
     a function given in memory); ``dims`` bind the ONNX model's symbolic dimensions;
     ``batch_dim`` is the symbolic dimension at axis 0 of the batch input (None when that
     axis has a fixed size: then only ``own_batch`` can be searched); ``batch_input`` is the
-    parameter that carries the batch."""
+    parameter that carries the batch, ``named`` whether the user named it."""
 
     path: str | None
     dims: tuple[tuple[str, int], ...]
     batch_dim: str | None
     batch_input: str
     own_batch: int
+    named: bool = False
 
 
 @dataclass(frozen=True)
@@ -68,8 +69,8 @@ class Workload:
     @property
     def batch_inputs(self) -> tuple[str, ...]:
         """The parameters the user named as carrying the batch (``--batch-input``)."""
-        return (self.source.batch_input,) if self.source is not None and \
-            self.sizes.get("batch_input_named") else ()
+        src = self.source
+        return (src.batch_input,) if src is not None and src.named else ()
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -382,9 +383,8 @@ def _user(label: str, fn: Function, path: str | None, dims: tuple[tuple[str, int
     own = t.shape[0] if isinstance(t, TensorType) and t.rank >= 1 else 1
     weights = sum(int(np.asarray(a).size) for a in fn.initializers.values()
                   if np.issubdtype(np.asarray(a).dtype, np.floating))
-    source = UserModel(path, dims, batch_dim, str(x.name), own)
+    source = UserModel(path, dims, batch_dim, str(x.name), own, batch_input is not None)
     name = label if train is None else f"{label}+{train.label}"
     step = _for_search(_trained(fn, train, where))
-    return Workload(name, "user", {"weights": weights,
-                                   "batch_input_named": batch_input is not None},
-                    train=train, source=source, functions={own: step})
+    return Workload(name, "user", {"weights": weights}, train=train, source=source,
+                    functions={own: step})
