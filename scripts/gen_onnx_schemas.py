@@ -15,7 +15,7 @@ from onnx import defs, helper
 OPSET = 21
 
 # The minimum set of the spec (shared/spec/ops.md), then a few more that exported
-# transformers and image models commonly use (the last four lines: issue 14's zoo ops).
+# transformers and image models commonly use (the last eight lines: issue 14's zoo ops).
 OPS = """
 Abs Add AveragePool BatchNormalization Cast Concat Constant ConstantOfShape Conv Div Dropout
 Equal Erf Exp Expand Flatten Gather Gelu Gemm GlobalAveragePool Identity LayerNormalization
@@ -27,6 +27,9 @@ HardSwish HardSigmoid Mish Selu Elu Round Atan Sign IsInf Mod PRelu Xor CastLike
 GatherElements GatherND ScatterElements OneHot NonZero CumSum TopK Einsum ArgMin
 ReduceMin ReduceProd ReduceL2 ReduceL1 ReduceSumSquare ReduceLogSumExp
 Pad Resize DepthToSpace SpaceToDepth InstanceNormalization GroupNormalization
+Tan Asin Acos Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink BitwiseNot
+BitwiseAnd BitwiseOr BitwiseXor Mean Size GlobalMaxPool ReduceLogSum Hardmax LpNormalization
+MeanVarianceNormalization ConvTranspose
 """.split()
 
 _KIND = {

@@ -80,6 +80,7 @@ _RULE_MODULES = [
     "distir.analysis.type_rules.comm",
     "distir.analysis.type_rules.train",
     "distir.analysis.numpy_rules.onnx_ops",
+    "distir.analysis.numpy_rules.kernels",
     "distir.analysis.numpy_rules.comm",
     "distir.analysis.numpy_rules.train",
 ]

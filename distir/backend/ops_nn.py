@@ -11,6 +11,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
+from distir.analysis.numpy_rules.kernels import conv_transpose_geometry
 from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static
 from distir.errors import UnsupportedError
@@ -89,6 +90,7 @@ _REDUCE: dict[str, Any] = {
     "ReduceL1": lambda x, dim, keepdim: torch.sum(torch.abs(x), dim=dim, keepdim=keepdim),
     "ReduceL2": _l2,
     "ReduceSumSquare": lambda x, dim, keepdim: torch.sum(x * x, dim=dim, keepdim=keepdim),
+    "ReduceLogSum": lambda x, dim, keepdim: torch.log(torch.sum(x, dim=dim, keepdim=keepdim)),
 }
 
 
@@ -163,6 +165,31 @@ def _conv(s: Static) -> Kernel:
     return lambda x, w, b=None: (conv(F.pad(x, padarg), w, b, strides, 0, dil, group),)
 
 
+@LOWERINGS.register("ConvTranspose")
+def _conv_transpose(s: Static) -> Kernel:
+    """``conv_transpose`` without padding, then each spatial axis cropped from its begin pad
+    to the result's size (zero-extended at the end where ``output_padding`` or
+    ``output_shape`` asks for more), then the bias."""
+    x_t, w_t = s.inp(0), s.inp(1)
+    n = x_t.rank - 2
+    conv: Any = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}.get(n)
+    if conv is None:
+        raise UnsupportedError(f"a transposed convolution over {n} spatial dimensions")
+    group = int(s.attrs.get("group", 1))
+    full, begin, out, sd = conv_transpose_geometry(x_t.shape, w_t.shape, s.attrs)
+    strides, dil = sd[:n], sd[n:]
+    arg: list[int] = []  # F.pad, last axis first: crop the begin, fit the end
+    for i in reversed(range(n)):
+        arg += [-begin[i], out[i] - (full[i] - begin[i])]
+    view = (1, -1) + (1,) * n
+
+    def k(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor | None = None) -> tuple:
+        y = F.pad(conv(x, w, None, strides, 0, 0, group, dil), arg)
+        return (y if b is None else y + b.view(view),)
+
+    return k
+
+
 @LOWERINGS.register("MaxPool", "AveragePool")
 def _pool(s: Static) -> Kernel:
     if len(s.out_types) > 1:
@@ -200,10 +227,55 @@ def _pool(s: Static) -> Kernel:
     return k
 
 
-@LOWERINGS.register("GlobalAveragePool")
+@LOWERINGS.register("GlobalAveragePool", "GlobalMaxPool")
 def _global_avg(s: Static) -> Kernel:
     dims = tuple(range(2, s.inp(0).rank))
+    if s.op_type == "GlobalMaxPool":
+        return lambda x: (x.amax(dim=dims, keepdim=True),)
     return lambda x: (x.mean(dim=dims, keepdim=True),)
+
+
+@LOWERINGS.register("Hardmax")
+def _hardmax(s: Static) -> Kernel:
+    """1 at the first maximum along ``axis``, 0 elsewhere."""
+    x_t = s.inp(0)
+    axis = int(s.attrs.get("axis", -1)) % x_t.rank
+    n = x_t.shape[axis]
+
+    def k(x: torch.Tensor) -> tuple:
+        hot = F.one_hot(torch.argmax(x, dim=axis), n).movedim(-1, axis)
+        return (hot.to(x.dtype),)
+
+    return k
+
+
+@LOWERINGS.register("LpNormalization")
+def _lp_norm(s: Static) -> Kernel:
+    """``x / ||x||_p`` along ``axis`` (p is 1 or 2); 0 where the norm is 0."""
+    axis = int(s.attrs.get("axis", -1))
+    p = int(s.attrs.get("p", 2))
+    if p not in (1, 2):
+        raise UnsupportedError(f"LpNormalization with p={p} (ONNX allows 1 and 2)")
+
+    def k(x: torch.Tensor) -> tuple:
+        norm = torch.linalg.vector_norm(x, ord=p, dim=axis, keepdim=True)
+        return (torch.where(norm == 0, torch.zeros_like(x), x / norm),)
+
+    return k
+
+
+@LOWERINGS.register("MeanVarianceNormalization")
+def _mvn(s: Static) -> Kernel:
+    """ONNX's function body: ``(x - E[x]) / (sqrt(E[x^2] - E[x]^2) + 1e-9)`` over ``axes``."""
+    rank = s.inp(0).rank
+    dims = tuple(int(a) % rank for a in (s.attrs.get("axes") or ()))
+
+    def k(x: torch.Tensor) -> tuple:
+        mean = x.mean(dim=dims, keepdim=True)
+        var = (x * x).mean(dim=dims, keepdim=True) - mean * mean
+        return ((x - mean) / (torch.sqrt(var) + 1e-9),)
+
+    return k
 
 
 @LOWERINGS.register("BatchNormalization")

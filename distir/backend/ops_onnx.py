@@ -26,7 +26,10 @@ _UNARY: dict[str, Any] = {
     "Ceil": torch.ceil, "Sin": torch.sin, "Cos": torch.cos, "Not": torch.logical_not,
     "Softplus": torch.nn.functional.softplus, "HardSwish": torch.nn.functional.hardswish,
     "Mish": torch.nn.functional.mish, "Round": torch.round, "Atan": torch.atan,
-    "Sign": torch.sign,
+    "Sign": torch.sign, "Tan": torch.tan, "Asin": torch.asin, "Acos": torch.acos,
+    "Sinh": torch.sinh, "Cosh": torch.cosh, "Asinh": torch.asinh, "Acosh": torch.acosh,
+    "Atanh": torch.atanh, "Softsign": torch.nn.functional.softsign,
+    "BitwiseNot": torch.bitwise_not,
 }
 
 
@@ -56,6 +59,46 @@ def _leaky_relu(s: Static) -> Kernel:
 def _hard_sigmoid(s: Static) -> Kernel:
     alpha, beta = float(s.attrs["alpha"]), float(s.attrs["beta"])
     return lambda x: (torch.clamp(x * alpha + beta, 0.0, 1.0),)
+
+
+@LOWERINGS.register("Celu")
+def _celu(s: Static) -> Kernel:
+    alpha = float(s.attrs["alpha"])
+    f = torch.nn.functional.celu
+    return lambda x: (f(x, alpha),)
+
+
+@LOWERINGS.register("ThresholdedRelu")
+def _thresholded_relu(s: Static) -> Kernel:
+    alpha = float(s.attrs["alpha"])
+    return lambda x: (torch.where(x > alpha, x, torch.zeros_like(x)),)
+
+
+@LOWERINGS.register("Shrink")
+def _shrink(s: Static) -> Kernel:
+    bias, lambd = float(s.attrs["bias"]), float(s.attrs["lambd"])
+
+    def k(x: torch.Tensor) -> tuple:
+        zero = torch.zeros_like(x)
+        return (torch.where(x < -lambd, x + bias, torch.where(x > lambd, x - bias, zero)),)
+
+    return k
+
+
+_BITWISE: dict[str, Any] = {"BitwiseAnd": torch.bitwise_and, "BitwiseOr": torch.bitwise_or,
+                            "BitwiseXor": torch.bitwise_xor}
+
+
+@LOWERINGS.register(*_BITWISE)
+def _bitwise(s: Static) -> Kernel:
+    f = _BITWISE[s.op_type]
+    return lambda a, b: (f(a, b),)
+
+
+@LOWERINGS.register("Size", cached=True)
+def _size(s: Static) -> Kernel:
+    n = torch.tensor(s.inp(0).numel, dtype=torch.int64, device=s.device)
+    return lambda _x: (n,)
 
 
 @LOWERINGS.register("Elu")
@@ -151,12 +194,23 @@ def _pow(s: Static) -> Kernel:
     return lambda x, y: (torch.pow(x, y).to(dt),)
 
 
-_VARIADIC: dict[str, Any] = {"Sum": torch.add, "Max": torch.maximum, "Min": torch.minimum}
+_VARIADIC: dict[str, Any] = {"Sum": torch.add, "Max": torch.maximum, "Min": torch.minimum,
+                             "Mean": torch.add}
 
 
-@LOWERINGS.register("Sum", "Max", "Min")
+@LOWERINGS.register("Sum", "Max", "Min", "Mean")
 def _variadic(s: Static) -> Kernel:
     f = _VARIADIC[s.op_type]
+    if s.op_type == "Mean":
+        n = len(s.in_types)
+
+        def mean(*xs: torch.Tensor) -> tuple:
+            acc = xs[0]
+            for x in xs[1:]:
+                acc = acc + x
+            return (acc / n,)
+
+        return mean
 
     def k(*xs: torch.Tensor) -> tuple:
         acc = xs[0]
@@ -212,7 +266,7 @@ def _dense_value(v: Any, dtype: DType | None = None) -> np.ndarray:
 
 
 def _to_tensor(a: np.ndarray, t_dtype: DType, device: Any) -> torch.Tensor:
-    arr = np.ascontiguousarray(a)
+    arr = np.ascontiguousarray(a).reshape(np.shape(a))  # ascontiguousarray makes 0-d 1-d
     if t_dtype is DType.BFloat16:
         return torch.from_numpy(arr.view(np.uint16).copy()).view(torch.bfloat16).to(device)
     return torch.from_numpy(arr.astype(t_dtype.np, copy=True)).to(device)

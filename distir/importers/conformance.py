@@ -26,7 +26,7 @@ from typing import Any, cast
 
 import numpy as np
 import onnx
-from onnx import TensorProto, numpy_helper
+from onnx import TensorProto, defs, numpy_helper
 
 from distir.importers._onnx_graph import DTYPES, dtype_name
 from distir.importers.onnx import import_onnx, unsupported_ops
@@ -58,7 +58,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "Squeeze": (1,), "Unsqueeze": (1,), "ReduceMean": (1,), "ReduceSum": (1,),
     "ReduceMax": (1,), "Split": (1,), "Range": (0, 1, 2), "Tile": (1,),
     **dict.fromkeys(("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
-                     "ReduceLogSumExp"), (1,)),
+                     "ReduceLogSumExp", "ReduceLogSum"), (1,)),
     "OneHot": (1,), "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3),
     "NonZero": (0,),  # its result's shape is the count of its input's non-zero values
 }
@@ -145,7 +145,8 @@ def exclusion(case: NodeCase) -> str | None:
         ops = ", ".join(sorted(bad))
         body = "its expanded function body" if _EXPANDED.search(case.name) else "it"
         return f"{body} uses {ops}, outside DistIR's op set"
-    gap = _opset_type_gap(g) or _opset_form_gap(case.model)
+    gap = _opset_type_gap(case.model) or _opset_form_gap(case.model) or \
+        _converter_gap(case.model)
     if gap is not None:
         return gap
     if case.op == "Dropout" and _random_dropout(case):
@@ -154,15 +155,22 @@ def exclusion(case: NodeCase) -> str | None:
     return None
 
 
-def _opset_type_gap(g: onnx.GraphProto) -> str | None:
-    """Why an op of ``g`` cannot take its input's dtype at DistIR's opset, or ``None``: a
+def _opset_type_gap(model: onnx.ModelProto) -> str | None:
+    """Why an op of ``model`` cannot take an input's dtype at DistIR's opset, or ``None``: a
     case written for a later opset that widened the op's types (``Range`` on float16 came in
     opset 27) has no opset-21 form, which the version converter rightly refuses."""
     from onnx import defs
 
     from distir.ir.schemas import OPSET
 
+    g = model.graph
     elem = {vi.name: vi.type.tensor_type.elem_type for vi in g.input}
+    try:  # the dtypes inside an expanded function body, by ONNX's own inference
+        inferred = onnx.shape_inference.infer_shapes(model).graph.value_info
+        elem.update({vi.name: vi.type.tensor_type.elem_type for vi in inferred
+                     if vi.type.tensor_type.elem_type})
+    except Exception:  # noqa: BLE001 - without inference only the inputs are checked
+        pass
     for n in g.node:
         if n.domain not in ("", "ai.onnx"):
             continue
@@ -181,6 +189,47 @@ def _opset_type_gap(g: onnx.GraphProto) -> str | None:
             if t not in allowed:
                 return (f"{n.op_type} at opset {OPSET} does not take {dtype_name(elem[x])} "
                         f"(a later opset added it), and DistIR's ops are opset {OPSET}'s")
+    return None
+
+
+@functools.cache
+def _has_down_adapter(op_type: str, version: int) -> bool:
+    """Whether onnx's version converter can take ``op_type`` from opset ``version`` down to
+    DistIR's (probed once on a one-node model of that op)."""
+    from onnx import helper, version_converter
+
+    from distir.ir.schemas import OPSET
+
+    s = defs.get_schema(op_type, version)
+    node = helper.make_node(op_type, [f"x{i}" for i in range(s.min_input)], ["y"])
+    g = helper.make_graph([node], "probe", [helper.make_tensor_value_info(
+        f"x{i}", TensorProto.FLOAT, None) for i in range(s.min_input)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", version)])
+    try:
+        version_converter.convert_version(m, OPSET)
+    except Exception as e:  # noqa: BLE001 - only the missing adapter is the answer here
+        return "No Adapter" not in str(e)
+    return True
+
+
+def _converter_gap(model: onnx.ModelProto) -> str | None:
+    """Why a model of a later opset cannot reach DistIR's: onnx's version converter has no
+    adapter down for one of its ops (GlobalMaxPool-22, which only added types), or
+    ``None``."""
+    from distir.ir.schemas import OPSET
+
+    version = max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
+                  default=OPSET)
+    if version <= OPSET:
+        return None
+    for n in model.graph.node:
+        if n.domain not in ("", "ai.onnx"):
+            continue
+        since = defs.get_schema(n.op_type, version).since_version
+        if since > OPSET and not _has_down_adapter(n.op_type, since):
+            return (f"{n.op_type}-{since} (the case's opset {version}) has no adapter down to "
+                    f"opset {OPSET} in onnx's version converter")
     return None
 
 

@@ -82,6 +82,27 @@ CASES: list[base.Case] = [
     Case("DepthToSpace", [X((2, 18, 1, 2))], {"blocksize": 3, "mode": "CRD"}),
     Case("SpaceToDepth", [X((1, 2, 4, 6))], {"blocksize": 2}),
     Case("InstanceNormalization", [X((2, 3, 4, 5)), X((3,)), X((3,))]),
+    *[Case(op, [X((2, 3))]) for op in ("Tan", "Asin", "Acos", "Sinh", "Cosh", "Asinh",
+                                       "Acosh", "Atanh", "Softsign", "Celu", "ThresholdedRelu",
+                                       "Shrink", "Hardmax", "LpNormalization")],
+    Case("BitwiseNot", [X((2, 3), I32)]),
+    *[Case(op, [X((2, 3), I64), X((3,), I64)]) for op in ("BitwiseAnd", "BitwiseOr",
+                                                          "BitwiseXor")],
+    Case("Mean", [X((2, 3)), X((3,)), X((2, 1))]),
+    Case("Size", [X((2, 3, 4))]),
+    Case("GlobalMaxPool", [X((2, 3, 4, 5))]),
+    Case("ReduceLogSum", [X((2, 3, 4)), K([1])], {"keepdims": 0}),
+    Case("MeanVarianceNormalization", [X((2, 3, 4, 5))], {"axes": (0, 2, 3)}),
+    Case("ConvTranspose", [X((1, 2, 3, 3)), X((2, 3, 3, 3))]),
+    # The reference splits grouped weights wrongly; onnxruntime does not.
+    Case("ConvTranspose", [X((1, 2, 3, 3)), X((2, 3, 3, 3)), X((6,))],
+         {"strides": (2, 2), "group": 2, "pads": (1, 0, 0, 1), "output_padding": (1, 0)},
+         oracle="ort"),
+    Case("ConvTranspose", [X((1, 2, 5)), X((2, 3, 2))],
+         {"strides": (3,), "auto_pad": "SAME_UPPER"}),
+    Case("ConvTranspose", [X((1, 2, 3, 4)), X((2, 1, 3, 3))],
+         {"strides": (2, 2), "output_shape": (8, 10)}),
+    Case("ConvTranspose", [X((1, 2, 3, 4)), X((2, 1, 2, 3))], {"dilations": (2, 1)}),
     Case("GroupNormalization", [X((2, 4, 3, 3)), X((4,)), X((4,))], {"num_groups": 2}),
 ]
 
@@ -188,3 +209,25 @@ def test_reference_takes_negative_axes() -> None:
                                     full_attrs("Resize", {"axes": (-2, -1)}), 1)[0]
     assert got.shape == (1, 1, 6, 8)
     np.testing.assert_array_equal(got, want)
+
+
+def test_lp_normalization_p1_matches_onnxruntime() -> None:
+    """onnx.reference sums x ** p, not |x| ** p; the numpy rule follows the spec."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    from distir.analysis.rules import NUMPY_RULES
+
+    x = np.array([[1.0, -2.0, 0.0], [-3.0, 4.0, 0.0]], np.float32)
+    node = helper.make_node("LpNormalization", ["x"], ["y"], axis=0, p=1)
+    g = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT,
+                                                                      x.shape)],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+    (want,) = sess.run(None, {"x": x})
+    (got,) = NUMPY_RULES.get("LpNormalization")(
+        "LpNormalization", (x,), full_attrs("LpNormalization", {"axis": 0, "p": 1}), 1)
+    np.testing.assert_allclose(got, want, rtol=1e-6)
+    assert got[0, 2] == 0.0  # a zero column stays 0

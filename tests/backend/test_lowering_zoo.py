@@ -252,3 +252,71 @@ def test_operands_bound_to_initializers(op: str, specs: list, known: np.ndarray,
     for _ in range(2):  # the second step reuses the kernel compiled for these values
         (got,) = base.run_local(fn, args)
         np.testing.assert_allclose(got, ref[0], rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("op, attrs", [
+    ("Tan", {}), ("Asin", {}), ("Acos", {}), ("Sinh", {}), ("Cosh", {}), ("Asinh", {}),
+    ("Atanh", {}), ("Softsign", {}), ("Celu", {"alpha": 0.7}), ("ThresholdedRelu", {}),
+    ("Shrink", {"bias": 0.1, "lambd": 0.2}), ("Hardmax", {"axis": 0}), ("LpNormalization", {}),
+    ("LpNormalization", {"axis": 0, "p": 1}), ("MeanVarianceNormalization", {"axes": (0, 1)}),
+])
+def test_more_unary(op: str, attrs: dict) -> None:
+    x = (rng.uniform(-0.9, 0.9, (3, 4))).astype(np.float32)
+    x[1] = 0.0  # a zero row: LpNormalization gives 0 there
+    check(one_op(op, [X], **attrs), [x], rtol=1e-4, atol=1e-5)
+    if op == "Hardmax":
+        check(one_op(op, [X]), [np.array([[1, 3, 3, 0]] * 3, np.float32)])
+
+
+def test_acosh_bitwise_mean_size_pools() -> None:
+    check(one_op("Acosh", [X]), [rng.uniform(1.0, 3.0, (3, 4)).astype(np.float32)])
+    ints = [rng.integers(-50, 50, (3, 4)), rng.integers(-50, 50, (4,))]
+    for op in ("BitwiseAnd", "BitwiseOr", "BitwiseXor"):
+        check(one_op(op, [(I64, (3, 4)), (I64, (4,))]), ints)
+    check(one_op("BitwiseNot", [(I32, (3, 4))]), [ints[0].astype(np.int32)])
+    check(one_op("Mean", [(F32, (2, 3)), (F32, (3,)), (F32, (2, 1))]))
+    check(one_op("Size", [(F32, (2, 3, 4))]))
+    check(one_op("GlobalMaxPool", [(F32, (2, 3, 4, 5))]))
+    check(one_op("ReduceLogSum", [(F32, (2, 3, 4)), i64(1)]), positive=True, rtol=1e-4)
+
+
+@pytest.mark.parametrize("attrs, shapes", [
+    ({}, [(1, 2, 3, 3), (2, 3, 3, 3)]),
+    ({"strides": (2, 2)}, [(2, 2, 3, 4), (2, 3, 3, 3), (3,)]),
+    ({"strides": (2, 2), "pads": (1, 0, 0, 1), "output_padding": (1, 0)},
+     [(1, 2, 3, 3), (2, 3, 3, 3)]),
+    ({"strides": (2, 2), "group": 2}, [(1, 4, 3, 3), (4, 3, 2, 2), (6,)]),
+    ({"strides": (3,), "auto_pad": "SAME_UPPER"}, [(1, 2, 5), (2, 3, 2)]),
+    ({"strides": (3,), "auto_pad": "SAME_LOWER"}, [(1, 2, 5), (2, 3, 2)]),
+    ({"strides": (2, 2), "output_shape": (8, 10)}, [(1, 2, 3, 4), (2, 1, 3, 3)]),
+    ({"dilations": (2, 1)}, [(1, 2, 3, 4), (2, 1, 2, 3)]),
+    ({"strides": (1, 2, 1)}, [(1, 2, 2, 3, 2), (2, 2, 2, 2, 2)]),
+])
+def test_conv_transpose(attrs: dict, shapes: list) -> None:
+    check(one_op("ConvTranspose", [(F32, s) for s in shapes], **attrs), rtol=1e-4, atol=1e-5)
+
+
+def test_grouped_conv_transpose_matches_onnxruntime() -> None:
+    """The numpy kernel against onnxruntime (onnx.reference's is wrong for group > 1)."""
+    ort = pytest.importorskip("onnxruntime")
+    from onnx import TensorProto, helper
+
+    import distir
+
+    x = rng.standard_normal((1, 4, 3, 3)).astype(np.float32)
+    w = rng.standard_normal((4, 3, 2, 2)).astype(np.float32)
+    attrs = {"strides": [2, 2], "group": 2, "pads": [1, 0, 0, 1], "output_padding": [1, 0]}
+    node = helper.make_node("ConvTranspose", ["x", "w"], ["y"], **attrs)
+    g = helper.make_graph([node], "g", [
+        helper.make_tensor_value_info("x", TensorProto.FLOAT, x.shape),
+        helper.make_tensor_value_info("w", TensorProto.FLOAT, w.shape)],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 21)])
+    m.ir_version = 10
+    (want,) = ort.InferenceSession(m.SerializeToString(),
+                                   providers=["CPUExecutionProvider"]).run(None, {"x": x, "w": w})
+    fn = one_op("ConvTranspose", [(F32, x.shape), (F32, w.shape)],
+                **{k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()})
+    (got,) = distir.execute(fn, [x, w])
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
+    check(fn, [x, w], rtol=1e-4, atol=1e-5)

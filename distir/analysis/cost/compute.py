@@ -34,20 +34,23 @@ from distir.analysis.hardware import Hardware
 from distir.ir.types import TensorType, Type
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Split", "Slice",
-         "Expand", "Constant")
+         "Expand", "Constant", "Size")
 SIMPLE = ("Abs", "Add", "And", "Ceil", "Clip", "Div", "Equal", "Floor", "Greater",
           "GreaterOrEqual", "IsNaN", "LeakyRelu", "Less", "LessOrEqual", "Max", "Min", "Mul",
           "Neg", "Not", "Or", "Reciprocal", "Relu", "Sub", "Sum", "Where", "Cast", "Dropout",
           "Sqrt", "ReluGrad", "MSELossGrad", "SGDOptimizer", "Mod", "Xor", "PRelu", "Sign",
-          "Round", "IsInf", "CastLike", "HardSigmoid", "HardSwish")
+          "Round", "IsInf", "CastLike", "HardSigmoid", "HardSwish", "Softsign", "Shrink",
+          "ThresholdedRelu", "BitwiseNot", "BitwiseAnd", "BitwiseOr", "BitwiseXor", "Mean")
 TRANSCENDENTAL = ("Exp", "Log", "Erf", "Gelu", "Sigmoid", "Tanh", "Sin", "Cos", "Softplus",
-                  "Pow", "GeluGrad", "Mish", "Atan", "Selu", "Elu")
+                  "Pow", "GeluGrad", "Mish", "Atan", "Selu", "Elu", "Tan", "Asin", "Acos",
+                  "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Celu")
 REDUCING = ("ReduceMean", "ReduceSum", "ReduceMax", "ArgMax", "Softmax", "LogSoftmax",
             "LayerNormalization", "BatchNormalization", "LRN", "MSELoss",
             "SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad", "GlobalAveragePool",
             "ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
             "ReduceLogSumExp", "ArgMin", "InstanceNormalization", "GroupNormalization",
-            "CumSum", "TopK")
+            "CumSum", "TopK", "GlobalMaxPool", "ReduceLogSum", "Hardmax", "LpNormalization",
+            "MeanVarianceNormalization")
 COPIES = ("Concat", "Gather", "Tile", "Trilu", "ScatterND", "ConstantOfShape", "Range",
           "GatherElements", "GatherND", "ScatterElements", "OneHot", "Pad", "DepthToSpace",
           "SpaceToDepth", "NonZero")

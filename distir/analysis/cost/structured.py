@@ -1,5 +1,5 @@
-"""Cost rules of ops whose work an attribute shapes: ``Einsum`` (its equation) and
-``Resize`` (its mode).
+"""Cost rules of ops whose work an attribute shapes: ``Einsum`` (its equation), ``Resize``
+(its mode) and ``ConvTranspose`` (its kernel and groups).
 
 - A two-operand ``Einsum`` is one (batched) matrix product: its letters shared by both
   operands and the result are the batch, those shared by the operands only are contracted
@@ -11,6 +11,9 @@
 - ``Resize`` is memory-bound: per result element, 2 FLOPs per tap of each resized axis
   (nearest 0 taps, linear 2, cubic 4; antialiased downsampling widens linear and cubic
   taps by ``1 / scale``).
+- ``ConvTranspose`` is an implicit GEMM like ``Conv``: ``m = N * input pixels``,
+  ``n = M * kernel size`` (output channels times the window each input pixel scatters to),
+  ``k = C / group``.
 """
 
 from __future__ import annotations
@@ -63,6 +66,16 @@ def einsum(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     flops = 2.0 * space * max(len(ts) - 1, 1)
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+
+
+@COST_RULES.register("ConvTranspose")
+def conv_transpose(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                   hw: Hardware) -> OpCost:
+    x, w = ins[0], ins[1]
+    group = int(attrs.get("group", 1))
+    m = x.shape[0] * _prod(x.shape[2:])
+    n = w.shape[1] * group * _prod(w.shape[2:])
+    return _products(hw, [(m, n, x.shape[1] // group)], x)
 
 
 @COST_RULES.register("Resize")

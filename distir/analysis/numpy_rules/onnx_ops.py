@@ -1,9 +1,9 @@
 """Numpy rules of the ONNX ops: the reference semantics are ``onnx.reference``'s kernels.
 
 Every op of ``distir.ir._onnx_schemas`` is run by the ``onnx.reference`` implementation of
-its opset-21 schema; nothing here re-implements a kernel ONNX ships, except
-``GatherElements``, whose reference kernel is wrong on axes longer than 32 or 64 (see
-``gather_elements``). An ``OnnxKernels``
+its opset-21 schema; nothing here re-implements a kernel ONNX ships, except the
+``OWN_KERNELS``, whose reference kernels are wrong on valid inputs
+(``numpy_rules.kernels``). An ``OnnxKernels``
 object builds one kernel instance per distinct ``(op, attributes, omitted-input pattern,
 result count)`` (and input dtypes, for ops that ONNX defines by a context-dependent function
 such as ``Gelu``) and keeps it, so a program that repeats a layer instantiates each kernel
@@ -34,7 +34,7 @@ __all__ = ["OnnxKernels", "KERNELS", "onnx_attributes"]
 
 _BOOL_RESULT = frozenset({"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual",
                           "IsNaN", "IsInf", "Not", "And", "Or", "Xor"})
-_INT64_RESULT = frozenset({"Shape", "ArgMax", "ArgMin", "NonZero"})
+_INT64_RESULT = frozenset({"Shape", "Size", "ArgMax", "ArgMin", "NonZero"})
 
 
 def onnx_attributes(op_type: str, attrs: dict[str, Any]) -> dict[str, Any]:
@@ -242,29 +242,6 @@ kernels mishandle negative values (onnx 1.23: Resize transposes by them): made
 non-negative first, which the spec defines as the same."""
 
 
-@NUMPY_RULES.register("GatherElements")
-def gather_elements(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
-    """The one kernel written here: onnx 1.23's reference picks with ``numpy.choose``, which
-    takes at most 32 (numpy 1) or 64 (numpy 2) choices, and its fallback for a larger axis
-    reads only the first index of each row (BERT's ``token_type_ids`` gather over 64
-    positions fails). ``out[..., j, ...] = data[..., indices[..., j, ...], ...]`` along
-    ``axis``, indices from the end when negative; on the other axes the indices may be
-    shorter than the data (as in onnxruntime and ``torch.gather``)."""
-    data, ind = np.asarray(args[0]), np.asarray(args[1])
-    rank = data.ndim
-    axis = int(attrs.get("axis", 0))
-    axis = axis + rank if axis < 0 else axis
-    if not 0 <= axis < rank or ind.ndim != rank:
-        raise ExecutionError(f"indices of shape {ind.shape} and axis {attrs.get('axis', 0)} "
-                             f"do not fit data of shape {data.shape}")
-    n = data.shape[axis]
-    if ind.size and (ind.min() < -n or ind.max() >= n):
-        raise ExecutionError(f"an index lies outside [-{n}, {n}), the size of axis {axis}")
-    crop = tuple(slice(None) if k == axis else slice(0, d) for k, d in enumerate(ind.shape))
-    idx = np.where(ind < 0, ind + n, ind).astype(np.int64)
-    return (np.take_along_axis(data[crop], idx, axis=axis),)
-
-
 def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[str, Any]:
     name = _NEGATIVE_AXES[op_type]
     v = attrs.get(name)
@@ -278,8 +255,13 @@ def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[
     return {**attrs, name: tuple(a + rank if a < 0 else a for a in v)}
 
 
+OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization")
+"""Ops whose ``onnx.reference`` kernel is wrong on valid inputs: ``numpy_rules.kernels``
+implements them instead."""
+
+
 @NUMPY_RULES.register(*(name for name in ONNX_SCHEMAS
-                        if name not in ("Constant", "GatherElements")))
+                        if name != "Constant" and name not in OWN_KERNELS))
 def onnx_op(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     if op_type in _NEGATIVE_AXES:
         attrs = _nonnegative_axes(op_type, args, attrs)

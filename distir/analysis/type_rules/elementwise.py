@@ -12,9 +12,11 @@ from distir.ir.types import DType, TensorType
 
 UNARY = ("Abs", "Neg", "Exp", "Log", "Sqrt", "Reciprocal", "Relu", "Sigmoid", "Tanh", "Erf",
          "Gelu", "Floor", "Ceil", "Sin", "Cos", "LeakyRelu", "Softplus", "Identity", "Clip",
-         "HardSwish", "HardSigmoid", "Mish", "Selu", "Elu", "Round", "Atan", "Sign")
-BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod")
-VARIADIC = ("Sum", "Max", "Min")
+         "HardSwish", "HardSigmoid", "Mish", "Selu", "Elu", "Round", "Atan", "Sign", "Tan",
+         "Asin", "Acos", "Sinh", "Cosh", "Asinh", "Acosh", "Atanh", "Softsign", "Celu",
+         "ThresholdedRelu", "Shrink", "BitwiseNot")
+BINARY = ("Add", "Sub", "Mul", "Div", "Pow", "Mod", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
+VARIADIC = ("Sum", "Max", "Min", "Mean")
 COMPARE = ("Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual")
 LOGICAL = ("And", "Or", "Xor")
 

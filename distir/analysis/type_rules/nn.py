@@ -165,7 +165,63 @@ def pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     return (y,)
 
 
-@TYPE_RULES.register("GlobalAveragePool")
+@TYPE_RULES.register("ConvTranspose")
+def conv_transpose(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """W is ``(C, M / group, k1, ...)``. Each spatial size is ``output_shape``'s when given,
+    else ``stride * (d - 1) + output_padding + (k - 1) * dilation + 1 - pad_begin - pad_end``
+    (``SAME_*``: ``d * stride``)."""
+    x, w = tensor(args[0], "X"), tensor(args[1], "W")
+    if x.rank < 3 or w.rank != x.rank:
+        raise fail(f"X must be (N, C, D1, ...) and W (C, M/group, k1, ...) of the same rank, "
+                   f"got {x.shape} and {w.shape}")
+    ts = [x, w]
+    group = attrs.get("group", 1)
+    if group < 1 or w.shape[0] != x.shape[1] or x.shape[1] % group:
+        raise fail(f"channels do not match: X {x.shape} has {x.shape[1]}, W {w.shape} expects "
+                   f"{w.shape[0]} (and a multiple of group={group})")
+    m = w.shape[1] * group
+    if len(args) > 2 and args[2] is not None:
+        b = tensor(args[2], "B")
+        ts.append(b)
+        if b.shape != (m,):
+            raise fail(f"B must have shape {(m,)}, got {b.shape}")
+    dt = same_dtype(ts, op_type)
+    n = x.rank - 2
+    kernel = w.shape[2:]
+    ks = attrs.get("kernel_shape")
+    if ks is not None and tuple(ks) != kernel:
+        raise fail(f"kernel_shape {list(ks)} differs from the kernel of W {w.shape}")
+    strides = _spatial_ints(attrs, "strides", n, 1)
+    dil = _spatial_ints(attrs, "dilations", n, 1)
+    extra = tuple(attrs.get("output_padding") or (0,) * n)
+    if len(extra) != n or any(not 0 <= e < max(s, d) for e, s, d in
+                              zip(extra, strides, dil, strict=True)):
+        raise fail(f"output_padding {list(extra)} must have {n} entries, each below its stride "
+                   "or dilation")
+    given = attrs.get("output_shape")
+    auto = attrs.get("auto_pad", "NOTSET")
+    if given is not None:
+        if len(given) < n:
+            raise fail(f"output_shape {list(given)} must give the {n} spatial sizes")
+        out = tuple(int(v) for v in given[-n:])
+    elif auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(d * s for d, s in zip(x.shape[2:], strides, strict=True))
+    else:
+        if auto not in ("NOTSET", "VALID"):
+            raise fail(f"auto_pad must be NOTSET, SAME_UPPER, SAME_LOWER or VALID, got "
+                       f"{auto!r}")
+        pads = tuple(attrs.get("pads") or (0,) * (2 * n)) if auto == "NOTSET" else (0,) * 2 * n
+        if len(pads) != 2 * n:
+            raise fail(f"pads {list(pads)} must have {2 * n} entries")
+        out = tuple(s * (d - 1) + e + (k - 1) * dd + 1 - pads[i] - pads[n + i]
+                    for i, (d, s, e, k, dd) in enumerate(
+                        zip(x.shape[2:], strides, extra, kernel, dil, strict=True)))
+    if any(o < 1 for o in out):
+        raise fail(f"gives the empty or negative spatial sizes {out}")
+    return (TensorType(dt, (x.shape[0], m) + out, x.device),)
+
+
+@TYPE_RULES.register("GlobalAveragePool", "GlobalMaxPool")
 def global_pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     x = tensor(args[0], "X")
     if x.rank < 3:
@@ -248,6 +304,13 @@ def instance_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) 
     return (_per_channel(op_type, args, "the channels"),)
 
 
+@TYPE_RULES.register("MeanVarianceNormalization")
+def mvn(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    x = tensor(args[0])
+    norm_axes(list(attrs.get("axes") or ()), x.rank)
+    return (x,)
+
+
 @TYPE_RULES.register("GroupNormalization")
 def group_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     """Opset 21: scale and bias are per channel; ``num_groups`` must divide the channels."""
@@ -272,7 +335,7 @@ def lrn(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     return (x,)
 
 
-@TYPE_RULES.register("Softmax", "LogSoftmax")
+@TYPE_RULES.register("Softmax", "LogSoftmax", "Hardmax", "LpNormalization")
 def softmax(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     x = tensor(args[0])
     norm_axis(attrs.get("axis", -1), x.rank)
@@ -284,7 +347,7 @@ def softmax(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tup
 # --- Reductions --------------------------------------------------------------------------------
 
 REDUCTIONS = ("ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL1",
-              "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp")
+              "ReduceL2", "ReduceSumSquare", "ReduceLogSumExp", "ReduceLogSum")
 
 
 @TYPE_RULES.register(*REDUCTIONS)

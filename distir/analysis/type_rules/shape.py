@@ -99,6 +99,18 @@ def _constant_type(attrs: dict[str, Any]) -> TensorType:
     return TensorType(DType.from_np(arr.dtype), arr.shape, dev)
 
 
+@TYPE_RULES.register("Size")
+def size_type(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return (TensorType(_I64, (), tensor(args[0]).device),)
+
+
+@MIXED_RULES.register("Size")
+def size_mixed(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """The element count, known from the type alone (like ``Shape``)."""
+    t = tensor(args[0])
+    return (Concrete(TensorType(_I64, (), t.device), np.array(t.numel, dtype=np.int64)),)
+
+
 @TYPE_RULES.register("Constant")
 def constant_type(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     return (_constant_type(attrs),)
