@@ -8,7 +8,10 @@ runs them in the chosen pipeline schedule. See ``docs/transforms.md``.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from distir._util import no_gc
+from distir.errors import TransformError
 from distir.ir.core import Function, Module
 from distir.transforms.compose import MainBuilder
 from distir.transforms.placement import (
@@ -25,7 +28,7 @@ __all__ = ["dtp", "analyze"]
 
 def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
         microbatches: int = 1, schedule: str = "1f1b", self_contained: bool = False,
-        layer_functions: bool = True) -> Function:
+        layer_functions: bool = True, batch_inputs: Sequence[str] | None = None) -> Function:
     """The sequential step ``fn`` distributed over ``dp·tp·pp`` devices.
 
     - ``dp`` data-parallel replicas, each with a slice of the batch; gradients are summed
@@ -44,11 +47,21 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     out in its stage function). ``fn`` may also be the result of ``analyze(fn)``, which is
     reused across configurations.
 
+    ``batch_inputs`` names the parameters whose axis 0 is the batch (``input_ids``); by
+    default the inputs not bound to initializers are (for a function without initializers,
+    the parameters in a data role: a matrix product's left operand, gather indices, a loss's
+    target), and the split then flows through every op by the layout rules.
+
     Impossible configurations raise ``TransformError`` naming the failed constraint.
     """
     if isinstance(fn, Module):
         fn = fn.entry
-    an = fn if isinstance(fn, Analysis) else analyze(fn)
+    if isinstance(fn, Analysis):
+        if batch_inputs is not None:
+            raise TransformError("dtp: pass batch_inputs to analyze(), not with an Analysis")
+        an = fn
+    else:
+        an = analyze(fn, batch_inputs)
     plan = Plan(an, dp, tp, pp, microbatches, schedule)
     with no_gc():
         groups = build_stage_functions(plan, layer_functions)

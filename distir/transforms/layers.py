@@ -42,6 +42,9 @@ class Segment:
     externals: list[tuple] = field(default_factory=list)
     """``("v", value)``, ``("h", canon key, value)`` or ``("c", const key, array, name)``."""
     escaping: list[Value] = field(default_factory=list)
+    aliases: dict[Value, int] = field(default_factory=dict)
+    """Batch-independent values read by the segment -> their external's index (values with
+    one canonical key, such as two equal constants, share one external)."""
 
 
 class LayerTable:
@@ -113,6 +116,8 @@ class LayerTable:
                 if idx is None:
                     idx = ext_ids[dkey] = len(seg.externals)
                     seg.externals.append(ext)
+                if dkey[0] == "h":
+                    seg.aliases[v] = idx
                 ins.append(("e", idx))
             outs = tuple((o.name == "_", tp > 1 and T in partial.get(o, "") and
                           o in prog.live_values) for o in op.outputs)
@@ -134,14 +139,18 @@ class LayerTable:
         params: list[Value] = []
         env: dict[Value, list[Value]] = {}
         consts: dict[int, list[Value]] = {}
+        blocks: list[list[Value]] = []
         for ext in seg.externals:
             hint = ext[3] if ext[0] == "c" else base_name(ext[-1])
             vals = [Value(hint + r) for r in ranks]
             params.extend(vals)
+            blocks.append(vals)
             if ext[0] == "c":
                 consts[ext[1]] = vals
             else:
                 env[ext[-1]] = vals
+        for v, idx in seg.aliases.items():
+            env[v] = blocks[idx]
         ops: list[Op] = []
         em = Emitter(plan, ops, env, lambda b: [b + r for r in ranks],
                      lambda arr, hint: consts[plan.const_key(DenseAttr.from_array(arr))])

@@ -18,6 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from distir.analysis.rules import RuleTable
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 
 __all__ = ["LAYOUT_RULES", "register", "apply_rule", "matmul_layout"]
@@ -26,18 +27,10 @@ Shape = tuple[int, ...]
 RuleResult = tuple[tuple[Layout, str], ...]
 LayoutRule = Callable[..., RuleResult]
 
-LAYOUT_RULES: dict[str, LayoutRule] = {}
+LAYOUT_RULES = RuleTable("layout")
+"""The layout rule of each op, keyed by op name (``distir.analysis.rules.RuleTable``)."""
 
-
-def register(*op_types: str) -> Callable[[LayoutRule], LayoutRule]:
-    def deco(fn: LayoutRule) -> LayoutRule:
-        for name in op_types:
-            if name in LAYOUT_RULES:
-                raise RuntimeError(f"two layout rules for {name}")
-            LAYOUT_RULES[name] = fn
-        return fn
-
-    return deco
+register = LAYOUT_RULES.register
 
 
 def apply_rule(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict[str, Any],
@@ -56,11 +49,12 @@ def apply_rule(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict
 UNARY = ("Relu", "Gelu", "Tanh", "Sigmoid", "Erf", "Sqrt", "Exp", "Log", "Neg", "Abs",
          "Reciprocal", "Cast", "Identity", "Softplus", "LeakyRelu", "Floor", "Ceil", "Sin",
          "Cos", "Not", "IsNaN", "Dropout", "Sign", "Round", "HardSigmoid", "Elu", "Selu",
-         "Celu", "Mish", "Softsign", "HardSwish", "Atan", "IsInf")
+         "Celu", "Mish", "Softsign", "HardSwish", "Atan", "IsInf", "Acos", "Acosh", "Asin",
+         "Asinh", "Atanh", "Cosh", "Sinh", "Tan", "Shrink", "ThresholdedRelu", "BitwiseNot")
 BROADCAST = ("Add", "Sub", "Mul", "Div", "Pow", "Sum", "Max", "Min", "Mean", "Mod", "Equal",
              "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "And", "Or", "Xor", "Where",
              "Clip", "PRelu", "ReluGrad", "GeluGrad", "MSELossGrad", "SGDOptimizer",
-             "AdamOptimizer")
+             "AdamOptimizer", "BitwiseAnd", "BitwiseOr", "BitwiseXor")
 
 
 @register(*UNARY)
@@ -279,5 +273,7 @@ def mean_scale_marks(op_type: str, attrs: dict, ins: tuple) -> str:
     return "".join(sorted(m for m in lay.marks if m))
 
 
-# Registers the shape-family rules in the same table.
+# Registers the rules of the other op families in the same table.
+from distir.transforms import layout_index_rules as _index_rules  # noqa: E402,F401
+from distir.transforms import layout_nn_rules as _nn_rules  # noqa: E402,F401
 from distir.transforms import layout_shape_rules as _shape_rules  # noqa: E402,F401

@@ -148,7 +148,7 @@ def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     return ((Layout(marks, data.groups if T in marks else 1), ""),)
 
 
-@register("Softmax", "LogSoftmax", "Hardmax")
+@register("Softmax", "LogSoftmax", "Hardmax", "LpNormalization")
 def softmax(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
             const: Callable) -> RuleResult:
     lay = ins[0]
@@ -231,4 +231,12 @@ def expand(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
 def shape(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
           const: Callable) -> RuleResult:
     # The local shape is a constant of the transformed program (see ``emit``).
+    return ((replicated(len(outs[0])), ""),)
+
+
+@register("NonZero")
+def nonzero(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+            const: Callable) -> RuleResult:
+    if any(ins[0].marks):  # the result's length depends on every shard's values
+        raise Reject(f"{op_type} of a split tensor")
     return ((replicated(len(outs[0])), ""),)

@@ -11,13 +11,14 @@ adjacent (they exchange the most data), then the stages of a replica, then the r
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
 
 from distir._util import no_gc
 from distir.errors import TransformError
-from distir.ir.core import Function, Op, Value
+from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import DenseAttr, TensorType
 from distir.transforms.layout import B, T, local_shape
 from distir.transforms.program import SHAPE_OPS, Program
@@ -41,11 +42,18 @@ class Analysis:
         return self.prog.fn
 
 
-def analyze(fn: Function) -> Analysis:
-    """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration."""
+def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None) -> Analysis:
+    """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration.
+
+    ``batch_inputs`` names the parameters whose axis 0 is the batch; by default they are
+    found from the function (see ``Sharding``)."""
+    if isinstance(fn, Module):
+        fn = fn.entry
+    if isinstance(batch_inputs, str):
+        batch_inputs = [batch_inputs]
     with no_gc():
         prog = Program(fn)
-        sh = Sharding(prog)
+        sh = Sharding(prog, batch_inputs)
         return Analysis(prog, sh, Structure(prog, sh))
 
 
@@ -81,9 +89,10 @@ class Plan:
             return
         if sh.batch_size is None:
             raise TransformError(f"dp={dp} and microbatches={k} need a batch to split, but "
-                                 f"@{self.prog.fn.name} has no batch input (a parameter used "
-                                 "as MatMul's first operand, Gather's indices or a loss's "
-                                 "target)")
+                                 f"@{self.prog.fn.name} has no batch input (an input that is "
+                                 "not bound to an initializer, or a parameter used as "
+                                 "MatMul's first operand, Gather's indices or a loss's "
+                                 "target); name it with batch_inputs=[...] (--batch-input)")
         if sh.batch_error is not None:
             raise TransformError(sh.batch_error)
         bsz = sh.batch_size

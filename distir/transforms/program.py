@@ -2,9 +2,9 @@
 every value, def-use lists and liveness, computed once.
 
 Liveness ignores the *shape operands* that a transform replaces by local constants (the
-target shape of ``Reshape``/``Expand``, the sizes of ``Split``) and the operand of
-``Shape``/``Size`` (whose local value is a constant too), so the run-time shape chains of an
-exported graph drop out of the distributed program.
+target shape of ``Reshape``/``Expand``/``ConstantOfShape``, the sizes of ``Split``) and the
+operand of ``Shape``/``Size`` (whose local value is a constant too), so the run-time shape
+chains of an exported graph drop out of the distributed program.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from distir.ir.types import TensorType
 
 __all__ = ["Program", "SHAPE_OPERANDS", "inline_calls"]
 
-SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Split", 1)})
+SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Split", 1),
+                            ("ConstantOfShape", 0)})
 """``(op, input)`` pairs whose value is a shape that transforms recompute locally."""
 
 SHAPE_OPS = frozenset({"Shape", "Size"})

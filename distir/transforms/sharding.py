@@ -23,13 +23,13 @@ cost is proportional to the ops each split reaches, not to the function size per
 from __future__ import annotations
 
 import heapq
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
-from distir.transforms.layout_rules import apply_rule
+from distir.transforms.layout_rules import BROADCAST, UNARY, apply_rule
 from distir.transforms.program import Program
 
 __all__ = ["Sharding", "OPTIMIZERS"]
@@ -40,6 +40,9 @@ OPTIMIZERS = {"SGDOptimizer": (0,), "AdamOptimizer": (0, 2, 3)}
 _DATA_ROLES = {("MatMul", 0), ("MatMulGrad", 0), ("Gemm", 0), ("Conv", 0), ("Gather", 1),
                ("MSELoss", 1), ("MSELossGrad", 1), ("SoftmaxCrossEntropyLoss", 1),
                ("SoftmaxCrossEntropyLossGrad", 1)}
+
+
+_ELEMENTWISE = frozenset(UNARY) | frozenset(BROADCAST)
 
 
 class _Layouts(dict[Value, Layout]):
@@ -59,7 +62,7 @@ class Sharding:
     """Layouts (``layout``) and partial-sum marks (``partial``) of the live values of a
     ``Program``; ``batch_size`` is the size of the split batch axis (``None`` if none)."""
 
-    def __init__(self, prog: Program) -> None:
+    def __init__(self, prog: Program, batch_inputs: Sequence[str] | None = None) -> None:
         self.prog = prog
         self.layout: dict[Value, Layout] = _Layouts(prog)
         self.partial: dict[Value, str] = {}
@@ -70,23 +73,103 @@ class Sharding:
         self._memo: dict[tuple, Any] = {}
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
-        self._find_roles()
+        self._pulled: list[Value] = []
+        self.forced: dict[Value, Layout] = {}
+        """Batch-free values split because a batch-split value is combined with them (an
+        expanded mask): each shard makes its part locally (``_pull_batch``)."""
+        self._find_roles(batch_inputs)
         self._batch_pass()
         self._tensor_pass()
 
     # -- roles -----------------------------------------------------------------------------
-    def _find_roles(self) -> None:
+    def _find_roles(self, batch_inputs: Sequence[str] | None) -> None:
         prog = self.prog
-        params = set(prog.fn.params)
-        roles: set[Value] = set()
+        params = prog.fn.params
         for i in prog.live_ops:
             op = prog.ops[i]
             for k in OPTIMIZERS.get(op.op_type, ()):
                 v = op.inputs[k]
-                if v in params:
+                if v in prog.param_set:
                     self.trained.add(v)
+        bound = set(prog.fn.initializers)
+        self.bound = frozenset(p for p in params if p.name in bound)
+        if batch_inputs is not None:
+            chosen = self._named_inputs(batch_inputs)
+        elif self.bound:
+            chosen = self._unbound_inputs()
+        else:
+            chosen = self._role_inputs()
+        for p in params:
+            rank = len(prog.shape(p))
+            if p in chosen:
+                self.data.add(p)
+                self.layout[p] = Layout((B,) + (None,) * (rank - 1))
+            else:
+                self.layout[p] = replicated(rank)
+
+    def _named_inputs(self, names: Sequence[str]) -> list[Value]:
+        """The parameters the user named, checked: axis 0 of each is the batch."""
+        prog = self.prog
+        by_name = {p.name: p for p in prog.fn.params}
+        chosen: list[Value] = []
+        for n in names:
+            p = by_name.get(n)
+            if p is None:
+                raise TransformError(f"batch input {n!r} is not a parameter of "
+                                     f"@{prog.fn.name} (its parameters: "
+                                     f"{', '.join(f'%{q.name}' for q in prog.fn.params)})")
+            if not prog.shape(p):
+                raise TransformError(f"batch input %{n} is a scalar: it has no batch axis")
+            if p in self.trained:
+                raise TransformError(f"batch input %{n} is a trained weight")
+            chosen.append(p)
+        sizes = {prog.shape(p)[0] for p in chosen}
+        if len(sizes) > 1:
+            p1, p2 = chosen[0], next(p for p in chosen if prog.shape(p)[0] != prog.shape(
+                chosen[0])[0])
+            raise TransformError(f"the batch inputs %{p1.name} and %{p2.name} have first "
+                                 f"dimensions {prog.shape(p1)[0]} and {prog.shape(p2)[0]}")
+        if chosen:
+            self.batch_size = prog.shape(chosen[0])[0]
+        return chosen
+
+    def _unbound_inputs(self) -> list[Value]:
+        """An imported model binds its weights to initializers: the other parameters are
+        its data, and the first dimension most of them share (larger than 1) is the batch.
+        A tie between two sizes is an error that asks for ``batch_inputs``."""
+        prog = self.prog
+        cands = [p for p in prog.fn.params if p not in self.bound and p not in self.trained
+                 and prog.shape(p) and p in prog.users]
+        count: dict[int, int] = {}
+        for p in cands:
+            n = prog.shape(p)[0]
+            if n > 1:
+                count[n] = count.get(n, 0) + 1
+        if not count:
+            if cands:
+                self.batch_size = 1
+            return [p for p in cands if prog.shape(p)[0] == 1]
+        best = max(count.values())
+        top = [n for n, c in count.items() if c == best]
+        if len(top) > 1:
+            p1 = next(p for p in cands if prog.shape(p)[0] == top[0])
+            p2 = next(p for p in cands if prog.shape(p)[0] == top[1])
+            raise TransformError(f"cannot tell the batch size: the inputs %{p1.name} and "
+                                 f"%{p2.name} have first dimensions {top[0]} and {top[1]}; "
+                                 "name the batch inputs (batch_inputs=[...], --batch-input)")
+        self.batch_size = top[0]
+        return [p for p in cands if prog.shape(p)[0] == top[0]]
+
+    def _role_inputs(self) -> list[Value]:
+        """A function without initializers (a builder's): the parameters in a data role
+        (``_DATA_ROLES``) are the batch inputs; others join when an op demands their split
+        (``_accept_batch``)."""
+        prog = self.prog
+        roles: set[Value] = set()
+        for i in prog.live_ops:
+            op = prog.ops[i]
             for k, v in enumerate(op.inputs):
-                if v is not None and (op.op_type, k) in _DATA_ROLES and v in params:
+                if v is not None and (op.op_type, k) in _DATA_ROLES and v in prog.param_set:
                     roles.add(v)
         sizes: dict[int, Value] = {}
         for p in prog.fn.params:
@@ -96,17 +179,12 @@ class Sharding:
         if len(big) > 1:
             (n1, p1), (n2, p2) = list(big.items())[:2]
             raise TransformError(f"cannot tell the batch size: the batch inputs %{p1.name} and "
-                                 f"%{p2.name} have first dimensions {n1} and {n2}")
+                                 f"%{p2.name} have first dimensions {n1} and {n2}; name the "
+                                 "batch inputs (batch_inputs=[...], --batch-input)")
         if sizes:
             self.batch_size = next(iter(big)) if big else 1
-        for p in prog.fn.params:
-            rank = len(prog.shape(p))
-            if p in roles and p not in self.trained and rank >= 1 and \
-                    prog.shape(p)[0] == self.batch_size:
-                self.data.add(p)
-                self.layout[p] = Layout((B,) + (None,) * (rank - 1))
-            else:
-                self.layout[p] = replicated(rank)
+        return [p for p in prog.fn.params if p in roles and p not in self.trained
+                and len(prog.shape(p)) >= 1 and prog.shape(p)[0] == self.batch_size]
 
     # -- the worklist loop -----------------------------------------------------------------
     def _eval(self, op: Op) -> tuple:
@@ -166,10 +244,12 @@ class Sharding:
                 if undo is not None:
                     undo.append((v, lay.get(v), part.get(v)))
                 lay[v] = d.layout
-                for u in users.get(v, ()):
-                    if u not in queued:
-                        queued.add(u)
-                        heapq.heappush(heap, u)
+                for x in (v, *self._pulled):
+                    for u in users.get(x, ()):
+                        if u not in queued:
+                            queued.add(u)
+                            heapq.heappush(heap, u)
+                self._pulled.clear()
                 if i not in queued:
                     queued.add(i)
                     heapq.heappush(heap, i)
@@ -185,7 +265,12 @@ class Sharding:
     def _set_outputs(self, op: Op, res: tuple, heap: list[int], queued: set[int],
                      undo: list[tuple[Value, Any, Any]] | None) -> None:
         lay, part, users = self.layout, self.partial, self.prog.users
+        forced = self.forced
         for v, (new, p) in zip(op.outputs, res, strict=True):
+                f = forced.get(v)
+                if f is not None and f != new:
+                    new = Layout(tuple(m or x for m, x in zip(new.marks, f.marks, strict=True)),
+                                 new.groups)
                 if lay.get(v) == new and part.get(v, "") == p:
                     continue
                 if undo is not None:
@@ -202,14 +287,73 @@ class Sharding:
 
     # -- pass 1: batch ---------------------------------------------------------------------
     def _accept_batch(self, v: Value, layout: Layout) -> bool:
+        """Whether ``v`` may take the batch split ``layout`` that an op demands: a parameter
+        that is data (not a weight, of the batch size along the split axis), or a
+        batch-free value whose shards each device can make itself (``_pull_batch``)."""
         prog = self.prog
-        if v not in prog.param_set or v in self.trained or T in layout.marks:
+        if T in layout.marks:
+            return False
+        if v not in prog.param_set:
+            return self._pull_batch(v, layout, 0)
+        if v in self.trained or v in self.bound:
             return False
         a = layout.axis(B)
         if a is None or prog.shape(v)[a] != self.batch_size:
             return False
         self.data.add(v)
         return True
+
+    def _pull_batch(self, v: Value, want: Layout, depth: int) -> bool:
+        """Split the batch-free value ``v`` as ``want`` by splitting what it is made of: an
+        ``Expand`` or ``ConstantOfShape`` makes its shard at the local shape (its rows are
+        equal along a broadcast axis), elementwise ops and ``Gather`` pass the split on to
+        their inputs. The values split at the sources are recorded in ``forced``."""
+        prog = self.prog
+        cur = self.layout.get(v) or replicated(len(want.marks))
+        if cur == want:
+            return True
+        if depth > 64 or any(c is not None and c != w
+                             for c, w in zip(cur.marks, want.marks, strict=True)):
+            return False
+        if v in prog.param_set:
+            return self._accept_batch(v, want)
+        op = prog.producer_op(v)
+        if op is None or len(op.outputs) != 1:
+            return False
+        t = op.op_type
+        so = prog.shape(v)
+        if t == "ConstantOfShape":
+            ok = True
+        elif t == "Expand" or t in _ELEMENTWISE:
+            ins = op.inputs[:1] if t == "Expand" else op.inputs
+            ok = True
+            for x in ins:
+                if x is None:
+                    continue
+                sx = prog.shape(x)
+                off = len(so) - len(sx)
+                marks = tuple(None if sx[j] == 1 else want.marks[j + off]
+                              for j in range(len(sx)))
+                if any(marks) and not self._pull_batch(x, Layout(marks), depth + 1):
+                    ok = False
+                    break
+        elif t == "Gather":
+            data, idx = op.inputs
+            if data is None or idx is None:
+                return False
+            axis = prog.attrs(op).get("axis", 0)
+            rd, ri = len(prog.shape(data)), len(prog.shape(idx))
+            axis = axis + rd if axis < 0 else axis
+            mid = want.marks[axis:axis + ri]
+            ok = not any(want.marks[:axis] + want.marks[axis + ri:]) and \
+                self._pull_batch(idx, Layout(mid), depth + 1)
+        else:
+            ok = False
+        if ok:
+            self.forced[v] = want
+            self.layout[v] = want
+            self._pulled.append(v)
+        return ok
 
     def _batch_pass(self) -> None:
         """Split the batch everywhere. An op that cannot take a split batch is recorded in

@@ -1,0 +1,206 @@
+"""Layout rules of convolution, pooling, normalization and general matrix ops, and of their
+gradient ops (see ``layout_rules`` for the rule signature).
+
+These ops run per sample, so a split batch axis (axis 0) passes through them unchanged;
+their channel and spatial axes mix neighbouring elements (a window, a normalization over
+channels), so a split there is refused, as is a split weight (tensor parallelism of
+convolutions is not done here). Gradient ops give the weight gradients as partial sums over
+the marks of the batch axis (each shard's summand of the gradient).
+
+``BatchNormalization`` in training mode normalizes each shard by its own statistics, as
+PyTorch's ``DistributedDataParallel`` does (per-replica statistics); its running-statistics
+results are partial over the batch and averaged over the shards (``mean_scaled``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from distir.transforms.layout import Demand, Layout, Reject, replicated
+from distir.transforms.layout_rules import (
+    RuleResult,
+    broadcast_marks,
+    matmul_layout,
+    register,
+)
+
+__all__ = ["sample_axes_only"]
+
+
+def sample_axes_only(op_type: str, lay: Layout, keep: int = 1, what: str = "") -> None:
+    """Reject unless only the first ``keep`` axes of ``lay`` are split."""
+    for a, m in enumerate(lay.marks):
+        if m is not None and a >= keep:
+            kind = "channel" if a == 1 else "spatial" if keep <= 1 or a >= 2 else "axis"
+            raise Reject(f"{op_type} over a split {kind} axis ({a}){what}")
+
+
+def _whole(op_type: str, ins: tuple, first: int, what: str) -> None:
+    for lay in ins[first:]:
+        if lay is not None and any(lay.marks):
+            raise Reject(f"{op_type} with a split {what}")
+
+
+def _partial(lay: Layout) -> str:
+    """The marks over which a value summed over every axis of ``lay`` is partial."""
+    return "".join(sorted(m for m in lay.marks if m))
+
+
+# -- convolution ---------------------------------------------------------------------------
+@register("Conv", "ConvTranspose")
+def conv(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+         const: Callable) -> RuleResult:
+    x = ins[0]
+    sample_axes_only(op_type, x)
+    _whole(op_type, ins, 1, "weight or bias")
+    return ((Layout(x.marks[:1] + (None,) * (len(outs[0]) - 1)), ""),)
+
+
+@register("ConvGrad")
+def conv_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+              const: Callable) -> RuleResult:
+    x, w, dy = ins
+    sample_axes_only(op_type, x)
+    _whole(op_type, (w,), 0, "weight")
+    want = Layout(x.marks[:1] + (None,) * (len(dy.marks) - 1))
+    if dy != want:
+        raise Demand(2, want) if not any(dy.marks) else Reject(
+            f"dy is split as {dy}, unlike Conv(x, w) which is {want}")
+    return ((x, ""), (replicated(len(outs[1])), _partial(x)))
+
+
+# -- pooling ---------------------------------------------------------------------------------
+@register("MaxPool", "AveragePool", "GlobalAveragePool", "GlobalMaxPool")
+def pool(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+         const: Callable) -> RuleResult:
+    x = ins[0]
+    sample_axes_only(op_type, x, keep=2)
+    if len(outs) > 1 and any(x.marks):  # flat indices count the elements of other shards
+        raise Reject(f"{op_type}'s indices of a split tensor")
+    return ((Layout(x.marks[:2] + (None,) * (len(outs[0]) - 2)), ""),)
+
+
+@register("MaxPoolGrad", "AveragePoolGrad")
+def pool_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+              const: Callable) -> RuleResult:
+    x, dy = ins
+    sample_axes_only(op_type, x, keep=2)
+    want = Layout(x.marks[:2] + (None,) * (len(dy.marks) - 2))
+    if dy != want:
+        raise Demand(1, want) if not any(dy.marks) else Reject(
+            f"dy is split as {dy}, unlike the pooled x which is {want}")
+    return ((x, ""),)
+
+
+# -- normalization ---------------------------------------------------------------------------
+@register("BatchNormalization")
+def batch_norm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+               const: Callable) -> RuleResult:
+    x = ins[0]
+    sample_axes_only(op_type, x, what=": the statistics are per channel")
+    _whole(op_type, ins, 1, "scale, bias or statistics")
+    res: list[tuple[Layout, str]] = [(x, "")]
+    # Running statistics (training mode): each shard's, averaged over the shards.
+    res.extend((replicated(len(s)), _partial(x)) for s in outs[1:])
+    return tuple(res)
+
+
+@register("InstanceNormalization", "GroupNormalization", "LRN",
+          "MeanVarianceNormalization")
+def per_sample_norm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+                    const: Callable) -> RuleResult:
+    x = ins[0]
+    if op_type == "MeanVarianceNormalization":
+        axes = attrs.get("axes") or [0, 2, 3]
+        if any(x.marks[a] for a in axes if a < len(x.marks)):
+            raise Reject(f"{op_type} over a split axis")
+        _whole(op_type, ins, 1, "scale or bias")
+        return ((x, ""),)
+    sample_axes_only(op_type, x)
+    _whole(op_type, ins, 1, "scale or bias")
+    return ((x, ""),)
+
+
+@register("LayerNormGrad")
+def layer_norm_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+                    const: Callable) -> RuleResult:
+    x, scale, dy = ins
+    rank = len(x.marks)
+    axis = attrs.get("axis", -1)
+    axis = axis + rank if axis < 0 else axis
+    if any(x.marks[axis:]):
+        raise Reject(f"{op_type} over a split axis")
+    _whole(op_type, (scale,), 0, "scale")
+    if dy != x:
+        raise Demand(2, x) if not any(dy.marks) else Reject(
+            f"dy is split as {dy}, unlike x which is {x}")
+    p = _partial(x)
+    return ((x, ""),) + tuple((replicated(len(s)), p) for s in outs[1:])
+
+
+@register("SoftmaxGrad", "LogSoftmaxGrad")
+def softmax_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+                 const: Callable) -> RuleResult:
+    y, dy = ins
+    rank = len(y.marks)
+    axis = attrs.get("axis", -1)
+    axis = axis + rank if axis < 0 else axis
+    lay = broadcast_marks(ins, shapes, rank)
+    if lay.marks[axis] is not None:
+        raise Reject(f"{op_type} along a split axis")
+    return ((lay, ""),)
+
+
+# -- general matrix product ------------------------------------------------------------------
+def _t(lay: Layout, trans: int) -> Layout:
+    return Layout(lay.marks[::-1], lay.groups) if trans else lay
+
+
+def _gemm(ins: tuple, shapes: tuple, attrs: dict) -> tuple[Layout, str, Layout, Layout]:
+    """The layout of ``op(A) @ op(B)`` and its partial mark, with ``op(A)``'s and
+    ``op(B)``'s layouts."""
+    ta, tb = int(attrs.get("transA", 0)), int(attrs.get("transB", 0))
+    la, lb = _t(ins[0], ta), _t(ins[1], tb)
+    sa = shapes[0][::-1] if ta else shapes[0]
+    sb = shapes[1][::-1] if tb else shapes[1]
+    try:
+        lay, partial, _, _ = matmul_layout(la, lb, sa, sb)
+    except Demand as d:
+        raise Demand(d.index, _t(d.layout, ta if d.index == 0 else tb)) from None
+    return lay, partial, la, lb
+
+
+@register("Gemm")
+def gemm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+         const: Callable) -> RuleResult:
+    lay, partial, _, _ = _gemm(ins, shapes, attrs)
+    if len(ins) > 2 and ins[2] is not None:
+        if partial:
+            raise Reject("Gemm with a split contraction axis adds its bias on every shard")
+        try:
+            lay = broadcast_marks((lay, ins[2]), (outs[0], shapes[2]), 2)
+        except Demand as d:
+            if d.index == 0:
+                raise Reject("Gemm's bias is split unlike its product") from None
+            raise Demand(2, d.layout) from None
+    return ((lay, partial),)
+
+
+@register("GemmGrad")
+def gemm_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+              const: Callable) -> RuleResult:
+    has_c = len(ins) == 4
+    dy = ins[-1]
+    ly, _, la, lb = _gemm(ins[:2], shapes[:2], attrs)
+    if dy != ly:
+        raise Reject(f"dy is split as {dy}, unlike Gemm(a, b) which is {ly}")
+    da = lb.marks[1] or ""  # da = dy @ op(B)^T contracts op(B)'s free axis
+    db = la.marks[0] or ""  # db = op(A)^T @ dy contracts op(A)'s free axis
+    res = [(ins[0], da), (ins[1], db)]
+    if has_c and len(outs) > 2:
+        sc = shapes[2]
+        off = 2 - len(sc)
+        dc = "".join(sorted(m for k, m in enumerate(ly.marks)
+                            if m and (k < off or sc[k - off] == 1)))
+        res.append((ins[2], dc))
+    return tuple(res)

@@ -1,0 +1,87 @@
+"""Every zoo model (both torch exporters) through ``dtp`` under several D/T/P/K: each
+configuration is either refused with a one-line ``TransformError`` or gives a program that
+verifies; for a sample, the distributed program computes the sequential results."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import distir
+from distir.errors import TransformError
+from distir.transforms import Analysis, analyze, dtp
+
+pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+
+from tests.zoo.export import ExportFailed, exported  # noqa: E402
+from tests.zoo.models import BY_NAME, SPECS  # noqa: E402
+
+EXPORTERS = ("torchscript", "dynamo")
+BATCH = 4
+CONFIGS = [(2, 1, 1, 1), (4, 1, 1, 1), (1, 1, 1, 2), (1, 2, 1, 1), (1, 1, 2, 1),
+           (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1), (2, 2, 2, 1), (4, 1, 1, 1)]
+"""(dp, tp, pp, K): D up to 4, K 2, T 2, P 1 and 2, and their combinations."""
+
+_cache: dict[tuple[str, str], Any] = {}
+
+
+def _analysis(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
+    """The imported model (batch 4) and its analysis, once per test session; skipped when
+    the exporter fails on the model (the zoo's own tests report that)."""
+    key = (name, exporter)
+    if key not in _cache:
+        spec = BY_NAME[name]
+        try:
+            path = exported(spec, exporter).path
+        except ExportFailed as e:
+            _cache[key] = str(e)
+        else:
+            m = distir.import_onnx(path, dims=spec.dims(batch=BATCH))
+            _cache[key] = (m, analyze(m.entry))
+    got = _cache[key]
+    if isinstance(got, str):
+        pytest.skip(f"{name} does not export with {exporter}: {got}")
+    return got
+
+
+def _inputs(name: str) -> list[np.ndarray]:
+    """The free inputs (the weights are bound to initializers)."""
+    return [t.numpy() for t in BY_NAME[name].inputs(BATCH, 8)]
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", [s.name for s in SPECS])
+def test_refused_or_verified(name: str, exporter: str) -> None:
+    m, an = _analysis(name, exporter)
+    for dp, tp, pp, k in CONFIGS:
+        try:
+            step = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k)
+        except TransformError as e:
+            msg = str(e)
+            assert "\n" not in msg and msg.startswith("error: "), msg
+            continue
+        distir.verify(step, num_devices=dp * tp * pp)
+
+
+SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1, 1, 1)),
+          ("mobilenet_v3_small", "dynamo", (2, 2, 1, 1)), ("vit", "torchscript", (2, 1, 2, 1)),
+          ("vit_b16", "torchscript", (1, 2, 1, 1))]
+
+
+@pytest.mark.parametrize(("name", "exporter", "cfg"), SAMPLE,
+                         ids=[f"{n}-{e}-D{c[0]}T{c[1]}P{c[2]}K{c[3]}" for n, e, c in SAMPLE])
+def test_distributed_equals_sequential(name: str, exporter: str,
+                                       cfg: tuple[int, int, int, int]) -> None:
+    m, an = _analysis(name, exporter)
+    ins = _inputs(name)
+    want = distir.execute(m.entry, ins)
+    dp, tp, pp, k = cfg
+    sc = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+    got = distir.execute(sc, ins, check_types=False)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
