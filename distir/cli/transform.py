@@ -26,6 +26,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="take the sequential parameters on device 0 and return the "
                    "sequential results there (for differential testing); by default the "
                    "parameters are already placed")
+    p.add_argument("--batch-input", action="append", default=None, metavar="NAME",
+                   help="a parameter whose axis 0 is the batch (repeat for several); by "
+                   "default the inputs not bound to initializers")
     p.add_argument("-o", "--output", metavar="OUT.dir", default=None,
                    help="write the program here instead of standard output")
     p.set_defaults(func=run_transform)
@@ -37,7 +40,8 @@ def run_transform(args: argparse.Namespace) -> int:
 
     m = distir.load(args.file)
     fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
-             schedule=args.schedule, self_contained=args.self_contained)
+             schedule=args.schedule, self_contained=args.self_contained,
+             batch_inputs=args.batch_input)
     text = distir.dumps(fn)
     if args.output is None:
         sys.stdout.write(text)

@@ -35,3 +35,13 @@ def test_writes_a_self_contained_program(tmp_path: Path, capsys: pytest.CaptureF
     ins = distir.analysis.random_inputs(seq)
     for a, b in zip(distir.execute(dist, ins), distir.execute(seq, ins), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * float(np.abs(b).max()))
+
+
+def test_batch_input_by_name(capsys: pytest.CaptureFixture) -> None:
+    src = str(EXAMPLES / "mlp_step.dir")
+    assert main(["transform", src, "--dp", "2", "--batch-input", "x", "--batch-input",
+                 "y"]) == 0
+    distir.infer_types(distir.parse(capsys.readouterr().out).entry)
+    assert main(["transform", src, "--dp", "2", "--batch-input", "nope"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "batch input 'nope' is not a parameter of @" in err
