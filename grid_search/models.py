@@ -260,7 +260,8 @@ def workload(model: str | Function | Module, preset: str | None = None, *,
         raise ConfigError(f"--dim and --batch-input go with a model file (FILE.onnx or "
                           f"FILE.dir), not --model {model}")
     base, named_train = _train_suffix(preset or model)
-    if named_train is not None and train is not None and named_train != train:
+    if named_train is not None and train is not None and \
+            (named_train.loss, named_train.optimizer) != (train.loss, train.optimizer):
         raise ConfigError(f"--model {preset or model} is already a training step "
                           f"({named_train.label}); drop --train or name the forward model")
     train = train or named_train
@@ -271,7 +272,9 @@ def workload(model: str | Function | Module, preset: str | None = None, *,
     if w.family == "mlp":
         raise ConfigError(f"--model {w.name} is already a training step (the MLP's, SGD); "
                           "--train applies to forward models (gpt2, a model file)")
-    suffix = "train" if train == _GPT2_TRAIN else train.label
+    # The learning rate changes no cost, so the label names only the loss and optimizer.
+    same = (train.loss, train.optimizer) == (_GPT2_TRAIN.loss, _GPT2_TRAIN.optimizer)
+    suffix = "train" if same else train.label
     return dataclasses.replace(w, name=f"{w.name}-{suffix}", train=train)
 
 

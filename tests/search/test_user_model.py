@@ -275,3 +275,15 @@ def test_the_training_presets_build_and_simulate_at_tiny_sizes(name) -> None:
     w = dataclasses.replace(PRESETS[name], sizes={k: v for k, v in TINY.items()
                                                   if k != "n_positions"})
     assert distir.dumps(w.build(2)) == distir.dumps(fn)
+
+
+def test_training_labels_round_trip() -> None:
+    """Result files name a training workload by label; ``workload(label)`` rebuilds it."""
+    w = workload("gpt2", n_layer=2, d_model=32, n_head=2, train=TrainOptions("mse", "sgd"))
+    assert w.name == "gpt2-2-32-2-train-mse-sgd"
+    back = workload(w.name)
+    assert (back.name, back.sizes, back.train.loss, back.train.optimizer) == (  # type: ignore
+        w.name, w.sizes, "mse", "sgd")
+    w = workload("gpt2-1.6b-train", train=TrainOptions("cross_entropy", "adam", 0.5))
+    assert (w.name, w.train.lr) == ("gpt2-1.6b-train", 0.5)  # type: ignore[union-attr]
+    assert workload("gpt2-13b-train").sizes == workload("gpt2-13b").sizes
