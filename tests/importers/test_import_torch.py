@@ -77,27 +77,6 @@ def test_unbound_symbolic_dims_take_the_example_sizes():
     assert static.entry.params[0].type.shape == (3, 4)
 
 
-def test_bert_keeps_its_torch_names_and_types_rebound_without_executing():
-    pytest.importorskip("transformers")
-    from tests.zoo.models import BY_NAME
-
-    spec = BY_NAME["bert"]
-    model = spec.build()
-    mod = distir.import_torch(model, spec.inputs(2, 8), dims={"batch": 3, "seq": 5},
-                              dynamic=spec.dynamic)
-    fn = mod.entry
-    assert "model.encoder.layer.0.attention.self.query.weight" in fn.initializers
-    aliases = {n for n, _ in model.named_parameters(remove_duplicate=False)}
-    used = [p.name for p in fn.params if p.name in aliases]
-    assert len(used) == len(list(model.parameters()))  # every parameter, by its torch name
-    assert distir.infer_types(fn)[0].shape == (3, 5, 32)
-    ids, mask = spec.inputs(3, 5)
-    (y,) = execute(fn, [ids.numpy(), mask.numpy()])
-    with torch.no_grad():
-        ref = model(ids, mask).numpy()
-    assert np.abs(y - ref).max() <= 1e-4 * np.abs(ref).max()
-
-
 class _Raises(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         raise RuntimeError("boom\nsecond line")

@@ -70,8 +70,9 @@ class Exported:
 
 
 def exported(spec: Spec, exporter: str) -> Exported:
-    """Export ``spec``'s model with ``exporter`` (``torchscript`` or ``dynamo``), or read it
-    from the cache; raises ``ExportFailed`` when the exporter fails."""
+    """Export ``spec``'s model with ``exporter`` (``torchscript``, ``dynamo`` or
+    ``import_torch``), or read it from the cache; raises ``ExportFailed`` when the exporter
+    fails."""
     d = cache_dir()
     path = os.path.join(d, f"{spec.name}.{exporter}.onnx")
     err, secs = path + ".error", path + ".seconds"
@@ -118,6 +119,14 @@ def export(spec: Spec, exporter: str, path: str) -> float:
                 verbose=False)
             assert prog is not None
             prog.save(path)
+        elif exporter == "import_torch":
+            import onnx
+
+            from distir.importers.pytorch import export_onnx
+
+            proto = export_onnx(model, args, list(spec.input_names),
+                                [dict(d) for d in spec.dynamic])
+            onnx.save(proto, path)
         else:
             raise ValueError(f"unknown exporter {exporter!r}")
     return time.perf_counter() - t0

@@ -451,3 +451,6 @@ SPECS: tuple[Spec, ...] = (
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")
 """``torch.onnx.export(dynamo=False)`` and ``torch.onnx.export(dynamo=True)``."""
+ALL_EXPORTERS = (*EXPORTERS, "import_torch")
+"""Also ``distir.import_torch``'s own export (``distir.importers.pytorch.export_onnx``:
+dynamo without the optimizer's folding of parameters), which docs/zoo.md lists too."""

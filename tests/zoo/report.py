@@ -20,7 +20,7 @@ import warnings
 from tests.zoo.check import REBIND, RTOL, Result, check
 from tests.zoo.export import _versions, cache_dir
 from tests.zoo.known import KNOWN
-from tests.zoo.models import BATCH, EXPORTERS, SEQ, SPECS
+from tests.zoo.models import ALL_EXPORTERS, BATCH, SEQ, SPECS
 
 _DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "zoo.md")
 
@@ -82,10 +82,12 @@ def render(results: list[Result]) -> str:
         "",
         "Ordinary models with random weights, exported with both of torch's ONNX exporters "
         "(`torch.onnx.export(..., dynamo=False)`, \"torchscript\", and `dynamo=True`, "
-        "\"dynamo\", each with its defaults and symbolic `batch` and `seq` axes), then "
-        "imported and checked by `tests/zoo` (`pytest tests/zoo`). This page is written by "
-        "`.venv/bin/python -m tests.zoo.report`; the models and their sizes are described "
-        "in `tests/zoo/models.py`.",
+        "\"dynamo\", each with its defaults and symbolic `batch` and `seq` axes), and with "
+        "the export of `distir.import_torch` (\"import_torch\": dynamo, whose constant "
+        "folding spares the parameters, so that each keeps its torch name and value, "
+        "checked too), then imported and checked by `tests/zoo` (`pytest tests/zoo`). This "
+        "page is written by `.venv/bin/python -m tests.zoo.report`; the models and their "
+        "sizes are described in `tests/zoo/models.py`.",
         "",
         f"- Versions: {_versions()}, onnxruntime {_ort_version()}, Python "
         f"{platform.python_version()}.",
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.simplefilter("ignore")
     results = []
     for spec in SPECS:
-        for exporter in EXPORTERS:
+        for exporter in ALL_EXPORTERS:
             r = check(spec, exporter)
             results.append(r)
             print(f"{r.model:20s} {r.exporter:11s} {'ok' if r.ok else r.stage or 'rebind'}",

@@ -1,6 +1,8 @@
 """Every (model, exporter) pair of the zoo imports, types every value (also re-bound to
 other sizes, without executing), executes within 1e-4 relative of onnxruntime and
-simulates; or fails exactly as ``tests/zoo/known.py`` says (and docs/zoo.md lists).
+simulates; or fails exactly as ``tests/zoo/known.py`` says (and docs/zoo.md lists). The
+exporters are torch's two and ``distir.import_torch``'s, whose export also keeps every
+parameter under its torch name with its value.
 
 The first test of each model exports it (both exporters, cached under
 ``.pytest_cache/distir-zoo``): about 1 to 2 minutes for the whole zoo on two cores.
@@ -10,13 +12,14 @@ from __future__ import annotations
 
 import os
 
+import numpy as np
 import pytest
 
 from tests.zoo.check import RTOL
 from tests.zoo.known import KNOWN
-from tests.zoo.models import EXPORTERS, SPECS
+from tests.zoo.models import ALL_EXPORTERS, BY_NAME, SPECS
 
-PAIRS = [(s.name, e) for s in SPECS for e in EXPORTERS]
+PAIRS = [(s.name, e) for s in SPECS for e in ALL_EXPORTERS]
 IDS = [f"{m}-{e}" for m, e in PAIRS]
 _DOCS = os.path.join(os.path.dirname(__file__), "..", "..", "docs", "zoo.md")
 
@@ -61,3 +64,23 @@ def test_docs_list_every_pair_and_every_known_failure():
         assert f"| {model} | {exporter} |" in text, (model, exporter)
     for k in KNOWN.values():
         assert k.reason in text, k.reason
+
+
+@pytest.mark.parametrize("model", [s.name for s in SPECS])
+def test_import_torch_keeps_every_parameter_by_its_torch_name(zoo_result, model):
+    import onnx
+    from onnx import numpy_helper
+
+    from tests.zoo.export import exported
+
+    zoo_result(model, "import_torch")  # exported (and checked) once per session
+    graph = onnx.load(exported(BY_NAME[model], "import_torch").path).graph
+    inits = {t.name: t for t in graph.initializer}
+    net = BY_NAME[model].build()
+    for name, p in net.named_parameters():
+        # A tied parameter (T5's shared embedding) may appear under another of its names.
+        aliases = [n for n, q in net.named_parameters(remove_duplicate=False) if q is p]
+        found = [n for n in aliases if n in inits]
+        assert found, f"parameter {name} is not an initializer under any of {aliases}"
+        np.testing.assert_array_equal(numpy_helper.to_array(inits[found[0]]),
+                                      p.detach().numpy())
