@@ -77,6 +77,7 @@ _RULE_MODULES = [
     "distir.analysis.type_rules.nn",
     "distir.analysis.type_rules.indexing",
     "distir.analysis.type_rules.spatial",
+    "distir.analysis.type_rules.recurrent",
     "distir.analysis.type_rules.comm",
     "distir.analysis.type_rules.train",
     "distir.analysis.numpy_rules.onnx_ops",

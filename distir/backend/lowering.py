@@ -8,8 +8,8 @@ tensors. Everything that depends only on types (shapes, slices, permutations, co
 process groups, buffer sizes) is computed once there, never per step.
 
 Entries are registered by ``distir.backend.ops_onnx``, ``ops_nn``, ``ops_index``,
-``ops_resize``, ``ops_train`` and ``ops_comm`` (one module per family), imported by
-``load_lowerings()``.
+``ops_resize``, ``ops_recurrent``, ``ops_train`` and ``ops_comm`` (one module per family),
+imported by ``load_lowerings()``.
 
 ``compile_program`` turns a ``RankProgram`` into a ``CompiledProgram``: a list of kernels
 over numbered slots, with the slots to free after each op (so a tensor lives exactly as long
@@ -66,7 +66,8 @@ LOWERINGS = RuleTable("lowering", entry=Lowering)
 """The lowerings, keyed by op name:
 ``LOWERINGS.register(*ops, view=, comm=, cached=, asynchronous=)``."""
 _MODULES = ["distir.backend.ops_onnx", "distir.backend.ops_nn", "distir.backend.ops_train",
-            "distir.backend.ops_comm", "distir.backend.ops_index", "distir.backend.ops_resize"]
+            "distir.backend.ops_comm", "distir.backend.ops_index", "distir.backend.ops_resize",
+            "distir.backend.ops_recurrent"]
 _loaded: list[bool] = []
 
 

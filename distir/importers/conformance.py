@@ -61,6 +61,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
                      "ReduceLogSumExp", "ReduceLogSum"), (1,)),
     "OneHot": (1,), "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3),
     "NonZero": (0,),  # its result's shape is the count of its input's non-zero values
+    "LSTM": (4,),  # sequence_lens: DistIR runs full-length sequences only, checked by value
 }
 
 _EXPANDED = re.compile(r"_expanded(_ver\d+)?$")

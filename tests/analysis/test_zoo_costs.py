@@ -70,3 +70,13 @@ def test_per_element_families(op: str, flops_per_element: float) -> None:
     c = cost(op, (x,), (x,))
     assert c.flops == flops_per_element * x.numel
     assert c.bytes == 2 * x.size_bytes and c.seconds > 0
+
+
+def test_lstm_costs_its_products() -> None:
+    t, n, i, h, d = 7, 4, 16, 32, 2
+    x, w, r = F(t, n, i), F(d, 4 * h, i), F(d, 4 * h, h)
+    outs = (F(t, d, n, h), F(d, n, h), F(d, n, h))
+    c = cost("LSTM", (x, w, r), outs, direction="bidirectional")
+    assert c.flops == d * (2 * t * n * 4 * h * i + t * 2 * n * 4 * h * h)
+    one = cost("LSTM", (x, F(1, 4 * h, i), F(1, 4 * h, h)), outs[:1])
+    assert c.seconds > one.seconds > 0

@@ -103,6 +103,11 @@ CASES: list[base.Case] = [
     Case("ConvTranspose", [X((1, 2, 3, 4)), X((2, 1, 3, 3))],
          {"strides": (2, 2), "output_shape": (8, 10)}),
     Case("ConvTranspose", [X((1, 2, 3, 4)), X((2, 1, 2, 3))], {"dilations": (2, 1)}),
+    Case("LSTM", [X((5, 2, 3)), X((1, 16, 3)), X((1, 16, 4))], {"hidden_size": 4}, n_out=3),
+    Case("LSTM", [X((5, 2, 3)), X((2, 16, 3)), X((2, 16, 4)), X((2, 32)), K([5, 5], I32),
+                  X((2, 2, 4)), X((2, 2, 4)), X((2, 12))], {"direction": "bidirectional"},
+         n_out=2),
+    Case("LSTM", [X((2, 5, 3)), X((1, 16, 3)), X((1, 16, 4))], {"layout": 1}, n_out=3),
     Case("GroupNormalization", [X((2, 4, 3, 3)), X((4,)), X((4,))], {"num_groups": 2}),
 ]
 
@@ -143,6 +148,12 @@ def _k(value: object, dt: DType = DType.Int64) -> Concrete:
     ("OneHot", (_t(3, dt=DType.Int64), _t(dt=DType.Int64), _k([0.0, 1.0], DType.Float32)),
      {}, "depth must be known"),
     ("PRelu", (_t(2, 3), _t(4)), {}, "does not broadcast to X"),
+    ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 16, 4)), {"clip": 3.0}, "clip"),
+    ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 16, 4)),
+     {"activations": ("Relu", "Tanh", "Tanh")}, "activations"),
+    ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 16, 4), None, _k([5, 3], DType.Int32)), {},
+     "full length"),
+    ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 12, 4)), {}, "R must have shape"),
 ])
 def test_bad_use_is_a_one_line_error(op: str, args: tuple, attrs: dict, match: str) -> None:
     with pytest.raises(TypeInferenceError, match=match) as e:

@@ -320,3 +320,18 @@ def test_grouped_conv_transpose_matches_onnxruntime() -> None:
     (got,) = distir.execute(fn, [x, w])
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)
     check(fn, [x, w], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout", [0, 1])
+def test_lstm(direction: str, layout: int) -> None:
+    d, t, n, i, h = (2 if direction == "bidirectional" else 1), 5, 2, 3, 4
+    x = (n, t, i) if layout else (t, n, i)
+    state = (n, d, h) if layout else (d, n, h)
+    full = [(F32, x), (F32, (d, 4 * h, i)), (F32, (d, 4 * h, h)), (F32, (d, 8 * h)), None,
+            (F32, state), (F32, state), (F32, (d, 3 * h))]
+    for n_out in (1, 3):
+        check(one_op("LSTM", full, n_out=n_out, direction=direction, layout=layout),
+              rtol=1e-4, atol=1e-5)
+    check(one_op("LSTM", full[:3], n_out=2, direction=direction, layout=layout, hidden_size=h),
+          rtol=1e-4, atol=1e-5)
