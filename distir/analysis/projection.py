@@ -26,6 +26,9 @@ Invariants of a ``Projection``:
   ``Send``            ``Send(x)`` -> ()  on the source; ``() -> Recv()`` on the
                       destination            ``device``: the peer
   ``MPIAllreduce``    ``x -> y``             ``order``: the devices in input order
+  ``MPIAllreduce``    ``x1..xk -> y1..yk``   ``order`` (of a member's inputs), ``tensors``
+  ``Bucket``          (its tensor of each
+                      member, in order)
   ``MPIAllgather``    ``x -> y``             ``order``, ``axis``, ``sizes`` (each
                                              input's size along ``axis``, in order)
   ``MPIReduceScatter````x -> y``             ``order``, ``axis``
@@ -174,6 +177,9 @@ class _Projector(Interpreter):
                    for i, a in enumerate(args)]
         out_devs = [_device_of(type_of(o.abs), f"result {i} of {kind}")
                     for i, o in enumerate(outs)]
+        if kind == "MPIAllreduceBucket":
+            self.bucket(op, args, outs, in_devs)
+            return
         for what, devs in (("inputs", in_devs), ("results", out_devs)):
             if len(set(devs)) != len(devs):
                 raise PlacementError(f"{kind} has two {what} on one device ({devs}); a "
@@ -217,6 +223,26 @@ class _Projector(Interpreter):
             y = outs_on.get(d)
             self.emit(d, Op(kind, () if x is None else (x,), attrs, () if y is None else (y,),
                             loc=op.loc))
+
+
+    def bucket(self, op: Op, args: tuple, outs: tuple, in_devs: list[int]) -> None:
+        """An ``MPIAllreduceBucket``: on each device, its tensor of every member, in member
+        order (the type rule has checked that every member lists the same devices)."""
+        k = int(self.attrs_of(op)["tensors"])
+        n = len(args) // k
+        order = tuple(in_devs[:n])
+        if n == 1:  # nothing moves
+            for a, o in zip(args, outs):
+                self.emit(order[0], Op("Identity", (a.value,), None, (o.value,), loc=op.loc))
+            return
+        group = tuple(sorted(order))
+        self.groups[group] = None
+        attrs: dict[str, Any] = {"seq": self.seq, "group": group, "order": order,
+                                 "tensors": k}
+        self.seq += 1
+        for j, d in enumerate(order):
+            self.emit(d, Op("MPIAllreduceBucket", [args[m * n + j].value for m in range(k)],
+                            attrs, [outs[m * n + j].value for m in range(k)], loc=op.loc))
 
 
 def _prune_constants(ops: list[Op], returns: Sequence[Value]) -> list[Op]:

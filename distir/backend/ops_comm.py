@@ -6,19 +6,21 @@ Every op runs in the process group of its ``group`` attribute (created up front 
 group: a collective, so its communicator exists before the first step (NCCL builds
 point-to-point communicators lazily) and it is matched exactly like every other collective.
 Collectives whose participants are listed in an order other than the group's (sorted
-ranks) permute their pieces. ``MPIAllreduce`` is asynchronous (``ASYNC_OPS``): it returns
-its work handle, waited for by the first op that reads its result. An input is overwritten
+ranks) permute their pieces. ``MPIAllreduce`` and ``MPIAllreduceBucket`` are asynchronous
+(``ASYNC_OPS``): each returns its work handle, waited for by the first op that reads its
+result. An input is overwritten
 in place only where ``donate`` allows it; otherwise the op works on a copy.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
-from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
+from distir.backend.lowering import LOWERINGS, Kernel, Static, as_tensor_type, torch_dtype
 from distir.errors import UnsupportedError
 
 # The single-tensor collectives, by their current names (torch >= 2.13) or their former.
@@ -77,6 +79,31 @@ def _allreduce(s: Static) -> Kernel:
     def k(x: torch.Tensor) -> tuple:
         buf = _buffer(x, donate)
         return (buf, dist.all_reduce(buf, group=pg, async_op=True))
+
+    return k
+
+
+@LOWERINGS.register("MPIAllreduceBucket", comm=True, asynchronous=True)
+def _allreduce_bucket(s: Static) -> Kernel:
+    """The members flattened into one buffer (``torch.cat``), one ``all_reduce`` of it, and
+    the results as views of their pieces of it (filled in place when the collective ends;
+    the program waits for it before their first reader). One member: no copy."""
+    pg = _pg(s)
+    shapes = [as_tensor_type(t).shape for t in s.out_types]
+    if len(shapes) == 1:
+        donate = s.donate[0]
+
+        def one(x: torch.Tensor) -> tuple:
+            buf = _buffer(x, donate)
+            return (buf, dist.all_reduce(buf, group=pg, async_op=True))
+
+        return one
+    sizes = [math.prod(sh) for sh in shapes]
+
+    def k(*xs: torch.Tensor) -> tuple:
+        flat = torch.cat([x.reshape(-1) for x in xs])
+        work = dist.all_reduce(flat, group=pg, async_op=True)
+        return (*(p.view(sh) for p, sh in zip(flat.split(sizes), shapes)), work)
 
     return k
 

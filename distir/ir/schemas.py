@@ -111,6 +111,11 @@ _DISTIR_OPS = [
         doc="the value, moved to `device`"),
     _op("MPIAllreduce", "comm", _VARIADIC, _VARIADIC, (), "inputs",
         doc="n sums, one on each input's device"),
+    _op("MPIAllreduceBucket", "comm", _VARIADIC, _VARIADIC, (_A("tensors", "int", True),),
+        "inputs", doc="`tensors` all-reduces fused in one collective: the inputs are the "
+        "members one after another, each member one tensor per device (the same devices in "
+        "the same order, one dtype); result i is the sum of input i's member, on input i's "
+        "device"),
     _op("MPIAllgather", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),), "inputs",
         doc="n copies of the concatenation along `axis`"),
     _op("MPIReduceScatter", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),),
@@ -180,12 +185,12 @@ SCHEMAS.update({s.name: s for s in _DISTIR_OPS})
 
 COMM_OPS = frozenset(s.name for s in _DISTIR_OPS if s.domain == "comm")
 
-ASYNC_OPS = frozenset({"MPIAllreduce"})
-"""Collectives that run on each device's communication stream, overlapping the compute
-ops after them until the first op that reads their result (distir's extension of the
-spec's execution semantics; see docs/simulation.md, "Overlapping communication"). The
-simulator and the PyTorch backend (an ``async_op`` collective, waited for at the first use
-of its result) both follow it."""
+ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket"})
+"""Collectives (the all-reduces, bucketed or not) that run on each device's communication
+stream, overlapping the compute ops after them until the first op that reads their result
+(distir's extension of the spec's execution semantics; see docs/simulation.md,
+"Overlapping communication"). The simulator and the PyTorch backend (an ``async_op``
+collective, waited for at the first use of its result) both follow it."""
 
 
 def get_schema(name: str) -> OpSchema | None:

@@ -33,3 +33,19 @@ def collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     nbytes = float((outs[0] if op_type in _BY_OUTPUT else ins[0]).size_bytes)
     devices = _group(ins, outs)
     return OpCost(hw.comm_time(_KIND[op_type], nbytes, devices), 0.0, nbytes, True)
+
+
+@COST_RULES.register("MPIAllreduceBucket")
+def allreduce_bucket(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                     hw: Hardware) -> OpCost:
+    """One all-reduce of the members' summed bytes (per device), plus, for two members or
+    more, the copies that flatten them into one buffer and split it back (each reads and
+    writes the bucket once: the profile's ``copy`` kernel model, else its memory-bound
+    one). The copies are charged to the collective, on the communication stream."""
+    k = int(attrs["tensors"])
+    n = len(ins) // k
+    nbytes = float(sum(ins[m * n].size_bytes for m in range(k)))
+    seconds = hw.comm_time("allreduce", nbytes, _group(ins, outs))
+    if k > 1:
+        seconds += 2 * hw.kernel_time("copy", 2 * nbytes, 0.0, ins[0].dtype.value)
+    return OpCost(seconds, 0.0, nbytes, True)

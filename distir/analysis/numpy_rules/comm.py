@@ -54,6 +54,15 @@ def allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
     return (s,) * len(args)
 
 
+@NUMPY_RULES.register("MPIAllreduceBucket")
+def allreduce_bucket(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    k = attrs["tensors"]
+    if not isinstance(k, int) or k < 1 or len(args) % k:
+        raise ExecutionError(f"{len(args)} inputs cannot form tensors={k} members")
+    n = len(args) // k
+    return tuple(s for m in range(k) for s in (total(op_type, args[m * n:(m + 1) * n]),) * n)
+
+
 @NUMPY_RULES.register("MPIAllgather")
 def allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     g = np.concatenate(args, axis=attrs["axis"])

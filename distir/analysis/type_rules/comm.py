@@ -4,7 +4,8 @@ Placement is the point of these ops, so their rules check it (the interpreter ch
 placement only for the other ops): a ``Send`` must move its value to another device, a
 collective takes at most one input per device and lists each destination device once, and
 a scatter must split its axis evenly. Results live where the spec's table puts them:
-``MPIAllreduce``/``MPIAllgather``/``MPIReduceScatter`` result i on the i-th input's device,
+``MPIAllreduce``/``MPIAllreduceBucket``/``MPIAllgather``/``MPIReduceScatter`` result i on the
+i-th input's device,
 ``MPIBroadcast``/``MPIScatter`` result i on ``devices[i]``, ``MPIGather``/``MPIReduce`` on
 ``device``.
 
@@ -21,7 +22,7 @@ from distir.analysis.values import type_of
 from distir.errors import PlacementError, TypeInferenceError
 from distir.ir.types import ScalarType, TensorType
 
-__all__ = ["check_one_per_device", "check_device_list", "shard_size"]
+__all__ = ["check_one_per_device", "check_device_list", "shard_size", "bucket_members"]
 
 
 def check_one_per_device(op_type: str, ts: list[TensorType]) -> None:
@@ -104,6 +105,36 @@ def send(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
 @TYPE_RULES.register("MPIAllreduce")
 def allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     return tuple(_collective_inputs(op_type, args, same_shape=True))
+
+
+def bucket_members(op_type: str, args: tuple, k: Any) -> list[list[TensorType]]:
+    """The members of an ``MPIAllreduceBucket``: ``k`` runs of equally many inputs, each run
+    one tensor per device of one shape, every run on the same devices in the same order,
+    all of one dtype (the bucket is one flat buffer)."""
+    if not isinstance(k, int) or isinstance(k, bool) or k < 1:
+        raise TypeInferenceError(f"tensors must be a positive int, the member count, got {k!r}")
+    if not args or len(args) % k:
+        raise TypeInferenceError(f"{len(args)} inputs cannot form tensors={k} members of one "
+                                 f"tensor per device each: give a multiple of {k} inputs")
+    n = len(args) // k
+    members = [_collective_inputs(op_type, args[m * n:(m + 1) * n], same_shape=True)
+               for m in range(k)]
+    devices = [t.device for t in members[0]]
+    for m, ts in enumerate(members[1:], 1):
+        if [t.device for t in ts] != devices:
+            raise PlacementError(f"member {m} is on devices {[t.device for t in ts]} but "
+                                 f"member 0 on {devices}: list every member's tensors on the "
+                                 "same devices in the same order")
+        if ts[0].dtype != members[0][0].dtype:
+            raise TypeInferenceError(f"member {m} is {ts[0].dtype} but member 0 is "
+                                     f"{members[0][0].dtype}: a bucket holds one dtype, cast "
+                                     "first or use two buckets")
+    return members
+
+
+@TYPE_RULES.register("MPIAllreduceBucket")
+def allreduce_bucket(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return tuple(t for ts in bucket_members(op_type, args, attrs["tensors"]) for t in ts)
 
 
 @TYPE_RULES.register("MPIAllgather")
