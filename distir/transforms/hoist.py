@@ -216,9 +216,7 @@ class BuilderBase:
         if op is None or plan.kind(i) != HOIST:  # type: ignore[arg-type]
             pass
         elif op.op_type in SHAPE_OPS:
-            out = np.array(plan.local_shape(op.inputs[0]), dtype=np.int64)  # type: ignore[arg-type]
-            if op.op_type == "Size":
-                out = np.array(int(np.prod(out)), dtype=np.int64)
+            out = plan.shape_value(op)
         elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
             out = op.attrs["value"].array  # type: ignore[union-attr]
         elif op.inputs and (rule := NUMPY_RULES.get(op.op_type)) is not None:

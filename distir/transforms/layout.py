@@ -90,9 +90,12 @@ class Reject(Exception):
 
 class Demand(Exception):
     """A layout rule needs input ``index`` (a parameter) to have ``layout``: the bias of a
-    column-parallel projection, the weight of a row-parallel one."""
+    column-parallel projection, the weight of a row-parallel one. ``local`` marks indices
+    into a batch-split tensor: each shard must compute them from its own (local) shapes,
+    as ``Range(0, batch)`` does, so that they index its own rows."""
 
-    def __init__(self, index: int, layout: Layout) -> None:
+    def __init__(self, index: int, layout: Layout, local: bool = False) -> None:
         super().__init__(f"input {index} needs layout {layout}")
         self.index = index
         self.layout = layout
+        self.local = local

@@ -13,7 +13,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distir.transforms.layout import Demand, Layout, Reject, T, replicated
+from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import RuleResult, register
 
 __all__: list[str] = []
@@ -109,7 +109,19 @@ def scatter_elements(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs
 @register("GatherND", "ScatterND")
 def gather_nd(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
               const: Callable) -> RuleResult:
+    """Splits of the ``batch_dims`` leading axes pass through. A ``GatherND`` whose first
+    indexed axis is the split batch is local when the indices are split along their first
+    axis and made from local shapes (as ``Gather``'s)."""
     bd = int(attrs.get("batch_dims", 0))
+    data, idx = ins[0], ins[1]
+    if op_type == "GatherND" and bd == 0 and data.marks and data.marks[0] == B and \
+            not any(data.marks[1:shapes[1][-1]]) and len(shapes[1]) > 1:
+        if idx.marks[0] != B or any(idx.marks[1:]):
+            if any(idx.marks):
+                raise Reject(f"{op_type} indexes a split axis with indices split otherwise")
+            raise Demand(1, Layout((B,) + (None,) * (len(idx.marks) - 1)), local=True)
+        r = shapes[1][-1]
+        return ((Layout(idx.marks[:-1] + data.marks[r:]), ""),)
     marked = [lay for lay in ins if lay is not None and any(lay.marks)]
     if not marked:
         return ((replicated(len(outs[0])), ""),)

@@ -12,7 +12,7 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distir.transforms.layout import Demand, Layout, Reject, T, replicated
+from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import RuleResult, register
 
 __all__ = ["reshape_layout", "reshape_groups"]
@@ -137,13 +137,23 @@ def concat(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
 @register("Gather")
 def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
            const: Callable) -> RuleResult:
+    """A gather along a split batch axis is local when the indices are split likewise and
+    made from local shapes (``Demand(local=True)``; the analysis checks where they come
+    from): each shard picks among its own rows."""
     data, idx = ins
     axis = _norm(attrs.get("axis", 0), len(data.marks))
-    if data.marks[axis] is not None:
-        raise Reject("Gather along a split axis")
+    m = data.marks[axis]
+    if m is not None:
+        if m != B or not shapes[1]:
+            raise Reject("Gather along a split axis")
+        if idx.marks[0] != B:
+            if any(idx.marks):
+                raise Reject("Gather along a split axis with indices split otherwise")
+            raise Demand(1, Layout((B,) + (None,) * (len(idx.marks) - 1)), local=True)
+        data = Layout(data.marks[:axis] + (None,) + data.marks[axis + 1:], data.groups)
     marks = data.marks[:axis] + idx.marks + data.marks[axis + 1:]
-    for m in set(marks) - {None}:
-        if marks.count(m) > 1:
+    for mk in set(marks) - {None}:
+        if marks.count(mk) > 1:
             raise Reject("Gather would split two result axes with one mark")
     return ((Layout(marks, data.groups if T in marks else 1), ""),)
 

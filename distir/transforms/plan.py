@@ -197,6 +197,15 @@ class Plan:
             return np.array([self.local_shape(o)[axis] for o in op.outputs], dtype=np.int64)
         return np.array(self.local_shape(op.outputs[0]), dtype=np.int64)
 
+    def shape_value(self, op: Op) -> np.ndarray:
+        """The local value of a ``Shape`` (sliced by its ``start`` and ``end``) or ``Size``
+        op: a constant of the distributed program."""
+        arr = np.array(self.local_shape(op.inputs[0]), dtype=np.int64)  # type: ignore[arg-type]
+        if op.op_type == "Size":
+            return np.array(int(np.prod(arr)), dtype=np.int64)
+        a = self.prog.attrs(op)
+        return arr[slice(a.get("start", 0) or 0, a.get("end"))]
+
     def op_stage(self, i: int) -> int:
         return self.stage[i]
 
@@ -220,11 +229,7 @@ class Plan:
         else:
             op = prog.ops[i]
             if op.op_type in SHAPE_OPS:
-                x = op.inputs[0]
-                arr = np.array(self.local_shape(x), dtype=np.int64)  # type: ignore[arg-type]
-                if op.op_type == "Size":
-                    arr = np.array(int(np.prod(arr)), dtype=np.int64)
-                c = self.const_key(DenseAttr.from_array(arr))
+                c = self.const_key(DenseAttr.from_array(self.shape_value(op)))
             elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
                 c = self.const_key(op.attrs["value"])  # type: ignore[arg-type]
             else:

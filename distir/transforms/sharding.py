@@ -26,10 +26,13 @@ import heapq
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import BROADCAST, UNARY, apply_rule
+from distir.transforms.layout_shape_rules import reshape_layout
 from distir.transforms.program import Program
 
 __all__ = ["Sharding", "OPTIMIZERS"]
@@ -43,6 +46,8 @@ _DATA_ROLES = {("MatMul", 0), ("MatMulGrad", 0), ("Gemm", 0), ("Conv", 0), ("Gat
 
 
 _ELEMENTWISE = frozenset(UNARY) | frozenset(BROADCAST)
+_RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+_LOCAL_GATHERS = frozenset({"Gather", "GatherND"})
 
 
 class _Layouts(dict[Value, Layout]):
@@ -74,6 +79,8 @@ class Sharding:
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
         self._pulled: list[Value] = []
+        self.local_index: set[Value] = set()
+        """Indices into a batch-split tensor made from local shapes (``_accept_batch``)."""
         self.forced: dict[Value, Layout] = {}
         """Batch-free values split because a batch-split value is combined with them (an
         expanded mask): each shard makes its part locally (``_pull_batch``)."""
@@ -211,9 +218,19 @@ class Sharding:
             self._memo[key] = hit
         if isinstance(hit, Exception):
             raise hit
+        if op.op_type in _LOCAL_GATHERS and ins[0] is not None and ins[1] is not None and \
+                ins[1].marks and ins[1].marks[0] == B and op.inputs[1] not in self.local_index:
+            self._check_gather(op, ins[0])
         return hit
 
-    def _propagate(self, heap: list[int], accept: Callable[[Value, Layout], bool],
+    def _check_gather(self, op: Op, data: Layout) -> None:
+        """A gather along the split batch axis needs indices made from local shapes."""
+        axis = self.prog.attrs(op).get("axis", 0) if op.op_type == "Gather" else 0
+        if data.marks[axis] == B:
+            raise Reject(f"{op.op_type} along the split batch axis with indices that are "
+                         "not made from the local batch size")
+
+    def _propagate(self, heap: list[int], accept: Callable[[Value, Layout, bool], bool],
                    undo: list[tuple[Value, Any, Any]] | None,
                    on_reject: Callable[[Op, Reject], tuple | None] | None = None,
                    ) -> tuple[Op, Reject] | None:
@@ -233,7 +250,7 @@ class Sharding:
                 res = self._eval(op)
             except Demand as d:
                 v = op.inputs[d.index]
-                if v is None or not accept(v, d.layout):
+                if v is None or not accept(v, d.layout, d.local):
                     r = Reject(f"input {d.index} (%{v.name if v else '_'}) would have to "
                                f"be split as {d.layout}")
                     alt = on_reject(op, r) if on_reject is not None else None
@@ -286,16 +303,23 @@ class Sharding:
                         heapq.heappush(heap, u)
 
     # -- pass 1: batch ---------------------------------------------------------------------
-    def _accept_batch(self, v: Value, layout: Layout) -> bool:
+    def _accept_batch(self, v: Value, layout: Layout, local: bool = False) -> bool:
         """Whether ``v`` may take the batch split ``layout`` that an op demands: a parameter
         that is data (not a weight, of the batch size along the split axis), or a
-        batch-free value whose shards each device can make itself (``_pull_batch``)."""
+        batch-free value whose shards each device can make itself (``_pull_batch``).
+        ``local``: ``v`` indexes a batch-split tensor, so its shards must be made from
+        local shapes (at least one ``Range`` over the local batch)."""
         prog = self.prog
         if T in layout.marks:
             return False
         if v not in prog.param_set:
-            return self._pull_batch(v, layout, 0)
-        if v in self.trained or v in self.bound:
+            n = self._pull_batch(v, layout, 0, local)
+            if n is None or (local and n == 0):
+                return False
+            if local:
+                self.local_index.add(v)
+            return True
+        if local or v in self.trained or v in self.bound:
             return False
         a = layout.axis(B)
         if a is None or prog.shape(v)[a] != self.batch_size:
@@ -303,57 +327,109 @@ class Sharding:
         self.data.add(v)
         return True
 
-    def _pull_batch(self, v: Value, want: Layout, depth: int) -> bool:
+    def _pull_batch(self, v: Value, want: Layout, depth: int, local: bool) -> int | None:
         """Split the batch-free value ``v`` as ``want`` by splitting what it is made of: an
         ``Expand`` or ``ConstantOfShape`` makes its shard at the local shape (its rows are
-        equal along a broadcast axis), elementwise ops and ``Gather`` pass the split on to
-        their inputs. The values split at the sources are recorded in ``forced``."""
+        equal along a broadcast axis), a ``Range`` over the batch size (with ``local``)
+        counts the local rows; elementwise, reshaping, ``Concat`` and ``Gather`` ops pass
+        the split on to their inputs. Returns the number of ``Range`` sources, or ``None``
+        when ``v`` cannot be split so. The values split are recorded in ``forced``."""
         prog = self.prog
         cur = self.layout.get(v) or replicated(len(want.marks))
         if cur == want:
-            return True
+            return 0
         if depth > 64 or any(c is not None and c != w
                              for c, w in zip(cur.marks, want.marks, strict=True)):
-            return False
+            return None
         if v in prog.param_set:
-            return self._accept_batch(v, want)
+            return 0 if not local and self._accept_batch(v, want) else None
         op = prog.producer_op(v)
         if op is None or len(op.outputs) != 1:
-            return False
+            return None
         t = op.op_type
         so = prog.shape(v)
+        pulls: list[tuple[Value, Layout]] = []
+        found = 0
         if t == "ConstantOfShape":
-            ok = True
+            pass
+        elif t == "Range":
+            if not local or want.marks[0] != B or so[0] != self.batch_size or \
+                    not self._is_batch_size(op.inputs[1], 0):
+                return None
+            found = 1
         elif t == "Expand" or t in _ELEMENTWISE:
-            ins = op.inputs[:1] if t == "Expand" else op.inputs
-            ok = True
-            for x in ins:
+            for x in (op.inputs[:1] if t == "Expand" else op.inputs):
                 if x is None:
                     continue
                 sx = prog.shape(x)
                 off = len(so) - len(sx)
                 marks = tuple(None if sx[j] == 1 else want.marks[j + off]
                               for j in range(len(sx)))
-                if any(marks) and not self._pull_batch(x, Layout(marks), depth + 1):
-                    ok = False
-                    break
+                if any(marks):
+                    pulls.append((x, Layout(marks)))
+        elif t in _RESHAPES:
+            x = op.inputs[0]
+            try:
+                pulls.append((x, reshape_layout(want, so, prog.shape(x))))  # type: ignore
+            except Reject:
+                return None
+        elif t == "Concat":
+            axis = prog.attrs(op).get("axis", 0)
+            if want.marks[axis + len(so) if axis < 0 else axis] is not None:
+                return None
+            pulls.extend((x, want) for x in op.inputs if x is not None)
         elif t == "Gather":
             data, idx = op.inputs
             if data is None or idx is None:
-                return False
+                return None
             axis = prog.attrs(op).get("axis", 0)
             rd, ri = len(prog.shape(data)), len(prog.shape(idx))
             axis = axis + rd if axis < 0 else axis
-            mid = want.marks[axis:axis + ri]
-            ok = not any(want.marks[:axis] + want.marks[axis + ri:]) and \
-                self._pull_batch(idx, Layout(mid), depth + 1)
+            if any(want.marks[:axis] + want.marks[axis + ri:]):
+                return None
+            pulls.append((idx, Layout(want.marks[axis:axis + ri])))
         else:
-            ok = False
-        if ok:
-            self.forced[v] = want
-            self.layout[v] = want
-            self._pulled.append(v)
-        return ok
+            return None
+        for x, lay in pulls:
+            n = self._pull_batch(x, lay, depth + 1, local)
+            if n is None:
+                return None
+            found += n
+        self.forced[v] = want
+        self.layout[v] = want
+        self._pulled.append(v)
+        return found
+
+    def _is_batch_size(self, v: Value | None, depth: int) -> bool:
+        """Whether ``v`` holds the batch size, read from the shape of a batch-split value
+        (``Gather(Shape(x), a)`` with axis ``a`` of ``x`` split): its local value is the
+        shard's batch."""
+        prog = self.prog
+        op = prog.producer_op(v) if v is not None else None
+        if op is None or depth > 16:
+            return False
+        t = op.op_type
+        if t in ("Squeeze", "Unsqueeze", "Cast", "Reshape", "Identity"):
+            return self._is_batch_size(op.inputs[0], depth + 1)
+        shape_op: Op | None = op
+        k = 0
+        if t == "Gather":
+            shape_op = prog.producer_op(op.inputs[0])  # type: ignore[arg-type]
+            c = prog.const(op.inputs[1])
+            if c is None or np.asarray(c).size != 1:
+                return False
+            k = int(np.asarray(c).reshape(-1)[0])
+        if shape_op is None:
+            return False
+        if shape_op.op_type != "Shape" or shape_op.inputs[0] is None:
+            return False
+        x = shape_op.inputs[0]
+        rank = len(prog.shape(x))
+        a = prog.attrs(shape_op)
+        start = int(a.get("start", 0) or 0)
+        start = start + rank if start < 0 else start
+        k = start + (k + rank - start if k < 0 else k)
+        return 0 <= k < rank and self.layout[x].marks[k] == B
 
     def _batch_pass(self) -> None:
         """Split the batch everywhere. An op that cannot take a split batch is recorded in
@@ -373,7 +449,7 @@ class Sharding:
         self._propagate(list(prog.live_ops), self._accept_batch, None, on_reject)
 
     # -- pass 2: tensor parallelism ----------------------------------------------------------
-    def _accept_tensor(self, v: Value, layout: Layout) -> bool:
+    def _accept_tensor(self, v: Value, layout: Layout, local: bool = False) -> bool:
         prog = self.prog
         if v not in prog.param_set or v in self.data or v in self.locked:
             return False

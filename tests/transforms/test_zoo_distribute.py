@@ -68,7 +68,12 @@ def test_refused_or_verified(name: str, exporter: str) -> None:
 
 SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1, 1, 1)),
           ("mobilenet_v3_small", "dynamo", (2, 2, 1, 1)), ("vit", "torchscript", (2, 1, 2, 1)),
-          ("vit_b16", "torchscript", (1, 2, 1, 1))]
+          ("vit_b16", "torchscript", (1, 2, 1, 1)), ("gpt2", "torchscript", (2, 1, 1, 1)),
+          ("gpt2", "dynamo", (2, 1, 1, 2)), ("bert", "dynamo", (2, 2, 1, 1)),
+          ("llama", "torchscript", (2, 1, 2, 2)), ("llama", "dynamo", (4, 1, 1, 1)),
+          ("t5_encoder", "torchscript", (2, 2, 1, 1))]
+"""Configurations run by the reference executor: the batch split through convolutions,
+batch norms and pools, masks made by index arithmetic (HF models), with T, P and K."""
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg"), SAMPLE,
@@ -80,6 +85,7 @@ def test_distributed_equals_sequential(name: str, exporter: str,
     want = distir.execute(m.entry, ins)
     dp, tp, pp, k = cfg
     sc = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+    assert sum(op.op_type == "MPIScatter" for op in sc.ops) >= (dp * k > 1)
     got = distir.execute(sc, ins, check_types=False)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
