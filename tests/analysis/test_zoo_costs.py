@@ -80,3 +80,5 @@ def test_lstm_costs_its_products() -> None:
     assert c.flops == d * (2 * t * n * 4 * h * i + t * 2 * n * 4 * h * h)
     one = cost("LSTM", (x, F(1, 4 * h, i), F(1, 4 * h, h)), outs[:1])
     assert c.seconds > one.seconds > 0
+    gru = cost("GRU", (x, F(1, 3 * h, i), F(1, 3 * h, h)), outs[:1])
+    assert gru.flops == 2 * t * n * 3 * h * i + t * 2 * n * 3 * h * h

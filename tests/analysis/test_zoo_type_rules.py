@@ -108,6 +108,10 @@ CASES: list[base.Case] = [
                   X((2, 2, 4)), X((2, 2, 4)), X((2, 12))], {"direction": "bidirectional"},
          n_out=2),
     Case("LSTM", [X((2, 5, 3)), X((1, 16, 3)), X((1, 16, 4))], {"layout": 1}, n_out=3),
+    Case("GRU", [X((5, 2, 3)), X((2, 12, 3)), X((2, 12, 4)), X((2, 24)), None,
+                 X((2, 2, 4))], {"direction": "bidirectional"}, n_out=2),
+    Case("GRU", [X((2, 5, 3)), X((1, 12, 3)), X((1, 12, 4))],
+         {"layout": 1, "linear_before_reset": 1}),
     Case("GroupNormalization", [X((2, 4, 3, 3)), X((4,)), X((4,))], {"num_groups": 2}),
 ]
 
@@ -154,6 +158,8 @@ def _k(value: object, dt: DType = DType.Int64) -> Concrete:
     ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 16, 4), None, _k([5, 3], DType.Int32)), {},
      "full length"),
     ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 12, 4)), {}, "R must have shape"),
+    ("GRU", (_t(5, 2, 3), _t(1, 12, 3), _t(1, 12, 4)),
+     {"activations": ("Sigmoid", "Relu")}, "Sigmoid, Tanh cell"),
 ])
 def test_bad_use_is_a_one_line_error(op: str, args: tuple, attrs: dict, match: str) -> None:
     with pytest.raises(TypeInferenceError, match=match) as e:

@@ -335,3 +335,17 @@ def test_lstm(direction: str, layout: int) -> None:
               rtol=1e-4, atol=1e-5)
     check(one_op("LSTM", full[:3], n_out=2, direction=direction, layout=layout, hidden_size=h),
           rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("direction", ["forward", "reverse", "bidirectional"])
+@pytest.mark.parametrize("layout, lbr", [(0, 0), (1, 0), (0, 1)])
+def test_gru(direction: str, layout: int, lbr: int) -> None:
+    d, t, n, i, h = (2 if direction == "bidirectional" else 1), 5, 2, 3, 4
+    x = (n, t, i) if layout else (t, n, i)
+    state = (n, d, h) if layout else (d, n, h)
+    full = [(F32, x), (F32, (d, 3 * h, i)), (F32, (d, 3 * h, h)), (F32, (d, 6 * h)), None,
+            (F32, state)]
+    attrs = {"direction": direction, "layout": layout, "linear_before_reset": lbr}
+    for n_out in (1, 2):
+        check(one_op("GRU", full, n_out=n_out, **attrs), rtol=1e-4, atol=1e-5)
+    check(one_op("GRU", full[:3], n_out=2, **attrs), rtol=1e-4, atol=1e-5)

@@ -1,5 +1,6 @@
 """Cost rules of ops whose work an attribute shapes: ``Einsum`` (its equation), ``Resize``
-(its mode), ``ConvTranspose`` (its kernel and groups) and ``LSTM`` (its directions).
+(its mode), ``ConvTranspose`` (its kernel and groups), ``LSTM`` and ``GRU`` (their
+directions and gates).
 
 - A two-operand ``Einsum`` is one (batched) matrix product: its letters shared by both
   operands and the result are the batch, those shared by the operands only are contracted
@@ -14,9 +15,10 @@
 - ``ConvTranspose`` is an implicit GEMM like ``Conv``: ``m = N * input pixels``,
   ``n = M * kernel size`` (output channels times the window each input pixel scatters to),
   ``k = C / group``.
-- ``LSTM`` is, per direction, one product for the input projection of every step
-  ``(T * N) x I @ I x 4H`` and one recurrent product per step ``N x H @ H x 4H`` (as the
-  backend runs it), plus a memory-bound pass over the gates of every step.
+- ``LSTM`` and ``GRU`` are, per direction, one product for the input projection of every
+  step ``(T * N) x I @ I x G*H`` and one recurrent product per step ``N x H @ H x G*H`` (as
+  the backend runs them; G = 4 gates, 3 for GRU), plus a memory-bound pass over the gates
+  of every step.
 """
 
 from __future__ import annotations
@@ -81,14 +83,14 @@ def conv_transpose(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return _products(hw, [(m, n, x.shape[1] // group)], x)
 
 
-@COST_RULES.register("LSTM")
-def lstm(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+@COST_RULES.register("LSTM", "GRU")
+def recurrent(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
     x, r = ins[0], ins[2]
-    d, four_h, h = r.shape
+    d, gh, h = r.shape  # gh: the gates times the hidden size
     t_len, batch = (x.shape[1], x.shape[0]) if attrs.get("layout", 0) else x.shape[:2]
-    dims = [(t_len * batch, four_h, x.shape[2])] + [(batch, four_h, h)] * t_len
-    gates = float(d * t_len * batch * four_h * x.dtype.itemsize * 3)
+    dims = [(t_len * batch, gh, x.shape[2])] + [(batch, gh, h)] * t_len
+    gates = float(d * t_len * batch * gh * x.dtype.itemsize * 3)
     return _products(hw, dims * d, x, gates + tensor_bytes(outs))
 
 

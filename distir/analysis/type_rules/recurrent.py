@@ -1,14 +1,15 @@
-"""Type rule of ONNX ``LSTM`` (opset 14, the version in force at 21).
+"""Type rules of ONNX ``LSTM`` and ``GRU`` (opset 14, the version in force at 21).
 
-Shapes, with ``D`` directions (2 for ``bidirectional``), ``H = hidden_size``, ``layout=0``
-(``layout=1`` swaps the sequence and batch axes of X, Y, initial_h/c, Y_h and Y_c): X is
-``(T, N, I)``, W ``(D, 4H, I)``, R ``(D, 4H, H)``, B ``(D, 8H)``, initial_h/c ``(D, N, H)``,
-P ``(D, 3H)``; results Y ``(T, D, N, H)``, Y_h and Y_c ``(D, N, H)``.
+Shapes, with ``D`` directions (2 for ``bidirectional``), ``H = hidden_size``, ``G`` gates
+(4 for LSTM, 3 for GRU), ``layout=0`` (``layout=1`` swaps the sequence and batch axes of X,
+Y, initial_h/c, Y_h and Y_c): X is ``(T, N, I)``, W ``(D, G*H, I)``, R ``(D, G*H, H)``, B
+``(D, 2*G*H)``, initial_h/c ``(D, N, H)``, LSTM's P ``(D, 3H)``; results Y ``(T, D, N, H)``,
+Y_h (and LSTM's Y_c) ``(D, N, H)``.
 
-DistIR runs the LSTM of the ONNX default: gates sigmoid, cell and hidden tanh, no clip, no
+DistIR runs the cells of the ONNX default: sigmoid gates and tanh elsewhere, no clip, no
 coupled input/forget gate, every sequence the full length (``onnx.reference`` ignores the
 attributes and ``sequence_lens`` that would say otherwise, so a model that sets them is
-refused here rather than computed wrongly).
+refused here rather than computed wrongly). GRU's ``linear_before_reset`` is honoured.
 """
 
 from __future__ import annotations
@@ -22,14 +23,16 @@ from distir.analysis.type_rules._util import fail, int_tensor, same_dtype, tenso
 from distir.analysis.values import Concrete
 from distir.ir.types import TensorType
 
-_DEFAULT_ACTS = ("Sigmoid", "Tanh", "Tanh")
+_DEFAULT_ACTS = {"LSTM": ("Sigmoid", "Tanh", "Tanh"), "GRU": ("Sigmoid", "Tanh")}
+_GATES = {"LSTM": 4, "GRU": 3}
 
 
-def _check_default_cell(attrs: dict[str, Any], n_dir: int) -> None:
+def _check_default_cell(op_type: str, attrs: dict[str, Any], n_dir: int) -> None:
     acts = attrs.get("activations")
-    if acts is not None and tuple(acts) != _DEFAULT_ACTS * n_dir:
+    default = _DEFAULT_ACTS[op_type]
+    if acts is not None and tuple(acts) != default * n_dir:
         raise fail(f"activations {list(acts)} are not supported: DistIR runs the default "
-                   "Sigmoid, Tanh, Tanh cell")
+                   f"{', '.join(default)} cell")
     if attrs.get("clip") is not None:
         raise fail("clip is not supported: DistIR runs the unclipped cell")
     if attrs.get("input_forget", 0):
@@ -37,13 +40,14 @@ def _check_default_cell(attrs: dict[str, Any], n_dir: int) -> None:
                    "gates")
 
 
-@TYPE_RULES.register("LSTM")
-def lstm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+@TYPE_RULES.register("LSTM", "GRU")
+def recurrent(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     direction = attrs.get("direction", "forward")
     if direction not in ("forward", "reverse", "bidirectional"):
         raise fail(f"direction must be forward, reverse or bidirectional, got {direction!r}")
     d = 2 if direction == "bidirectional" else 1
-    _check_default_cell(attrs, d)
+    _check_default_cell(op_type, attrs, d)
+    g = _GATES[op_type]
     layout = attrs.get("layout", 0)
     x, r = tensor(args[0], "X"), tensor(args[2], "R")
     if x.rank != 3:
@@ -53,10 +57,13 @@ def lstm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     hs = attrs.get("hidden_size")
     if hs is not None and hs != h:
         raise fail(f"hidden_size={hs} differs from R {r.shape}")
-    want = {"W": (d, 4 * h, x.shape[2]), "R": (d, 4 * h, h), "B": (d, 8 * h), "P": (d, 3 * h),
+    want = {"W": (d, g * h, x.shape[2]), "R": (d, g * h, h), "B": (d, 2 * g * h),
+            "P": (d, 3 * h),
             "initial_h": (batch, d, h) if layout else (d, batch, h)}
     want["initial_c"] = want["initial_h"]
-    names = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c", "P")
+    names: tuple[str, ...] = ("X", "W", "R", "B", "sequence_lens", "initial_h", "initial_c",
+                              "P") if op_type == "LSTM" else ("X", "W", "R", "B",
+                                                               "sequence_lens", "initial_h")
     ts = [x]
     for i, name in enumerate(names[1:], start=1):
         if i >= len(args) or args[i] is None:
@@ -74,6 +81,8 @@ def lstm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     state = want["initial_h"]
     outs = (TensorType(dt, y, x.device), TensorType(dt, state, x.device),
             TensorType(dt, state, x.device))
+    if n_out > (3 if op_type == "LSTM" else 2):
+        raise fail(f"has at most {3 if op_type == 'LSTM' else 2} results, {n_out} named")
     return outs[:n_out]
 
 
