@@ -9,6 +9,7 @@ in place, one rank per process. ``torch`` is imported only when a run starts.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from typing import Any
 
@@ -21,7 +22,7 @@ __all__ = ["run", "Session", "TorchrunSession", "RunResult"]
 def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = None,
         steps: int = 10, warmup: int = 3, world_size: int | None = None,
         outputs: bool | None = None, memory_limit: int | None = None, seed: int = 0,
-        timeout_s: float = 300.0) -> RunResult | None:
+        timeout_s: float = 300.0, profile: str | None = None) -> RunResult | None:
     """Run ``fn`` (a ``Function``, a ``Module``'s entry, or a ``Projection``) for real.
 
     One process per device of the program (``world_size`` may ask for more; the extra
@@ -35,11 +36,14 @@ def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = N
     ``status`` ``"ok"`` or ``"oom"``, ...). Under ``torchrun`` every process calls this, rank
     0 gets the result and the others ``None``. Raises a one-line ``DistIRError`` for an op
     without a lowering, a failed op, a hung collective (after ``timeout_s``) or a dead
-    worker; every worker process is stopped whatever happens.
+    worker; every worker process is stopped whatever happens. ``profile`` (a directory)
+    adds one untimed step, profiled with ``torch.profiler`` and every op marked, and writes
+    each rank's trace to ``profile/rank{r}.json`` (see ``distir explain``).
     """
     from distir.backend.launch import prepare
 
-    kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed)
+    kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed,
+              profile=None if profile is None else os.path.abspath(profile))
     if in_torchrun():
         ts = TorchrunSession(backend, timeout_s=timeout_s)
         try:

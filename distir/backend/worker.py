@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import gc
 import re
+import warnings
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +44,10 @@ class RankTask:
     want_outputs: bool
     memory_limit: int | None = None
     seed: int = 0
+    profile: str | None = None
+    """A directory: after the timed steps, one more step runs with its ops marked under
+    ``torch.profiler``, its trace written to ``profile/rank{r}.json``
+    (``distir.backend.profiling``); the timed steps are not profiled."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -141,19 +146,27 @@ class RankRunner:
                 torch.cuda.reset_peak_memory_stats(self.device)
             timer = StepTimer(self.device)
             outs: list[Any] | None = None
-            total, step = task.warmup + task.steps, 0
+            timed = task.warmup + task.steps
+            # Profiling adds two steps: the profiler's own warm-up, then the recorded one.
+            total, step = timed + 2 * (task.profile is not None), 0
+            prof: Any = None
             while agreed == OK and step < total:
                 outs = None  # the previous step's results are not kept
-                timer.start()
+                prog = compiled if step < timed else _marked(compiled)
                 try:
-                    with torch.inference_mode():
-                        outs = compiled.run(inputs)  # type: ignore[union-attr, arg-type]
-                    dt = timer.stop()
-                    if step >= task.warmup:
-                        res.times_s.append(dt)
+                    if step < timed:
+                        timer.start()
+                        with torch.inference_mode():
+                            outs = prog.run(inputs)  # type: ignore[union-attr, arg-type]
+                        dt = timer.stop()
+                        if step >= task.warmup:
+                            res.times_s.append(dt)
+                    else:
+                        prof = self.profile_step(task, prog, inputs, timer, prof,
+                                                 last=step == total - 1)
                 except Exception as e:  # noqa: BLE001
                     mine = OOM if is_oom(e) else (COMM_ERROR if _comm_failure(e) else ERROR)
-                    res.message = describe(e, step, compiled.failed_at)  # type: ignore[union-attr]
+                    res.message = describe(e, step, prog.failed_at)  # type: ignore[union-attr]
                     res.error_type = type(e).__name__
                 self.beat()
                 step += 1
@@ -173,6 +186,44 @@ class RankRunner:
             if task.memory_limit is not None:  # the cap was this program's only
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
+
+    def profile_step(self, task: RankTask, prog: Any, inputs: Any, timer: StepTimer,
+                     prof: Any, *, last: bool) -> Any:
+        """One step of the marked program under ``torch.profiler`` (started at the first such
+        step, which is its warm-up and is not recorded); the last writes the trace. ``prof``
+        is what the previous call returned (``None`` at first)."""
+        import torch
+        from torch.profiler import ProfilerActivity, profile, schedule
+
+        from distir.backend.profiling import write_trace
+
+        if prof is None:
+            fn = task.program.fn
+            info: dict[str, Any] = {
+                "rank": self.rank, "world_size": self.world_size, "program": task.name,
+                "num_ops": len(fn.ops), "op_types": [op.op_type for op in fn.ops],
+                "device": self.device_name, "backend": self.backend}
+            acts = [ProfilerActivity.CPU]
+            if self.device.type == "cuda":
+                acts.append(ProfilerActivity.CUDA)
+            with warnings.catch_warnings():  # (that a new cycle would clear its events)
+                warnings.simplefilter("ignore", UserWarning)
+                prof = profile(activities=acts, schedule=schedule(wait=0, warmup=1, active=1),
+                               on_trace_ready=lambda p: write_trace(p, str(task.profile),
+                                                                    self.rank, info))
+                prof.start()
+            prof = (prof, info)
+        timer.start()
+        with torch.inference_mode():
+            prog.run(inputs)
+        prof[1]["step_s"] = timer.stop()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", UserWarning)
+            prof[0].step()  # after the recorded step: the trace is written
+        if last:
+            prof[0].stop()
+            return None
+        return prof
 
     def refuse(self, message: str, error_type: str) -> RankResult:
         """The result for a task this rank could not even read: it still meets the other
@@ -232,6 +283,12 @@ def _comm_failure(e: BaseException) -> bool:
     text = f"{type(e).__name__} {e}".lower()
     return any(k in text for k in ("timed out", "timeout", "connection", "nccl", "gloo",
                                    "distbackenderror", "peer"))
+
+
+def _marked(compiled: Any) -> Any:
+    from distir.backend.profiling import marked
+
+    return marked(compiled)
 
 
 def _device_name(device: Any) -> str:

@@ -40,6 +40,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--memory-limit", type=_bytes, default=None, metavar="BYTES",
                    help="memory cap per device, e.g. 40GiB (an allocation beyond it is an "
                    "out-of-memory run)")
+    p.add_argument("--profile", metavar="DIR", default=None,
+                   help="after the timed steps, profile one more step with every op marked "
+                   "and write each rank's torch.profiler trace to DIR/rank<r>.json (read it "
+                   "with `distir explain`)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on standard output and nothing else")
     p.set_defaults(func=run_run)
@@ -78,7 +82,8 @@ def run_run(args: argparse.Namespace) -> int:
         print(f"distir run: starting the workers for @{fn.name}", file=sys.stderr)
     res = run(fn, inputs, backend=args.backend, steps=args.steps, warmup=args.warmup,
               world_size=args.world_size, outputs=args.out is not None or inputs is not None,
-              memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout)
+              memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout,
+              profile=args.profile)
     if res is None:  # a torchrun rank other than 0
         return 0
     saved: list[str | None] = []
@@ -87,6 +92,9 @@ def run_run(args: argparse.Namespace) -> int:
 
         names = [output_name(v.name, i) for i, v in enumerate(fn.returns)]
         saved = save_outputs(args.out, names, res.outputs)
+    if args.profile is not None and res.status == "ok":
+        print(f"distir run: wrote one profiled step per rank to {args.profile}/rank<r>.json",
+              file=sys.stderr)
     if args.json:
         doc = res.to_dict()
         doc["file"] = args.file
