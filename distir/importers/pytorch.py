@@ -191,9 +191,7 @@ def _simplify(model: Any, params: frozenset[str]) -> None:
     (which also turns ``SplitToSequence`` + ``SequenceAt`` into ``Split``), never on a node
     that reads a parameter, and removes the nodes left unused.
     """
-    import onnx_ir.passes.common as common
-    from onnxscript import ir
-    from onnxscript.optimizer import _constant_folding as folding
+    from onnxscript import optimizer
 
     def should_fold(node: Any) -> bool | None:
         for v in node.inputs:
@@ -201,15 +199,13 @@ def _simplify(model: Any, params: frozenset[str]) -> None:
                 return False
         return None
 
-    fold = folding.FoldConstantsPass(
-        shape_inference=True, input_size_limit=folding.DEFAULT_CONSTANT_FOLD_INPUT_SIZE_LIMIT,
-        output_size_limit=folding.DEFAULT_CONSTANT_FOLD_OUTPUT_SIZE_LIMIT,
-        should_fold=should_fold)
-    ir.passes.Sequential(
-        common.InlinePass(),
-        ir.passes.PassManager([fold, common.RemoveUnusedNodesPass()], steps=2,
-                              early_stop=True),
-        common.RemoveUnusedNodesPass())(model)
+    optimizer.inline(model)
+    for _ in range(2):  # folding can expose more folding once unused nodes are gone
+        result = optimizer.fold_constants(model, onnx_shape_inference=True,
+                                          should_fold=should_fold)
+        optimizer.remove_unused_nodes(model)
+        if not result.modified:
+            break
 
 
 def _cause(e: BaseException) -> str:

@@ -1,11 +1,13 @@
-"""Export the zoo's models to ONNX with both of torch's exporters, cached on disk.
+"""Export the zoo's models to ONNX with torch's two exporters and ``distir.import_torch``'s,
+cached on disk.
 
 ``exported(spec, exporter)`` is the path of ``<cache>/<model>.<exporter>.onnx``, exported on
 first use. The cache directory is keyed by the versions of torch, transformers and onnx and
-by a hash of the zoo's own sources (this file and ``models.py``), so that a change to any of
-them exports afresh; it is ``.pytest_cache/distir-zoo/<key>`` under the repository (ignored
-by git), or ``$DISTIR_ZOO_CACHE/<key>``. A failed export is cached too (as ``.error``, its
-one-line reason), so that it is reported the same way every time without being retried.
+by a hash of the sources that make the exports (this file, ``models.py`` and
+``distir/importers/pytorch.py``), so that a change to any of them exports afresh; it is
+``.pytest_cache/distir-zoo/<key>`` under the repository (ignored by git), or
+``$DISTIR_ZOO_CACHE/<key>``. A failed export is cached too (as ``.error``, its one-line
+reason), so that it is reported the same way every time without being retried.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ def _versions() -> str:
 def cache_dir() -> str:
     """The directory the zoo's exports are cached in (created)."""
     h = hashlib.sha256(_versions().encode())
-    for f in ("models.py", "export.py"):
-        with open(os.path.join(_HERE, f), "rb") as fh:
+    for f in (os.path.join(_HERE, "models.py"), os.path.join(_HERE, "export.py"),
+              os.path.join(_ROOT, "distir", "importers", "pytorch.py")):
+        with open(f, "rb") as fh:
             h.update(fh.read())
     base = os.environ.get("DISTIR_ZOO_CACHE") or os.path.join(_ROOT, ".pytest_cache",
                                                               "distir-zoo")
