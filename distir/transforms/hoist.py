@@ -254,7 +254,7 @@ class BuilderBase:
             op = prog.ops[i]
             for k, x in enumerate(op.inputs):
                 j = prog.producer.get(x) if x is not None else None
-                if j is not None and plan.kind(j) == HOIST and \
-                        (op.op_type, k) not in SHAPE_OPERANDS:
+                if j is not None and (op.op_type, k) not in SHAPE_OPERANDS and \
+                        plan.kind(j) == HOIST:
                     for d in range(plan.dp):
                         self.hoist(x, d, plan.stage[i])  # type: ignore[arg-type]

@@ -125,6 +125,9 @@ def gather_nd(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     marked = [lay for lay in ins if lay is not None and any(lay.marks)]
     if not marked:
         return ((replicated(len(outs[0])), ""),)
+    if op_type == "ScatterND" and attrs.get("reduction") == "add" and not any(data.marks) \
+            and bd == 0:
+        return _scatter_add_partial(ins, shapes)
     ref = marked[0].marks[:bd]
     for k, lay in enumerate(ins[:2]):
         if any(lay.marks[bd:]) or lay.marks[:bd] != ref:
@@ -139,6 +142,26 @@ def gather_nd(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
                 f"{op_type}: updates split unlike data")
         return ((ins[0], ""),)
     return ((Layout(ref + (None,) * (len(outs[0]) - bd)), ""),)
+
+
+def _scatter_add_partial(ins: tuple, shapes: tuple) -> RuleResult:
+    """``ScatterND(zeros, indices, updates, reduction="add")`` with the indices and
+    updates split along their leading (sample) axes: each shard scatters its own updates,
+    and the sum over the shards is the whole result (an embedding's gradient). The analysis
+    checks that ``data`` is zeros."""
+    idx, upd = ins[1], ins[2]
+    q = len(shapes[1]) - 1  # the sample axes of the indices, also the updates' first q
+    if idx.marks[q] is not None or any(upd.marks[q:]):
+        raise Reject("ScatterND with a split index tuple or a split row of updates")
+    if idx.marks[:q] != upd.marks[:q]:
+        if not any(upd.marks):
+            raise Demand(2, Layout(idx.marks[:q] + (None,) * (len(upd.marks) - q)))
+        if not any(idx.marks):
+            raise Demand(1, Layout(upd.marks[:q] + (None,)))
+        raise Reject("ScatterND: indices and updates split differently")
+    if T in upd.marks[:q]:
+        raise Reject("ScatterND with indices split over tensor-parallel ranks")
+    return ((replicated(len(shapes[0])), "".join(sorted({m for m in upd.marks if m}))),)
 
 
 @register("Tile")

@@ -91,3 +91,33 @@ def test_distributed_equals_sequential(name: str, exporter: str,
     for g, w in zip(got, want, strict=True):
         assert g.shape == w.shape
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+TRAIN = [("resnet50", "torchscript", (2, 1, 1, 1), "sum"),
+         ("gpt2", "torchscript", (2, 1, 1, 1), "sum"),
+         ("gpt2", "dynamo", (2, 1, 1, 2), "mean")]
+
+
+@pytest.mark.parametrize(("name", "exporter", "cfg", "reduction"), TRAIN,
+                         ids=[f"{n}-{e}-D{c[0]}K{c[3]}-{r}" for n, e, c, r in TRAIN])
+def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int, int, int],
+                                   reduction: str) -> None:
+    """A training step of an imported model (cross entropy, SGD) under D (and K): the
+    weight gradients are summed over the replicas (the embedding's scatter-add included),
+    and the updated weights equal the sequential step's."""
+    from distir.analysis import type_env
+    from distir.transforms import training_step
+
+    m, _ = _analysis(name, exporter)
+    step = training_step(m.entry, loss="cross_entropy", optimizer="sgd", reduction=reduction)
+    target = type_env(step)[step.params[-1]]
+    labels = np.random.default_rng(0).integers(0, 3, size=target.shape).astype(np.int64)
+    ins = _inputs(name) + [labels]
+    want = distir.execute(step, ins)
+    dp, tp, pp, k = cfg
+    sc = dtp(step, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+    assert any(op.op_type == "MPIAllreduce" for op in sc.ops)
+    got = distir.execute(sc, ins, check_types=False)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
