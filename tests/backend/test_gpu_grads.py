@@ -15,16 +15,14 @@ from distir.backend.lowering import compile_program  # noqa: E402
 from distir.backend.worker import to_torch  # noqa: E402
 from distir.transforms import grad  # noqa: E402
 from tests.backend.test_lowering_grads import NOT_LOWERED  # noqa: E402
-from tests.transforms.test_grad import CASES, build  # noqa: E402
+from tests.transforms.test_grad import CASES, make_case  # noqa: E402
 
 GPU_CASES = [c for c in CASES if c[0] not in NOT_LOWERED]
 
 
 @pytest.mark.parametrize("case", GPU_CASES, ids=[c[0] for c in GPU_CASES])
 def test_gradient_program_on_cuda(case: tuple) -> None:
-    _, op_type, specs, attrs, extra = case
-    use, n_out = (None, extra) if isinstance(extra, int) else (extra or (None, None))
-    fn, vals, names = build(op_type, specs, attrs, use=use, n_out=n_out)
+    fn, vals, names = make_case(case)
     g = grad(fn, names)
     want = execute(g, vals)
     dev = torch.device("cuda")

@@ -15,7 +15,7 @@ from distir.backend.lowering import LOWERINGS, load_lowerings  # noqa: E402
 from distir.ir import DType, FunctionBuilder, TensorType  # noqa: E402
 from distir.transforms import grad  # noqa: E402
 from tests.backend.test_lowering import check, project, run_local  # noqa: E402
-from tests.transforms.test_grad import CASES, build  # noqa: E402
+from tests.transforms.test_grad import CASES, make_case  # noqa: E402
 
 # The forward op itself has no lowering in training mode (issue 15's closing note), and
 # HardSwish's forward lowering comes with the ONNX ops being added beside this work.
@@ -27,9 +27,7 @@ NOT_LOWERED = {"batch_norm_training"} | ({"hard_swish"} if "HardSwish" not in LO
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NOT_LOWERED],
                          ids=[c[0] for c in CASES if c[0] not in NOT_LOWERED])
 def test_gradient_program_lowers_and_matches(case: tuple) -> None:
-    _, op_type, specs, attrs, extra = case
-    use, n_out = (None, extra) if isinstance(extra, int) else (extra or (None, None))
-    fn, vals, names = build(op_type, specs, attrs, use=use, n_out=n_out)
+    fn, vals, names = make_case(case)
     check(grad(fn, names), vals, rtol=1e-6, atol=1e-7)
 
 

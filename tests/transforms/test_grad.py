@@ -259,7 +259,28 @@ MORE: list[tuple[str, str, list, dict, Any]] = [
     ("einsum_bmm", "Einsum", [x(2, 3, 4), x(2, 4, 5)], {"equation": "bij,bjk->bik"}, None),
     ("einsum_implicit_sum", "Einsum", [x(3, 4), x(4, 2)], {"equation": "ij,jk"}, None),
     ("einsum_own_axis", "Einsum", [x(3, 4, 2), x(4)], {"equation": "ijk,j->i"}, None),
+    ("tan", "Tan", [x(3, 4)], {}, None),
+    ("sinh", "Sinh", [x(3, 4)], {}, None),
+    ("cosh", "Cosh", [x(3, 4)], {}, None),
+    ("asin", "Asin", [x(3, 4)], {}, None),
+    ("acos", "Acos", [x(3, 4)], {}, None),
+    ("atanh", "Atanh", [x(3, 4)], {}, None),
+    ("asinh", "Asinh", [x(3, 4)], {}, None),
+    ("acosh", "Acosh", [x(3, 4)], {}, None),
+    ("celu", "Celu", [x(3, 4)], {"alpha": 0.8}, None),
+    ("softsign", "Softsign", [x(3, 4)], {}, None),
+    ("thresholded_relu", "ThresholdedRelu", [x(3, 4)], {"alpha": 0.3}, None),
+    ("shrink", "Shrink", [x(3, 4)], {"lambd": 0.4, "bias": 0.1}, None),
+    ("mean3", "Mean", [x(3, 4), x(4), x(3, 1)], {}, None),
+    ("hardmax", "Hardmax", [x(3, 4)], {}, None),
+    ("reduce_log_sum", "ReduceLogSum", [pos(2, 3, 4), k([1])], {}, None),
+    ("global_max_pool", "GlobalMaxPool", [x(2, 3, 4, 5)], {}, None),
+    ("lp_norm_2", "LpNormalization", [x(3, 5)], {"axis": 1, "p": 2}, None),
+    ("lp_norm_1", "LpNormalization", [x(2, 3, 4)], {"axis": 1, "p": 1}, None),
 ]
+# Inputs inside the domains of Asin/Acos/Atanh (|x| < 1) and Acosh (x > 1).
+DOMAIN = {"Asin": lambda v: np.tanh(v) * 0.9, "Acos": lambda v: np.tanh(v) * 0.9,
+          "Atanh": lambda v: np.tanh(v) * 0.9, "Acosh": lambda v: 1.5 + np.abs(v)}
 CASES += [c for c in MORE if c[1] in SCHEMAS]
 
 # onnx.reference's Erf is exact to about 1e-8 only: wider steps, the spec's tolerance.
@@ -270,14 +291,22 @@ if "HardSwish" in SCHEMAS:
     CASES.append(("hard_swish", "HardSwish", [x(4, 5)], {}, None))
 
 
-@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
-def test_vjp_rule_matches_finite_differences(case: tuple) -> None:
+def make_case(case: tuple) -> tuple[Function, list[np.ndarray], list[str]]:
+    """A case's function, inputs (moved into the op's domain) and differentiated names."""
     _, op_type, specs, attrs, extra = case
     use, n_out = (None, extra) if isinstance(extra, int) else (extra or (None, None))
     fn, vals, names = build(op_type, specs, attrs, use=use, n_out=n_out)
     if op_type == "HardSwish":  # keep the inputs off the kinks at +-3
         vals = [v * 2.0 for v in vals]
-    eps, rtol = LOOSE.get(op_type, (1e-4, 1e-6))
+    if op_type in DOMAIN:
+        vals = [DOMAIN[op_type](v) for v in vals]
+    return fn, vals, names
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_vjp_rule_matches_finite_differences(case: tuple) -> None:
+    fn, vals, names = make_case(case)
+    eps, rtol = LOOSE.get(case[1], (1e-4, 1e-6))
     check_grad(fn, vals, names, eps=eps, rtol=rtol)
 
 
@@ -290,7 +319,8 @@ def test_the_rules_cover_the_differentiable_ops() -> None:
               "Cast Identity Neg").split()
     assert [op for op in wanted if op not in VJP_RULES] == []
     # Cast has its own test; Ceil, Round and Sign share Floor's rule.
-    tested = {c[1] for c in CASES} | {"Cast", "HardSwish", "Ceil", "Round", "Sign"}
+    tested = {c[1] for c in CASES} | {"Cast", "HardSwish", "Ceil", "Round", "Sign",
+                                      "MeanVarianceNormalization"}
     assert set(VJP_RULES.rules) <= tested
 
 
@@ -307,6 +337,26 @@ def test_group_norm_matches_torch_in_float64(groups: int) -> None:
     (y * torch.tensor(r)).sum().backward()
     for got, t in zip(outs[1:], ts):
         np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-9, atol=1e-10)
+
+
+@pytest.mark.skipif("MeanVarianceNormalization" not in SCHEMAS, reason="op not in this tree")
+def test_mean_variance_normalization_matches_torch() -> None:
+    """In float32 (onnx.reference's MeanVarianceNormalization takes no float64)."""
+    torch = pytest.importorskip("torch")
+    b = FunctionBuilder("main")
+    xp = b.param("x", TensorType(DType.Float32, (2, 3, 4, 2), 0))
+    rng = np.random.default_rng(0)
+    r = rng.standard_normal((2, 3, 4, 2)).astype(np.float32)
+    y = b.op("MeanVarianceNormalization", xp)
+    fn = b.ret(b.op("ReduceSum", b.op("Mul", y, b.op("Constant", value=r, device=0)),
+                    keepdims=0))
+    xv = rng.standard_normal((2, 3, 4, 2)).astype(np.float32)
+    (got,) = distir.execute(grad(fn, ["x"]), [xv])[1:]
+    t = torch.tensor(xv, requires_grad=True)
+    xc = t - t.mean(dim=(0, 2, 3), keepdim=True)
+    yt = xc / ((xc * xc).mean(dim=(0, 2, 3), keepdim=True).sqrt() + 1e-9)
+    (yt * torch.tensor(r)).sum().backward()
+    np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-4, atol=1e-5)
 
 
 def test_a_value_used_twice_gets_the_sum() -> None:

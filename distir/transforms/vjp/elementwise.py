@@ -288,3 +288,65 @@ def piecewise_constant(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     """Piecewise constant: the gradient is zero almost everywhere (PyTorch's convention),
     so nothing flows back."""
     return (None,) * len(need)
+
+
+def _one_plus(cx: VJPContext, v: Value, sign: float = 1.0) -> Value:
+    """``1 + sign * v`` in the input's dtype."""
+    one = cx.scalar(1.0, cx.tx(0))
+    return cx.emit("Add" if sign > 0 else "Sub", one, v)
+
+
+@VJP_RULES.register("Tan", "Sinh", "Cosh", "Asin", "Acos", "Asinh", "Acosh", "Atanh")
+def trigonometric(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``1 + y^2``, ``cosh x``, ``sinh x``, ``±1 / sqrt(1 - x^2)``, ``1 / sqrt(x^2 ± 1)``,
+    ``1 / (1 - x^2)``."""
+    x, d, op = cx.x(0), douts[0], cx.op.op_type
+    if op == "Tan":
+        y = cx.y()
+        return (cx.mul(d, _one_plus(cx, cx.mul(y, y))),)
+    if op in ("Sinh", "Cosh"):
+        return (cx.mul(d, cx.emit("Cosh" if op == "Sinh" else "Sinh", x)),)
+    sq = cx.mul(x, x)
+    if op in ("Asin", "Acos"):
+        g = cx.emit("Div", d, cx.emit("Sqrt", _one_plus(cx, sq, -1.0)))
+        return (g if op == "Asin" else cx.emit("Neg", g),)
+    if op == "Asinh":
+        return (cx.emit("Div", d, cx.emit("Sqrt", _one_plus(cx, sq))),)
+    if op == "Acosh":
+        return (cx.emit("Div", d, cx.emit("Sqrt", cx.emit("Sub", sq, cx.scalar(1.0, cx.tx(0))))),)
+    return (cx.emit("Div", d, _one_plus(cx, sq, -1.0)),)
+
+
+@VJP_RULES.register("Celu")
+def celu(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``d`` above 0, else ``d * (y / alpha + 1)`` (``exp(x / alpha)``)."""
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    alpha = float(cx.attrs["alpha"])
+    slope = _one_plus(cx, cx.mul(cx.y(), cx.scalar(1.0 / alpha, t)))
+    return (cx.emit("Where", cx.emit("Greater", x, cx.scalar(0.0, t)), d, cx.mul(d, slope)),)
+
+
+@VJP_RULES.register("Softsign")
+def softsign(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    den = _one_plus(cx, cx.emit("Abs", cx.x(0)))
+    return (cx.emit("Div", douts[0], cx.mul(den, den)),)
+
+
+@VJP_RULES.register("ThresholdedRelu", "Shrink")
+def thresholded(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """The cotangent where the input passed (``x > alpha``; ``|x| > lambd``), else 0."""
+    x, t, d = cx.x(0), cx.tx(0), douts[0]
+    if cx.op.op_type == "ThresholdedRelu":
+        on = cx.emit("Greater", x, cx.scalar(float(cx.attrs["alpha"]), t))
+    else:
+        on = cx.emit("Greater", cx.emit("Abs", x), cx.scalar(float(cx.attrs["lambd"]), t))
+    return (cx.emit("Where", on, d, cx.scalar(0.0, t)),)
+
+
+@VJP_RULES.register("Mean")
+def mean(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    d = cx.mul(douts[0], cx.scalar(1.0 / cx.n_in, cx.ty()))
+    return tuple(_to(cx, d, i) if n else None for i, n in enumerate(need))
+
+
+VJP_RULES.register("Hardmax")(piecewise_constant)

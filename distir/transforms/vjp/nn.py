@@ -286,3 +286,47 @@ def einsum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
             g = cx.emit("Expand", g, cx.ints(cx.tx(i).shape))
         grads.append(g)
     return tuple(grads)
+
+
+@VJP_RULES.register("GlobalMaxPool")
+def global_max_pool(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """To every element equal to its channel's maximum."""
+    x = cx.tx(0)
+    shape = cx.ints(x.shape)
+    hit = cx.emit("Equal", cx.x(0), cx.emit("Expand", cx.y(), shape))
+    return (cx.emit("Where", hit, cx.emit("Expand", douts[0], shape), cx.scalar(0.0, x)),)
+
+
+@VJP_RULES.register("LpNormalization")
+def lp_normalization(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``y = x / |x|_p`` over ``axis``: ``(d - y * sum(d * y)) / |x|_2`` for ``p = 2``;
+    ``d / |x|_1 - sign(x) * sum(d * y) / |x|_1`` for ``p = 1``."""
+    x, d, y = cx.x(0), douts[0], cx.y()
+    t = cx.tx(0)
+    axis = int(cx.attrs["axis"]) % t.rank
+    p = int(cx.attrs["p"])
+    if p not in (1, 2):
+        raise cx.fail(f"LpNormalization with p={p}")
+    dy_y = cx.reduce_sum(cx.mul(d, y), [axis], keepdims=True)
+    if p == 2:
+        norm = cx.emit("ReduceL2", x, cx.ints([axis]), keepdims=1)
+        return (cx.emit("Div", cx.emit("Sub", d, cx.mul(y, dy_y)), norm),)
+    norm = cx.emit("ReduceL1", x, cx.ints([axis]), keepdims=1)
+    return (cx.emit("Div", cx.emit("Sub", d, cx.mul(cx.emit("Sign", x), dy_y)), norm),)
+
+
+@VJP_RULES.register("MeanVarianceNormalization")
+def mean_variance_normalization(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``y = xc / (s + 1e-9)`` with ``xc = x - mean(x)``, ``s = sqrt(mean(xc^2))`` over
+    ``axes`` (ONNX's definition): ``dx = (g - mean(g)) / (s + e) - xc * mean(g * xc) /
+    ((s + e)^2 s)``."""
+    t = cx.tx(0)
+    axes = sorted(int(a) % t.rank for a in cx.attrs["axes"])
+    x, g = cx.x(0), douts[0]
+    xc = cx.emit("Sub", x, _mean(cx, x, axes))
+    s = cx.emit("Sqrt", _mean(cx, cx.mul(xc, xc), axes))
+    se = cx.emit("Add", s, cx.scalar(1e-9, t))
+    first = cx.emit("Div", cx.emit("Sub", g, _mean(cx, g, axes)), se)
+    second = cx.emit("Div", cx.mul(xc, _mean(cx, cx.mul(g, xc), axes)),
+                     cx.mul(cx.mul(se, se), s))
+    return (cx.emit("Sub", first, second),)

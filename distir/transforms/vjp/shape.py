@@ -181,11 +181,11 @@ def reduce_max(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
 
 
 @VJP_RULES.register("ReduceSumSquare", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
-                    "ReduceProd")
+                    "ReduceProd", "ReduceLogSum")
 def reduce_smooth(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     """The spread cotangent times the derivative of the reduction with respect to each
-    element: ``2x``, ``sign(x)``, ``x / y``, ``exp(x - y)``, ``y / x`` (the last one
-    undefined where an element is 0)."""
+    element: ``2x``, ``sign(x)``, ``x / y``, ``exp(x - y)``, ``y / x`` (undefined where an
+    element is 0), ``exp(-y)``."""
     axes = _reduce_axes(cx)
     rest = (None,) * (len(need) - 1)
     if axes is None:
@@ -202,6 +202,8 @@ def reduce_smooth(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
             slope = cx.emit("Div", x, y)
         elif op == "ReduceLogSumExp":
             slope = cx.emit("Exp", cx.emit("Sub", x, y))
+        elif op == "ReduceLogSum":
+            slope = cx.emit("Exp", cx.emit("Neg", y))
         else:
             slope = cx.emit("Div", y, x)
     return (cx.mul(d, slope),) + rest
