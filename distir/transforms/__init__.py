@@ -27,8 +27,9 @@ from distir.transforms.schedule import SCHEDULES, stage_order, ticks
 from distir.transforms.sharding import Sharding
 from distir.transforms.stages import build_stage_functions
 from distir.transforms.structure import Structure
+from distir.transforms.synchronize import synchronize
 from distir.transforms.training import training_step
 
 __all__ = ["dtp", "analyze", "Analysis", "Plan", "Layout", "LAYOUT_RULES", "Sharding",
            "Structure", "SCHEDULES", "stage_order", "ticks", "build_stage_functions",
-           "MainBuilder", "grad", "training_step"]
+           "MainBuilder", "grad", "training_step", "synchronize"]
