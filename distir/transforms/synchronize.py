@@ -168,9 +168,11 @@ def gradients(fn: Function | Module) -> tuple[Gradient, ...]:
                              "dtp(step, dp=2)")
     env = type_env(fn)
     out: list[Gradient] = []
-    for idx, (pos, op, ups, views) in enumerate(found):
+    for idx, (pos, op, ups, chains) in enumerate(found):
         ts = [type_of(env[v]) for v in op.inputs if v is not None]
-        t0 = type_of(env[ups[0].inputs[1]])
+        g0 = ups[0].inputs[1]
+        assert g0 is not None
+        t0 = type_of(env[g0])
         assert isinstance(t0, TensorType)
         w = ups[0].inputs[0]
         shaped = frozenset(i for i, x in enumerate(ups[0].inputs) if i != 1 and x is not None
@@ -179,8 +181,8 @@ def gradients(fn: Function | Module) -> tuple[Gradient, ...]:
             shaped = frozenset()  # (not shardable: ZeRO refuses it)
         out.append(Gradient(idx, pos, op, ups, t0,
                             tuple(t.device for t in ts if isinstance(t, TensorType)),
-                            (w.name or "?") if w is not None else "?", shaped, views,
-                            max([pos] + [where[id(c)] for v in views for c in v])))
+                            (w.name or "?") if w is not None else "?", shaped, chains,
+                            max([pos] + [where[id(c)] for v in chains for c in v])))
     return tuple(out)
 
 
