@@ -22,6 +22,7 @@ COMMAND_MODULES = [
     "distir.cli.transform",
     "distir.cli.simulate",
     "distir.cli.run",
+    "distir.cli.explain",
     "distir.cli.grid_search",
     "distir.cli.calibrate",
     "distir.cli.ops",

@@ -1,0 +1,184 @@
+"""``distir run --profile`` and ``distir explain``: per-op traces aligned with the simulation."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from typing import Any
+
+import pytest
+
+import distir
+from distir.analysis.explain import ExplainError, explain, format_table
+from distir.analysis.projection import project
+from distir.ir.schemas import ASYNC_OPS
+from distir.transforms import dtp
+
+torch = pytest.importorskip("torch")
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def distir_cmd(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "distir", *args], capture_output=True,
+                          text=True, cwd=ROOT, timeout=240)
+
+
+def _step(dp: int, tp: int, pp: int, k: int) -> Any:
+    fn = distir.models.mlp(batch_size=16, input_dim=32, hidden_dim=32, output_dim=32,
+                           num_layers=4)
+    return dtp(fn, dp=dp, tp=tp, pp=pp, microbatches=k)
+
+
+@pytest.fixture(scope="module")
+def profiled(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, str]:
+    """A D2/T2/P2 step with 2 microbatches, run on gloo with --profile: (program, DIR)."""
+    d = tmp_path_factory.mktemp("explain")
+    prog = os.path.join(str(d), "step.dir")
+    with open(prog, "w", encoding="utf-8") as f:
+        f.write(distir.dumps(_step(2, 2, 2, 2)))
+    out = os.path.join(str(d), "prof")
+    r = distir_cmd("run", prog, "--backend", "gloo", "--steps", "1", "--warmup", "0",
+                   "--profile", out, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["status"] == "ok"
+    return prog, out
+
+
+def test_profile_writes_one_marked_trace_per_rank(profiled: tuple[str, str]) -> None:
+    prog, out = profiled
+    proj = project(distir.load(prog).entry)
+    assert sorted(os.listdir(out)) == [f"rank{r}.json" for r in range(proj.world_size)]
+    for p in proj.programs:
+        with open(os.path.join(out, f"rank{p.device}.json"), encoding="utf-8") as f:
+            doc = json.load(f)
+        assert doc["distir"]["op_types"] == [op.op_type for op in p.fn.ops]
+        names = [e["name"] for e in doc["traceEvents"] if e.get("cat") == "user_annotation"
+                 and e["name"].startswith("distir#")]
+        ops = [n for n in names if not n.endswith(" wait")]
+        assert ops == [f"distir#{i} {op.op_type}" for i, op in enumerate(p.fn.ops)]
+        waits = [n for n in names if n.endswith(" wait")]
+        assert len(waits) == sum(op.op_type in ASYNC_OPS for op in p.fn.ops) > 0
+
+
+def test_explain_covers_every_kind_and_adds_up(profiled: tuple[str, str]) -> None:
+    prog, out = profiled
+    fn = distir.load(prog).entry
+    ex = explain(fn, [out], "h100-sxm")
+    kinds = {op.op_type for p in project(fn).programs for op in p.fn.ops}
+    assert set(ex.kinds) == kinds
+    assert sum(n for n, _, _ in ex.kinds.values()) == sum(
+        len(p.fn.ops) for p in project(fn).programs)
+    diffs = [abs(m - s) for _, _, _, s, m in ex.ops]
+    assert diffs == sorted(diffs, reverse=True)
+    for d, (sim_busy, meas_busy, sim_step, meas_step) in ex.devices.items():
+        # On the CPU the op ranges tile the step: their sum is most of the rank's step time
+        # and never more than it.
+        assert 0.5 * meas_step <= meas_busy <= meas_step * 1.001, (d, meas_busy, meas_step)
+        assert 0 < sim_busy and sim_step <= ex.simulated_latency_s * (1 + 1e-9)
+    assert ex.measured_latency_s == max(v[3] for v in ex.devices.values())
+    for path, spans in zip(ex.critical, (ex.sim_spans, ex.measured_spans)):
+        assert path[-1].end == max(s.end for s in spans.values())
+        assert len({(s.device, s.index) for s in path}) == len(path)
+    sim_path = ex.critical[0]
+    assert all(a.end <= b.end + 1e-12 for a, b in zip(sim_path, sim_path[1:]))
+    assert {s.kind for s in sim_path} >= {"MatMul", "MatMulGrad", "Send", "SGDOptimizer"}
+    table = format_table(ex)
+    for k in kinds:
+        assert f"\n{k} " in table
+
+
+def test_explain_cli_table_json_and_perfetto(profiled: tuple[str, str], tmp_path: Any) -> None:
+    prog, out = profiled
+    trace = os.path.join(str(tmp_path), "both.json")
+    r = distir_cmd("explain", out, "--program", prog, "-o", trace, "--json")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert {k["kind"] for k in doc["kinds"]} >= {"MatMul", "MPIAllreduce", "Send", "Recv"}
+    assert len(doc["devices"]) == 8
+    with open(trace, encoding="utf-8") as f:
+        evs = json.load(f)["traceEvents"]
+    names = {(e["pid"], e["args"]["name"]) for e in evs if e.get("name") == "thread_name"}
+    for d in range(8):
+        assert (0, f"device {d}") in names and (1, f"device {d}") in names
+    assert {e["pid"] for e in evs if e.get("ph") == "X"} == {0, 1}
+    files = [os.path.join(out, f) for f in sorted(os.listdir(out))]
+    r = distir_cmd("explain", *files, "--program", prog)
+    assert r.returncode == 0, r.stderr
+    assert "per op kind" in r.stdout and "critical path, measured" in r.stdout
+
+
+def test_explain_errors_are_one_line(profiled: tuple[str, str], tmp_path: Any) -> None:
+    prog, out = profiled
+    other = os.path.join(str(tmp_path), "other.dir")
+    with open(other, "w", encoding="utf-8") as f:
+        f.write(distir.dumps(_step(2, 2, 2, 1)))
+    files = [os.path.join(out, f"rank{r}.json") for r in range(8)]
+    junk = os.path.join(str(tmp_path), "junk.json")
+    with open(junk, "w", encoding="utf-8") as f:
+        json.dump({"traceEvents": []}, f)
+    cases = [((*files, "--program", other), "does not match the program"),
+             ((*files[:5], "--program", prog), "no trace of rank(s) [5, 6, 7]"),
+             ((junk, "--program", prog), "not a trace written by `distir run --profile`"),
+             ((os.path.join(str(tmp_path), "none.json"), "--program", prog), "no such file")]
+    for args, msg in cases:
+        r = distir_cmd("explain", *args)
+        assert r.returncode == 1 and msg in r.stderr, r.stderr
+        assert len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def _gpu_like_trace(fn: Any, path: str) -> list[float]:
+    """A trace as the profiler writes it on a GPU: each op's range launches one kernel
+    (matched by correlation id); returns each op's kernel seconds."""
+    ops = project(fn).programs[0].fn.ops
+    evs: list[dict[str, Any]] = []
+    secs = []
+    for i, op in enumerate(ops):
+        t = 100.0 * i
+        evs.append({"ph": "X", "cat": "user_annotation", "name": f"distir#{i} {op.op_type}",
+                    "pid": 1, "tid": 1, "ts": t, "dur": 20.0})
+        if op.op_type == "Constant":
+            secs.append(0.0)
+            continue
+        evs.append({"ph": "X", "cat": "cuda_runtime", "name": "cudaLaunchKernel", "pid": 1,
+                    "tid": 1, "ts": t + 5, "dur": 4.0, "args": {"correlation": 7 + i}})
+        evs.append({"ph": "X", "cat": "kernel", "name": "k", "pid": 0, "tid": 7,
+                    "ts": 1000.0 + 50 * i, "dur": 10.0 + i,
+                    "args": {"correlation": 7 + i, "stream": 7}})
+        secs.append((10.0 + i) / 1e6)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"traceEvents": evs, "distir": {
+            "rank": 0, "op_types": [op.op_type for op in ops], "step_s": 0.01,
+            "backend": "nccl", "device": "NVIDIA H100 80GB HBM3"}}, f)
+    return secs
+
+
+def test_gpu_traces_time_ops_by_their_kernels(tmp_path: Any) -> None:
+    fn = _step(1, 1, 1, 1)
+    path = os.path.join(str(tmp_path), "rank0.json")
+    secs = _gpu_like_trace(fn, path)
+    ex = explain(fn, [path], "h100-sxm")
+    got = [ex.measured_spans[(0, i)].seconds for i in range(len(secs))]
+    assert got == pytest.approx(secs)
+    assert ex.devices[0][1] == pytest.approx(sum(secs))
+    assert ex.measured_spans[(0, 0)].start == 0.0  # the first kernel is the origin
+    with pytest.raises(ExplainError, match="does not match"):
+        explain(distir.models.mlp(batch_size=16, input_dim=32, hidden_dim=32,
+                                  output_dim=32, num_layers=2), [path], "h100-sxm")
+
+
+def test_marked_copy_leaves_the_timed_program_alone() -> None:
+    from distir.backend.lowering import compile_program
+    from distir.backend.profiling import marked, parse_marker
+
+    prog = project(_step(1, 1, 1, 1)).programs[0]
+    c = compile_program(prog, torch.device("cpu"))
+    kernels = [st.kernel for st in c.steps]
+    m = marked(c)
+    assert [st.kernel for st in c.steps] == kernels
+    assert all(a.kernel is not b.kernel for a, b in zip(m.steps, c.steps))
+    assert parse_marker("distir#12 MatMul") == (12, "MatMul", False)
+    assert parse_marker("distir#3 MPIAllreduce wait") == (3, "MPIAllreduce", True)
+    assert parse_marker("aten::mm") is None
