@@ -24,6 +24,7 @@ COMMAND_MODULES = [
     "distir.cli.run",
     "distir.cli.explain",
     "distir.cli.grid_search",
+    "distir.cli.sync_search",
     "distir.cli.calibrate",
     "distir.cli.ops",
 ]

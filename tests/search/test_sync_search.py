@@ -1,0 +1,90 @@
+"""The synchronisation search (DisCo's Algorithm 1 over bucketings) and ``distir
+sync-search``: the best is never slower than a builder, re-simulates to its reported time,
+and the stopping rules hold."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import distir
+from distir.cli import main
+from distir.errors import ConfigError
+from distir.ir import Function, dumps
+from distir.models.mlp import mlp
+from distir.transforms import dtp, synchronize
+from grid_search.sync_search import bucketing_plan, builder_strategies, describe, sync_search
+
+
+def _step(dp: int = 4, layers: int = 6, width: int = 32) -> Function:
+    return dtp(mlp(batch_size=4 * dp, input_dim=width, hidden_dim=width, output_dim=8,
+                   num_layers=layers), dp=dp)
+
+
+def test_best_is_no_slower_than_any_builder_and_resimulates() -> None:
+    fn = _step()
+    res = sync_search(fn, "h200-sxm", patience=30)
+    assert set(res.builders) == set(builder_strategies(6))
+    assert all(res.best_s <= t for t in res.builders.values())
+    again = distir.simulate(synchronize(fn, res.strategy()), hardware="h200-sxm")
+    assert again.latency_s == pytest.approx(res.best_s)
+    assert res.evaluated >= len(res.builders) and res.steps >= 1
+    # Tiny gradients are latency-bound: fusing beats one all-reduce each.
+    assert res.best_s < res.builders["per-gradient"]
+    assert res.gain_over("per-gradient") > 0
+    d = res.to_dict()
+    json.dumps(d)
+    assert d["buckets"] is None or sorted(i for b in d["buckets"] for i in b) == list(range(6))
+
+
+def test_search_improves_on_its_seeds_where_it_can() -> None:
+    # Many gradients, few replicas: the search explores beyond the builders' bucketings.
+    fn = _step(dp=2, layers=12, width=64)
+    res = sync_search(fn, "h200-sxm", patience=15, seed=1)
+    seeds = {k: v for k, v in res.builders.items() if not k.startswith(("ps", "zero"))}
+    assert res.best_s <= min(seeds.values())
+    assert res.evaluated > len(res.builders) + 2  # it simulated neighbours, not just seeds
+
+
+def test_stopping_rules() -> None:
+    fn = _step(dp=2, layers=10)
+    capped = sync_search(fn, "h200-sxm", max_evals=16)
+    assert capped.stopped == "16 simulations"
+    assert capped.evaluated <= 16 + 10  # the last step simulates at most beta more
+    patient = sync_search(fn, "h200-sxm", patience=1, beta=2)
+    assert patient.stopped in ("1 steps without improvement", "queue empty")
+    with pytest.raises(ConfigError, match="alpha >= 1"):
+        sync_search(fn, alpha=0.9)
+
+
+def test_bucketing_plan_and_compression() -> None:
+    plan = bucketing_plan((False, True, False))
+    assert [p.group for p in plan] == [0, 0, 1, 1]
+    fn = _step(dp=2, layers=4)
+    res = sync_search(fn, "h200-sxm", patience=5, compress="bf16")
+    assert all(p.compress == "bf16" for p in res.best)
+    assert "best is faster by" in describe(res)
+
+
+def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "dp.dir"
+    path.write_text(dumps(_step(dp=2, layers=4)), encoding="utf-8")
+    out = tmp_path / "strategy.json"
+    assert main(["sync-search", str(path), "--patience", "5", "-o", str(out)]) == 0
+    text = capsys.readouterr().out
+    for name in ("per-gradient", "ddp", "merge-all", "chunk-2", "ps", "zero-2"):
+        assert name in text
+    strategy = json.loads(out.read_text(encoding="utf-8"))
+    assert len(strategy["variables"]) == 4
+    assert synchronize(distir.load(str(path)), strategy).ops
+    assert main(["sync-search", str(path), "--patience", "5", "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["best_s"] <= min(doc["builders_s"].values())
+    seq = tmp_path / "seq.dir"
+    seq.write_text(dumps(mlp(batch_size=8, input_dim=8, hidden_dim=8, output_dim=4,
+                             num_layers=3)), encoding="utf-8")
+    assert main(["sync-search", str(seq), "--patience", "3"]) == 1
+    assert "pass --dp D" in capsys.readouterr().err
+    assert main(["sync-search", str(seq), "--dp", "2", "--patience", "3", "--json"]) == 0
