@@ -73,9 +73,8 @@ def import_torch(module: Any, example_inputs: Any, dims: Mapping[str, int] | Non
     proto = export_onnx(module, args, names, shapes)
     from distir.importers.onnx import import_onnx
 
-    name = type(module).__name__
     if proto.graph.name in ("", "main_graph"):
-        proto.graph.name = name
+        proto.graph.name = type(module).__name__
     return import_onnx(proto, dims={**sizes, **dims}, device=device)
 
 
@@ -215,6 +214,8 @@ def _cause(e: BaseException) -> str:
         seen = seen.__cause__
     lines = [ln.strip() for ln in str(seen).splitlines() if ln.strip()]
     text = lines[0] if lines else type(seen).__name__
+    if text.endswith(":") and len(lines) > 1:  # a heading: the first item says what
+        text = f"{text} {lines[1]}"
     text = re.sub(r"\x1b\[[0-9;]*m", "", text)
     return f"{type(seen).__name__}: {text}"
 

@@ -168,3 +168,17 @@ def test_cli_errors_are_one_line(factory, capsys, argv, message):
     out, err = capsys.readouterr()
     assert out == "" and err.count("\n") == 1, err
     assert re.search(message.replace(r"\{f\}", factory), err), err
+
+
+class _FixedBatch(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + torch.ones(2, 4)  # only batch 2 works: torch.export specializes it
+
+
+def test_a_symbolic_dimension_the_model_fixes_is_a_one_line_export_error():
+    with pytest.raises(ImportError_) as e:
+        distir.import_torch(_FixedBatch(), torch.randn(2, 4), dynamic=[{0: "batch"}])
+    msg = e.value.message
+    assert "\n" not in msg
+    assert msg.startswith("torch.onnx.export(dynamo=True) failed on _FixedBatch: ")
+    assert "inferred a static shape of 2 for dimension inputs['x'].shape[0]" in msg, msg

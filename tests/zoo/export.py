@@ -13,6 +13,7 @@ reason), so that it is reported the same way every time without being retried.
 from __future__ import annotations
 
 import contextlib
+import functools
 import hashlib
 import io
 import os
@@ -41,8 +42,10 @@ def _versions() -> str:
     return f"torch {torch.__version__}, transformers {tv}, onnx {onnx.__version__}"
 
 
+@functools.cache
 def cache_dir() -> str:
-    """The directory the zoo's exports are cached in (created)."""
+    """The directory the zoo's exports are cached in (created; its key is computed once
+    per process, so that editing a source mid-run does not move the cache)."""
     h = hashlib.sha256(_versions().encode())
     for f in (os.path.join(_HERE, "models.py"), os.path.join(_HERE, "export.py"),
               os.path.join(_ROOT, "distir", "importers", "pytorch.py")):
@@ -77,6 +80,7 @@ def exported(spec: Spec, exporter: str) -> Exported:
     ``import_torch``), or read it from the cache; raises ``ExportFailed`` when the exporter
     fails."""
     d = cache_dir()
+    os.makedirs(d, exist_ok=True)  # a process with a newer key may have removed it
     path = os.path.join(d, f"{spec.name}.{exporter}.onnx")
     err, secs = path + ".error", path + ".seconds"
     if os.path.exists(err):
