@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
@@ -60,11 +61,14 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
 
 def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+                 memory_limit: int | None = None, profile: str | None = None,
                  ) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
-    configuration the transform refuses is recorded as ``refused``.
+    configuration the transform refuses is recorded as ``refused``. ``memory_limit`` (bytes
+    per device) caps each run's allocator; ``profile`` (a directory) writes each run's
+    per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -87,7 +91,10 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         seq = models[c.batch_size] = analyze(workload.build(c.batch_size))
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
-                    r = s.run(fn, steps=steps, warmup=warmup)
+                    where = None if profile is None else os.path.join(
+                        profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
+                    r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
+                              profile=where)
                 except TransformError as e:
                     row.update(measured_status="refused", reason=e.message)
                     yield row
@@ -118,10 +125,51 @@ def _f(x: Any) -> float:
         return math.nan
 
 
+def kendall(a: Sequence[float], b: Sequence[float]) -> float:
+    """Kendall's rank correlation (tau-b: ties in either sequence counted as neither
+    concordant nor discordant) of two equally long sequences; nan for fewer than 2 or when
+    one sequence is constant."""
+    n = len(a)
+    if n != len(b) or n < 2:
+        return math.nan
+    conc = disc = ties_a = ties_b = 0
+    for i in range(n):
+        for j in range(i + 1, n):
+            da, db = a[i] - a[j], b[i] - b[j]
+            if da == 0 and db == 0:
+                continue
+            if da == 0:
+                ties_a += 1
+            elif db == 0:
+                ties_b += 1
+            elif (da > 0) == (db > 0):
+                conc += 1
+            else:
+                disc += 1
+    denom = math.sqrt((conc + disc + ties_a) * (conc + disc + ties_b))
+    return (conc - disc) / denom if denom else math.nan
+
+
+def quantile(xs: Sequence[float], q: float) -> float:
+    """The ``q`` quantile (0..1) of ``xs``, interpolated linearly between order statistics
+    (numpy's default); nan when empty."""
+    if not xs:
+        return math.nan
+    s = sorted(xs)
+    pos = q * (len(s) - 1)
+    lo = int(math.floor(pos))
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
 def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
-    """Spearman of predicted vs measured latency, median and worst |error| of latency and
-    memory. Give it the rows of one batch size: pooled over batch sizes, the rank
-    correlation mostly measures that bigger batches take longer."""
+    """Predicted vs measured, over rows with both latencies: Spearman's and Kendall's rank
+    correlations of latency; the median, 90th percentile and worst |relative error| of
+    latency and of peak memory; the median signed latency error (negative: predicted
+    faster); and the top-1 regret, the measured latency of the configuration predicted
+    fastest over the fastest measured, minus 1 (0: the prediction picked the best; ties in
+    prediction go to the row listed first). Give it the rows of one batch size: pooled over
+    batch sizes, the rank correlation mostly measures that bigger batches take longer."""
     both = [r for r in rows if _f(r.get("latency_s")) > 0
             and _f(r.get("measured_latency_s")) > 0]
     pred = [_f(r["latency_s"]) for r in both]
@@ -130,17 +178,20 @@ def accuracy(rows: Sequence[dict[str, Any]]) -> dict[str, float]:
     mem = [(_f(r.get("peak_memory_bytes")), _f(r.get("measured_peak_memory_bytes")))
            for r in both]
     mem_err = sorted(abs(p - m) / m for p, m in mem if m > 0 and p > 0)
-
-    def median(xs: list[float]) -> float:
-        if not xs:
-            return math.nan
-        n = len(xs)
-        return xs[n // 2] if n % 2 else (xs[n // 2 - 1] + xs[n // 2]) / 2
-
+    regret = math.nan
+    if both:
+        top = min(range(len(both)), key=lambda i: pred[i])
+        regret = meas[top] / min(meas) - 1.0
     return {"n": float(len(both)), "spearman": spearman(pred, meas),
-            "median_latency_error": median(lat_err),
+            "kendall": kendall(pred, meas),
+            "median_latency_error": quantile(lat_err, 0.5),
+            "p90_latency_error": quantile(lat_err, 0.9),
             "worst_latency_error": lat_err[-1] if lat_err else math.nan,
-            "median_memory_error": median(mem_err),
+            "median_signed_latency_error": quantile([(p - m) / m for p, m in
+                                                      zip(pred, meas)], 0.5),
+            "top1_regret": regret,
+            "median_memory_error": quantile(mem_err, 0.5),
+            "p90_memory_error": quantile(mem_err, 0.9),
             "worst_memory_error": mem_err[-1] if mem_err else math.nan}
 
 

@@ -12,8 +12,15 @@ Then anywhere, with a (calibrated) hardware profile::
 
 ``compare`` writes ``NAME.csv`` (predicted and measured columns side by side) and
 ``NAME.md`` (per batch size, never pooled: Spearman's rank correlation, median and worst
-latency and memory error,
-and the Table 2 check: the top predicted configuration against the best measured ones).
+latency and memory error, and the Table 2 check: the top predicted configuration against
+the best measured ones; then the fidelity table of docs/fidelity.md: Kendall's tau, the
+90th percentile error, the top-1 regret and the out-of-memory prediction), and says whether
+the workload is held out (never used to develop the cost model) or not.
+
+``measure --memory-check`` runs, instead of the whole space, the configurations whose
+predicted peak memory (on ``--hardware``) lies within ``--margin`` of the capacity (the
+profile's, or ``--memory-limit``, which then caps every run's allocator), nearest first, as
+many above as below: predicted fits against real out-of-memory runs.
 """
 
 from __future__ import annotations
@@ -28,6 +35,10 @@ from typing import Any
 from grid_search.models import workload
 from grid_search.space import enumerate_space, powers_of_two
 
+DEVELOPMENT = {("mlp-1b", "Float16"), ("gpt2-1.6b", "Float16")}
+"""(model, dtype) of the studies the cost model was developed on (docs/fidelity.md): their
+accuracy figures are not held out, at any batch size."""
+
 
 def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str,
              min_devices: int = 1) -> list:
@@ -39,6 +50,42 @@ def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule:
                                       c.microbatches))
 
 
+def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margin: float,
+                         max_configs: int) -> dict[Any, int]:
+    """The configurations whose predicted peak memory (bytes, the busiest device's, on
+    ``hardware``) lies within ``margin`` (a fraction) of ``limit``, nearest first, taken in
+    turn from above and below the limit, at most ``max_configs``; with their peaks."""
+    import distir
+    from distir.errors import TransformError
+    from distir.transforms import analyze, dtp
+
+    models: dict[int, Any] = {}
+    sides: tuple[list, list] = ([], [])  # (above, below): (distance, order, config, peak)
+    for i, c in enumerate(configs):
+        seq = models.get(c.batch_size)
+        if seq is None:
+            seq = models[c.batch_size] = analyze(w.build(c.batch_size))
+        try:
+            fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
+                     schedule=c.schedule)
+        except TransformError:
+            continue
+        peak = max(distir.simulate(fn, hardware).peak_memory_bytes.values())
+        ratio = peak / limit
+        if abs(ratio - 1.0) <= margin:
+            sides[0 if ratio > 1.0 else 1].append((abs(ratio - 1.0), i, c, int(peak)))
+    for side in sides:
+        side.sort(key=lambda x: (x[0], x[1]))
+    picked: dict[Any, int] = {}
+    k = 0
+    while len(picked) < max_configs and (k < len(sides[0]) or k < len(sides[1])):
+        for side in sides:
+            if k < len(side) and len(picked) < max_configs:
+                picked[side[k][2]] = side[k][3]
+        k += 1
+    return picked
+
+
 def cmd_measure(args: argparse.Namespace) -> int:
     from grid_search.real import iter_measure
 
@@ -46,6 +93,19 @@ def cmd_measure(args: argparse.Namespace) -> int:
     schedule = "1f1b" if w.training else "gpipe"
     configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule,
                        args.min_devices)
+    limit = args.memory_limit
+    predicted: dict[Any, int] = {}
+    if args.memory_check:
+        from distir.analysis.hardware import load_hardware
+
+        if limit is None:
+            limit = load_hardware(args.hardware).memory_bytes
+        predicted = memory_check_configs(w, configs, args.hardware, limit, args.margin,
+                                         args.max_configs)
+        configs = sorted(predicted, key=lambda c: (c.batch_size, c.devices, c.dp, c.tp, c.pp,
+                                                   c.microbatches))
+        print(f"memory check: {len(configs)} configurations predicted within "
+              f"{args.margin:.0%} of {limit / 2**20:.1f} MiB", file=sys.stderr)
     print(f"measuring {len(configs)} configurations of {w.name} ({args.dtype})",
           file=sys.stderr)
     import torch
@@ -55,14 +115,18 @@ def cmd_measure(args: argparse.Namespace) -> int:
     cols = ["model", "batch_size", "dp", "tp", "pp", "microbatches", "schedule", "strategy",
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
-            "measured_device", "reason", "env"]
+            "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
+            "env"]
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
         f.flush()
         for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
-                              warmup=args.warmup):
-            wr.writerow({**r, "env": str(env)})
+                              warmup=args.warmup, memory_limit=limit, profile=args.profile):
+            c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
+                     None)
+            wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
+                         "predicted_peak_memory_bytes": predicted.get(c, "")})
             f.flush()  # a run cut short keeps every row measured so far
     print(f"wrote {args.out}", file=sys.stderr)
     return 0
@@ -96,15 +160,18 @@ def cmd_compare(args: argparse.Namespace) -> int:
         r["latency_s"] = sim.latency_s
         r["throughput"] = b / sim.latency_s
         r["peak_memory_bytes"] = max(per)
+        cap = int(float(r.get("memory_limit_bytes") or 0)) or sim.hardware.memory_bytes
+        r["predicted_fits"] = str(max(per) <= cap).lower()
     base = args.out
     os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     with open(base + ".csv", "w", newline="", encoding="utf-8") as f:
-        wr = csv.DictWriter(f, list(rows[0].keys()))
+        wr = csv.DictWriter(f, list(dict.fromkeys(k for r in rows for k in r)), restval="")
         wr.writeheader()
         wr.writerows(rows)
     lines = [f"# {w.name}: simulated ({args.hardware}) vs measured", "",
              f"Measured: `{args.measured}` ({rows[0].get('measured_device', '')}; "
              f"{rows[0].get('env', '')}).", "",
+             held_out_note(w.name, args.dtype), "",
              "Every figure is per batch size: pooled over batch sizes, a rank correlation "
              "mostly shows that bigger batches take longer, so none is given.", "",
              "| batch | configs | Spearman | latency error: median / worst | memory error: "
@@ -133,6 +200,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"D{top['dp']} T{top['tp']} P{top['pp']} K{top['microbatches']} | "
             f"{float(top['measured_throughput']):.0f} | {best('D')} / {best('T')} / {best('P')} "
             f"/ {best(None)} |")
+    lines += [""] + fidelity_table(rows)
+    n_summary = len(lines)
     lines += ["", "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
               "measured GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
@@ -152,9 +221,55 @@ def cmd_compare(args: argparse.Namespace) -> int:
                      f"{float(r['measured_peak_memory_bytes']) / 2**30:.2f} |")
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
-    print("\n".join(lines[:9 + len({r['batch_size'] for r in rows})]))
+    print("\n".join(lines[:n_summary]))
     print(f"wrote {base}.csv and {base}.md", file=sys.stderr)
     return 0
+
+
+def held_out_note(model: str, dtype: str) -> str:
+    """Whether a study of ``model`` in ``dtype`` is held out (docs/fidelity.md)."""
+    if (model, dtype) in DEVELOPMENT:
+        return (f"**Not held out**: {model} in {dtype} is one of the studies the cost model "
+                "was developed on (docs/fidelity.md); these figures show the fit, not the "
+                "accuracy on new workloads.")
+    return (f"Held out: {model} in {dtype} was not used to develop the cost model "
+            "(docs/fidelity.md).")
+
+
+def _pct(x: float) -> str:
+    return "n/a" if x != x else f"{x * 100:.1f}%"
+
+
+def fidelity_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per batch size, the metrics of docs/fidelity.md: rank correlations, latency error
+    median / 90th percentile / worst, the median signed error, the top-1 regret, memory
+    error, and the out-of-memory prediction (runs that completed or ran out of memory)."""
+    from grid_search.real import accuracy
+
+    out = ["| batch | configs | Spearman | Kendall tau | latency error: median / p90 / worst "
+           "| median signed error | top-1 regret | memory error: median / p90 / worst | "
+           "out of memory: predicted right / fits but ran out |",
+           "|---|---|---|---|---|---|---|---|---|"]
+    for b in sorted({int(r["batch_size"]) for r in rows}):
+        sel = [r for r in rows if int(r["batch_size"]) == b and r.get("latency_s") != ""]
+        ok = [r for r in sel if r.get("measured_status") == "ok"]
+        judged = [r for r in sel if r.get("measured_status") in ("ok", "oom")
+                  and r.get("predicted_fits") in ("true", "false")]
+        right = sum((r["predicted_fits"] == "true") == (r["measured_status"] == "ok")
+                    for r in judged)
+        missed = sum(r["predicted_fits"] == "true" and r["measured_status"] == "oom"
+                     for r in judged)
+        if not ok and not judged:
+            continue
+        a = accuracy(ok)
+        out.append(
+            f"| {b} | {len(ok)} | {a['spearman']:.3f} | {a['kendall']:.3f} | "
+            f"{_pct(a['median_latency_error'])} / {_pct(a['p90_latency_error'])} / "
+            f"{_pct(a['worst_latency_error'])} | {_pct(a['median_signed_latency_error'])} | "
+            f"{_pct(a['top1_regret'])} | {_pct(a['median_memory_error'])} / "
+            f"{_pct(a['p90_memory_error'])} / {_pct(a['worst_memory_error'])} | "
+            f"{right} of {len(judged)} / {missed} |")
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -171,6 +286,20 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--backend", default=None)
     m.add_argument("--steps", type=int, default=5)
     m.add_argument("--warmup", type=int, default=2)
+    m.add_argument("--memory-limit", type=_size, default=None, metavar="BYTES",
+                   help="cap every run's allocator at this many bytes per device (e.g. 8GiB)")
+    m.add_argument("--profile", default=None, metavar="DIR",
+                   help="write each run's per-rank traces (distir run --profile) under DIR")
+    m.add_argument("--memory-check", action="store_true",
+                   help="run only configurations predicted near the memory capacity (the "
+                   "profile's, or --memory-limit)")
+    m.add_argument("--hardware", default="h100-sxm",
+                   help="profile predicting the peaks for --memory-check (default h100-sxm)")
+    m.add_argument("--margin", type=float, default=0.25,
+                   help="--memory-check: predicted peak within this fraction of the capacity "
+                   "(default 0.25)")
+    m.add_argument("--max-configs", type=int, default=24,
+                   help="--memory-check: at most this many, half above and half below")
     m.add_argument("-o", "--out", required=True)
     m.set_defaults(func=cmd_measure)
     c = sub.add_parser("compare", help="simulate measured configurations and compare")
@@ -187,6 +316,12 @@ def main(argv: list[str] | None = None) -> int:
     except DistIRError as e:
         print(str(e), file=sys.stderr)
         return 1
+
+
+def _size(text: str) -> int:
+    from distir.cli.run import _bytes
+
+    return _bytes(text)
 
 
 if __name__ == "__main__":
