@@ -280,10 +280,34 @@ def _mvn(s: Static) -> Kernel:
 
 @LOWERINGS.register("BatchNormalization")
 def _batch_norm(s: Static) -> Kernel:
-    if int(s.attrs.get("training_mode", 0)) or len(s.out_types) > 1:
-        raise UnsupportedError("BatchNormalization in training mode")
+    """Inference mode: the running statistics, ``F.batch_norm``. Training mode (ONNX opset
+    15+): the batch's statistics over every axis but 1 (biased variance) by
+    ``aten.native_batch_norm``; the optional results are the new running statistics,
+    ``running * momentum + batch * (1 - momentum)`` (ONNX's convention: the biased batch
+    variance, unlike ``torch.nn.BatchNorm``'s unbiased one), in the running statistics'
+    dtype, computed only when used."""
     eps = float(s.attrs["epsilon"])
-    return lambda x, w, b, m, v: (F.batch_norm(x, m, v, w, b, False, 0.0, eps),)
+    if not int(s.attrs.get("training_mode", 0)):
+        if len(s.out_types) > 1:
+            raise UnsupportedError("BatchNormalization in inference mode with more than one "
+                                   "result (ONNX defines them in training mode only)")
+        return lambda x, w, b, m, v: (F.batch_norm(x, m, v, w, b, False, 0.0, eps),)
+    mom = float(s.attrs.get("momentum", 0.9))
+    live = tuple(s.live_outputs[1:3]) + (False,) * (3 - len(s.live_outputs))
+    fwd = torch.ops.aten.native_batch_norm
+
+    def k(x: torch.Tensor, w: torch.Tensor, b: torch.Tensor, m: torch.Tensor,
+          v: torch.Tensor) -> tuple:
+        y, mean, invstd = fwd(x, w, b, None, None, True, 0.0, eps)
+        new_m = new_v = None
+        if live[0]:
+            new_m = (m * mom + mean.to(m.dtype) * (1.0 - mom))
+        if live[1]:  # invstd = 1 / sqrt(var + eps), in float32 at least
+            var = invstd.double().pow(-2).sub_(eps)
+            new_v = (v.double() * mom + var * (1.0 - mom)).to(v.dtype)
+        return (y, new_m, new_v)[:len(s.out_types)]
+
+    return k
 
 
 @LOWERINGS.register("InstanceNormalization")

@@ -237,7 +237,9 @@ def _conv_grad(s: Static) -> Kernel:
 @LOWERINGS.register("MaxPoolGrad", "AveragePoolGrad")
 def _pool_grad(s: Static) -> Kernel:
     """``MaxPoolGrad``: the pool with indices, then its backward (ATen kernels, 1-D as 2-D).
-    ``AveragePoolGrad``: the gradient of the forward pool's own lowering, by
+    ``AveragePoolGrad``: ATen's ``avg_pool{2,3}d_backward`` where the forward lowering is
+    one ATen call (symmetric pads that count, or none); otherwise (asymmetric pads, or pads
+    left out of the count) the gradient of the forward pool's own lowering, by
     ``torch.autograd`` (on a copy of ``x``): the same padding, window and count conventions
     by construction. ``ceil_mode``
     is read off the shapes (``dy`` has more outputs than floor division gives)."""
@@ -254,6 +256,10 @@ def _pool_grad(s: Static) -> Kernel:
             ceil = 1
     if s.op_type == "MaxPoolGrad" and n in (1, 2, 3):
         return _max_pool_grad(n, kernel, strides, pads, dil, bool(ceil), x_t.shape)
+    include = int(s.attrs.get("count_include_pad", 0))
+    if (s.op_type == "AveragePoolGrad" and n in (1, 2, 3) and pads[:n] == pads[n:]
+            and all(2 * p <= k for p, k in zip(pads, kernel)) and (include or not any(pads))):
+        return _avg_pool_grad(n, kernel, strides, pads[:n], bool(ceil), bool(include))
     fwd = "MaxPool" if s.op_type == "MaxPoolGrad" else "AveragePool"
     attrs = {"kernel_shape": kernel, "strides": strides, "pads": pads, "ceil_mode": ceil,
              "auto_pad": "NOTSET"}
@@ -276,6 +282,24 @@ def _pool_grad(s: Static) -> Kernel:
             (y,) = pool(xr)
             (gx,) = torch.autograd.grad(y, xr, dy.clone())
         return (gx,)
+
+    return k
+
+
+def _avg_pool_grad(n: int, kernel: list[int], strides: list[int], pads: list[int],
+                   ceil: bool, include: bool) -> Kernel:
+    """ATen's ``avg_pool{2,3}d_backward`` (1-D as 2-D): reads ``dy`` only, writes ``dx``;
+    symmetric pads that count (or none), as the forward lowering's one-call case."""
+    aten = torch.ops.aten
+    bwd = aten.avg_pool3d_backward if n == 3 else aten.avg_pool2d_backward
+    one = n == 1
+    kk, ss, pp = ([1] + kernel, [1] + strides, [0] + pads) if one else (kernel, strides, pads)
+
+    def k(x: torch.Tensor, dy: torch.Tensor) -> tuple:
+        if one:
+            return (bwd(dy.unsqueeze(2), x.unsqueeze(2), kk, ss, pp, ceil, include,
+                        None).squeeze(2),)
+        return (bwd(dy, x, kk, ss, pp, ceil, include, None),)
 
     return k
 
@@ -349,14 +373,20 @@ def _softmax_grad(s: Static) -> Kernel:
 
 @LOWERINGS.register("BatchNormGrad")
 def _batch_norm_grad(s: Static) -> Kernel:
-    """``aten.native_batch_norm`` in training mode (for the batch statistics) then its
-    backward."""
+    """The batch statistics (one reduction over ``x``: ``torch.batch_norm_stats`` on a GPU,
+    ``torch.var_mean`` elsewhere; no normalized tensor is written) then
+    ``aten.native_batch_norm_backward``."""
     eps = float(s.attrs["epsilon"])
     mask = list(s.live_outputs)
-    fwd, bwd = torch.ops.aten.native_batch_norm, torch.ops.aten.native_batch_norm_backward
+    dims = [0] + list(range(2, s.inp(0).rank))
+    bwd = torch.ops.aten.native_batch_norm_backward
 
     def k(x: torch.Tensor, w: torch.Tensor, dy: torch.Tensor) -> tuple:
-        _, mean, invstd = fwd(x, w, None, None, None, True, 0.0, eps)
+        if x.is_cuda:
+            mean, invstd = torch.batch_norm_stats(x, eps)
+        else:
+            var, mean = torch.var_mean(x, dims, correction=0)
+            invstd = torch.rsqrt(var + eps)
         return tuple(bwd(dy, x, w, None, None, mean, invstd, True, eps, mask))
 
     return k

@@ -22,6 +22,16 @@ Results: the loss, the updated parameters in ``wrt`` order, then for Adam the ne
 ``checkpoint="layers"`` recomputes each repeated layer's forward ops right before its
 backward (activation checkpointing): less memory between the passes, one more forward
 pass of the layers in time. Both show in ``distir.simulate``.
+
+``batchnorm`` says which statistics ``BatchNormalization`` normalizes with: ``"keep"``
+(default) keeps each op's mode as exported (an eval-mode export normalizes with its fixed
+running statistics, which then get gradients like any input); ``"train"`` switches every
+inference-mode ``BatchNormalization`` to training mode (``training_mode=1``: the batch's
+statistics, as ``torch.nn.BatchNorm2d.train()`` does, differentiated by ``BatchNormGrad``).
+Its running-statistics results (ONNX's ``momentum`` update) exist but are not results of
+the step: the step's results are the same for both modes. Under data parallelism
+(``dtp``'s D) each replica's statistics are those of its own part of the batch (as
+PyTorch's ``BatchNorm2d`` under DDP, not ``SyncBatchNorm``).
 """
 
 from __future__ import annotations
@@ -47,6 +57,7 @@ __all__ = ["training_step", "LOSSES", "OPTIMIZERS"]
 LOSSES = ("mse", "cross_entropy")
 OPTIMIZERS = ("sgd", "adam")
 _CHECKPOINTS = ("none", "layers")
+BATCHNORM_MODES = ("keep", "train")
 
 
 def _check_options(loss: str, optimizer: str, lr: float, checkpoint: str, reduction: str,
@@ -74,8 +85,11 @@ def _as_tensor(t: Any) -> TensorType | None:
     return t if isinstance(t, TensorType) else None
 
 
-def _with_loss(fn: Function, loss: str, reduction: str) -> Function:
-    """``fn`` with a target parameter appended and the loss as its only result."""
+def _with_loss(fn: Function, loss: str, reduction: str, batchnorm: str = "keep",
+               ) -> Function:
+    """``fn`` with a target parameter appended and the loss as its only result; with
+    ``batchnorm="train"`` every inference-mode ``BatchNormalization`` in training mode
+    (three results, the running statistics unread)."""
     if not fn.returns:
         raise TransformError(f"training_step: @{fn.name} returns nothing; its first result "
                              "must be the prediction")
@@ -97,8 +111,13 @@ def _with_loss(fn: Function, loss: str, reduction: str) -> Function:
     for op in fn.ops:
         outs = [Value(o.name, o.type) for o in op.outputs]
         new.update(zip(op.outputs, outs))
+        attrs: dict[str, Any] = dict(op.attrs)
+        if (batchnorm == "train" and op.op_type == "BatchNormalization"
+                and not int(attrs.get("training_mode", 0))):
+            attrs["training_mode"] = 1
+            outs += [Value() for _ in range(3 - len(outs))]
         b.ops.append(Op(op.op_type, [None if v is None else new[v] for v in op.inputs],
-                        dict(op.attrs) or None, outs, callee=op.callee))
+                        attrs or None, outs, callee=op.callee))
     op_type = "MSELoss" if loss == "mse" else "SoftmaxCrossEntropyLoss"
     value = b.op(op_type, new[fn.returns[0]], target, reduction=reduction, name="loss")
     out = drop_dead_ops(b.ret(value))
@@ -109,18 +128,23 @@ def _with_loss(fn: Function, loss: str, reduction: str) -> Function:
 def training_step(fn: Function, *, loss: str = "mse", optimizer: str = "sgd",
                   lr: float = 0.01, wrt: Sequence[str] | None = None,
                   checkpoint: str = "none", reduction: str = "sum", beta1: float = 0.9,
-                  beta2: float = 0.999, eps: float = 1e-8) -> Function:
+                  beta2: float = 0.999, eps: float = 1e-8, batchnorm: str = "keep",
+                  ) -> Function:
     """One training step of ``fn`` (see the module docstring for its parameters and
     results). ``checkpoint="layers"`` recomputes each repeated layer's activations in the
-    backward pass instead of keeping them (``distir.transforms.checkpoint``)."""
+    backward pass instead of keeping them (``distir.transforms.checkpoint``);
+    ``batchnorm="train"`` normalizes with batch statistics (module docstring)."""
     _check_options(loss, optimizer, lr, checkpoint, reduction)
+    if batchnorm not in BATCHNORM_MODES:
+        raise ConfigError(f"training_step: batchnorm must be \"keep\" or \"train\", got "
+                          f"{batchnorm!r}")
     if any(op.callee is not None for op in fn.ops):
         fn = inline_calls(fn)
     names = list(wrt) if wrt is not None else default_wrt(fn)
     if not names:
         raise TransformError(f"training_step: @{fn.name} has no floating-point parameter "
                              "bound to an initializer to train by default; pass wrt=[names]")
-    with_loss = _with_loss(fn, loss, reduction)
+    with_loss = _with_loss(fn, loss, reduction, batchnorm)
     groups = layer_groups(with_loss) if checkpoint == "layers" else []
     g = differentiate(with_loss, names, groups)
     b = FunctionBuilder(g.name)

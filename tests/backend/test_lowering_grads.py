@@ -17,11 +17,9 @@ from distir.transforms import grad  # noqa: E402
 from tests.backend.test_lowering import check, project, run_local  # noqa: E402
 from tests.transforms.test_grad import CASES, make_case  # noqa: E402
 
-# The forward op itself has no lowering in training mode (issue 15's closing note), and
 # HardSwish's forward lowering comes with the ONNX ops being added beside this work.
 load_lowerings()
-NOT_LOWERED = {"batch_norm_training"} | ({"hard_swish"} if "HardSwish" not in LOWERINGS
-                                        else set())
+NOT_LOWERED = {"hard_swish"} if "HardSwish" not in LOWERINGS else set()
 
 
 @pytest.mark.parametrize("case", [c for c in CASES if c[0] not in NOT_LOWERED],
@@ -56,7 +54,7 @@ def test_conv_grad_skips_the_dead_result(need: tuple[bool, bool]) -> None:
 
 
 def test_batch_norm_grad_lowers() -> None:
-    """``BatchNormGrad`` on its own (the training-mode forward has no lowering yet)."""
+    """``BatchNormGrad`` on its own."""
     b = FunctionBuilder("f")
     xv = b.param("x", TensorType(DType.Float32, (4, 3, 5, 2), 0))
     w = b.param("w", TensorType(DType.Float32, (3,), 0))

@@ -1,0 +1,65 @@
+"""Lowerings for training: ``BatchNormalization`` in training mode (batch statistics and the
+running statistics ONNX defines) and the pool gradients' ATen kernels, against the reference
+executor on the CPU."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+pytest.importorskip("torch")
+
+from distir.ir import DType, FunctionBuilder, TensorType  # noqa: E402
+from tests.backend.test_lowering import check, random_for  # noqa: E402
+
+F32 = DType.Float32
+
+
+def _bn_train(n_out: int, shape: tuple[int, ...] = (4, 3, 5, 2), **attrs: Any) -> Any:
+    b = FunctionBuilder("f")
+    c = shape[1]
+    x = b.param("x", TensorType(F32, shape, 0))
+    ps = [b.param(n, TensorType(F32, (c,), 0)) for n in ("w", "b", "m", "v")]
+    outs = b.op("BatchNormalization", x, *ps, num_results=n_out, training_mode=1, **attrs)
+    return b.ret(*(outs if isinstance(outs, tuple) else (outs,)))
+
+
+@pytest.mark.parametrize("shape", [(4, 3, 5, 2), (6, 3), (2, 3, 4, 2, 2)])
+def test_batch_norm_training_mode(shape: tuple[int, ...]) -> None:
+    fn = _bn_train(3, shape, momentum=0.8, epsilon=1e-3)
+    ins = random_for(fn, seed=1)
+    ins[0] = ins[0] * 3.0 + 1.0
+    ins[4] = np.abs(ins[4]) + 0.5
+    check(fn, ins, rtol=1e-4, atol=1e-5)
+
+
+def _pool_grad(op: str, kernel: list[int], strides: list[int], pads: list[int],
+               x_shape: tuple[int, ...], dy_shape: tuple[int, ...], **attrs: Any) -> Any:
+    b = FunctionBuilder("f")
+    x = b.param("x", TensorType(F32, x_shape, 0))
+    dy = b.param("dy", TensorType(F32, dy_shape, 0))
+    return b.ret(b.op(op, x, dy, kernel_shape=kernel, strides=strides, pads=pads, **attrs))
+
+
+@pytest.mark.parametrize("include", [0, 1])
+@pytest.mark.parametrize("geom", [
+    ([3, 3], [2, 2], [1, 1, 1, 1], (2, 3, 7, 7), (2, 3, 4, 4)),   # symmetric pads
+    ([2, 2], [2, 2], [0, 0, 0, 0], (2, 3, 6, 6), (2, 3, 3, 3)),   # no pads
+    ([3], [1], [1, 1], (2, 3, 6), (2, 3, 6)),                      # 1-D, as 2-D
+    ([2, 2, 2], [2, 2, 2], [0] * 6, (1, 2, 4, 4, 4), (1, 2, 2, 2, 2)),
+    ([2, 2], [1, 1], [0, 1, 1, 0], (2, 3, 5, 5), (2, 3, 5, 5)),   # asymmetric: autograd
+])
+def test_average_pool_grad(include: int, geom: tuple) -> None:
+    fn = _pool_grad("AveragePoolGrad", *geom, count_include_pad=include)
+    check(fn, rtol=1e-5, atol=1e-6)
+
+
+@pytest.mark.parametrize("geom", [
+    ([3, 3], [2, 2], [1, 1, 1, 1], (2, 3, 7, 7), (2, 3, 4, 4)),
+    ([3], [2], [1, 1], (2, 3, 7), (2, 3, 4)),
+])
+def test_max_pool_grad(geom: tuple) -> None:
+    n = len(geom[0])
+    check(_pool_grad("MaxPoolGrad", *geom, dilations=[1] * n), rtol=1e-6, atol=1e-6)
