@@ -25,9 +25,9 @@ destination runs it as ``Recv``; a communication op within one device runs as
 The critical path of a timeline is found backwards from the op that ends last: at each
 op, the predecessor is whichever of its dependencies (the previous op on its device, the
 ops on its device that produced its inputs, and for a communication op the same
-dependencies of every participant) ended last. The path's op times add up to more than the
-step where an asynchronous collective on it overlapped compute, and to less where a device
-waited (on the CPU, a rank blocked in a collective counts the wait in the op's time).
+dependencies of every participant) ended last. On the path, each op is charged the time
+from its predecessor's end to its own end, so the charges add up to the path's length (a
+collective a rank waited in is charged only from its last participant's arrival).
 All times are seconds.
 """
 
@@ -144,7 +144,9 @@ def _rank_events(doc: dict[str, Any], path: str) -> tuple[list[tuple], dict[int,
         if k < 0:
             continue
         r = ranges[k]
-        if ts <= r[0] + r[1] and r[5] == ln.get("tid"):
+        # (By time alone: one thread runs the program, and its ranges never nest; the
+        # profiler's thread ids for CUDA runtime calls have not always matched the ops'.)
+        if ts <= r[0] + r[1]:
             by_op[r[2]].append((float(act["ts"]), float(act.get("dur", 0.0)),
                                 (act.get("args") or {}).get("stream")))
     return ranges, by_op
@@ -368,10 +370,14 @@ class Explanation:
     folded: dict[int, int]
 
     def path_by_kind(self, which: int) -> dict[str, float]:
-        """Seconds on the critical path (0: simulated, 1: measured) per op kind."""
+        """Seconds of the critical path (0: simulated, 1: measured) per op kind: each op
+        counts from its predecessor's end (the first from its own start) to its own end, so
+        the kinds add up to the path's length, its last end minus its first start."""
         out: dict[str, float] = defaultdict(float)
+        prev: float | None = None
         for s in self.critical[which]:
-            out[s.kind] += s.seconds
+            out[s.kind] += max(s.end - (s.start if prev is None else prev), 0.0)
+            prev = s.end if prev is None else max(prev, s.end)
         return dict(out)
 
     def to_dict(self, top: int = 20) -> dict[str, Any]:
@@ -466,11 +472,11 @@ def format_table(ex: Explanation, top: int = 15) -> str:
     for d, (sb, mb, ss, ms) in ex.devices.items():
         lines.append(f"{d:>6}{_ms(sb):>11}{_ms(mb):>11}{_diff(sb, mb):>8}{_ms(ss):>11}"
                      f"{_ms(ms):>11}")
-    for name, path in zip(("simulated", "measured"), ex.critical):
-        total = sum(s.seconds for s in path)
+    for w, (name, path) in enumerate(zip(("simulated", "measured"), ex.critical)):
+        total = sum(ex.path_by_kind(w).values())
         devs = sorted({s.device for s in path})
         lines.append(f"\ncritical path, {name}: {len(path)} ops over devices {devs}, "
-                     f"{_ms(total)} ms of op time")
+                     f"{_ms(total)} ms long")
     lines += ["", f"largest differences (ms), {min(top, len(ex.ops))} of {len(ex.ops)} ops:",
               f"{'device':>6}{'op':>6}  {'kind':<22}{'simulated':>12}{'measured':>12}"
               f"{'diff':>8}"]
