@@ -9,7 +9,8 @@ values exist then too: every value was made by an op on its device) and occupies
 them for its cost, so ops on disjoint devices overlap and a ``Send`` or a collective
 synchronizes its devices.
 
-Overlapped communication (distir's extension, ``ASYNC_OPS``: ``MPIAllreduce``): each
+Overlapped communication (distir's extension, ``ASYNC_OPS``: the all-reduces,
+reduce-scatter and all-gather): each
 device also has a communication clock (key ``comm_key(d)``). An asynchronous collective
 starts when its devices' compute clocks have reached it (program order: what was issued
 before it has run) and their communication clocks are free; it advances only the

@@ -6,9 +6,9 @@ Every op runs in the process group of its ``group`` attribute (created up front 
 group: a collective, so its communicator exists before the first step (NCCL builds
 point-to-point communicators lazily) and it is matched exactly like every other collective.
 Collectives whose participants are listed in an order other than the group's (sorted
-ranks) permute their pieces. ``MPIAllreduce`` and ``MPIAllreduceBucket`` are asynchronous
-(``ASYNC_OPS``): each returns its work handle, waited for by the first op that reads its
-result. An input is overwritten
+ranks) permute their pieces. The all-reduces (``MPIAllreduce``, ``MPIAllreduceBucket``),
+``MPIReduceScatter`` and ``MPIAllgather`` are asynchronous (``ASYNC_OPS``): each returns its
+work handle, waited for by the first op that reads its result. An input is overwritten
 in place only where ``donate`` allows it; otherwise the op works on a copy.
 """
 
@@ -108,8 +108,26 @@ def _allreduce_bucket(s: Static) -> Kernel:
     return k
 
 
-@LOWERINGS.register("MPIAllgather", comm=True)
+class _Pending:
+    """A work handle that also keeps the collective's input buffers alive until it ends
+    (or, with no work, a collective already done)."""
+
+    __slots__ = ("work", "keep")
+
+    def __init__(self, work: Any, *keep: Any) -> None:
+        self.work, self.keep = work, keep
+
+    def wait(self) -> None:
+        if self.work is not None:
+            self.work.wait()
+        self.keep = ()
+
+
+@LOWERINGS.register("MPIAllgather", comm=True, asynchronous=True)
 def _allgather(s: Static) -> Kernel:
+    """Asynchronous where the gathered buffer is the result (in group order along axis 0);
+    otherwise the pieces are permuted once they arrive, so it completes before returning
+    (a handle that is already done)."""
     pg = _pg(s)
     _equal_sizes(s)
     group, order, axis = tuple(s.attrs["group"]), tuple(s.attrs["order"]), s.attrs["axis"]
@@ -118,8 +136,8 @@ def _allgather(s: Static) -> Kernel:
     if order == group and axis == 0:
         def direct(x: torch.Tensor) -> tuple:
             out = s.empty(out_t)
-            _all_gather_single(out, x.contiguous(), group=pg)
-            return (out,)
+            x = x.contiguous()
+            return (out, _Pending(_all_gather_single(out, x, group=pg, async_op=True), x))
 
         return direct
     pos = [group.index(d) for d in order]
@@ -128,12 +146,12 @@ def _allgather(s: Static) -> Kernel:
     def permuted(x: torch.Tensor) -> tuple:
         buf = s.empty(stacked)
         _all_gather_single(buf.view(-1), x.contiguous().view(-1), group=pg)
-        return (torch.cat([buf[j] for j in pos], dim=axis),)
+        return (torch.cat([buf[j] for j in pos], dim=axis), _Pending(None))
 
     return permuted
 
 
-@LOWERINGS.register("MPIReduceScatter", comm=True)
+@LOWERINGS.register("MPIReduceScatter", comm=True, asynchronous=True)
 def _reduce_scatter(s: Static) -> Kernel:
     pg = _pg(s)
     group, order, axis = tuple(s.attrs["group"]), tuple(s.attrs["order"]), s.attrs["axis"]
@@ -141,8 +159,8 @@ def _reduce_scatter(s: Static) -> Kernel:
     if order == group and axis == 0:
         def direct(x: torch.Tensor) -> tuple:
             out = s.empty(out_t)
-            _reduce_scatter_single(out, x.contiguous(), group=pg)
-            return (out,)
+            x = x.contiguous()
+            return (out, _Pending(_reduce_scatter_single(out, x, group=pg, async_op=True), x))
 
         return direct
     shard_of = [order.index(d) for d in group]  # the shard group rank j receives
@@ -150,8 +168,9 @@ def _reduce_scatter(s: Static) -> Kernel:
     def permuted(x: torch.Tensor) -> tuple:
         chunks = x.chunk(n, dim=axis)
         out = s.empty(out_t)
-        dist.reduce_scatter(out, [chunks[i].contiguous() for i in shard_of], group=pg)
-        return (out,)
+        pieces = [chunks[i].contiguous() for i in shard_of]
+        return (out, _Pending(dist.reduce_scatter(out, pieces, group=pg, async_op=True),
+                              pieces))
 
     return permuted
 

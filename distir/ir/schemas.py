@@ -185,12 +185,14 @@ SCHEMAS.update({s.name: s for s in _DISTIR_OPS})
 
 COMM_OPS = frozenset(s.name for s in _DISTIR_OPS if s.domain == "comm")
 
-ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket"})
-"""Collectives (the all-reduces, bucketed or not) that run on each device's communication
-stream, overlapping the compute ops after them until the first op that reads their result
-(distir's extension of the spec's execution semantics; see docs/simulation.md,
-"Overlapping communication"). The simulator and the PyTorch backend (an ``async_op``
-collective, waited for at the first use of its result) both follow it."""
+ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket", "MPIReduceScatter",
+                       "MPIAllgather"})
+"""Collectives (the all-reduces, bucketed or not, reduce-scatter and all-gather) that run
+on each device's communication stream, overlapping the compute ops after them until the
+first op that reads their result (distir's extension of the spec's execution semantics;
+see docs/simulation.md, "Overlapping communication"). The simulator and the PyTorch
+backend (an ``async_op`` collective, waited for at the first use of its result) both
+follow it."""
 
 
 def get_schema(name: str) -> OpSchema | None:
