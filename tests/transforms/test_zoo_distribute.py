@@ -121,3 +121,24 @@ def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_inputs_named_or_found() -> None:
+    """The inputs not bound to initializers are the batch; naming them gives the same
+    program; a tie between two first dimensions asks for the names."""
+    m, an = _analysis("bert", "torchscript")
+    assert {p.name for p in an.sharding.data} == {"input_ids", "attention_mask"}
+    named = dtp(m.entry, dp=2, batch_inputs=["input_ids", "attention_mask"])
+    assert distir.dumps(named) == distir.dumps(dtp(an, dp=2))
+    with pytest.raises(TransformError, match="batch input 'ids' is not a parameter"):
+        dtp(m.entry, dp=2, batch_inputs=["ids"])
+    fn = distir.parse("""func @main(%x: Tensor[Float32, (4, 3), 0], %z: Tensor[Float32, (3, 3), 0],
+           %w: Tensor[Float32, (3, 3), 0]) {
+  %h = MatMul(%x, %w)
+  %g = MatMul(%z, %w)
+  return %h, %g
+}""").entry
+    fn.initializers = {"w": np.ones((3, 3), np.float32)}
+    with pytest.raises(TransformError, match="cannot tell the batch size.*batch_inputs"):
+        dtp(fn, dp=2)
+    assert dtp(fn, dp=2, batch_inputs=["x"]) is not None
