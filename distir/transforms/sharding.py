@@ -2,11 +2,15 @@
 
 Two passes over the function's def-use graph, both driven by the layout rules:
 
-1. **Batch.** The batch inputs (parameters in a data role: ``MatMul``'s first operand,
-   ``Gather``'s indices, a loss's target; never an optimizer's weight) are split along axis
-   0; the split flows to every activation and gradient. Weight gradients come out partial
-   over the batch (summed later). An op that cannot split its batch axis (a softmax over
-   it) makes the function impossible to data-parallelize, which is an error.
+1. **Batch.** The batch inputs (named by the caller; else the parameters not bound to
+   initializers that share the most common first dimension; in a function without
+   initializers, the parameters in a data role: ``MatMul``'s first operand, ``Gather``'s
+   indices, a loss's target; never an optimizer's weight) are split along axis 0; the
+   split flows to every activation and gradient. A batch-free value that an op demands
+   split (an expanded mask, indices made from the local batch size) is split at its
+   sources (``_pull_batch``). Weight gradients come out partial over the batch (summed
+   later). An op that cannot split its batch axis (a softmax over it) makes the function
+   impossible to data-parallelize: ``batch_error`` says why, and D or K is refused.
 2. **Tensor (Megatron).** In program order, every ``MatMul`` whose second operand is a
    still-whole 2-D weight and whose first operand is not split is a candidate for a
    column-parallel split of that weight. The split is propagated; rules *demand* layouts of
