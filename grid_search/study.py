@@ -17,6 +17,9 @@ the best measured ones; then the fidelity table of docs/fidelity.md: Kendall's t
 90th percentile error, the top-1 regret and the out-of-memory prediction), and says whether
 the workload is held out (never used to develop the cost model) or not.
 
+``explain`` runs one configuration with per-op profiling and writes ``distir explain``'s
+comparison with the simulation (docs/fidelity.md).
+
 ``measure --memory-check`` runs, instead of the whole space, the configurations whose
 predicted peak memory (on ``--hardware``) lies within ``--margin`` of the capacity (the
 profile's, or ``--memory-limit``, which then caps every run's allocator), nearest first, as
@@ -226,6 +229,45 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_explain(args: argparse.Namespace) -> int:
+    """Run one configuration with ``--profile`` and explain it against the simulation."""
+    import json
+
+    import distir
+    from distir.analysis.explain import explain, format_table, write_perfetto
+    from distir.transforms import analyze, dtp
+
+    w = workload(args.model, dtype=args.dtype)
+    schedule = args.schedule or ("1f1b" if w.training else "gpipe")
+    fn = dtp(analyze(w.build(args.batch_size)), dp=args.dp, tp=args.tp, pp=args.pp,
+             microbatches=args.microbatches, schedule=schedule)
+    out = args.out
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "program.dir"), "w", encoding="utf-8") as f:
+        f.write(distir.dumps(fn))
+    traces = args.traces or os.path.join(out, "prof")
+    res = distir.run(fn, backend=args.backend, steps=args.steps, warmup=args.warmup,
+                     profile=traces)
+    if res is None or res.status != "ok" or res.step_latency_s is None:
+        print(f"the run did not complete: {res.message if res else 'no result'}",
+              file=sys.stderr)
+        return 1
+    ex = explain(fn, [traces], args.hardware)
+    head = (f"{w.name} ({args.dtype}) batch {args.batch_size}, D{args.dp} T{args.tp} "
+            f"P{args.pp} K{args.microbatches} {schedule}: timed steps' median "
+            f"{res.step_latency_s * 1e3:.3f} ms on {res.device_name}\n")
+    table = head + format_table(ex, top=args.top) + "\n"
+    with open(os.path.join(out, "explain.txt"), "w", encoding="utf-8") as f:
+        f.write(table)
+    with open(os.path.join(out, "explain.json"), "w", encoding="utf-8") as f:
+        json.dump({"run": res.to_dict(), **ex.to_dict(top=args.top)}, f)
+    write_perfetto(ex, os.path.join(out, "perfetto.json"))
+    sys.stdout.write(table)
+    print(f"wrote {out}/program.dir, explain.txt, explain.json, perfetto.json; traces in "
+          f"{traces}", file=sys.stderr)
+    return 0
+
+
 def held_out_note(model: str, dtype: str) -> str:
     """Whether a study of ``model`` in ``dtype`` is held out (docs/fidelity.md)."""
     if (model, dtype) in DEVELOPMENT:
@@ -308,6 +350,24 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dtype", default="Float16")
     c.add_argument("-o", "--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_compare)
+    e = sub.add_parser("explain", help="profile one configuration and explain it against "
+                       "the simulation (distir run --profile, distir explain)")
+    e.add_argument("--model", required=True)
+    e.add_argument("--dtype", default="Float16")
+    e.add_argument("--batch-size", type=int, required=True)
+    for k in ("dp", "tp", "pp", "microbatches"):
+        e.add_argument(f"--{k}", type=int, default=1)
+    e.add_argument("--schedule", default=None, help="default: 1f1b to train, gpipe to infer")
+    e.add_argument("--hardware", default="h100-sxm")
+    e.add_argument("--backend", default=None)
+    e.add_argument("--steps", type=int, default=5)
+    e.add_argument("--warmup", type=int, default=2)
+    e.add_argument("--top", type=int, default=30, help="ops listed among the largest "
+                   "differences (default 30)")
+    e.add_argument("--traces", default=None, metavar="DIR",
+                   help="where the per-rank traces go (default OUT/prof)")
+    e.add_argument("-o", "--out", required=True, metavar="OUT", help="output directory")
+    e.set_defaults(func=cmd_explain)
     args = p.parse_args(argv)
     from distir.errors import DistIRError
 

@@ -135,3 +135,21 @@ def test_compare_reports_fidelity_and_not_held_out(tmp_path: Path) -> None:
     with open(tmp_path / "study.csv", newline="", encoding="utf-8") as f:
         got = list(csv.DictReader(f))
     assert {r["predicted_fits"] for r in got if r["latency_s"]} <= {"true", "false"}
+
+
+def test_study_explain_writes_table_json_and_perfetto(tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture) -> None:
+    pytest.importorskip("torch")
+    import json
+
+    out = tmp_path / "x"
+    assert main(["explain", "--model", "mlp-2-32", "--dtype", "Float32", "--batch-size", "16",
+                 "--backend", "gloo", "--steps", "1", "--warmup", "0", "-o", str(out)]) == 0
+    table = (out / "explain.txt").read_text(encoding="utf-8")
+    assert table.startswith("mlp-2-32 (Float32) batch 16, D1 T1 P1 K1 1f1b")
+    assert "per op kind" in capsys.readouterr().out
+    doc = json.loads((out / "explain.json").read_text(encoding="utf-8"))
+    assert doc["run"]["status"] == "ok" and {k["kind"] for k in doc["kinds"]} >= {
+        "MatMul", "MatMulGrad", "SGDOptimizer"}
+    assert (out / "prof" / "rank0.json").exists() and (out / "perfetto.json").exists()
+    assert (out / "program.dir").read_text(encoding="utf-8").startswith("func @")
