@@ -9,14 +9,13 @@ import sys
 from typing import Any
 
 import pytest
+import torch
 
 import distir
 from distir.analysis.explain import ExplainError, explain, format_table
 from distir.analysis.projection import project
 from distir.ir.schemas import ASYNC_OPS
 from distir.transforms import dtp
-
-torch = pytest.importorskip("torch")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 

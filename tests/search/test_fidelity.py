@@ -139,7 +139,6 @@ def test_compare_reports_fidelity_and_not_held_out(tmp_path: Path) -> None:
 
 def test_study_explain_writes_table_json_and_perfetto(tmp_path: Path,
                                                       capsys: pytest.CaptureFixture) -> None:
-    pytest.importorskip("torch")
     import json
 
     out = tmp_path / "x"
