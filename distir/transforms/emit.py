@@ -8,7 +8,8 @@ copies are consecutive and overlap in time) and then the collectives the layouts
   the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after;
 - a shape operand (the target of ``Reshape``/``Expand``, the sizes of ``Split``) becomes the
   local shape, a constant supplied by the caller (``const``);
-- a ``reduction="mean"`` loss over split values is scaled by the shard count.
+- a mean over split values (a ``reduction="mean"`` loss, ``ReduceMean``, the running
+  statistics of ``BatchNormalization``) is scaled by the shard count.
 
 The emitter is shared by the stage functions (generic over devices, constants passed in)
 and by the top-level function (which places constants with ``Constant(device=...)``).
@@ -22,19 +23,32 @@ import numpy as np
 
 from distir.ir.core import Op, Value
 from distir.transforms.layout import T
-from distir.transforms.layout_rules import mean_scale_marks
+from distir.transforms.layout_rules import MEAN_SCALED, mean_scale_marks
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
 
-__all__ = ["Emitter", "Namer", "base_name"]
-
-_LOSSES = frozenset({"MSELoss", "MSELossGrad", "SoftmaxCrossEntropyLoss",
-                     "SoftmaxCrossEntropyLossGrad"})
+__all__ = ["Emitter", "Namer", "base_name", "scaled_outputs"]
 
 Namer = Callable[[str], list[str]]
 """``base name -> the names of its local values``, one per rank."""
 ConstFn = Callable[[np.ndarray, str], list[Value]]
 """``(array, name hint) -> one value per rank`` holding that constant."""
+
+
+def scaled_outputs(plan: Plan, op: Op) -> list[tuple[int, str]]:
+    """``(result index, marks)`` of the results of ``op`` that are means over split axes
+    (see ``mean_scale_marks``), each scaled by its shard count."""
+    if op.op_type not in MEAN_SCALED:
+        return []
+    sh = plan.sh
+    attrs = plan.prog.attrs(op)
+    ins = tuple(sh.layout[v] for v in op.inputs if v is not None)
+    out = []
+    for k, o in enumerate(op.outputs):
+        m = mean_scale_marks(op.op_type, attrs, ins, k, sh.partial.get(o, ""))
+        if m:
+            out.append((k, m))
+    return out
 
 
 def base_name(v: Value) -> str:
@@ -103,12 +117,9 @@ class Emitter:
                 append(Op("MPIAllreduce", vals, None, red_vals))
                 vals = red_vals
             env[o] = vals
-        if op_type in _LOSSES:
-            o = outs[0]
-            marks = mean_scale_marks(op_type, self.plan.prog.attrs(op), tuple(
-                self.plan.sh.layout[v] for v in op.inputs if v is not None))
-            if marks:
-                env[o] = self._scale(o, env[o], marks)
+        if op_type in MEAN_SCALED:
+            for k, marks in scaled_outputs(self.plan, op):
+                env[outs[k]] = self._scale(outs[k], env[outs[k]], marks)
 
     def _scale(self, o: Value, vals: list[Value], marks: str) -> list[Value]:
         plan = self.plan

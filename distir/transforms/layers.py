@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import DenseAttr
-from distir.transforms.emit import _LOSSES, Emitter, base_name
+from distir.transforms.emit import Emitter, base_name, scaled_outputs
 from distir.transforms.layout import T
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
@@ -90,7 +90,7 @@ class LayerTable:
         plain = len(run) > 1
         for pos, i in enumerate(run):
             op = prog.ops[i]
-            if op.op_type in _LOSSES:
+            if scaled_outputs(plan, op):  # its scale is a constant of its own
                 plain = False
             ins: list[tuple | None] = []
             for k, v in enumerate(op.inputs):

@@ -262,10 +262,23 @@ def xent_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     return ((_xent(ins, shapes), ""),)
 
 
-def mean_scale_marks(op_type: str, attrs: dict, ins: tuple) -> str:
-    """The marks whose shard count divides a ``reduction="mean"`` loss (or its gradient) of
-    this op: each shard averages over its own elements only."""
-    if attrs.get("reduction") != "mean":
+MEAN_SCALED = frozenset({"MSELoss", "MSELossGrad", "SoftmaxCrossEntropyLoss",
+                         "SoftmaxCrossEntropyLossGrad", "ReduceMean", "BatchNormalization"})
+"""Ops with results that may be means over split axes: each shard's mean is scaled by the
+shard count before the partial results are summed (``mean_scale_marks``)."""
+
+
+def mean_scale_marks(op_type: str, attrs: dict, ins: tuple, k: int = 0,
+                     partial: str = "") -> str:
+    """The marks whose shard count divides result ``k`` of this op (``partial``: the
+    result's partial marks): a ``reduction="mean"`` loss (or its gradient), a
+    ``ReduceMean`` over split axes, the running statistics of ``BatchNormalization``; each
+    shard averages over its own elements only."""
+    if op_type == "ReduceMean":
+        return partial if k == 0 else ""
+    if op_type == "BatchNormalization":
+        return partial if k > 0 else ""
+    if k != 0 or attrs.get("reduction") != "mean":
         return ""
     lay = ins[0]
     if op_type.startswith("SoftmaxCrossEntropy"):

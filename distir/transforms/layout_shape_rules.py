@@ -196,7 +196,7 @@ def reduce(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     if not axes:
         axes = [] if attrs.get("noop_with_empty_axes", 0) else list(range(rank))
     reduced = [lay.marks[a] for a in axes if lay.marks[a]]
-    if reduced and op_type != "ReduceSum":
+    if reduced and op_type not in ("ReduceSum", "ReduceMean"):  # a mean is scaled (emit)
         raise Reject(f"{op_type} over a split axis")
     if attrs.get("keepdims", 1):
         marks = tuple(None if a in axes else m for a, m in enumerate(lay.marks))
