@@ -19,11 +19,14 @@ Times are wall seconds of each stage (the export's when it was exported).
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import torch
 
+from distir.ir.core import Function
 from tests.zoo.export import ExportFailed, exported
 from tests.zoo.models import BATCH, SEQ, Spec
 
@@ -88,7 +91,8 @@ def check(spec: Spec, exporter: str, *, simulate: bool = True) -> Result:
     return r
 
 
-def _stage(r: Result, name: str, fn, *args, repeat: int = 1, **kw):  # type: ignore[no-untyped-def]
+def _stage(r: Result, name: str, fn: Callable[..., Any], *args: Any, repeat: int = 1,
+           **kw: Any) -> Any:
     """Run one stage ``repeat`` times (the best time counts: the first call of a process
     also imports the rule tables)."""
     best = float("inf")
@@ -123,7 +127,7 @@ def _run(spec: Spec, exporter: str, r: Result, simulate: bool) -> None:
     m = _stage(r, "import", import_onnx, ex.path, dims=spec.dims(), repeat=2)
     fn = m.entry
 
-    def types(fn, expected):  # type: ignore[no-untyped-def]
+    def types(fn: Function, expected: tuple[int, ...]) -> None:
         env = type_env(fn)
         for op in fn.ops:
             for v in op.outputs:
@@ -140,7 +144,7 @@ def _run(spec: Spec, exporter: str, r: Result, simulate: bool) -> None:
 
     expected = torch_output_shape(spec, *REBIND)
 
-    def rebind():  # type: ignore[no-untyped-def]
+    def rebind() -> None:
         m2 = import_onnx(ex.path, dims=spec.dims(*REBIND))
         types(m2.entry, expected)
 
