@@ -1,4 +1,7 @@
-"""Lowering of ONNX ``Resize`` (opset 19, the version in force at 21): every mode
+"""Lowerings of ONNX ``Resize`` (opset 19, the version in force at 21) and ``GridSample``
+(opset 20).
+
+``Resize``: every mode
 (nearest, linear, cubic, antialiased linear and cubic), coordinate transformation, nearest
 rounding, ``exclude_outside`` and ``tf_crop_and_resize``'s extrapolation.
 
@@ -201,3 +204,27 @@ def _resize(s: Static) -> Kernel:
         return (x if steps else x.clone(),)
 
     return k
+
+
+_GRID_MODES = {"linear": "bilinear", "nearest": "nearest", "cubic": "bicubic"}
+
+
+@LOWERINGS.register("GridSample")
+def _grid_sample(s: Static) -> Kernel:
+    """``torch.nn.functional.grid_sample``, which takes the same normalized coordinates
+    (x first), padding modes and ``align_corners``: 2 or 3 spatial axes (cubic: 2, and not
+    with border padding)."""
+    r = s.inp(0).rank - 2
+    mode = _GRID_MODES[str(s.attrs["mode"])]
+    if r not in (2, 3) or (r == 3 and mode == "bicubic"):
+        raise UnsupportedError(f"GridSample mode={s.attrs['mode']} over {r} spatial axes "
+                               "(the backend samples 2-D, and 3-D but for cubic)")
+    pad = str(s.attrs["padding_mode"])
+    if mode == "bicubic" and pad == "border":
+        # torch clamps the sampling point before taking its taps, ONNX clamps each tap
+        raise UnsupportedError("GridSample mode=cubic with padding_mode=border (torch's "
+                               "border keeps the point inside, ONNX's each of its taps)")
+    corners = bool(s.attrs.get("align_corners", 0))
+    f = torch.nn.functional.grid_sample
+    return lambda x, g: (f(x, g.to(x.dtype), mode=mode, padding_mode=pad,
+                           align_corners=corners),)

@@ -82,3 +82,10 @@ def test_lstm_costs_its_products() -> None:
     assert c.seconds > one.seconds > 0
     gru = cost("GRU", (x, F(1, 3 * h, i), F(1, 3 * h, h)), outs[:1])
     assert gru.flops == 2 * t * n * 3 * h * i + t * 2 * n * 3 * h * h
+
+
+def test_grid_sample_flops_follow_the_taps() -> None:
+    x, g, y = F(1, 3, 8, 8), F(1, 5, 6, 2), F(1, 3, 5, 6)
+    assert cost("GridSample", (x, g), (y,), mode="nearest").flops == 2 * y.numel
+    assert cost("GridSample", (x, g), (y,), mode="linear").flops == 2 * 4 * y.numel
+    assert cost("GridSample", (x, g), (y,), mode="cubic").flops == 2 * 16 * y.numel

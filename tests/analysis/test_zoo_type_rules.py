@@ -112,6 +112,9 @@ CASES: list[base.Case] = [
                  X((2, 2, 4))], {"direction": "bidirectional"}, n_out=2),
     Case("GRU", [X((2, 5, 3)), X((1, 12, 3)), X((1, 12, 4))],
          {"layout": 1, "linear_before_reset": 1}),
+    Case("GridSample", [X((1, 2, 4, 5)), X((1, 3, 6, 2))]),
+    Case("GridSample", [X((2, 3, 4, 5, 6), F64), X((2, 2, 3, 4, 3), F64)],
+         {"mode": "nearest", "padding_mode": "border"}),
     Case("GroupNormalization", [X((2, 4, 3, 3)), X((4,)), X((4,))], {"num_groups": 2}),
 ]
 
@@ -158,6 +161,7 @@ def _k(value: object, dt: DType = DType.Int64) -> Concrete:
     ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 16, 4), None, _k([5, 3], DType.Int32)), {},
      "full length"),
     ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 12, 4)), {}, "R must have shape"),
+    ("GridSample", (_t(1, 2, 4, 5), _t(1, 3, 6, 3)), {}, "grid must be"),
     ("GRU", (_t(5, 2, 3), _t(1, 12, 3), _t(1, 12, 4)),
      {"activations": ("Sigmoid", "Relu")}, "Sigmoid, Tanh cell"),
 ])

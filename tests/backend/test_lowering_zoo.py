@@ -13,6 +13,7 @@ pytest.importorskip("torch")
 
 import tests.backend.test_lowering as base  # noqa: E402
 from distir.backend.lowering import LOWERINGS, load_lowerings  # noqa: E402
+from distir.errors import UnsupportedError  # noqa: E402
 from distir.ir import DType, parse  # noqa: E402
 from distir.ir._onnx_schemas import ONNX_SCHEMAS  # noqa: E402
 
@@ -349,3 +350,24 @@ def test_gru(direction: str, layout: int, lbr: int) -> None:
     for n_out in (1, 2):
         check(one_op("GRU", full, n_out=n_out, **attrs), rtol=1e-4, atol=1e-5)
     check(one_op("GRU", full[:3], n_out=2, **attrs), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("mode", ["linear", "nearest", "cubic"])
+@pytest.mark.parametrize("padding", ["zeros", "border", "reflection"])
+@pytest.mark.parametrize("corners", [0, 1])
+def test_grid_sample(mode: str, padding: str, corners: int) -> None:
+    x = rng.standard_normal((2, 3, 5, 6)).astype(np.float32)
+    g = rng.uniform(-1.3, 1.3, (2, 4, 7, 2)).astype(np.float32)  # some points outside
+    fn = one_op("GridSample", [(F32, x.shape), (F32, g.shape)], mode=mode,
+                padding_mode=padding, align_corners=corners)
+    if mode == "cubic" and padding == "border":
+        with pytest.raises(UnsupportedError, match="border"):
+            base.run_local(fn, [x, g])
+        return
+    check(fn, [x, g], rtol=1e-4, atol=1e-5)
+    if mode == "linear":  # and over 3 spatial axes
+        x3 = rng.standard_normal((1, 2, 3, 4, 5)).astype(np.float32)
+        g3 = rng.uniform(-1.2, 1.2, (1, 2, 3, 4, 3)).astype(np.float32)
+        fn3 = one_op("GridSample", [(F32, x3.shape), (F32, g3.shape)], mode=mode,
+                     padding_mode=padding, align_corners=corners)
+        check(fn3, [x3, g3], rtol=1e-4, atol=1e-5)

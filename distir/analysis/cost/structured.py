@@ -94,6 +94,18 @@ def recurrent(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return _products(hw, dims * d, x, gates + tensor_bytes(outs))
 
 
+@COST_RULES.register("GridSample")
+def grid_sample(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                hw: Hardware) -> OpCost:
+    """Memory-bound: 2 FLOPs per tap of each result element (1 tap for nearest, 2 per
+    spatial axis for linear, 4 for cubic)."""
+    x, y = ins[0], outs[0]
+    per_axis = {"nearest": 1, "linear": 2, "cubic": 4}.get(str(attrs.get("mode")), 2)
+    flops = 2.0 * per_axis ** (x.rank - 2) * y.numel
+    nbytes = tensor_bytes(ins) + tensor_bytes(outs)
+    return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+
+
 @COST_RULES.register("Resize")
 def resize(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
            hw: Hardware) -> OpCost:

@@ -1,4 +1,4 @@
-"""Type rules of ops that resample or rearrange the spatial axes: Pad, Resize,
+"""Type rules of ops that resample or rearrange the spatial axes: Pad, Resize, GridSample,
 DepthToSpace, SpaceToDepth.
 
 Semantics are ONNX opset 21's (Resize: opset 19's, the version in force at 21); every result
@@ -135,6 +135,24 @@ def resize(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tupl
         raise fail(f"sizes must be an Int64 tensor, got {tensor(args[3])}")
     shape, _ = resize_shape(x.shape, args, attrs)
     return (x.with_shape(shape),)
+
+
+@TYPE_RULES.register("GridSample")
+def grid_sample(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """X ``(N, C, D1, ..., Dr)`` sampled at grid ``(N, E1, ..., Er, r)``: ``(N, C, E1, ...,
+    Er)`` in X's dtype."""
+    x, g = tensor(args[0], "X"), tensor(args[1], "grid")
+    r = x.rank - 2
+    if r < 1 or g.rank != x.rank or g.shape[0] != x.shape[0] or g.shape[-1] != r:
+        raise fail(f"grid must be (N, E1, ..., E{max(r, 1)}, {max(r, 1)}) for X {x.shape}, "
+                   f"got {g.shape}")
+    if not g.dtype.is_float:
+        raise fail(f"grid must be a float tensor, got {g}")
+    for name, allowed in (("mode", ("linear", "nearest", "cubic")),
+                          ("padding_mode", ("zeros", "border", "reflection"))):
+        if attrs.get(name) not in allowed:
+            raise fail(f"{name} must be one of {', '.join(allowed)}, got {attrs.get(name)!r}")
+    return (x.with_shape(x.shape[:2] + g.shape[1:-1]),)
 
 
 def _nchw(op_type: str, args: tuple, attrs: dict[str, Any]) -> tuple[TensorType, int]:
