@@ -23,6 +23,7 @@ from __future__ import annotations
 import contextlib
 import importlib
 import io
+import logging
 import re
 import warnings
 from collections.abc import Mapping, Sequence
@@ -153,6 +154,11 @@ def export_onnx(module: Any, args: tuple[Any, ...], names: list[str],
     quiet = io.StringIO()
     was_training = module.training
     module.eval()
+    # The exporter logs through ``logging`` (handlers that keep the real stderr), e.g. that
+    # torchvision's ops are skipped: quiet for the export only.
+    logger = logging.getLogger("torch.onnx")
+    level = logger.level
+    logger.setLevel(logging.ERROR)
     try:
         with warnings.catch_warnings(), contextlib.redirect_stdout(quiet), \
                 contextlib.redirect_stderr(quiet):
@@ -172,6 +178,7 @@ def export_onnx(module: Any, args: tuple[Any, ...], names: list[str],
                            f"{type(module).__name__}: {_cause(e)}") from None
     finally:
         module.train(was_training)
+        logger.setLevel(level)
 
 
 def _torch_names(module: Any) -> frozenset[str]:
