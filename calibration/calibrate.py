@@ -1,9 +1,11 @@
 """The calibration driver: measure, fit, write a hardware profile and its measurements.
 
-``calibrate(output, ...)`` runs the microbenchmarks of ``bench`` and ``bench_nn`` (one
-device: matmuls, elementwise kernels; attention's batched matmuls, softmax, layer norm, GELU,
-permuted copies) and ``comm`` (every local GPU, or gloo processes on a CPU), fits them
-(``fit``), and writes
+``calibrate(output, ...)`` runs the microbenchmarks of ``bench``, ``bench_nn`` and
+``bench_train`` (one device: matmuls, elementwise kernels; attention's batched matmuls,
+softmax, layer norm, GELU, permuted copies; the training kernels through the backend's
+lowerings: convolutions forward and backward, normalization and softmax gradients,
+cross entropy, Adam, scatter-add, reductions, pools) and ``comm`` (every local GPU, or
+gloo processes on a CPU), fits them (``fit``), and writes
 
 - ``OUTPUT`` (``NAME.json``): the profile, in the format of ``distir.analysis.hardware``;
 - ``NAME.measurements.csv`` beside it: every measurement (a first comment line holds the
@@ -425,6 +427,21 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         log(f"softmax, layernorm, gelu, copy: {len(ksizes)} sizes x {len(nn_dtypes)} dtypes")
         rows.extend(r.as_dict() for r in bench_nn.bench_kernels(device, nn_dtypes, ksizes,
                                                                 timer, log))
+        from calibration import bench_train
+
+        if use_cuda:
+            torch.cuda.empty_cache()
+        tsizes = (bench.size_ladder(10, 14) if quick else
+                  bench.size_ladder(14, 28) if use_cuda else bench.size_ladder(12, 18))
+        log(f"training kernels: {len(tsizes)} sizes x {len(bench_train.TRAIN_FAMILIES)} "
+            "families, Float32")
+        rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
+            device, ["Float32"], tsizes, timer, log))
+        convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
+                                        (120 if use_cuda else 16), seed)
+        log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), Float32")
+        rows.extend(r.as_dict() for r in bench_train.bench_convs(device, ["Float32"], convs,
+                                                                 timer, log))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0

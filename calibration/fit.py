@@ -39,16 +39,24 @@ from distir.analysis.hardware import FitModel, bmm_features, loglog_terms, matmu
 __all__ = ["FitReport", "fit_rows", "ape", "LARGE", "fit_key", "PER_DTYPE"]
 
 LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
-         "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20))}
+         "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20)),
+         "conv": ("flops", 1e9), "conv_dgrad": ("flops", 1e9), "conv_wgrad": ("flops", 1e9)}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
 
 
-PER_DTYPE = ("matmul", "matmul_unaligned", "bmm")
+CONV = ("conv", "conv_dgrad", "conv_wgrad")
+"""Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
+plus ``window`` and ``stride``, per dtype."""
+
+PER_DTYPE = ("matmul", "matmul_unaligned", "bmm", *CONV)
 """Families fitted per dtype; the other compute families are pooled under ``any`` (their
 feature is bytes), collectives keyed by group size."""
 
-COMPUTE = ("elementwise", "softmax", "layernorm", "gelu", "copy")
+COMPUTE = ("elementwise", "softmax", "layernorm", "gelu", "copy", "batchnorm",
+           "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
+           "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
+           "avgpool_grad")
 
 
 def fit_key(row: dict[str, Any]) -> str:
@@ -100,6 +108,13 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         x = matmul_features(m, n, k, 1)
         x["bytes"] = float(row["bytes"])  # the measured dtype's bytes
         return x
+    if row["family"] in CONV:
+        from calibration.bench_train import conv_window_stride
+        from distir.analysis.cost.train import conv_features
+
+        window, stride = conv_window_stride(str(row["op"]))
+        return conv_features(int(row["m"]), int(row["n"]), int(row["k"]),
+                             float(row["bytes"]), window, stride)
     if row["family"] == "bmm":
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
         batch = max(int(round(float(row["flops"]) / (2.0 * m * n * k))), 1)
@@ -217,6 +232,15 @@ def candidates(family: str) -> dict[str, Trainer]:
                     _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k", "mn", "flops")),
                 "linear(flops, mn, mk, kn) x deep trees(m, n, k)":
                     _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k"), 300, 4, 0.05)}
+    if family in CONV:
+        return {"linear(flops, bytes)": _linear(("flops", "bytes")),
+                "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),
+                "loglog2(m, n, k)": _loglog(("m", "n", "k"), 2),
+                "linear(flops, mn, mk, kn) x trees(m, n, k, window, stride)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k", "window", "stride")),
+                "linear(flops, bytes) x trees(m, n, k, window, stride, flops)":
+                    _boosted(("flops", "bytes"), ("m", "n", "k", "window", "stride",
+                                                  "flops"))}
     if family == "bmm":
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
                 "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),

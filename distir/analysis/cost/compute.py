@@ -1,6 +1,7 @@
 """Cost rules of compute ops: matrix products, convolution, memory-bound kernels, views.
 
-- Matrix products (``MatMul``, ``Gemm``, their gradients, ``Conv`` as an implicit GEMM)
+- Matrix products (``MatMul``, ``Gemm``, their gradients, ``Conv`` as an implicit GEMM
+  where the profile has no ``conv`` fit: ``cost/train.py``)
   cost ``Hardware.matmul_time(m, n, k)`` per product: the profile's fitted matmul model for
   the dtype, else the roofline ``launch + max(2mnk / peak, bytes / bandwidth)``. Batch
   dimensions of one operand are folded into ``m`` (one large product with the same FLOPs, as
@@ -11,8 +12,11 @@
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
   per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions,
   normalizations, scans and selections, 0 for copies and index shuffles, 12 for Adam).
-  ``Softmax``/``LogSoftmax``, ``LayerNormalization`` and ``Gelu`` use the profile's
-  ``softmax``, ``layernorm`` and ``gelu`` fits where it has them (``Hardware.kernel_time``),
+  ``Softmax``/``LogSoftmax``, ``LayerNormalization``, ``Gelu``, the cross-entropy loss and
+  its gradient, ``AdamOptimizer``, ``ReduceSum``/``ReduceMean``, training-mode
+  ``BatchNormalization``, adding ``ScatterND`` and ``MaxPool`` use the profile's
+  ``softmax``, ``layernorm``, ``gelu``, ``cross_entropy[_grad]``, ``adam``, ``reduce``,
+  ``batchnorm``, ``scatter_add`` and ``maxpool`` fits where it has them (``Hardware.kernel_time``),
   the others the ``elementwise`` one. ``Einsum`` and ``Resize``: ``structured.py``.
 - Views and values known before the step cost nothing: ``Reshape``, ``Flatten``,
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
@@ -61,8 +65,22 @@ _FLOPS_PER_ELEMENT = {**dict.fromkeys(SIMPLE, 1.0), **dict.fromkeys(TRANSCENDENT
 
 
 KERNEL_FAMILY = {"Softmax": "softmax", "LogSoftmax": "softmax",
-                 "LayerNormalization": "layernorm", "Gelu": "gelu"}
-"""Ops whose kernels a profile may fit apart from ``elementwise`` (``Hardware.kernel_time``)."""
+                 "LayerNormalization": "layernorm", "Gelu": "gelu",
+                 "SoftmaxCrossEntropyLoss": "cross_entropy",
+                 "SoftmaxCrossEntropyLossGrad": "cross_entropy_grad",
+                 "AdamOptimizer": "adam", "ReduceSum": "reduce", "ReduceMean": "reduce"}
+"""Ops whose kernels a profile may fit apart from ``elementwise`` (``Hardware.kernel_time``,
+which falls back to the ``elementwise`` fit for a profile without the family). Besides:
+``BatchNormalization`` in training mode (``batchnorm``), ``ScatterND`` adding into its data
+(``scatter_add``: the embedding gradient), ``MaxPool`` (``maxpool``)."""
+
+
+def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
+    if op_type == "BatchNormalization":
+        return "batchnorm" if int(attrs.get("training_mode", 0) or 0) else None
+    if op_type == "ScatterND":
+        return "scatter_add" if attrs.get("reduction") == "add" else None
+    return KERNEL_FAMILY.get(op_type)
 
 
 def _numel(ts: tuple[Type | None, ...]) -> int:
@@ -80,7 +98,7 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                  hw: Hardware) -> OpCost:
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = _FLOPS_PER_ELEMENT[op_type] * max(_numel(outs), _numel(ins))
-    family = KERNEL_FAMILY.get(op_type)
+    family = _family(op_type, attrs)
     dt = main_dtype(ins, outs)
     if family is not None:
         return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
@@ -116,7 +134,10 @@ def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
         window *= k
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = float(_numel(outs[:1]) * window)
-    return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+    dt = main_dtype(ins, outs)
+    if op_type == "MaxPool":  # the profile's maxpool fit where it has one
+        return OpCost(hw.kernel_time("maxpool", nbytes, flops, dt), flops, nbytes)
+    return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
 
 
 def _products(hw: Hardware, dims: list[tuple[int, ...]], t: TensorType,
@@ -200,12 +221,29 @@ def gemm_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return _products(hw, [(m, k, n), (k, n, m)], a, extra)
 
 
+def _window(w: TensorType) -> int:
+    p = 1
+    for d in w.shape[2:]:
+        p *= d
+    return p
+
+
 @COST_RULES.register("Conv")
 def conv(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
-    """An implicit GEMM: ``m = N * output pixels``, ``n = M`` (output channels),
-    ``k = C / group * kernel size``."""
+    """The profile's ``conv`` fit of the dtype where it has one (``cost/train.py``), else an
+    implicit GEMM: ``m = N * output pixels``, ``n = M`` (output channels), ``k = C / group
+    * kernel size``."""
     x, w, y = ins[0], ins[1], outs[0]
+    from distir.analysis.cost.train import conv_fit_time
+
+    fitted = conv_fit_time(hw, "conv", x, w, y, attrs)
+    if fitted is not None:  # the profile's cuDNN fit (2-D, one group); bias added apart
+        flops = 2.0 * y.numel * w.shape[1] * _window(w)
+        nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))
+        if len(ins) > 2 and ins[2] is not None:
+            fitted += hw.memory_time(2.0 * y.size_bytes, float(y.numel), x.dtype.value)
+        return OpCost(fitted, flops, nbytes)
     pixels = 1
     for d in y.shape[2:]:
         pixels *= d

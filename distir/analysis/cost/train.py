@@ -1,17 +1,26 @@
-"""Cost rules of the gradient ops added for automatic differentiation (``ConvGrad``,
-``MaxPoolGrad``, ``AveragePoolGrad``); the older gradient ops are costed in ``compute.py``.
+"""Cost rules of the gradient ops added for automatic differentiation and of the kernels
+a training step runs, with the profile families ``calibration/bench_train.py`` fits.
 
-- ``ConvGrad`` is two implicit GEMMs with the forward convolution's dimensions: ``dx``
-  ``(N * input pixels) x (C / group) x (M * kernel size)`` and ``dw`` ``M x (C / group *
-  kernel size) x (N * output pixels)``; a result the program never uses is not computed
-  (``skips_unused``, as the PyTorch lowering skips it).
-- Pool gradients are memory-bound: they read ``x`` and ``dy`` and write ``dx``, with one
-  FLOP per window element of ``dy``.
+- ``Conv`` (2-D, one group) and ``ConvGrad`` (each of ``dx`` and ``dw`` the program
+  uses) cost the profile's ``conv``, ``conv_dgrad`` and ``conv_wgrad`` fits of the dtype
+  where it has them, with ``conv_features`` (the forward's implicit GEMM ``m = N * output
+  pixels``, ``n = M``, ``k = C / group * kernel size``, ``window`` the kernel size,
+  ``stride``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as PyTorch
+  allows by default) differ from a plain product of those dimensions. Without a fit,
+  ``ConvGrad`` is two implicit GEMMs with the forward's dimensions: ``dx`` ``(N * input
+  pixels) x (C / group) x (M * kernel size)`` and ``dw`` ``M x (C / group * kernel size) x
+  (N * output pixels)``; a result the program never uses is not computed (``skips_unused``,
+  as the lowering skips it).
+- ``MaxPoolGrad`` runs the pool with indices and then its backward (``max_pool2d``'s
+  indices are not kept by the forward pool): the ``maxpool_grad`` fit (measured on that
+  lowering), else two memory-bound kernels, the pool's (``x`` read, ``dy``-sized results
+  written) and the backward's (``dy`` read, ``dx`` written).
+  ``AveragePoolGrad``: ``avgpool_grad`` (``aten.avg_pool2d_backward``), else one kernel
+  reading ``dy`` and writing ``dx``. One FLOP per window element of ``dy``.
 - ``BatchNormGrad``, ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one
-  memory-bound kernel
-  each over their inputs and results, priced by the profile's ``layernorm`` and ``softmax``
-  fits where it has them (``BatchNormGrad`` by the ``elementwise`` one), 8 FLOPs per
-  element.
+  memory-bound kernel each over their inputs and results, 8 FLOPs per element, priced by
+  the first family the profile fits of ``batchnorm_grad``; ``layernorm_grad``, then
+  ``layernorm``; ``softmax_grad``, then ``softmax``; else the ``elementwise`` fit.
 """
 
 from __future__ import annotations
@@ -20,7 +29,8 @@ from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
 from distir.analysis.cost.compute import _products
-from distir.analysis.hardware import Hardware
+from distir.analysis.hardware import Hardware, matmul_features
+from distir.ir.types import TensorType
 
 
 def _prod(xs: tuple[int, ...]) -> int:
@@ -30,38 +40,96 @@ def _prod(xs: tuple[int, ...]) -> int:
     return p
 
 
+def conv_features(m: int, n: int, k: int, nbytes: float, window: int, stride: int,
+                  ) -> dict[str, float]:
+    """The features of a convolution fit: the forward's implicit-GEMM ``m``, ``n``, ``k``
+    and their products (``matmul_features``), ``bytes`` of ``x``, ``w`` and ``y``, the
+    kernel's ``window`` (elements) and the largest ``stride``."""
+    x = matmul_features(m, n, k, 1)
+    x.update(bytes=float(nbytes), window=float(window), stride=float(stride))
+    return x
+
+
+def kernel_time(hw: Hardware, families: tuple[str, ...], nbytes: float, flops: float,
+                dt: str) -> float:
+    """A memory-bound kernel priced by the first of ``families`` the profile fits (key
+    ``any``), else by ``Hardware.memory_time`` (the ``elementwise`` fit or the roofline)."""
+    for fam in families:
+        if hw.has_kernel_fit(fam):
+            return hw.kernel_time(fam, nbytes, flops, dt)
+    return hw.memory_time(nbytes, flops, dt)
+
+
+def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: TensorType,
+                  attrs: dict[str, Any]) -> float | None:
+    """The fitted time of a 2-D, one-group convolution kernel of ``family`` (``conv``,
+    ``conv_dgrad``, ``conv_wgrad``) with forward input ``x``, weight ``w`` and output
+    ``y``; ``None`` where the profile has no fit for the dtype or the convolution is not
+    2-D with one group."""
+    if x.rank != 4 or int(attrs.get("group", 1) or 1) != 1:
+        return None
+    f = hw.fit(family, x.dtype.value)
+    if f is None:
+        return None
+    window = _prod(w.shape[2:])
+    stride = max([int(s) for s in (attrs.get("strides") or [1])] or [1])
+    m = x.shape[0] * _prod(y.shape[2:])
+    nbytes = float(x.size_bytes + w.size_bytes + y.size_bytes)
+    feats = conv_features(m, w.shape[0], w.shape[1] * window, nbytes, window, stride)
+    return max(f(feats), hw.launch_overhead)
+
+
 @COST_RULES.register("ConvGrad", skips_unused=True)
 def conv_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
               hw: Hardware) -> OpCost:
     x, w, dy = ins
     window = _prod(w.shape[2:])
     n_out_pix = x.shape[0] * _prod(dy.shape[2:])
+    need = (outs[0] is not None, len(outs) > 1 and outs[1] is not None)
     dims: list[tuple[int, ...]] = []
-    if outs[0] is not None:  # dx: dy (pixels x M) @ w (M x C/g * window)
+    if need[0]:  # dx: dy (pixels x M) @ w (M x C/g * window)
         dims.append((n_out_pix, w.shape[1] * window, w.shape[0]))
-    if len(outs) > 1 and outs[1] is not None:  # dw: dy^T (M x pixels) @ cols (pixels x k)
+    if need[1]:  # dw: dy^T (M x pixels) @ cols (pixels x k)
         dims.append((w.shape[0], w.shape[1] * window, n_out_pix))
-    return _products(hw, dims, x)
+    analytic = _products(hw, dims, x)
+    fitted = [conv_fit_time(hw, fam, x, w, dy, attrs)
+              for fam, on in (("conv_dgrad", need[0]), ("conv_wgrad", need[1])) if on]
+    if fitted and all(t is not None for t in fitted):
+        return OpCost(sum(t for t in fitted if t is not None), analytic.flops,
+                      analytic.bytes)
+    return analytic
 
 
 @COST_RULES.register("MaxPoolGrad", "AveragePoolGrad")
 def pool_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
               hw: Hardware) -> OpCost:
-    nbytes = tensor_bytes(ins) + tensor_bytes(outs)
-    flops = float(ins[1].numel * _prod(tuple(attrs["kernel_shape"])))
-    return OpCost(hw.memory_time(nbytes, flops, main_dtype(ins, outs)), flops, nbytes)
+    x, dy = ins[0], ins[1]
+    flops = float(dy.numel * _prod(tuple(attrs["kernel_shape"])))
+    dt = main_dtype(ins, outs)
+    family = "maxpool_grad" if op_type == "MaxPoolGrad" else "avgpool_grad"
+    nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))
+    if hw.has_kernel_fit(family):
+        return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+    if op_type == "AveragePoolGrad":  # dy read, dx written
+        moved = float(dy.size_bytes + outs[0].size_bytes) if outs[0] is not None else 0.0
+        return OpCost(hw.memory_time(moved, flops, dt), flops, moved)
+    # the pool with indices (x read; values and int64 indices written), then its backward
+    pool_bytes = float(x.size_bytes + dy.size_bytes + dy.numel * 8)
+    back_bytes = float(dy.size_bytes + dy.numel * 8 + outs[0].size_bytes)
+    secs = hw.memory_time(pool_bytes, flops, dt) + hw.memory_time(back_bytes, dy.numel, dt)
+    return OpCost(secs, flops + dy.numel, pool_bytes + back_bytes)
 
 
-_FAMILY = {"LayerNormGrad": "layernorm", "SoftmaxGrad": "softmax", "LogSoftmaxGrad": "softmax"}
+_FAMILIES = {"BatchNormGrad": ("batchnorm_grad",),
+             "LayerNormGrad": ("layernorm_grad", "layernorm"),
+             "SoftmaxGrad": ("softmax_grad", "softmax"),
+             "LogSoftmaxGrad": ("softmax_grad", "softmax")}
 
 
-@COST_RULES.register(*_FAMILY, "BatchNormGrad")
+@COST_RULES.register(*_FAMILIES)
 def normalization_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                        hw: Hardware) -> OpCost:
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = 8.0 * ins[-1].numel
     dt = main_dtype(ins, outs)
-    family = _FAMILY.get(op_type)
-    if family is None:
-        return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
-    return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+    return OpCost(kernel_time(hw, _FAMILIES[op_type], nbytes, flops, dt), flops, nbytes)

@@ -1,0 +1,282 @@
+"""Microbenchmarks of the kernels a training step runs besides matrix products, timed as
+the PyTorch backend runs them: each measurement builds a one-op DistIR function, compiles
+it with the backend's own lowering (``distir.backend.lowering.compile_program``) and times
+the op's kernel on prepared inputs, so that what is measured is what a step executes
+(several ATen calls where the lowering makes several).
+
+Families (each a fit of its own in the profile; the cost rules of ``distir.analysis.cost``
+use them where a profile has them, else the ``elementwise`` fit or the roofline):
+
+- per dtype, with the features of the forward convolution's implicit GEMM (``m = N *
+  output pixels``, ``n = M``, ``k = C / group * kernel size``) and ``window`` (kernel
+  size), ``stride``: ``conv`` (``Conv``, cuDNN), ``conv_dgrad`` and ``conv_wgrad``
+  (``ConvGrad`` computing only ``dx`` / only ``dw``: ``aten.convolution_backward``);
+  a row's ``op`` is ``conv k{kernel} s{stride}``;
+- memory-bound, under ``any`` with the feature ``bytes`` (every input and result of the op,
+  read or written once, as the cost rules count them): ``batchnorm`` (training mode, three
+  results), ``batchnorm_grad``, ``layernorm_grad``, ``softmax_grad``, ``cross_entropy``
+  and ``cross_entropy_grad`` (``SoftmaxCrossEntropyLoss[Grad]`` over the last axis),
+  ``adam`` (``AdamOptimizer``, the step count a runtime value), ``scatter_add``
+  (``ScatterND`` with ``reduction="add"`` of rows into a table: the embedding gradient),
+  ``reduce`` (``ReduceSum`` over the leading axis: bias gradients), ``maxpool``,
+  ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2).
+
+Held out: the 1.5 x 2^k sizes of the memory-bound families, one convolution in four.
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from calibration.bench import Row, Timer, _split
+
+__all__ = ["bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
+           "CONV_FAMILIES", "conv_window_stride"]
+
+TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
+                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
+                  "maxpool", "maxpool_grad", "avgpool_grad")
+CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
+MAX_TENSOR_BYTES = 1 << 30
+
+_WIDTHS: dict[str, tuple[int, ...]] = {
+    "batchnorm": (64, 256, 1024), "batchnorm_grad": (64, 256, 1024),
+    "layernorm_grad": (768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
+    "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
+    "adam": (1,), "scatter_add": (768, 2048), "reduce": (768, 4096),
+    "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256)}
+"""The widths per family: channels (normalizations, pools), the normalized or softmax
+axis, the classes, the embedding width, the reduced rows' width."""
+
+
+def conv_window_stride(op: str) -> tuple[int, int]:
+    """``(kernel size, stride)`` from a convolution row's ``op`` (``conv k3 s2``)."""
+    parts = op.split()
+    return int(parts[1][1:]), int(parts[2][1:])
+
+
+def conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
+                ) -> list[tuple[int, int, int, int, int, int]]:
+    """``(N, C, M, H, kernel, stride)`` of 2-D convolutions (``padding = kernel // 2``), drawn
+    from the layers of CNNs: channels powers of two from 16 to 2048 (3 for a 7 x 7 stem),
+    images 7 to 224 pixels, kernels 1, 3, 7, strides 1, 2; at most 0.4 TFLOP and 1 GiB a
+    tensor (float32) on a GPU, far smaller on a CPU."""
+    rng = random.Random(seed)
+    chans = [16, 32, 64, 128, 256, 512, 1024, 2048]
+    sizes = [7, 14, 28, 56, 112, 224]
+    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
+    max_flops = 4e11 if cuda else (2e8 if quick else 2e9)
+    out: list[tuple[int, int, int, int, int, int]] = []
+    seen = set()
+    tries = 0
+    while len(out) < count and tries < 100 * count:
+        tries += 1
+        k = rng.choice([1, 1, 3, 3, 3, 7])
+        s = rng.choice([1, 1, 1, 2])
+        c = 3 if k == 7 and rng.random() < 0.5 else rng.choice(chans)
+        m = rng.choice(chans)
+        h = rng.choice(sizes)
+        n = rng.choice(batches)
+        if quick:
+            c, m, h = min(c, 32), min(m, 32), min(h, 14)
+        oh = (h + 2 * (k // 2) - k) // s + 1
+        flops = 2.0 * n * oh * oh * m * c * k * k
+        biggest = 4 * max(n * c * h * h, n * m * oh * oh)
+        key = (n, c, m, h, k, s)
+        if oh < 1 or flops > max_flops or biggest > MAX_TENSOR_BYTES or key in seen:
+            continue
+        seen.add(key)
+        out.append(key)
+    return out
+
+
+def _compile(fn: Any, device: Any) -> Callable[..., Any]:
+    """The kernel of a function's last op, compiled by the backend's lowering; the ops
+    before it are ``Constant`` ops, whose values are appended to its arguments (the
+    parameters come first)."""
+    from distir.analysis.projection import project
+    from distir.backend.lowering import compile_program
+
+    prog = compile_program(project(fn).programs[0], device)
+    consts = tuple(step.kernel()[0] for step in prog.steps[:-1])
+    kernel = prog.steps[-1].kernel
+    if not consts:
+        return kernel  # type: ignore[no-any-return]
+    return lambda *args: kernel(*args, *consts)
+
+
+def _nbytes(fn: Any) -> int:
+    """Bytes of every input and result of a one-op function (types inferred)."""
+    from distir.analysis.api import type_env
+    from distir.analysis.cost import tensor_bytes
+    from distir.analysis.values import type_of
+
+    env = type_env(fn)
+    op = fn.ops[-1]
+    return int(tensor_bytes(tuple(type_of(env[v]) for v in (*op.inputs, *op.outputs)
+                                  if v is not None)))
+
+
+def _one_op(op_type: str, params: list[tuple[str, Any, tuple[int, ...]]], n_out: int,
+            keep: int | None = None, **attrs: Any) -> Any:
+    """A function of one op; it returns every result, or only result ``keep``."""
+    from distir.ir import FunctionBuilder, TensorType
+
+    b = FunctionBuilder(op_type.lower())
+    ins = [b.param(name, TensorType(dt, shape, 0)) for name, dt, shape in params]
+    outs = b.op(op_type, *ins, num_results=n_out, **attrs)
+    res = outs if isinstance(outs, tuple) else (outs,)
+    return b.ret(*(res if keep is None else res[keep:keep + 1]))
+
+
+def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]] | None:
+    """The one-op function of a family at ``n`` elements of its main tensor (``None`` when
+    the width does not fit), and the exclusive upper bounds of its integer inputs."""
+    from distir.ir import DType
+
+    i64 = DType.Int64
+    if fam in ("batchnorm", "batchnorm_grad", "maxpool", "maxpool_grad", "avgpool_grad"):
+        c = width
+        h = next((h for h in (56, 28, 14, 7) if c * h * h <= n), 0)
+        if not h:
+            return None
+        x = (max(n // (c * h * h), 1), c, h, h)
+        if fam == "batchnorm":
+            ch = [(nm, dtype, (c,)) for nm in ("w", "b", "m", "v")]
+            return _one_op("BatchNormalization", [("x", dtype, x), *ch], 3,
+                           training_mode=1), {}
+        if fam == "batchnorm_grad":
+            return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
+                                             ("dy", dtype, x)], 3), {}
+        win = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
+        oh = (h + 2 - 3) // 2 + 1
+        dy = (x[0], c, oh, oh)
+        if fam == "maxpool":
+            return _one_op("MaxPool", [("x", dtype, x)], 1, **win), {}
+        if fam == "maxpool_grad":
+            return _one_op("MaxPoolGrad", [("x", dtype, x), ("dy", dtype, dy)], 1,
+                           dilations=[1, 1], **win), {}
+        return _one_op("AveragePoolGrad", [("x", dtype, x), ("dy", dtype, dy)], 1,
+                       count_include_pad=1, **win), {}
+    if fam == "adam":
+        return _one_op("AdamOptimizer", [("w", dtype, (n,)), ("dw", dtype, (n,)),
+                                         ("m", dtype, (n,)), ("v", dtype, (n,)),
+                                         ("step", DType.Float32, ())], 3,
+                       lr=1e-4), {}
+    rows = n // width
+    if rows < 1:
+        return None
+    if fam == "layernorm_grad":
+        return _one_op("LayerNormGrad", [("x", dtype, (rows, width)), ("w", dtype, (width,)),
+                                         ("dy", dtype, (rows, width))], 3, axis=-1,
+                       epsilon=1e-5), {}
+    if fam == "softmax_grad":
+        return _one_op("SoftmaxGrad", [("y", dtype, (rows, width)),
+                                       ("dy", dtype, (rows, width))], 1, axis=-1), {}
+    if fam in ("cross_entropy", "cross_entropy_grad"):
+        op = "SoftmaxCrossEntropyLoss" + ("Grad" if fam.endswith("grad") else "")
+        return _one_op(op, [("x", dtype, (rows, width)), ("t", i64, (rows,))], 1,
+                       reduction="sum"), {"t": width}
+    if fam == "scatter_add":
+        table = 32768
+        if table * width * 4 > MAX_TENSOR_BYTES:
+            return None
+        return _one_op("ScatterND", [("data", dtype, (table, width)),
+                                     ("idx", i64, (rows, 1)), ("upd", dtype, (rows, width))],
+                       1, reduction="add"), {"idx": table}
+    if fam == "reduce":
+        from distir.ir import FunctionBuilder, TensorType
+
+        b = FunctionBuilder("reduce")
+        x = b.param("x", TensorType(dtype, (rows, width), 0))
+        axes = b.op("Constant", value=__import__("numpy").array([0], dtype="int64"))
+        return b.ret(b.op("ReduceSum", x, axes, keepdims=0)), {}
+    raise ValueError(f"unknown family {fam}")
+
+
+def _inputs(fn: Any, bounds: dict[str, int], device: Any) -> list[Any]:
+    import torch
+
+    from distir.backend.lowering import torch_dtype
+
+    out = []
+    for p in fn.params:
+        t = p.type
+        if t.dtype.is_float:
+            x = torch.randn(t.shape, device=device, dtype=torch_dtype(t.dtype))
+            out.append(x.abs() + 0.1 if p.name in ("v", "step") else x)
+        else:
+            out.append(torch.randint(0, bounds.get(p.name, 2), t.shape, device=device))
+    return out
+
+
+def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, str]],
+                        timer: Timer, log: Callable[[str], None],
+                        families: tuple[str, ...] = TRAIN_FAMILIES) -> Iterator[Row]:
+    """Time every memory-bound training family over ``(element count, split)`` sizes, each
+    width of the family and each dtype, through the backend's lowerings."""
+    import torch
+
+    from distir.ir import DType
+
+    for fam in families:
+        count = 0
+        for dt in dtypes:
+            ddt = DType[dt]
+            for n, split in sizes:
+                if n * ddt.itemsize * (8 if fam == "adam" else 1) > MAX_TENSOR_BYTES:
+                    continue
+                for width in _WIDTHS[fam]:
+                    case = _case(fam, width, n, ddt)
+                    if case is None:
+                        continue
+                    fn, bounds = case
+                    kernel = _compile(fn, device)
+                    args = _inputs(fn, bounds, device)
+                    with torch.inference_mode():
+                        secs, reps = timer.time(lambda k=kernel, a=args: k(*a))
+                    yield Row(fam, fn.ops[-1].op_type, dt, secs, n, width, bytes=_nbytes(fn),
+                              flops=float(n), reps=reps, device=str(device), split=split)
+                    count += 1
+                    del args, kernel
+        log(f"{fam}: {count} measurements")
+
+
+def bench_convs(device: Any, dtypes: list[str],
+                shapes: list[tuple[int, int, int, int, int, int]], timer: Timer,
+                log: Callable[[str], None]) -> Iterator[Row]:
+    """Time ``Conv`` and both halves of ``ConvGrad`` for every shape and dtype through the
+    backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k``."""
+    import torch
+
+    from distir.ir import DType
+
+    for dt in dtypes:
+        ddt = DType[dt]
+        size = ddt.itemsize
+        for i, (n, c, m, h, k, s) in enumerate(shapes):
+            p = k // 2
+            oh = (h + 2 * p - k) // s + 1
+            gm, gn, gk = n * oh * oh, m, c * k * k
+            geo = dict(strides=[s, s], pads=[p] * 4, dilations=[1, 1])
+            x, w, dy = (n, c, h, h), (m, c, k, k), (n, m, oh, oh)
+            split = _split(i)
+            for fam in CONV_FAMILIES:
+                if fam == "conv":
+                    fn = _one_op("Conv", [("x", ddt, x), ("w", ddt, w)], 1,
+                                 kernel_shape=[k, k], **geo)
+                else:
+                    # only the half measured is returned: the other result is dead
+                    fn = _one_op("ConvGrad", [("x", ddt, x), ("w", ddt, w), ("dy", ddt, dy)],
+                                 2, keep=0 if fam == "conv_dgrad" else 1, group=1, **geo)
+                kernel = _compile(fn, device)
+                args = _inputs(fn, {}, device)
+                with torch.inference_mode():
+                    secs, reps = timer.time(lambda kk=kernel, a=args: kk(*a))
+                nbytes = (n * c * h * h + m * c * k * k + n * m * oh * oh) * size
+                yield Row(fam, f"conv k{k} s{s}", dt, secs, gm, gn, gk, nbytes,
+                          2.0 * gm * gn * gk, reps=reps, device=str(device), split=split)
+                del args, kernel
+        log(f"conv {dt}: {len(shapes)} shapes x 3")
