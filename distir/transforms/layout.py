@@ -19,12 +19,30 @@ from __future__ import annotations
 from dataclasses import dataclass
 from functools import cache
 
-__all__ = ["Layout", "replicated", "Reject", "Demand", "local_shape", "B", "T"]
+__all__ = ["Layout", "replicated", "Reject", "Demand", "local_shape", "B", "T", "is_batch",
+           "batch_mark", "batch_offset"]
 
 B = "b"
-"""The batch mark: split over ``dp`` replicas and ``K`` microbatches."""
+"""The batch mark: split over ``dp`` replicas and ``K`` microbatches. ``"b*N"`` marks an
+axis that holds the batch inside it, after ``N`` elements of outer factors (``(S, B, d)``
+viewed as ``(S·B, d)``: axis 0 is ``"b*S"``): each shard holds ``N`` strided runs of its
+batch; only ops that treat that axis row by row may take it."""
 T = "t"
 """The tensor-parallel mark: split over ``tp`` ranks."""
+
+
+def is_batch(m: str | None) -> bool:
+    """Whether ``m`` is a batch mark (``"b"`` or ``"b*N"``)."""
+    return m is not None and m[0] == B
+
+
+def batch_offset(m: str) -> int:
+    """The outer factor ``N`` of a batch mark ``"b*N"`` (1 for ``"b"``)."""
+    return 1 if m == B else int(m[2:])
+
+
+def batch_mark(offset: int) -> str:
+    return B if offset == 1 else f"{B}*{offset}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +89,7 @@ def local_shape(shape: tuple[int, ...], layout: Layout, nb: int, tp: int) -> tup
         return shape
     out = list(shape)
     for i, m in enumerate(layout.marks):
-        if m == B:
+        if m is not None and m[0] == B:
             out[i] //= nb
         elif m == T:
             out[i] //= tp

@@ -12,7 +12,17 @@ from collections.abc import Callable
 
 import numpy as np
 
-from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
+from distir.transforms.layout import (
+    B,
+    Demand,
+    Layout,
+    Reject,
+    T,
+    batch_mark,
+    batch_offset,
+    is_batch,
+    replicated,
+)
 from distir.transforms.layout_rules import RuleResult, register
 
 __all__ = ["reshape_layout", "reshape_groups"]
@@ -70,7 +80,9 @@ def reshape_groups(sa: Shape, so: Shape) -> list[tuple[list[int], list[int]]]:
 
 
 def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
-    """Where a reshape from ``sa`` to ``so`` puts the splits of ``lay``."""
+    """Where a reshape from ``sa`` to ``so`` puts the splits of ``lay``. A batch split may
+    be folded inside a merged axis (``"b*N"``) and unfolded again; a tensor-parallel split
+    must be the outermost axis of its group."""
     if not any(lay.marks):
         return replicated(len(so))
     out: list[str | None] = [None] * len(so)
@@ -82,10 +94,18 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
         if len(marked) > 1:
             raise Reject("a reshape merges two split axes")
         a = marked[0]
+        m = lay.marks[a]
+        if m is not None and is_batch(m):
+            off = batch_offset(m) * int(np.prod([sa[x] for x in gi if x < a], dtype=np.int64))
+            y = _place(off, gj, so)
+            if y is None:
+                raise Reject("a reshape splits the batch over two axes")
+            out[y[0]] = batch_mark(y[1])
+            placed += 1
+            continue
         outer = next((x for x in gi if sa[x] != 1 or lay.marks[x]), gi[0])
         if a != outer:
             raise Reject(f"a reshape merges split axis {a} into an outer axis")
-        m = lay.marks[a]
         if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1):
             raise Reject("a reshape changes an axis split in interleaved groups")
         out[next((y for y in gj if so[y] != 1), gj[0])] = m
@@ -93,6 +113,19 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
     if placed != sum(1 for m in lay.marks if m):
         raise Reject("a reshape drops a split axis")
     return Layout(tuple(out), lay.groups if T in out else 1)
+
+
+def _place(off: int, gj: list[int], so: Shape) -> tuple[int, int] | None:
+    """The output axis of group ``gj`` in which a batch that starts after ``off`` elements
+    of outer factors lies, and its outer factor within that axis."""
+    p = 1
+    for y in gj:
+        if so[y] == 1:
+            continue
+        if off < p * so[y]:
+            return (y, off // p) if off % p == 0 else None
+        p *= so[y]
+    return None
 
 
 @register("Reshape", "Flatten", "Squeeze", "Unsqueeze")

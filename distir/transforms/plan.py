@@ -20,7 +20,7 @@ from distir._util import no_gc
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import DenseAttr, TensorType
-from distir.transforms.layout import B, T, local_shape
+from distir.transforms.layout import B, T, batch_offset, is_batch, local_shape
 from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.schedule import SCHEDULES
 from distir.transforms.sharding import Sharding
@@ -132,11 +132,23 @@ class Plan:
             a = lay.axis(T)
             if a is not None and shape[a] % (tp * lay.groups):
                 raise TransformError(self._tp_message(v, a, shape, lay.groups))
-            a = lay.axis(B)
-            if a is not None and shape[a] % nb:
+            a = next((i for i, m in enumerate(lay.marks) if is_batch(m)), None)
+            if a is None:
+                continue
+            if shape[a] % nb:
                 raise TransformError(f"the batch split over dp·microbatches = {nb} does not "
                                      f"divide dimension {a} (size {shape[a]}) of %{v.name} "
                                      f"(shape {shape})")
+            m = lay.marks[a]
+            if m is not None and m != B and (v in prog.returned or shape[a] % (batch_offset(m) * (
+                    sh.batch_size or 1))):
+                from distir.ir.printer import format_op
+
+                op = prog.producer_op(v)
+                where = f"`{format_op(op)}`" if op is not None else f"%{v.name}"
+                raise TransformError(f"cannot split the batch over replicas and microbatches: "
+                                     f"{where}: the batch lies inside axis {a} (shape "
+                                     f"{shape}) of a result or does not fit in it")
 
     def _tp_message(self, v: Value, a: int, shape: tuple[int, ...], groups: int) -> str:
         tp = self.tp

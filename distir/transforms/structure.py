@@ -36,7 +36,7 @@ import numpy as np
 
 from distir.errors import TransformError
 from distir.ir.core import Value
-from distir.transforms.layout import B
+from distir.transforms.layout import Layout, is_batch
 from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.sharding import Sharding
 
@@ -67,7 +67,7 @@ class Structure:
 
     def _classify(self) -> None:
         prog, sh = self.prog, self.sh
-        vk: dict[Value, str] = {p: ("m" if p in sh.data and B in sh.layout[p].marks else "h")
+        vk: dict[Value, str] = {p: ("m" if p in sh.data and _batched(sh.layout[p]) else "h")
                                 for p in prog.fn.params}
         bwd: set[Value] = set()
         for i in prog.live_ops:
@@ -90,7 +90,7 @@ class Structure:
                     if "b" in sh.partial.get(v, ""):
                         vk[v] = "p"
                         self.reduced.add(v)
-                    elif B in sh.layout[v].marks or v not in prog.live_values:
+                    elif _batched(sh.layout[v]) or v not in prog.live_values:
                         vk[v] = "m"
                     else:
                         raise TransformError(f"the result %{v.name} of `{_text(op)}` does not "
@@ -261,6 +261,10 @@ def _periodic_run(sig: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int, int
                 continue
             best, best_cov = (int(s), p, reps, r + p), reps * p
     return best
+
+
+def _batched(lay: Layout) -> bool:
+    return any(is_batch(m) for m in lay.marks)
 
 
 def _text(op: object) -> str:

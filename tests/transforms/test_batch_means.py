@@ -52,3 +52,16 @@ def test_batch_norm_keeps_per_replica_statistics() -> None:
     np.testing.assert_allclose(y, np.concatenate([s[0] for s in shards]), rtol=1e-5,
                                atol=1e-5)
     np.testing.assert_allclose(rv, (shards[0][2] + shards[1][2]) / 2, rtol=1e-5, atol=1e-6)
+
+
+def test_reshape_folds_the_batch_inside_an_axis() -> None:
+    """``(S, B, d)`` viewed as ``(S·B, d)`` holds the batch after S outer elements, and
+    viewing it back as ``(S, B, H, hd)`` puts the batch on axis 1 again."""
+    from distir.transforms.layout import Layout, local_shape
+    from distir.transforms.layout_shape_rules import reshape_layout
+
+    folded = reshape_layout(Layout((None, "b", None)), (8, 4, 6), (32, 6))
+    assert folded == Layout(("b*8", None))
+    assert local_shape((32, 6), folded, 2, 1) == (16, 6)
+    assert reshape_layout(folded, (32, 6), (8, 4, 2, 3)) == Layout((None, "b", None, None))
+    assert reshape_layout(Layout(("b", None)), (4, 6), (24,)) == Layout(("b",))

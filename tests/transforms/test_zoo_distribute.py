@@ -71,9 +71,11 @@ SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1,
           ("vit_b16", "torchscript", (1, 2, 1, 1)), ("gpt2", "torchscript", (2, 1, 1, 1)),
           ("gpt2", "dynamo", (2, 1, 1, 2)), ("bert", "dynamo", (2, 2, 1, 1)),
           ("llama", "torchscript", (2, 1, 2, 2)), ("llama", "dynamo", (4, 1, 1, 1)),
-          ("t5_encoder", "torchscript", (2, 2, 1, 1))]
+          ("t5_encoder", "torchscript", (2, 2, 1, 1)), ("vit_b16", "dynamo", (2, 1, 2, 2)),
+          ("transformer_encoder", "torchscript", (4, 1, 1, 1))]
 """Configurations run by the reference executor: the batch split through convolutions,
-batch norms and pools, masks made by index arithmetic (HF models), with T, P and K."""
+batch norms and pools, masks made by index arithmetic (HF models), the batch folded inside
+the sequence axis (``nn.MultiheadAttention``), with T, P and K."""
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg"), SAMPLE,
