@@ -109,25 +109,19 @@ def scatter_elements(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs
 @register("GatherND", "ScatterND")
 def gather_nd(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
               const: Callable) -> RuleResult:
-    """Splits of the ``batch_dims`` leading axes pass through. A ``GatherND`` whose first
-    indexed axis is the split batch is local when the indices are split along their first
-    axis and made from local shapes (as ``Gather``'s)."""
+    """Splits of the ``batch_dims`` leading axes pass through. Without batch dims, the
+    axes of ``data`` that the index tuples do not address keep their splits (rows of the
+    result, or of the updates); a ``GatherND`` whose first indexed axis is the split batch
+    is local when the indices are split along their first axis and made from local shapes
+    (as ``Gather``'s); see ``_scatter_nd`` for the scatter."""
     bd = int(attrs.get("batch_dims", 0))
-    data, idx = ins[0], ins[1]
-    if op_type == "GatherND" and bd == 0 and data.marks and data.marks[0] == B and \
-            not any(data.marks[1:shapes[1][-1]]) and len(shapes[1]) > 1:
-        if idx.marks[0] != B or any(idx.marks[1:]):
-            if any(idx.marks):
-                raise Reject(f"{op_type} indexes a split axis with indices split otherwise")
-            raise Demand(1, Layout((B,) + (None,) * (len(idx.marks) - 1)), local=True)
-        r = shapes[1][-1]
-        return ((Layout(idx.marks[:-1] + data.marks[r:]), ""),)
+    if bd == 0:
+        if op_type == "ScatterND":
+            return _scatter_nd(ins, shapes, attrs)
+        return _gather_nd(ins, shapes)
     marked = [lay for lay in ins if lay is not None and any(lay.marks)]
     if not marked:
         return ((replicated(len(outs[0])), ""),)
-    if op_type == "ScatterND" and attrs.get("reduction") == "add" and not any(data.marks) \
-            and bd == 0:
-        return _scatter_add_partial(ins, shapes)
     ref = marked[0].marks[:bd]
     for k, lay in enumerate(ins[:2]):
         if any(lay.marks[bd:]) or lay.marks[:bd] != ref:
@@ -144,24 +138,54 @@ def gather_nd(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     return ((Layout(ref + (None,) * (len(outs[0]) - bd)), ""),)
 
 
-def _scatter_add_partial(ins: tuple, shapes: tuple) -> RuleResult:
-    """``ScatterND(zeros, indices, updates, reduction="add")`` with the indices and
-    updates split along their leading (sample) axes: each shard scatters its own updates,
-    and the sum over the shards is the whole result (an embedding's gradient). The analysis
-    checks that ``data`` is zeros."""
-    idx, upd = ins[1], ins[2]
-    q = len(shapes[1]) - 1  # the sample axes of the indices, also the updates' first q
-    if idx.marks[q] is not None or any(upd.marks[q:]):
-        raise Reject("ScatterND with a split index tuple or a split row of updates")
-    if idx.marks[:q] != upd.marks[:q]:
-        if not any(upd.marks):
-            raise Demand(2, Layout(idx.marks[:q] + (None,) * (len(upd.marks) - q)))
+def _gather_nd(ins: tuple, shapes: tuple) -> RuleResult:
+    data, idx = ins
+    r = shapes[1][-1] if shapes[1] else 0
+    if idx.marks and idx.marks[-1] is not None:
+        raise Reject("GatherND with split index tuples")
+    if data.marks and data.marks[0] == B and not any(data.marks[1:r]) and len(shapes[1]) > 1:
+        if idx.marks[0] != B or any(idx.marks[1:]):
+            if any(idx.marks):
+                raise Reject("GatherND indexes a split axis with indices split otherwise")
+            raise Demand(1, Layout((B,) + (None,) * (len(idx.marks) - 1)), local=True)
+    elif any(data.marks[:r]):
+        raise Reject("GatherND indexes a split axis")
+    marks = idx.marks[:-1] + data.marks[r:]
+    used = [m for m in marks if m]
+    if len(used) != len(set(used)):
+        raise Reject("GatherND would split two result axes with one mark")
+    return ((_lay(marks, data if T in data.marks else idx), ""),)
+
+
+def _scatter_nd(ins: tuple, shapes: tuple, attrs: dict) -> RuleResult:
+    """``ScatterND(data, indices, updates)``: the updates' rows (the axes after the
+    indices' leading ones) pair with the axes of ``data`` the index tuples do not address,
+    which keep their splits. Updates split along their leading (sample) axes, added into
+    zeros (``reduction="add"``: an embedding's gradient) make the result partial: each
+    shard scatters its own updates (the analysis checks that ``data`` is zeros)."""
+    data, idx, upd = ins
+    q = len(shapes[1]) - 1
+    r = shapes[1][-1]
+    if idx.marks[q] is not None or any(data.marks[:r]):
+        raise Reject("ScatterND with split index tuples or into a split indexed axis")
+    lead, rows = upd.marks[:q], upd.marks[q:]
+    if idx.marks[:q] != lead:
+        if not any(lead):
+            raise Demand(2, Layout(idx.marks[:q] + rows))
         if not any(idx.marks):
-            raise Demand(1, Layout(upd.marks[:q] + (None,)))
+            raise Demand(1, Layout(lead + (None,)))
         raise Reject("ScatterND: indices and updates split differently")
-    if T in upd.marks[:q]:
-        raise Reject("ScatterND with indices split over tensor-parallel ranks")
-    return ((replicated(len(shapes[0])), "".join(sorted({m for m in upd.marks if m}))),)
+    if rows != data.marks[r:]:
+        if not any(data.marks):
+            raise Demand(0, _lay(data.marks[:r] + rows, upd))
+        if not any(rows):
+            raise Demand(2, _lay(lead + data.marks[r:], data))
+        raise Reject("ScatterND: updates split unlike data")
+    if any(lead):
+        if any(rows) or attrs.get("reduction") != "add" or T in lead:
+            raise Reject("ScatterND of split updates that is not an addition into zeros")
+        return ((replicated(len(shapes[0])), "".join(sorted({m for m in lead if m}))),)
+    return ((data, ""),)
 
 
 @register("Tile")

@@ -97,7 +97,9 @@ def test_distributed_equals_sequential(name: str, exporter: str,
 
 TRAIN = [("resnet50", "torchscript", (2, 1, 1, 1), "sum"),
          ("gpt2", "torchscript", (2, 1, 1, 1), "sum"),
-         ("gpt2", "dynamo", (2, 1, 1, 2), "mean")]
+         ("gpt2", "dynamo", (2, 1, 1, 2), "mean"), ("vit_b16", "torchscript", (2, 1, 1, 2), "sum"),
+         ("bert", "torchscript", (2, 2, 1, 1), "sum"),
+         ("transformer_encoder", "torchscript", (2, 1, 1, 1), "sum")]
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg", "reduction"), TRAIN,
