@@ -24,6 +24,8 @@ for m in gpt2 resnet50; do
     fi
     rm -rf "$OUT/prof_$m"
 done
-timeout "${CALIBRATE_TIMEOUT:-360}" python3 -m calibration -o "$OUT/h100-sxm.json" \
+left=$(( ${BUDGET_S:-570} - SECONDS )); [ "$left" -lt 60 ] && left=60
+echo "benchmarks took ${SECONDS}s; calibrating with ${left}s left" >&2
+timeout "$left" python3 -m calibration -o "$OUT/h100-sxm.json" \
     --base h100-sxm-datasheet --measure-only 2> "$OUT/calibrate.log"
 echo "calibration exit $?"
