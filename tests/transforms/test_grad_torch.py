@@ -15,15 +15,14 @@ import math
 import warnings
 
 import numpy as np
-import pytest
+import onnx
+import torch
 
 import distir
 from distir.ir import FunctionBuilder
 from distir.ir.core import Function
 from distir.transforms import grad
 
-torch = pytest.importorskip("torch")
-onnx = pytest.importorskip("onnx")
 nn = torch.nn
 F = torch.nn.functional
 

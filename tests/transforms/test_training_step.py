@@ -52,7 +52,7 @@ def test_mlp_training_step_is_the_hand_written_step() -> None:
 
 
 def _torch_mlp(ws: list[np.ndarray], xv: Any) -> tuple:
-    torch = pytest.importorskip("torch")
+    import torch
     tw = [torch.tensor(w, requires_grad=True) for w in ws]
     a = xv if isinstance(xv, torch.Tensor) else torch.tensor(xv)
     for w in tw:
@@ -61,7 +61,7 @@ def _torch_mlp(ws: list[np.ndarray], xv: Any) -> tuple:
 
 
 def test_mlp_grad_matches_torch_autograd() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     b = FunctionBuilder("main")
     ws_p = [b.param(f"w{i}", CFG.weight_type(i)) for i in range(CFG.num_layers)]
     x_t, y_t = CFG.input_types()
@@ -82,7 +82,7 @@ def test_mlp_grad_matches_torch_autograd() -> None:
 
 
 def test_cross_entropy_adam_step_matches_torch() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
     fwd = mlp_forward()
     fwd.initializers = {}
     step = training_step(fwd, loss="cross_entropy", optimizer="adam", lr=1e-2, wrt=WRT)
@@ -119,7 +119,7 @@ def test_adam_state_is_bound_when_the_weights_are() -> None:
 
 
 def test_training_step_types_simulates_and_runs_on_gloo() -> None:
-    pytest.importorskip("torch")
+    import torch  # noqa: F401 - the test needs it
     step = training_step(mlp_forward(), loss="mse", optimizer="adam", lr=1e-3, wrt=WRT)
     types = distir.infer_types(step)
     assert types[0].shape == () and len(types) == 1 + 3 + 6 + 1

@@ -17,15 +17,14 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
+import transformers  # noqa: F401 - the test needs it
 
 import distir
 from distir.ir import FunctionBuilder
 from distir.ir.core import Function
 from distir.transforms import grad
 from tests.zoo.models import BATCH, EXPORTERS, SEQ, SPECS
-
-torch = pytest.importorskip("torch")
-pytest.importorskip("transformers")
 
 PAIRS = [(s.name, e) for s in SPECS for e in EXPORTERS]
 
