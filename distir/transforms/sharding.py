@@ -32,8 +32,8 @@ from typing import Any
 
 import numpy as np
 
-from distir.errors import TransformError
 from distir.ir.core import Op, Value
+from distir.transforms.batch_inputs import find_batch_inputs
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import BROADCAST, UNARY, apply_rule
 from distir.transforms.layout_shape_rules import reshape_layout
@@ -43,10 +43,6 @@ __all__ = ["Sharding", "OPTIMIZERS"]
 
 OPTIMIZERS = {"SGDOptimizer": (0,), "AdamOptimizer": (0, 2, 3)}
 """Optimizer ops and the inputs that are trained state (weights, moments)."""
-
-_DATA_ROLES = {("MatMul", 0), ("MatMulGrad", 0), ("Gemm", 0), ("Conv", 0), ("Gather", 1),
-               ("MSELoss", 1), ("MSELossGrad", 1), ("SoftmaxCrossEntropyLoss", 1),
-               ("SoftmaxCrossEntropyLossGrad", 1)}
 
 
 _ELEMENTWISE = frozenset(UNARY) | frozenset(BROADCAST)
@@ -104,12 +100,8 @@ class Sharding:
                     self.trained.add(v)
         bound = set(prog.fn.initializers)
         self.bound = frozenset(p for p in params if p.name in bound)
-        if batch_inputs is not None:
-            chosen = self._named_inputs(batch_inputs)
-        elif self.bound:
-            chosen = self._unbound_inputs()
-        else:
-            chosen = self._role_inputs()
+        chosen, self.batch_size = find_batch_inputs(prog, batch_inputs, self.trained,
+                                                    self.bound)
         for p in params:
             rank = len(prog.shape(p))
             if p in chosen:
@@ -117,85 +109,6 @@ class Sharding:
                 self.layout[p] = Layout((B,) + (None,) * (rank - 1))
             else:
                 self.layout[p] = replicated(rank)
-
-    def _named_inputs(self, names: Sequence[str]) -> list[Value]:
-        """The parameters the user named, checked: axis 0 of each is the batch."""
-        prog = self.prog
-        by_name = {p.name: p for p in prog.fn.params}
-        chosen: list[Value] = []
-        for n in names:
-            p = by_name.get(n)
-            if p is None:
-                raise TransformError(f"batch input {n!r} is not a parameter of "
-                                     f"@{prog.fn.name} (its parameters: "
-                                     f"{', '.join(f'%{q.name}' for q in prog.fn.params)})")
-            if not prog.shape(p):
-                raise TransformError(f"batch input %{n} is a scalar: it has no batch axis")
-            if p in self.trained:
-                raise TransformError(f"batch input %{n} is a trained weight")
-            chosen.append(p)
-        sizes = {prog.shape(p)[0] for p in chosen}
-        if len(sizes) > 1:
-            p1, p2 = chosen[0], next(p for p in chosen if prog.shape(p)[0] != prog.shape(
-                chosen[0])[0])
-            raise TransformError(f"the batch inputs %{p1.name} and %{p2.name} have first "
-                                 f"dimensions {prog.shape(p1)[0]} and {prog.shape(p2)[0]}")
-        if chosen:
-            self.batch_size = prog.shape(chosen[0])[0]
-        return chosen
-
-    def _unbound_inputs(self) -> list[Value]:
-        """An imported model binds its weights to initializers: the other parameters are
-        its data, and the first dimension most of them share (larger than 1) is the batch.
-        A tie between two sizes is an error that asks for ``batch_inputs``."""
-        prog = self.prog
-        cands = [p for p in prog.fn.params if p not in self.bound and p not in self.trained
-                 and prog.shape(p) and p in prog.users]
-        count: dict[int, int] = {}
-        for p in cands:
-            n = prog.shape(p)[0]
-            if n > 1:
-                count[n] = count.get(n, 0) + 1
-        if not count:
-            if cands:
-                self.batch_size = 1
-            return [p for p in cands if prog.shape(p)[0] == 1]
-        best = max(count.values())
-        top = [n for n, c in count.items() if c == best]
-        if len(top) > 1:
-            p1 = next(p for p in cands if prog.shape(p)[0] == top[0])
-            p2 = next(p for p in cands if prog.shape(p)[0] == top[1])
-            raise TransformError(f"cannot tell the batch size: the inputs %{p1.name} and "
-                                 f"%{p2.name} have first dimensions {top[0]} and {top[1]}; "
-                                 "name the batch inputs (batch_inputs=[...], --batch-input)")
-        self.batch_size = top[0]
-        return [p for p in cands if prog.shape(p)[0] == top[0]]
-
-    def _role_inputs(self) -> list[Value]:
-        """A function without initializers (a builder's): the parameters in a data role
-        (``_DATA_ROLES``) are the batch inputs; others join when an op demands their split
-        (``_accept_batch``)."""
-        prog = self.prog
-        roles: set[Value] = set()
-        for i in prog.live_ops:
-            op = prog.ops[i]
-            for k, v in enumerate(op.inputs):
-                if v is not None and (op.op_type, k) in _DATA_ROLES and v in prog.param_set:
-                    roles.add(v)
-        sizes: dict[int, Value] = {}
-        for p in prog.fn.params:
-            if p in roles and p not in self.trained and len(prog.shape(p)) >= 1:
-                sizes.setdefault(prog.shape(p)[0], p)
-        big = {n: p for n, p in sizes.items() if n > 1}
-        if len(big) > 1:
-            (n1, p1), (n2, p2) = list(big.items())[:2]
-            raise TransformError(f"cannot tell the batch size: the batch inputs %{p1.name} and "
-                                 f"%{p2.name} have first dimensions {n1} and {n2}; name the "
-                                 "batch inputs (batch_inputs=[...], --batch-input)")
-        if sizes:
-            self.batch_size = next(iter(big)) if big else 1
-        return [p for p in prog.fn.params if p in roles and p not in self.trained
-                and len(prog.shape(p)) >= 1 and prog.shape(p)[0] == self.batch_size]
 
     # -- the worklist loop -----------------------------------------------------------------
     def _eval(self, op: Op) -> tuple:
