@@ -66,6 +66,29 @@ def test_refused_or_verified(name: str, exporter: str) -> None:
         distir.verify(step, num_devices=dp * tp * pp)
 
 
+TRAIN_CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1)]
+_steps: dict[tuple[str, str], Analysis] = {}
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("name", [s.name for s in SPECS])
+def test_training_step_refused_or_verified(name: str, exporter: str) -> None:
+    """The training step (cross entropy, SGD) of every zoo model likewise."""
+    from distir.transforms import training_step
+
+    m, _ = _analysis(name, exporter)
+    key = (name, exporter)
+    if key not in _steps:
+        _steps[key] = analyze(training_step(m.entry, loss="cross_entropy", optimizer="sgd"))
+    for dp, tp, pp, k in TRAIN_CONFIGS:
+        try:
+            step = dtp(_steps[key], dp=dp, tp=tp, pp=pp, microbatches=k)
+        except TransformError as e:
+            assert "\n" not in str(e), str(e)
+            continue
+        distir.verify(step, num_devices=dp * tp * pp)
+
+
 SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1, 1, 1)),
           ("mobilenet_v3_small", "dynamo", (2, 2, 1, 1)), ("vit", "torchscript", (2, 1, 2, 1)),
           ("vit_b16", "torchscript", (1, 2, 1, 1)), ("gpt2", "torchscript", (2, 1, 1, 1)),
