@@ -179,6 +179,9 @@ def _adam(s: Static) -> Kernel:
         v_new = torch.addcmul(v * b2, g, g, value=1.0 - b2)
         return m_new, v_new
 
+    fused = _fused_adam(s, lr, b1, b2, eps, wd)
+    if fused is not None:
+        return fused
     if step_c is not None:
         step = float(step_c.reshape(-1)[0])
         step_size = lr / (1.0 - b1 ** step)
@@ -202,6 +205,38 @@ def _adam(s: Static) -> Kernel:
         return (w - step_size * (m_new / denom), m_new, v_new)
 
     return k_dyn
+
+
+_FUSED_DTYPES = ("Float32", "Float16", "BFloat16")
+
+
+def _fused_adam(s: Static, lr: float, b1: float, b2: float, eps: float, wd: float,
+                ) -> Kernel | None:
+    """``torch._fused_adam_`` (one kernel: PyTorch's ``Adam(fused=True)``) on copies of
+    ``w``, ``m`` and ``v`` (in place where the program donates them), when the four tensors
+    share a floating dtype of ``_FUSED_DTYPES`` and the step count is a Float32 scalar
+    (``None`` otherwise: the composite below). The step count is read on the device, as
+    the composite's runtime step is, so that the same kernel serves every step."""
+    ts = [s.in_types[i] for i in range(5)]
+    if any(t is None for t in ts):
+        return None
+    w_t, step_t = s.inp(0), s.inp(4)
+    if (w_t.dtype.value not in _FUSED_DTYPES or step_t.dtype.value != "Float32"
+            or step_t.numel != 1 or any(s.inp(i).dtype != w_t.dtype for i in range(1, 4))):
+        return None
+    own = [bool(s.donate[i]) if i < len(s.donate) else False for i in (0, 2, 3)]
+    fused = torch._fused_adam_
+
+    def k(w: torch.Tensor, dw: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
+          step: torch.Tensor) -> tuple:
+        w2 = w if own[0] else w.clone()
+        m2 = m if own[1] else m.clone()
+        v2 = v if own[2] else v.clone()
+        fused([w2], [dw], [m2], [v2], [], [step.reshape(())], lr=lr, beta1=b1, beta2=b2,
+              weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+        return (w2, m2, v2)
+
+    return k
 
 
 @LOWERINGS.register("ConvGrad")

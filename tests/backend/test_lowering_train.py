@@ -63,3 +63,26 @@ def test_average_pool_grad(include: int, geom: tuple) -> None:
 def test_max_pool_grad(geom: tuple) -> None:
     n = len(geom[0])
     check(_pool_grad("MaxPoolGrad", *geom, dilations=[1] * n), rtol=1e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("known_step", [True, False])
+@pytest.mark.parametrize("wd", [0.0, 0.1])
+def test_fused_adam(known_step: bool, wd: float) -> None:
+    """A Float32 step count takes ``torch._fused_adam_`` (copies of w, m, v updated)."""
+    from distir.backend.lowering import compile_program
+    from tests.backend.test_lowering import one_op, project
+
+    torch = pytest.importorskip("torch")
+    x = (F32, (3, 4))
+    step: Any = np.array(3, np.float32) if known_step else (F32, ())
+    fn = one_op("AdamOptimizer", [x, x, x, x, step], n_out=3, lr=0.01, weight_decay=wd)
+    ins = random_for(fn)
+    ins[3] = np.abs(ins[3])  # v is a second moment
+    if not known_step:
+        ins[4] = np.array(3, np.float32)
+    kernel = compile_program(project(fn).programs[-1], torch.device("cpu")).steps[-1].kernel
+    assert "_fused_adam" in kernel.__qualname__
+    before = [a.copy() for a in ins]
+    check(fn, ins, rtol=1e-5, atol=1e-6)
+    for a, b in zip(ins, before):  # the inputs are not overwritten
+        np.testing.assert_array_equal(a, b)
