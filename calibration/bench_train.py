@@ -13,9 +13,11 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   (``ConvGrad`` computing only ``dx`` / only ``dw``: ``aten.convolution_backward``);
   a row's ``op`` is ``conv k{kernel} s{stride}``;
 - memory-bound, under ``any`` with the feature ``bytes`` (every input and result of the op,
-  read or written once, as the cost rules count them): ``batchnorm`` (training mode, three
-  results), ``batchnorm_grad``, ``layernorm_grad``, ``softmax_grad``, ``cross_entropy``
-  and ``cross_entropy_grad`` (``SoftmaxCrossEntropyLoss[Grad]`` over the last axis),
+  read or written once, as the cost rules count them; the batch normalizations also
+  ``channels`` and ``spatial``, pixels per image: ``norm_features``): ``batchnorm``
+  (training mode, three results), ``batchnorm_grad``, ``layernorm_grad``,
+  ``softmax_grad``, ``cross_entropy`` and ``cross_entropy_grad``
+  (``SoftmaxCrossEntropyLoss[Grad]`` over the last axis),
   ``adam`` (``AdamOptimizer``, the step count a runtime value), ``scatter_add``
   (``ScatterND`` with ``reduction="add"`` of rows into a table: the embedding gradient),
   ``reduce`` (``ReduceSum`` over the leading axis: bias gradients), ``maxpool``,
@@ -33,7 +35,7 @@ from typing import Any
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
-           "CONV_FAMILIES", "conv_window_stride"]
+           "CONV_FAMILIES", "conv_window_stride", "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
@@ -42,13 +44,25 @@ CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 MAX_TENSOR_BYTES = 1 << 30
 
 _WIDTHS: dict[str, tuple[int, ...]] = {
-    "batchnorm": (64, 256, 1024), "batchnorm_grad": (64, 256, 1024),
+    "batchnorm": (0,), "batchnorm_grad": (0,),
     "layernorm_grad": (768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048), "reduce": (768, 4096),
     "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256)}
-"""The widths per family: channels (normalizations, pools), the normalized or softmax
-axis, the classes, the embedding width, the reduced rows' width."""
+"""The widths per family: channels (pools), the normalized or softmax axis, the classes,
+the embedding width, the reduced rows' width; the batch normalizations take ``_CNN``."""
+
+_CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7))
+"""``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
+dependence on the channel count (per-channel reductions) is measured; the batch is what
+the size leaves (at least 1)."""
+
+
+def norm_features(op: str, channels: int, nbytes: float) -> dict[str, float]:
+    """The features of a batch-normalization fit: ``bytes``, ``channels`` and ``spatial``
+    (pixels per image, from the row's ``op``, ``BatchNormalization h56``)."""
+    h = int(op.split()[1][1:]) if len(op.split()) > 1 else 1
+    return {"bytes": float(nbytes), "channels": float(channels), "spatial": float(h * h)}
 
 
 def conv_window_stride(op: str) -> tuple[int, int]:
@@ -137,19 +151,23 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
     from distir.ir import DType
 
     i64 = DType.Int64
-    if fam in ("batchnorm", "batchnorm_grad", "maxpool", "maxpool_grad", "avgpool_grad"):
+    if fam in ("batchnorm", "batchnorm_grad"):
+        c, h = width
+        if c * h * h > n:
+            return None
+        x = (n // (c * h * h), c, h, h)
+        if fam == "batchnorm":
+            ch = [(nm, dtype, (c,)) for nm in ("w", "b", "m", "v")]
+            return _one_op("BatchNormalization", [("x", dtype, x), *ch], 3,
+                           training_mode=1), {}
+        return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
+                                         ("dy", dtype, x)], 3), {}
+    if fam in ("maxpool", "maxpool_grad", "avgpool_grad"):
         c = width
         h = next((h for h in (56, 28, 14, 7) if c * h * h <= n), 0)
         if not h:
             return None
         x = (max(n // (c * h * h), 1), c, h, h)
-        if fam == "batchnorm":
-            ch = [(nm, dtype, (c,)) for nm in ("w", "b", "m", "v")]
-            return _one_op("BatchNormalization", [("x", dtype, x), *ch], 3,
-                           training_mode=1), {}
-        if fam == "batchnorm_grad":
-            return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
-                                             ("dy", dtype, x)], 3), {}
         win = dict(kernel_shape=[3, 3], strides=[2, 2], pads=[1, 1, 1, 1])
         oh = (h + 2 - 3) // 2 + 1
         dy = (x[0], c, oh, oh)
@@ -228,7 +246,9 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
             for n, split in sizes:
                 if n * ddt.itemsize * (8 if fam == "adam" else 1) > MAX_TENSOR_BYTES:
                     continue
-                for width in _WIDTHS[fam]:
+                widths: tuple[Any, ...] = (_CNN if fam in ("batchnorm", "batchnorm_grad")
+                                           else _WIDTHS[fam])
+                for width in widths:
                     case = _case(fam, width, n, ddt)
                     if case is None:
                         continue
@@ -237,7 +257,10 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     args = _inputs(fn, bounds, device)
                     with torch.inference_mode():
                         secs, reps = timer.time(lambda k=kernel, a=args: k(*a))
-                    yield Row(fam, fn.ops[-1].op_type, dt, secs, n, width, bytes=_nbytes(fn),
+                    op = fn.ops[-1].op_type
+                    if isinstance(width, tuple):  # (channels, image size)
+                        op, width = f"{op} h{width[1]}", width[0]
+                    yield Row(fam, op, dt, secs, n, width, bytes=_nbytes(fn),
                               flops=float(n), reps=reps, device=str(device), split=split)
                     count += 1
                     del args, kernel

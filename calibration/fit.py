@@ -45,6 +45,9 @@ LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
 family (collectives included) at least 1 MiB."""
 
 
+NORM = ("batchnorm", "batchnorm_grad")
+"""Batch normalizations: features ``bytes``, ``channels``, ``spatial``."""
+
 CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
@@ -108,6 +111,10 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         x = matmul_features(m, n, k, 1)
         x["bytes"] = float(row["bytes"])  # the measured dtype's bytes
         return x
+    if row["family"] in NORM:
+        from calibration.bench_train import norm_features
+
+        return norm_features(str(row["op"]), int(row["n"]), float(row["bytes"]))
     if row["family"] in CONV:
         from calibration.bench_train import conv_window_stride
         from distir.analysis.cost.train import conv_features
@@ -241,6 +248,14 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(flops, bytes) x trees(m, n, k, window, stride, flops)":
                     _boosted(("flops", "bytes"), ("m", "n", "k", "window", "stride",
                                                   "flops"))}
+    if family in NORM:
+        return {"linear(bytes)": _linear(("bytes",)),
+                "piecewise(every size)": _piecewise(1),
+                "piecewise(every 2nd size)": _piecewise(2),
+                "loglog2(bytes, channels, spatial)":
+                    _loglog(("bytes", "channels", "spatial"), 2),
+                "linear(bytes) x trees(bytes, channels, spatial)":
+                    _boosted(("bytes",), ("bytes", "channels", "spatial"))}
     if family == "bmm":
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
                 "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),

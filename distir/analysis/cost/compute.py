@@ -100,6 +100,12 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     flops = _FLOPS_PER_ELEMENT[op_type] * max(_numel(outs), _numel(ins))
     family = _family(op_type, attrs)
     dt = main_dtype(ins, outs)
+    if family == "batchnorm":
+        from distir.analysis.cost.train import norm_time
+
+        t = norm_time(hw, family, ins[0], nbytes, flops, dt)
+        if t is not None:
+            return OpCost(t, flops, nbytes)
     if family is not None:
         return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)

@@ -20,7 +20,9 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
 - ``BatchNormGrad``, ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one
   memory-bound kernel each over their inputs and results, 8 FLOPs per element, priced by
   the first family the profile fits of ``batchnorm_grad``; ``layernorm_grad``, then
-  ``layernorm``; ``softmax_grad``, then ``softmax``; else the ``elementwise`` fit.
+  ``layernorm``; ``softmax_grad``, then ``softmax``; else the ``elementwise`` fit. The
+  batch normalizations' fits (``norm_time``) also see the channel count and the pixels per
+  image: their per-channel reductions run slower with few channels of many pixels.
 """
 
 from __future__ import annotations
@@ -58,6 +60,21 @@ def kernel_time(hw: Hardware, families: tuple[str, ...], nbytes: float, flops: f
         if hw.has_kernel_fit(fam):
             return hw.kernel_time(fam, nbytes, flops, dt)
     return hw.memory_time(nbytes, flops, dt)
+
+
+def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: float,
+              dt: str) -> float | None:
+    """A batch normalization's kernel (``batchnorm``, ``batchnorm_grad``) by the profile's
+    fit with ``bytes``, ``channels`` (axis 1 of ``x``) and ``spatial`` (the pixels per
+    image), as ``calibration.bench_train.norm_features`` measured them; ``None`` without a
+    fit."""
+    f = hw.fit(family, "any")
+    if f is None:
+        return None
+    feats = {"bytes": float(nbytes), "channels": float(x.shape[1] if x.rank > 1 else 1),
+             "spatial": float(_prod(x.shape[2:]))}
+    t = max(f(feats), hw.launch_overhead)
+    return max(t, hw.launch_overhead + flops / hw.peak(dt))
 
 
 def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: TensorType,
@@ -132,4 +149,8 @@ def normalization_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, A
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = 8.0 * ins[-1].numel
     dt = main_dtype(ins, outs)
+    if op_type == "BatchNormGrad":
+        t = norm_time(hw, "batchnorm_grad", ins[0], nbytes, flops, dt)
+        if t is not None:
+            return OpCost(t, flops, nbytes)
     return OpCost(kernel_time(hw, _FAMILIES[op_type], nbytes, flops, dt), flops, nbytes)
