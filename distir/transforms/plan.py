@@ -142,10 +142,8 @@ class Plan:
             m = lay.marks[a]
             if m is not None and m != B and (v in prog.returned or shape[a] % (batch_offset(m) * (
                     sh.batch_size or 1))):
-                from distir.ir.printer import format_op
-
                 op = prog.producer_op(v)
-                where = f"`{format_op(op)}`" if op is not None else f"%{v.name}"
+                where = f"`{prog.op_text(op)}`" if op is not None else f"%{v.name}"
                 raise TransformError(f"cannot split the batch over replicas and microbatches: "
                                      f"{where}: the batch lies inside axis {a} (shape "
                                      f"{shape}) of a result or does not fit in it")
@@ -258,7 +256,5 @@ class Plan:
 
 
 def _text(prog: Program, i: int) -> str:
-    from distir.ir.printer import format_op
-
-    return format_op(prog.ops[i])
+    return prog.op_text(prog.ops[i])
 

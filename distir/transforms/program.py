@@ -16,6 +16,7 @@ import numpy as np
 from distir.errors import TransformError
 from distir.ir.core import Function, Op, Value
 from distir.ir.inline import inline_calls
+from distir.ir.printer import Namer, _Printer
 from distir.ir.schemas import COMM_OPS
 from distir.ir.types import TensorType
 
@@ -48,6 +49,7 @@ class Program:
         self.returned = frozenset(fn.returns)
         self._attrs: dict[tuple, dict[str, Any]] = {}
         self._full_attrs = full_attrs
+        self._namer: _Named | None = None
         self.producer: dict[Value, int] = {}
         for i, op in enumerate(self.ops):
             for v in op.outputs:
@@ -105,6 +107,38 @@ class Program:
             a = self._attrs[key] = self._full_attrs(op.op_type, op.attrs)
         return a
 
+    def op_text(self, op: Op) -> str:
+        """``op`` in IR syntax with the names ``distir.dumps`` gives its values (unnamed
+        values, such as a gradient's, are numbered as in the printed function), for error
+        messages."""
+        namer = self._namer
+        if namer is None:
+            namer = self._namer = _Named()
+            for v in self.fn.params:
+                namer.define(v)
+            for o in self.ops:
+                for v in o.outputs:
+                    if v.name != "_":  # printed as `_`, not numbered
+                        namer.define(v)
+            namer.done = True
+        return _Printer().op(namer, op)
+
     def producer_op(self, v: Value) -> Op | None:
         i = self.producer.get(v)
         return None if i is None else self.ops[i]
+
+
+class _Named(Namer):
+    """A namer that, once every value of the function is defined, prints each value with
+    the name it got (an op's results included)."""
+
+    __slots__ = ("done",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.done = False
+
+    def define(self, v: Value) -> str:
+        if self.done and id(v) in self.names:
+            return self.names[id(v)]
+        return super().define(v)

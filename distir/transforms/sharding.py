@@ -374,10 +374,8 @@ class Sharding:
 
         def on_reject(op: Op, r: Reject) -> tuple:
             if self.batch_error is None:
-                from distir.ir.printer import format_op
-
                 self.batch_error = (f"cannot split the batch over replicas and microbatches: "
-                                    f"`{format_op(op)}`: {r.message}")
+                                    f"`{prog.op_text(op)}`: {r.message}")
             return tuple((Layout((B,) + (None,) * (len(prog.shape(v)) - 1))
                           if prog.shape(v) else replicated(0), "") for v in op.outputs)
 

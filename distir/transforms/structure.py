@@ -80,8 +80,8 @@ class Structure:
             ks = {vk.get(v, "h") for v in op.inputs if v is not None}
             if "m" in ks:
                 if "p" in ks or "o" in ks:
-                    raise TransformError(f"`{_text(op)}` mixes a per-microbatch value with a "
-                                         "value summed over the batch: not supported")
+                    raise TransformError(f"`{prog.op_text(op)}` mixes a per-microbatch value "
+                                         "with a value summed over the batch: not supported")
                 self.kind[i] = MB
                 if op.op_type in LOSS_GRADS or any(v in bwd for v in op.inputs):
                     self.backward.add(i)
@@ -93,8 +93,8 @@ class Structure:
                     elif _batched(sh.layout[v]) or v not in prog.live_values:
                         vk[v] = "m"
                     else:
-                        raise TransformError(f"the result %{v.name} of `{_text(op)}` does not "
-                                             "keep the batch axis: not supported")
+                        raise TransformError(f"the result %{v.name} of `{prog.op_text(op)}` "
+                                             "does not keep the batch axis: not supported")
             elif "p" in ks or "o" in ks:
                 self.kind[i] = POST
                 for v in op.outputs:
@@ -265,10 +265,4 @@ def _periodic_run(sig: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int, int
 
 def _batched(lay: Layout) -> bool:
     return any(is_batch(m) for m in lay.marks)
-
-
-def _text(op: object) -> str:
-    from distir.ir.printer import format_op
-
-    return format_op(op)  # type: ignore[arg-type]
 
