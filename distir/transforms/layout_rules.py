@@ -7,10 +7,15 @@ global shapes of the inputs and results, ``attrs`` the attributes with schema de
 string of the marks (``"b"``, ``"t"``) over which the result is a partial sum.
 
 A rule raises ``Reject`` when the op cannot run locally on those layouts (a softmax over a
-split axis), and ``Demand`` when it could if a parameter input had another layout (the
-bias of a column-parallel projection). Rules are pure functions of their arguments.
-This module holds the rules of elementwise, matrix, loss and optimizer ops;
-``layout_shape_rules`` those of shape and indexing ops.
+split axis), and ``Demand`` when it could if an input had another layout (the bias of a
+column-parallel projection, a mask of full batch size; the analysis decides whether that
+input can take it). Rules are pure functions of their arguments (the analysis memoizes
+them). All rules live in one ``RuleTable``, ``LAYOUT_RULES``, with a rule for every op of
+the IR but the communication ops; an op without one takes whole inputs only. This module
+holds the rules of elementwise, matrix, loss and optimizer ops; ``layout_shape_rules``
+those of shape, reshaping, softmax, normalization and reduction ops, ``layout_index_rules``
+those of indexing, padding, scanning and generator ops, ``layout_nn_rules`` those of
+convolution, pooling, batch-norm, ``Gemm`` and their gradients.
 """
 
 from __future__ import annotations
