@@ -204,3 +204,67 @@ def gemm_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
                             if m and (k < off or sc[k - off] == 1)))
         res.append((ins[2], dc))
     return tuple(res)
+
+
+@register("BatchNormGrad")
+def batch_norm_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+                    const: Callable) -> RuleResult:
+    """The gradient of a training-mode ``BatchNormalization`` with each shard's statistics
+    (as its forward under D): ``dx`` per shard, ``dscale`` and ``dbias`` partial."""
+    x, scale, dy = ins
+    sample_axes_only(op_type, x, what=": the statistics are per channel")
+    _whole(op_type, (scale,), 0, "scale")
+    if dy != x:
+        raise Demand(2, x) if not any(dy.marks) else Reject(
+            f"dy is split as {dy}, unlike x which is {x}")
+    p = _partial(x)
+    return ((x, ""),) + tuple((replicated(len(s)), p) for s in outs[1:])
+
+
+@register("GridSample")
+def grid_sample(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+                const: Callable) -> RuleResult:
+    """Per sample: the batch axis of the image and of the grid split alike."""
+    x, grid = ins
+    sample_axes_only(op_type, x)
+    sample_axes_only(op_type, grid, what=" of the grid")
+    if x.marks[0] != grid.marks[0]:
+        if not any(grid.marks):
+            raise Demand(1, Layout(x.marks[:1] + (None,) * (len(grid.marks) - 1)))
+        if not any(x.marks):
+            raise Demand(0, Layout(grid.marks[:1] + (None,) * (len(x.marks) - 1)))
+        raise Reject(f"{op_type}: the image and the grid split the batch differently")
+    return ((Layout(x.marks[:1] + (None,) * (len(outs[0]) - 1)), ""),)
+
+
+@register("LSTM", "GRU")
+def recurrent(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+              const: Callable) -> RuleResult:
+    """Per sequence: the batch axis of ``X`` (axis 1, or 0 with ``layout=1``) passes to
+    the batch axes of ``Y``, ``Y_h`` and ``Y_c``; ``sequence_lens`` and the initial states
+    split alike; the weights stay whole; the time axis is never split."""
+    lay1 = int(attrs.get("layout", 0)) == 1
+    bx = 0 if lay1 else 1
+    x = ins[0]
+    for a, m in enumerate(x.marks):
+        if m is not None and a != bx:
+            raise Reject(f"{op_type} over a split {'time' if a == 1 - bx else 'feature'} "
+                         f"axis ({a})")
+    m = x.marks[bx]
+    _whole(op_type, tuple(ins[k] for k in (1, 2, 3, 7) if k < len(ins)), 0,
+           "weight or bias")
+    # sequence_lens (batch,), initial_h / initial_c (dirs, batch, hidden) or (batch, ...).
+    for k, axis in ((4, 0), (5, bx), (6, bx)):
+        if k >= len(ins) or ins[k] is None:
+            continue
+        lay = ins[k]
+        want = tuple(m if a == axis else None for a in range(len(lay.marks)))
+        if lay.marks != want:
+            if any(lay.marks):
+                raise Reject(f"{op_type}: input {k} is split unlike the batch of X")
+            raise Demand(k, Layout(want))
+    res = []
+    for k, s in enumerate(outs):
+        axis = (0 if lay1 else 2) if k == 0 else bx
+        res.append((Layout(tuple(m if a == axis else None for a in range(len(s)))), ""))
+    return tuple(res)
