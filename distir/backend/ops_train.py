@@ -227,13 +227,18 @@ def _fused_adam(s: Static, lr: float, b1: float, b2: float, eps: float, wd: floa
     own = [bool(s.donate[i]) if i < len(s.donate) else False for i in (0, 2, 3)]
     fused = torch._fused_adam_
 
+    def mine(t: torch.Tensor, owned: bool) -> torch.Tensor:
+        """A contiguous tensor the kernel may overwrite."""
+        if owned and t.is_contiguous():
+            return t
+        return t.clone(memory_format=torch.contiguous_format)
+
     def k(w: torch.Tensor, dw: torch.Tensor, m: torch.Tensor, v: torch.Tensor,
           step: torch.Tensor) -> tuple:
-        w2 = w if own[0] else w.clone()
-        m2 = m if own[1] else m.clone()
-        v2 = v if own[2] else v.clone()
-        fused([w2], [dw], [m2], [v2], [], [step.reshape(())], lr=lr, beta1=b1, beta2=b2,
-              weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
+        # The CUDA kernel wants the four tensors with equal strides: all contiguous.
+        w2, m2, v2 = mine(w, own[0]), mine(m, own[1]), mine(v, own[2])
+        fused([w2], [dw.contiguous()], [m2], [v2], [], [step.reshape(())], lr=lr, beta1=b1,
+              beta2=b2, weight_decay=wd, eps=eps, amsgrad=False, maximize=False)
         return (w2, m2, v2)
 
     return k
