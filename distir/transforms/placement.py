@@ -81,7 +81,7 @@ def placed_initializers(mb: MainBuilder, origin: dict[Value, tuple[Value, int, i
         if want is not None and tuple(a.shape) != tuple(want):
             raise TransformError(f"the value of %{p.name} ({tuple(a.shape)}) does not give "
                                  f"%{v.name} its shape {tuple(want)}")
-        out[v.name] = np.ascontiguousarray(a)
+        out[v.name] = np.asarray(a, order="C")  # (ascontiguousarray makes 0-d arrays 1-d)
     return out
 
 

@@ -76,3 +76,22 @@ def test_transform_cli_writes_the_weights_beside(tmp_path) -> None:
     # execute and simulate find the weights next to the file by name, as after an import.
     assert main(["execute", str(out), "--json"]) == 0
     assert main(["simulate", str(out), "--json"]) == 0
+
+
+def test_scalar_initializers_keep_their_shape() -> None:
+    """Adam's step counter is 0-d: each device's copy stays 0-d (and types, and simulates)."""
+    from distir.ir import DType, FunctionBuilder, TensorType
+    from distir.transforms import training_step
+
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (8, 4), 0))
+    w = b.param("w", TensorType(DType.Float32, (4, 4), 0))
+    fn = b.ret(b.op("MatMul", x, w, name="y"))
+    fn.initializers = {"w": np.ones((4, 4), np.float32)}
+    step = training_step(fn, loss="mse", optimizer="adam", lr=0.1)
+    assert any(np.asarray(a).shape == () for a in step.initializers.values())
+    placed = dtp(step, dp=2)
+    for q in placed.params:
+        if q.name in placed.initializers:
+            assert placed.initializers[q.name].shape == q.type.shape, q.name
+    distir.simulate(placed, hardware="h100-sxm")
