@@ -23,7 +23,9 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
 Profiles are found by name in ``calibration/profiles/NAME.json`` beside the ``distir``
 package (the repository checkout, or site-packages where both are installed), in the
 folders of ``$DISTIR_PROFILE_PATH``, or by a path to a ``.json`` file. ``distir`` reads the
-files; it never imports the ``calibration`` package.
+files; it never imports the ``calibration`` package. A profile is parsed once per process,
+and once per file version across processes: the validated ``Hardware`` is pickled in the
+user's cache folder (``cache_dir()``) and later loads read that.
 
 All times are seconds, sizes bytes, rates per second. ``Hardware`` and ``FitModel`` are
 frozen and hashable: cost rules are memoized per profile.
@@ -31,9 +33,12 @@ frozen and hashable: cost rules are memoized per profile.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import pickle
+import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import combinations_with_replacement
@@ -43,7 +48,7 @@ from typing import Any
 from distir.errors import ConfigError, Loc
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
-           "profile_dirs", "available_profiles", "collective_factors", "loglog_terms",
+           "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
            "matmul_features", "bmm_features", "KERNEL_FAMILIES"]
 
 FORMAT = "distir-hardware/1"
@@ -546,15 +551,81 @@ def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:
             avail = ", ".join(available_profiles()) or "none found"
             raise ConfigError(f"unknown hardware profile '{s}'; available: {avail} "
                               "(or give a path to a profile .json file)")
-    key = (str(path.resolve()), path.stat().st_mtime)
+    st = path.stat()
+    key = (str(path.resolve()), st.st_mtime_ns)
     hw = _CACHE.get(key)
     if hw is None:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as e:
-            raise ConfigError(f"invalid JSON in hardware profile: {e.msg}",
-                              Loc(str(path), e.lineno, e.colno)) from None
-        if not isinstance(data, dict):
-            raise ConfigError(f"{path}: a hardware profile must be a JSON object")
-        hw = _CACHE[key] = Hardware.from_json(data, str(path))
+        hw = _CACHE[key] = _load_compiled(path, st) or _parse_profile(path, st)
     return hw
+
+
+def _parse_profile(path: Path, st: os.stat_result) -> Hardware:
+    """Read and validate a profile's JSON, then store the result in the compiled cache."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"invalid JSON in hardware profile: {e.msg}",
+                          Loc(str(path), e.lineno, e.colno)) from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: a hardware profile must be a JSON object")
+    hw = Hardware.from_json(data, str(path))
+    _store_compiled(path, st, hw)
+    return hw
+
+
+# -- the compiled profile cache ------------------------------------------------------------
+# Parsing a calibrated profile (half a megabyte of JSON, hundreds of fitted trees) costs
+# 10-20 ms; unpickling the validated ``Hardware`` costs 2. The pickle lives in the user's
+# cache folder, named by a hash of the profile's resolved path, its mtime and size, this
+# module's own mtime (a change to the classes invalidates it) and the Python version. A
+# cache that cannot be read or written is skipped silently: it only saves time.
+
+
+def cache_dir() -> Path | None:
+    """The folder of compiled profiles: ``$DISTIR_CACHE_DIR``, else
+    ``$XDG_CACHE_HOME/distir``, else ``~/.cache/distir``; ``None`` (no cache) when
+    ``DISTIR_CACHE_DIR`` is set to the empty string."""
+    env = os.environ.get("DISTIR_CACHE_DIR")
+    if env is not None:
+        return Path(env) if env else None
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    return Path(xdg) / "distir" if xdg else Path.home() / ".cache" / "distir"
+
+
+def _compiled_path(path: Path, st: os.stat_result) -> Path | None:
+    d = cache_dir()
+    if d is None:
+        return None
+    try:
+        me = os.stat(__file__).st_mtime_ns
+    except OSError:
+        me = 0
+    ident = f"{path.resolve()}|{st.st_mtime_ns}|{st.st_size}|{me}|{sys.version}"
+    digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
+    return d / f"profile-{path.stem}-{digest}.pickle"
+
+
+def _load_compiled(path: Path, st: os.stat_result) -> Hardware | None:
+    cp = _compiled_path(path, st)
+    if cp is None:
+        return None
+    try:
+        with open(cp, "rb") as f:
+            hw = pickle.load(f)
+    except Exception:  # absent, unreadable or stale: parse the JSON instead
+        return None
+    return hw if isinstance(hw, Hardware) and hw.source == str(path) else None
+
+
+def _store_compiled(path: Path, st: os.stat_result, hw: Hardware) -> None:
+    cp = _compiled_path(path, st)
+    if cp is None:
+        return
+    try:
+        cp.parent.mkdir(parents=True, exist_ok=True)
+        tmp = cp.with_name(f"{cp.name}.{os.getpid()}.tmp")
+        with open(tmp, "wb") as f:
+            pickle.dump(hw, f, protocol=pickle.HIGHEST_PROTOCOL)
+        os.replace(tmp, cp)  # atomic: concurrent workers never read a partial file
+    except OSError:
+        pass

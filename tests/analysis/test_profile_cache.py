@@ -1,0 +1,84 @@
+"""The compiled profile cache: a profile parsed once is unpickled by later processes, and a
+changed, corrupt or disabled cache falls back to the JSON."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from distir.analysis import hardware
+from distir.analysis.hardware import Hardware, load_hardware
+
+
+@pytest.fixture
+def profile(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    src = load_hardware("h100-sxm")
+    p = tmp_path / "prof" / "mine.json"
+    p.parent.mkdir()
+    p.write_text(json.dumps(src.to_json()), encoding="utf-8")
+    monkeypatch.setenv("DISTIR_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    return p
+
+
+def _pickles(tmp_path: Path) -> list[Path]:
+    d = tmp_path / "cache"
+    return sorted(d.glob("*.pickle")) if d.is_dir() else []
+
+
+def test_second_process_reads_the_pickle(profile: Path, tmp_path: Path,
+                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = load_hardware(profile)
+    assert len(_pickles(tmp_path)) == 1
+    monkeypatch.setattr(hardware, "_CACHE", {})  # a fresh process
+    calls: list[int] = []
+    real = Hardware.from_json
+    monkeypatch.setattr(Hardware, "from_json",
+                        staticmethod(lambda *a, **k: calls.append(1) or real(*a, **k)))
+    again = load_hardware(profile)
+    assert calls == []
+    assert again == hw and again is not hw
+    assert again.fit("matmul", "Float16") == hw.fit("matmul", "Float16")
+    assert again.matmul_time(512, 512, 512, "Float16", 2) == hw.matmul_time(
+        512, 512, 512, "Float16", 2)
+
+
+def test_a_changed_profile_is_parsed_again(profile: Path, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    load_hardware(profile)
+    data = json.loads(profile.read_text(encoding="utf-8"))
+    data["device"]["launch_overhead"] = 1e-3
+    profile.write_text(json.dumps(data), encoding="utf-8")
+    st = profile.stat()
+    os.utime(profile, ns=(st.st_atime_ns, st.st_mtime_ns + 10**9))
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    assert load_hardware(profile).launch_overhead == 1e-3
+    assert len(_pickles(tmp_path)) == 2
+
+
+def test_a_corrupt_pickle_falls_back_to_the_json(profile: Path, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    hw = load_hardware(profile)
+    (pk,) = _pickles(tmp_path)
+    pk.write_bytes(b"not a pickle")
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    assert load_hardware(profile) == hw
+
+
+def test_an_empty_cache_dir_disables_the_cache(profile: Path, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DISTIR_CACHE_DIR", "")
+    assert hardware.cache_dir() is None
+    load_hardware(profile)
+    assert _pickles(tmp_path) == []
+
+
+def test_an_unwritable_cache_is_skipped(profile: Path, tmp_path: Path,
+                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x", encoding="utf-8")
+    monkeypatch.setenv("DISTIR_CACHE_DIR", str(blocker / "sub"))  # a folder under a file
+    assert load_hardware(profile).name == load_hardware("h100-sxm").name
