@@ -11,7 +11,8 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   output pixels``, ``n = M``, ``k = C / group * kernel size``) and ``window`` (kernel
   size), ``stride``: ``conv`` (``Conv``, cuDNN), ``conv_dgrad`` and ``conv_wgrad``
   (``ConvGrad`` computing only ``dx`` / only ``dw``: ``aten.convolution_backward``);
-  a row's ``op`` is ``conv k{kernel} s{stride}``;
+  a row's ``op`` is ``conv k{kernel elements} s{stride} n{batch} c{input channels}
+  p{output pixels per image}`` (``conv_geometry``), features ``batch``, ``cin``, ``pixels``;
 - memory-bound, under ``any`` with the feature ``bytes`` (every input and result of the op,
   read or written once, as the cost rules count them; the batch normalizations also
   ``channels`` and ``spatial``, pixels per image: ``norm_features``): ``batchnorm``
@@ -35,7 +36,7 @@ from typing import Any
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
-           "CONV_FAMILIES", "conv_window_stride", "norm_features"]
+           "CONV_FAMILIES", "conv_geometry", "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
@@ -65,10 +66,15 @@ def norm_features(op: str, channels: int, nbytes: float) -> dict[str, float]:
     return {"bytes": float(nbytes), "channels": float(channels), "spatial": float(h * h)}
 
 
-def conv_window_stride(op: str) -> tuple[int, int]:
-    """``(kernel size, stride)`` from a convolution row's ``op`` (``conv k3 s2``)."""
-    parts = op.split()
-    return int(parts[1][1:]), int(parts[2][1:])
+def conv_geometry(op: str) -> dict[str, int]:
+    """The geometry a convolution row's ``op`` names (``conv k3 s2 n64 c256 p196``): ``k``
+    kernel size (elements), ``s`` stride, ``n`` batch, ``c`` input channels, ``p`` output
+    pixels per image; only ``k`` (the kernel's side, squared here) and ``s`` in the first
+    format."""
+    g = {part[0]: int(part[1:]) for part in op.split()[1:]}
+    if "n" not in g:  # the first format named the kernel's side
+        g["k"] = g["k"] ** 2
+    return g
 
 
 def conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
@@ -158,7 +164,8 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
         x = (n // (c * h * h), c, h, h)
         if fam == "batchnorm":
             ch = [(nm, dtype, (c,)) for nm in ("w", "b", "m", "v")]
-            return _one_op("BatchNormalization", [("x", dtype, x), *ch], 3,
+            # Y only: a training step reads no running statistics (they are not computed)
+            return _one_op("BatchNormalization", [("x", dtype, x), *ch], 3, keep=0,
                            training_mode=1), {}
         return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
                                          ("dy", dtype, x)], 3), {}
@@ -299,7 +306,8 @@ def bench_convs(device: Any, dtypes: list[str],
                 with torch.inference_mode():
                     secs, reps = timer.time(lambda kk=kernel, a=args: kk(*a))
                 nbytes = (n * c * h * h + m * c * k * k + n * m * oh * oh) * size
-                yield Row(fam, f"conv k{k} s{s}", dt, secs, gm, gn, gk, nbytes,
+                yield Row(fam, f"conv k{k * k} s{s} n{n} c{c} p{oh * oh}", dt, secs, gm, gn,
+                          gk, nbytes,
                           2.0 * gm * gn * gk, reps=reps, device=str(device), split=split)
                 del args, kernel
         log(f"conv {dt}: {len(shapes)} shapes x 3")

@@ -438,7 +438,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
             device, ["Float32"], tsizes, timer, log))
         convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
-                                        (120 if use_cuda else 16), seed)
+                                        (240 if use_cuda else 16), seed)
         log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), Float32")
         rows.extend(r.as_dict() for r in bench_train.bench_convs(device, ["Float32"], convs,
                                                                  timer, log))

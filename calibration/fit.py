@@ -116,12 +116,14 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
 
         return norm_features(str(row["op"]), int(row["n"]), float(row["bytes"]))
     if row["family"] in CONV:
-        from calibration.bench_train import conv_window_stride
+        from calibration.bench_train import conv_geometry
         from distir.analysis.cost.train import conv_features
 
-        window, stride = conv_window_stride(str(row["op"]))
-        return conv_features(int(row["m"]), int(row["n"]), int(row["k"]),
-                             float(row["bytes"]), window, stride)
+        g = conv_geometry(str(row["op"]))
+        m, k = int(row["m"]), int(row["k"])
+        return conv_features(m, int(row["n"]), k, float(row["bytes"]), g["k"], g["s"],
+                             g.get("n", 1), g.get("c", k // g["k"]),
+                             g.get("p", m // g.get("n", 1)))
     if row["family"] == "bmm":
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
         batch = max(int(round(float(row["flops"]) / (2.0 * m * n * k))), 1)
@@ -247,7 +249,14 @@ def candidates(family: str) -> dict[str, Trainer]:
                     _boosted(("flops", "mn", "mk", "kn"), ("m", "n", "k", "window", "stride")),
                 "linear(flops, bytes) x trees(m, n, k, window, stride, flops)":
                     _boosted(("flops", "bytes"), ("m", "n", "k", "window", "stride",
-                                                  "flops"))}
+                                                  "flops")),
+                "linear(flops, mn, mk, kn) x trees(batch, cin, n, pixels, window, stride)":
+                    _boosted(("flops", "mn", "mk", "kn"),
+                             ("batch", "cin", "n", "pixels", "window", "stride")),
+                "linear(flops, mn, mk, kn) x deep trees(batch, cin, n, pixels, window, "
+                "stride)": _boosted(("flops", "mn", "mk", "kn"),
+                                    ("batch", "cin", "n", "pixels", "window", "stride"),
+                                    300, 4, 0.05)}
     if family in NORM:
         return {"linear(bytes)": _linear(("bytes",)),
                 "piecewise(every size)": _piecewise(1),

@@ -5,8 +5,9 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   uses) cost the profile's ``conv``, ``conv_dgrad`` and ``conv_wgrad`` fits of the dtype
   where it has them, with ``conv_features`` (the forward's implicit GEMM ``m = N * output
   pixels``, ``n = M``, ``k = C / group * kernel size``, ``window`` the kernel size,
-  ``stride``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as PyTorch
-  allows by default) differ from a plain product of those dimensions. Without a fit,
+  ``stride``, ``batch``, ``cin``, ``pixels`` per image, ``bytes`` of x, w and y): cuDNN's
+  kernels (TF32 for float32, as PyTorch allows by default) differ from a plain product of
+  those dimensions. Without a fit,
   ``ConvGrad`` is two implicit GEMMs with the forward's dimensions: ``dx`` ``(N * input
   pixels) x (C / group) x (M * kernel size)`` and ``dw`` ``M x (C / group * kernel size) x
   (N * output pixels)``; a result the program never uses is not computed (``skips_unused``,
@@ -43,12 +44,14 @@ def _prod(xs: tuple[int, ...]) -> int:
 
 
 def conv_features(m: int, n: int, k: int, nbytes: float, window: int, stride: int,
-                  ) -> dict[str, float]:
+                  batch: int, cin: int, pixels: int) -> dict[str, float]:
     """The features of a convolution fit: the forward's implicit-GEMM ``m``, ``n``, ``k``
     and their products (``matmul_features``), ``bytes`` of ``x``, ``w`` and ``y``, the
-    kernel's ``window`` (elements) and the largest ``stride``."""
+    kernel's ``window`` (elements), the largest ``stride``, the ``batch``, the input
+    channels per group ``cin`` and the output ``pixels`` per image."""
     x = matmul_features(m, n, k, 1)
-    x.update(bytes=float(nbytes), window=float(window), stride=float(stride))
+    x.update(bytes=float(nbytes), window=float(window), stride=float(stride),
+             batch=float(batch), cin=float(cin), pixels=float(pixels))
     return x
 
 
@@ -92,7 +95,8 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     stride = max([int(s) for s in (attrs.get("strides") or [1])] or [1])
     m = x.shape[0] * _prod(y.shape[2:])
     nbytes = float(x.size_bytes + w.size_bytes + y.size_bytes)
-    feats = conv_features(m, w.shape[0], w.shape[1] * window, nbytes, window, stride)
+    feats = conv_features(m, w.shape[0], w.shape[1] * window, nbytes, window, stride,
+                          x.shape[0], w.shape[1], _prod(y.shape[2:]))
     return max(f(feats), hw.launch_overhead)
 
 
