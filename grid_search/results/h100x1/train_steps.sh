@@ -16,7 +16,7 @@ export PYTHONUNBUFFERED=1 PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
 nvidia-smi > "$OUT/nvidia-smi.txt" 2>&1
 python3 benchmarks/bench_grad.py --model gpt2 --batch 8 4 --eager --no-checkpoint \
     --profile "$OUT/prof_gpt2" --json "$OUT/gpt2.json" 2>&1 | tee "$OUT/bench.log"
-python3 benchmarks/bench_grad.py --model resnet50 --batch 64 32 128 \
+python3 benchmarks/bench_grad.py --model resnet50 --batch 32 64 128 \
     --profile "$OUT/prof_resnet50" --json "$OUT/resnet50.json" 2>&1 | tee -a "$OUT/bench.log"
 for m in gpt2 resnet50; do
     if [ -f "$OUT/prof_$m/rank0.json" ]; then
