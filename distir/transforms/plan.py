@@ -21,6 +21,7 @@ from distir.errors import TransformError
 from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import DenseAttr, TensorType
 from distir.transforms.layout import B, T, batch_offset, is_batch, local_shape
+from distir.transforms.partition import StagePartition
 from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.schedule import SCHEDULES
 from distir.transforms.sharding import Sharding
@@ -36,6 +37,7 @@ class Analysis:
     prog: Program
     sharding: Sharding
     structure: Structure
+    partition: StagePartition
 
     @property
     def fn(self) -> Function:
@@ -54,7 +56,8 @@ def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None) ->
     with no_gc():
         prog = Program(fn)
         sh = Sharding(prog, batch_inputs)
-        return Analysis(prog, sh, Structure(prog, sh))
+        st = Structure(prog, sh)
+        return Analysis(prog, sh, st, StagePartition(st))
 
 
 class Plan:
@@ -76,7 +79,9 @@ class Plan:
         self._check_layers()
         self._check_tensor()
         st = self.st
-        self.stage: dict[int, int] = {i: st.stage_of(a, pp) for i, a in st.anchor.items()}
+        units = an.partition.stage_map(pp)
+        self.stage: dict[int, int] = {i: int(units[p]) for i, p in st.pos.items()}
+        self.unit_stage = units
         self._check_stages()
         self.training = bool(st.backward)
         self._canon: dict[Value, int] = {}
@@ -105,20 +110,14 @@ class Plan:
                                  f"{bsz // dp} (batch size {bsz} / dp={dp})")
 
     def _check_layers(self) -> None:
-        n, pp = self.st.num_layers, self.pp
-        name = self.prog.fn.name
-        if pp == 1:  # one stage holds the whole program, layers or not
+        pp = self.pp
+        if pp == 1:  # one stage holds the whole program
             return
-        if n == 0:
-            raise TransformError(f"pp={pp} cuts a program into stages at its repeated layers, "
-                                 f"and @{name} has none that the transform recognises: use "
-                                 "pp=1")
+        n = int(self.an.partition.fwd_prefix[-1])
         if pp > n:
-            raise TransformError(f"pp={pp} is more pipeline stages than the {n} layer"
-                                 f"{'s' * (n != 1)} of @{name}")
-        if n % pp:
-            raise TransformError(f"pp={pp} does not divide the {n} layers of @{name}: "
-                                 "every stage gets the same number of layers")
+            raise TransformError(f"pp={pp} is more pipeline stages than the {n} forward op"
+                                 f"{'s' * (n != 1)} of @{self.prog.fn.name} that run"
+                                 f"{'s' * (n == 1)} per microbatch")
 
     def _check_tensor(self) -> None:
         prog, sh, tp, nb = self.prog, self.sh, self.tp, self.nb
@@ -165,15 +164,15 @@ class Plan:
                 f"(shape {shape})")
 
     def _check_stages(self) -> None:
-        st, pp = self.st, self.pp
-        for a_from, a_to, i in st.upward:
-            if st.stage_of(a_from, pp) < st.stage_of(a_to, pp):
+        st, units = self.st, self.unit_stage
+        for a_from, a_to, i in st.upward_pos:
+            if units[a_from] < units[a_to]:
                 raise TransformError(f"the backward value read by `{_text(self.prog, i)}` "
                                      "flows to a later pipeline stage: not supported")
         if not st.backward:
             return
-        for w, anchors in st.param_anchors.items():
-            stages = sorted({st.stage_of(a, pp) for a in anchors})
+        for w, ps in st.param_pos.items():
+            stages = sorted({int(units[p]) for p in ps})
             if len(stages) > 1 and w in self.sh.trained:
                 raise TransformError(f"weight %{w.name} is used by pipeline stages "
                                      f"{stages[0]} and {stages[-1]} and trained: weights "

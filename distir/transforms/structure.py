@@ -61,6 +61,11 @@ class Structure:
         """MB results that are partial over the batch: summed after the microbatches."""
         self.upward: list[tuple[int, int, int]] = []
         """Backward values flowing to a later layer: ``(from anchor, to anchor, op)``."""
+        self.pos: dict[int, int] = {}
+        """Each op's position: like its anchor, counted in weight ops rather than layers."""
+        self.param_pos: dict[Value, set[int]] = {}
+        self.upward_pos: list[tuple[int, int, int]] = []
+        """Backward values flowing to a later position: ``(from pos, to pos, op)``."""
         self._classify()
         self._find_layers()
         self._anchor_ops()
@@ -149,6 +154,9 @@ class Structure:
             start, period, reps = 0, len(seq), 1 if seq else 0
         self.num_layers = reps
         self.seq_anchor: dict[int, int] = {}
+        self.seq_pos: dict[int, int] = {}
+        self.unit_layer: list[int] = [0]
+        """The layer anchor of each position (``pos``): 0, then that of each weight op."""
         for pos, i in enumerate(seq):
             if pos < start:
                 a = 0
@@ -157,6 +165,8 @@ class Structure:
             else:
                 a = reps + 1
             self.seq_anchor[i] = a
+            self.seq_pos[i] = pos + 1
+            self.unit_layer.append(a)
         self.layer_ops = (start, period, [prog.ops[i] for i in seq])
 
     def _best_phase(self, seq: list[int], run: int, period: int, slack: int) -> int:
@@ -186,12 +196,15 @@ class Structure:
 
     def _anchor_ops(self) -> None:
         prog, sh = self.prog, self.sh
-        anchor = self.anchor
-        wanchor = self.param_anchors
-        for i, a in self.seq_anchor.items():
+        anchor, pos = self.anchor, self.pos
+        wpos = self.param_pos
+        for i, a in self.seq_pos.items():
             for v in prog.ops[i].inputs:
                 if v is not None and v in prog.param_set and v not in sh.data:
-                    wanchor.setdefault(v, set()).add(a)
+                    wpos.setdefault(v, set()).add(a)
+        layer = self.unit_layer
+        for v, ps in wpos.items():
+            self.param_anchors[v] = {layer[p] for p in ps}
         prod = prog.producer
         for i in prog.live_ops:
             k = self.kind[i]
@@ -199,30 +212,33 @@ class Structure:
                 continue
             op = prog.ops[i]
             if k == MB and i not in self.backward:
-                a = self.seq_anchor.get(i, 0)
+                p = self.seq_pos.get(i, 0)
                 for v in op.inputs:
                     j = prod.get(v) if v is not None else None
-                    if j is not None and j in anchor:
-                        a = max(a, anchor[j])
+                    if j is not None and j in pos:
+                        p = max(p, pos[j])
             else:
                 fw: list[int] = []
                 bw: list[int] = []
                 for v in op.inputs:
                     if v is None:
                         continue
-                    if v in wanchor and v not in sh.data:
-                        fw.append(max(wanchor[v]))
+                    if v in wpos and v not in sh.data:
+                        fw.append(max(wpos[v]))
                     j = prod.get(v)
-                    if j is not None and j in anchor:
+                    if j is not None and j in pos:
                         (bw if (v in self.bwd_values or self.kind[j] == POST) else
-                         fw).append(anchor[j])
-                a = max(fw) if fw else (min(bw) if bw else 0)
+                         fw).append(pos[j])
+                p = max(fw) if fw else (min(bw) if bw else 0)
                 if k == MB:
                     for v in op.inputs:
                         j = prod.get(v) if v is not None else None
-                        if j is not None and v in self.bwd_values and anchor[j] < a:
-                            self.upward.append((anchor[j], a, i))
-            anchor[i] = a
+                        if j is not None and v in self.bwd_values and pos[j] < p:
+                            self.upward_pos.append((pos[j], p, i))
+                            if layer[pos[j]] < layer[p]:
+                                self.upward.append((layer[pos[j]], layer[p], i))
+            pos[i] = p
+            anchor[i] = layer[p]
 
     def stage_of(self, anchor: int, pp: int) -> int:
         """The pipeline stage of an anchor: layers split uniformly (the caller has checked
