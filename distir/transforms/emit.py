@@ -5,7 +5,8 @@ for one sequential op, its local copy on each rank (rank-major within the op, so
 copies are consecutive and overlap in time) and then the collectives the layouts call for:
 
 - a result partial over the ranks (a row-parallel product) gets an ``MPIAllreduce`` over
-  the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after;
+  the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after; a row-parallel
+  ``Gemm`` adds its (whole) bias on rank 0 only, so that the sum holds it once;
 - a shape operand (the target of ``Reshape``/``Expand``, the sizes of ``Split``) becomes the
   local shape, a constant supplied by the caller (``const``);
 - a mean over split values (a ``reduction="mean"`` loss, ``ReduceMean``, the running
@@ -97,8 +98,9 @@ class Emitter:
             b = base_name(o)
             red = tp > 1 and T in partial.get(o, "") and o in self.live
             vals = [Value(n) for n in names(b + "_part" if red else b)]
-            for x, y in zip(per_rank, vals, strict=True):
-                append(Op(op_type, x, attrs, (y,)))
+            bias_once = red and op_type == "Gemm" and len(op.inputs) > 2
+            for t, (x, y) in enumerate(zip(per_rank, vals, strict=True)):
+                append(Op(op_type, x[:2] if bias_once and t else x, attrs, (y,)))
             results = [vals]
         else:
             results = []

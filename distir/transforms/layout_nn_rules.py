@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from distir.transforms.layout import Demand, Layout, Reject, replicated
+from distir.transforms.layout import Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import (
     RuleResult,
     broadcast_marks,
@@ -175,6 +175,8 @@ def gemm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
          const: Callable) -> RuleResult:
     lay, partial, _, _ = _gemm(ins, shapes, attrs)
     if len(ins) > 2 and ins[2] is not None:
+        if partial == T and not any(ins[2].marks):  # rank 0 adds the bias (emit.Emitter)
+            return ((lay, partial),)
         if partial:
             raise Reject("Gemm with a split contraction axis adds its bias on every shard")
         try:

@@ -38,6 +38,7 @@ from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import BROADCAST, UNARY, apply_rule
 from distir.transforms.layout_shape_rules import reshape_layout
 from distir.transforms.program import Program
+from distir.transforms.tensor_patterns import candidates, pull_tensor
 
 __all__ = ["Sharding", "OPTIMIZERS"]
 
@@ -79,6 +80,8 @@ class Sharding:
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
         self._pulled: list[Value] = []
+        self._undo_cur: list[tuple[Value, Any, Any]] | None = None
+        """The undo log of the tensor-pass candidate being tried (``_accept_tensor``)."""
         self.local_index: set[Value] = set()
         """Indices into a batch-split tensor made from local shapes (``_accept_batch``)."""
         self.forced: dict[Value, Layout] = {}
@@ -383,8 +386,22 @@ class Sharding:
 
     # -- pass 2: tensor parallelism ----------------------------------------------------------
     def _accept_tensor(self, v: Value, layout: Layout, local: bool = False) -> bool:
+        """Whether ``v`` may take the tensor split ``layout`` that an op demands: a whole
+        weight, or an activation whose split is pulled back to the weights it is made of
+        (``tensor_patterns.pull_tensor``; those weights are split and recorded for undo)."""
         prog = self.prog
-        if v not in prog.param_set or v in self.data or v in self.locked:
+        if v not in prog.param_set:
+            if local or self._undo_cur is None:
+                return False
+            seeds = pull_tensor(self, v, layout)
+            if seeds is None:
+                return False
+            for p, lay in seeds.items():
+                self._undo_cur.append((p, self.layout.get(p), self.partial.get(p)))
+                self.layout[p] = lay
+                self._pulled.append(p)
+            return True
+        if v in self.data or v in self.locked:
             return False
         if any(self.layout[v].marks) or B in layout.marks:
             return False
@@ -394,20 +411,20 @@ class Sharding:
         prog = self.prog
         tried: set[Value] = set()
         for i in prog.live_ops:
-            op = prog.ops[i]
-            if op.op_type != "MatMul":
+            cand = candidates(self, i)
+            if cand is None:
                 continue
-            x, w = op.inputs
-            if w is None or x is None or w not in prog.param_set or w in tried or \
-                    w in self.data or w in self.locked or len(prog.shape(w)) != 2 or \
-                    any(self.layout[w].marks) or T in self.layout[x].marks:
+            w, seed = cand
+            if w in tried or w in self.data or w in self.locked or any(self.layout[w].marks):
                 continue
             tried.add(w)
             groups = 1
             while True:
                 undo: list[tuple[Value, Any, Any]] = [(w, self.layout[w], None)]
-                self.layout[w] = Layout((None, T), groups)
+                self._undo_cur = undo
+                self.layout[w] = Layout(seed.marks, groups)
                 bad = self._propagate(list(prog.users[w]), self._accept_tensor, undo)
+                self._undo_cur = None
                 if bad is None and self._closed(undo):
                     self.locked.update(v for v, _, _ in undo if v in prog.param_set)
                     break

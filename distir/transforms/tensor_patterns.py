@@ -1,0 +1,228 @@
+"""Tensor-parallel patterns: the seeds of the tensor pass and the weights a split pulls in.
+
+The tensor pass (``Sharding._tensor_pass``) splits one *candidate* weight at a time and
+lets the layout rules propagate the split. Two structural helpers widen what it finds on
+any graph (never by value names):
+
+- ``candidates``: the weights that open a column-parallel split, each with its split
+  layout: the second operand of ``MatMul`` (a 2-D parameter, or one reached through a
+  ``Transpose``) and of ``Gemm`` (``transB`` honoured: a transposed weight ``(n, k)`` is
+  split along axis 0).
+- ``pull_tensor``: when a rule demands that an *activation* be split over the ranks (the
+  other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
+  split is pulled back through what the activation is made of (elementwise ops,
+  reshapes, transposes, slices, concatenations and expansions along other axes (rotary
+  embeddings, grouped keys), matrix products) to the weights it comes from, which are split
+  too. Only weights are chosen here; the forward propagation then recomputes every
+  layout through the rules, so a pull never asserts a layout that a rule did not accept.
+
+Invariants: a pull returns only parameters that are not data, not locked by an earlier
+candidate and still whole; the layouts returned carry no batch mark.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from distir.ir.core import Value
+from distir.transforms.layout import Layout, Reject, T, replicated
+from distir.transforms.layout_rules import BROADCAST, UNARY
+from distir.transforms.layout_shape_rules import reshape_layout
+
+if TYPE_CHECKING:
+    from distir.transforms.sharding import Sharding
+
+__all__ = ["candidates", "pull_tensor"]
+
+_UNARY = frozenset(UNARY)
+_BROADCAST = frozenset(BROADCAST) - {"SGDOptimizer", "AdamOptimizer", "ReluGrad",
+                                     "GeluGrad", "MSELossGrad"}
+_RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+_SAME_AXIS = frozenset({"Slice", "Concat", "Expand"})
+_MAX_DEPTH = 64
+
+
+def _weight_through(sh: Sharding, v: Value | None) -> tuple[Value, bool] | None:
+    """``(parameter, transposed)`` when ``v`` is a 2-D parameter or ``Transpose`` of one."""
+    prog = sh.prog
+    if v is None or len(prog.shape(v)) != 2:
+        return None
+    if v in prog.param_set:
+        return v, False
+    op = prog.producer_op(v)
+    if op is None or op.op_type != "Transpose" or op.inputs[0] not in prog.param_set:
+        return None
+    perm = prog.attrs(op).get("perm")
+    if perm is not None and list(perm) != [1, 0]:
+        return None
+    return op.inputs[0], True  # type: ignore[return-value]
+
+
+def candidates(sh: Sharding, i: int) -> tuple[Value, Layout] | None:
+    """The weight that op ``i`` would split column-parallel, with the layout it would take
+    (axis of the product's output features marked ``"t"``), or ``None``."""
+    prog = sh.prog
+    op = prog.ops[i]
+    t = op.op_type
+    if t not in ("MatMul", "Gemm") or len(op.inputs) < 2:
+        return None
+    x = op.inputs[0]
+    if x is None or T in sh.layout[x].marks:
+        return None
+    if t == "Gemm" and prog.attrs(op).get("transA", 0):
+        return None
+    got = _weight_through(sh, op.inputs[1])
+    if got is None:
+        return None
+    w, transposed = got
+    if t == "Gemm" and prog.attrs(op).get("transB", 0):
+        transposed = not transposed
+    return w, Layout((T, None) if transposed else (None, T))
+
+
+def _free(sh: Sharding, v: Value, want: Layout) -> bool:
+    """Whether parameter ``v`` may still take the tensor split ``want``."""
+    return (v not in sh.data and v not in sh.locked and not any(sh.layout[v].marks)
+            and "b" not in "".join(m for m in want.marks if m))
+
+
+def pull_tensor(sh: Sharding, v: Value, want: Layout) -> dict[Value, Layout] | None:
+    """The weights to split (with their layouts) so that the forward propagation gives
+    ``v`` the layout ``want``; ``None`` when ``v`` cannot be split so. Only the ``"t"``
+    mark is pulled: ``v``'s other marks must already agree with ``want``."""
+    seeds: dict[Value, Layout] = {}
+    if not _pull(sh, v, want, seeds, 0) or not seeds:
+        return None
+    return seeds
+
+
+def _merge(cur: Layout, want: Layout) -> Layout | None:
+    """``cur`` with ``want``'s ``"t"`` mark; ``None`` if they disagree elsewhere."""
+    marks: list[str | None] = []
+    for c, w in zip(cur.marks, want.marks, strict=True):
+        if w == T:
+            if c not in (None, T):
+                return None
+            marks.append(T)
+        elif c == T:
+            return None
+        else:
+            marks.append(c)
+    return Layout(tuple(marks), want.groups if T in marks else 1)
+
+
+def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout],
+          depth: int) -> bool:
+    if v is None or depth > _MAX_DEPTH:
+        return False
+    prog = sh.prog
+    shape = prog.shape(v)
+    if len(shape) != len(want.marks):
+        return False
+    cur = sh.layout.get(v) or replicated(len(shape))
+    if T not in want.marks:
+        return T not in cur.marks
+    if cur.axis(T) == want.axis(T) and cur.groups == want.groups:
+        return True
+    target = _merge(cur, want)
+    if target is None:
+        return False
+    if v in prog.param_set:
+        w = Layout(tuple(m if m == T else None for m in target.marks), target.groups)
+        if not _free(sh, v, w) or seeds.get(v, w) != w:
+            return False
+        seeds[v] = w
+        return True
+    op = prog.producer_op(v)
+    if op is None or len(op.outputs) != 1:
+        return False
+    t = op.op_type
+    ax = target.axis(T)
+    assert ax is not None
+    g = target.groups
+
+    def one_t(rank: int, axis: int | None) -> Layout:
+        return Layout(tuple(T if a == axis else None for a in range(rank)),
+                      g if axis is not None else 1)
+
+    if t in _UNARY:
+        return _pull(sh, op.inputs[0], target, seeds, depth + 1)
+    if t in _BROADCAST:
+        ok = False
+        for x in op.inputs:
+            if x is None:
+                continue
+            sx = prog.shape(x)
+            j = ax - (len(shape) - len(sx))
+            if j < 0 or sx[j] == 1:
+                continue
+            if not _pull(sh, x, one_t(len(sx), j), seeds, depth + 1):
+                return False
+            ok = True
+        return ok
+    if t in _RESHAPES:
+        x = op.inputs[0]
+        if x is None:
+            return False
+        try:
+            lay = reshape_layout(one_t(len(shape), ax), shape, prog.shape(x))
+        except Reject:
+            return False
+        return _pull(sh, x, lay, seeds, depth + 1)
+    if t in _SAME_AXIS:  # the split axis is neither sliced, concatenated nor expanded
+        xs = op.inputs if t == "Concat" else op.inputs[:1]
+        ok = False
+        for x in xs:
+            if x is None:
+                continue
+            sx = prog.shape(x)
+            j = ax - (len(shape) - len(sx))
+            if j < 0 or sx[j] == 1 and t == "Expand":
+                continue
+            if sx[j] != shape[ax] or not _pull(sh, x, one_t(len(sx), j), seeds, depth + 1):
+                return False
+            ok = True
+        return ok
+    if t == "Transpose":
+        x = op.inputs[0]
+        if x is None:
+            return False
+        perm = prog.attrs(op).get("perm") or list(range(len(shape)))[::-1]
+        return _pull(sh, x, one_t(len(shape), int(perm[ax])), seeds, depth + 1)
+    if t == "MatMul":
+        a, b = op.inputs
+        if a is None or b is None:
+            return False
+        sa, sb = prog.shape(a), prog.shape(b)
+        if len(sb) < 2 or len(sa) < 1:
+            return False
+        rank = len(shape)
+        if ax == rank - 1:  # the output features: b's columns
+            return _pull(sh, b, one_t(len(sb), len(sb) - 1), seeds, depth + 1)
+        if ax >= rank - 2:
+            return False
+        ok = False  # a batch axis (attention heads): both operands where not broadcast
+        for x, sx in ((a, sa), (b, sb)):
+            j = ax - (rank - len(sx))
+            if len(sx) < 2 or j < 0 or sx[j] == 1:
+                continue
+            if not _pull(sh, x, one_t(len(sx), j), seeds, depth + 1):
+                return False
+            ok = True
+        return ok
+    if t == "Gemm":
+        attrs = prog.attrs(op)
+        if ax != 1 or attrs.get("transA", 0):
+            return False
+        b = op.inputs[1]
+        if b is None or not _pull(sh, b, one_t(2, 0 if attrs.get("transB", 0) else 1),
+                                  seeds, depth + 1):
+            return False
+        c = op.inputs[2] if len(op.inputs) > 2 else None
+        if c is not None:
+            sc = prog.shape(c)
+            j = 1 - (2 - len(sc))
+            if j >= 0 and sc[j] != 1:
+                return _pull(sh, c, one_t(len(sc), j), seeds, depth + 1)
+        return True
+    return False

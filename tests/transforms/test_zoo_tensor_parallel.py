@@ -1,0 +1,133 @@
+"""Tensor parallelism by pattern on the zoo's imported models: how many weights each model
+splits (so that replicating everything cannot pass for tensor parallelism), and the
+distributed programs under ``tp`` 2 and 4 against the sequential ones (reference executor),
+for inference and for training steps (cross entropy, SGD)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+import pytest
+
+import distir
+from distir.errors import TransformError
+from distir.transforms import Analysis, analyze, dtp
+from distir.transforms.layout import T
+
+pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+
+from tests.zoo.export import ExportFailed, exported  # noqa: E402
+from tests.zoo.models import BY_NAME  # noqa: E402
+
+BATCH = 4
+
+SPLIT = {
+    ("gpt2", "torchscript"): 0, ("gpt2", "dynamo"): 4,
+    ("bert", "torchscript"): 4, ("bert", "dynamo"): 4,
+    ("llama", "torchscript"): 14, ("llama", "dynamo"): 6,
+    ("t5_encoder", "torchscript"): 4, ("t5_encoder", "dynamo"): 4,
+    ("vit", "torchscript"): 4, ("vit", "dynamo"): 4,
+    ("vit_b16", "torchscript"): 4, ("vit_b16", "dynamo"): 4,
+    ("transformer_encoder", "torchscript"): 2, ("transformer_encoder", "dynamo"): 4,
+}
+"""Weights (rank >= 2) split over the tensor-parallel ranks in each imported model's
+inference program, as measured; a change either way is a change of the pattern matching."""
+
+SPLIT_TRAIN = {**SPLIT, ("llama", "torchscript"): 6}
+"""The same count in each model's training step (its backward ops must accept the split
+too)."""
+
+_cache: dict[tuple[str, str], Any] = {}
+
+
+def _model(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
+    key = (name, exporter)
+    if key not in _cache:
+        spec = BY_NAME[name]
+        try:
+            path = exported(spec, exporter).path
+        except ExportFailed as e:
+            _cache[key] = str(e)
+        else:
+            m = distir.import_onnx(path, dims=spec.dims(batch=BATCH))
+            _cache[key] = (m, analyze(m.entry))
+    got = _cache[key]
+    if isinstance(got, str):
+        pytest.skip(f"{name} does not export with {exporter}: {got}")
+    return got
+
+
+def split_weights(an: Analysis) -> list[str]:
+    """The names of the bound weights of rank >= 2 that the analysis splits over ``tp``."""
+    sh = an.sharding
+    fn = sh.prog.fn
+    return [p.name for p in fn.params if p.name in fn.initializers
+            and len(sh.prog.shape(p)) >= 2 and T in sh.layout[p].marks]
+
+
+def _inputs(name: str) -> list[np.ndarray]:
+    return [t.numpy() for t in BY_NAME[name].inputs(BATCH, 8)]
+
+
+def _close(got: list, want: list) -> None:
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize(("name", "exporter"), sorted(SPLIT), ids=lambda x: str(x))
+def test_split_weight_count(name: str, exporter: str) -> None:
+    _, an = _model(name, exporter)
+    assert len(split_weights(an)) == SPLIT[(name, exporter)], split_weights(an)
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize(("name", "exporter"), sorted(SPLIT), ids=lambda x: str(x))
+def test_inference_equals_sequential(name: str, exporter: str, tp: int) -> None:
+    """Under ``tp`` ranks the self-contained program computes the sequential results; a
+    configuration may be refused only where a split axis is not divisible by ``tp``."""
+    m, an = _model(name, exporter)
+    ins = _inputs(name)
+    want = distir.execute(m.entry, ins)
+    try:
+        sc = dtp(an, tp=tp, self_contained=True)
+    except TransformError as e:
+        assert tp > 2 and "does not divide" in str(e), str(e)
+        return
+    distir.verify(sc, num_devices=tp)
+    if split_weights(an):  # the row-parallel products are summed over the ranks
+        assert "MPIAllreduce" in distir.dumps(sc)
+    _close(distir.execute(sc, ins, check_types=False), want)
+
+
+_steps: dict[tuple[str, str], Analysis] = {}
+
+
+@pytest.mark.parametrize("tp", [2, 4])
+@pytest.mark.parametrize(("name", "exporter"), sorted(SPLIT), ids=lambda x: str(x))
+def test_training_step_equals_sequential(name: str, exporter: str, tp: int) -> None:
+    """The training step (cross entropy, SGD) under ``tp`` ranks updates the weights as
+    the sequential step does."""
+    from distir.analysis import type_env
+    from distir.transforms import training_step
+
+    m, an = _model(name, exporter)
+    key = (name, exporter)
+    if key not in _steps:
+        _steps[key] = analyze(training_step(m.entry, loss="cross_entropy", optimizer="sgd"))
+    st = _steps[key]
+    step = st.fn
+    assert len(split_weights(st)) == SPLIT_TRAIN[key], split_weights(st)
+    target = type_env(step)[step.params[-1]]
+    labels = np.random.default_rng(0).integers(0, 3, size=target.shape).astype(np.int64)
+    ins = _inputs(name) + [labels]
+    want = distir.execute(step, ins)
+    try:
+        sc = dtp(st, tp=tp, self_contained=True)
+    except TransformError as e:
+        assert tp > 2 and "does not divide" in str(e), str(e)
+        return
+    _close(distir.execute(sc, ins, check_types=False), want)
