@@ -12,9 +12,10 @@ any graph (never by value names):
   other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
   split is pulled back through what the activation is made of (elementwise ops,
   reshapes, transposes, slices, concatenations and expansions along other axes (rotary
-  embeddings, grouped keys), matrix products) to the weights it comes from, which are split
-  too. Only weights are chosen here; the forward propagation then recomputes every
-  layout through the rules, so a pull never asserts a layout that a rule did not accept.
+  embeddings, grouped keys), lookups along another axis (a per-head position bias),
+  matrix products) to the weights it comes from, which are split too. Only weights are
+  chosen here; the forward propagation then recomputes every layout through the rules,
+  so a pull never asserts a layout that a rule did not accept.
 
 Invariants: a pull returns only parameters that are not data, not locked by an earlier
 candidate and still whole; the layouts returned carry no batch mark.
@@ -183,6 +184,20 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
                 return False
             ok = True
         return ok
+    if t == "Gather":  # a table looked up along another axis (a per-head position bias)
+        data, idx = op.inputs
+        if data is None or idx is None:
+            return False
+        rd, ri = len(prog.shape(data)), len(prog.shape(idx))
+        axis = prog.attrs(op).get("axis", 0)
+        axis = axis + rd if axis < 0 else axis
+        if ax < axis:
+            j = ax
+        elif ax >= axis + ri:
+            j = ax - ri + 1
+        else:
+            return False
+        return _pull(sh, data, one_t(rd, j), seeds, depth + 1)
     if t == "Transpose":
         x = op.inputs[0]
         if x is None:
