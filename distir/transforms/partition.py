@@ -13,8 +13,9 @@ on the devices of its forward. Stages are contiguous ranges of positions, separa
 
 ``stage_map(pp)`` picks the cuts:
 
-1. When the program has repeated layers (``num_layers >= 2``), ``pp`` divides their number
-   and the cuts between equal numbers of layers are valid, the stages get equal numbers of
+1. When the program has repeated layers (``num_layers >= 2``), ``pp`` divides their number,
+   the cuts between equal numbers of layers are valid and their slowest stage is within
+   ``UNIFORM_SLACK`` (10%) of the balanced one of step 2, the stages get equal numbers of
    layers (the pre-layer ops with the first, the rest with the last), as before cost-based
    partitioning existed: the MLP and GPT-2 builders' programs are unchanged.
 2. Otherwise the cuts minimise the slowest stage: ``max`` over stages of the simulated time
@@ -38,11 +39,15 @@ import numpy as np
 from distir.errors import TransformError
 from distir.transforms.structure import HOIST, MB, Structure
 
-__all__ = ["StagePartition", "PROFILE"]
+__all__ = ["StagePartition", "PROFILE", "UNIFORM_SLACK"]
 
 PROFILE = "h100-sxm"
 """The hardware profile whose cost rules weigh the ops when balancing stages (only the
 ratios matter)."""
+
+UNIFORM_SLACK = 1.1
+"""Equal numbers of layers per stage are kept while their slowest stage is within this
+factor of the cost-balanced one's."""
 
 
 @functools.cache
@@ -105,25 +110,35 @@ class StagePartition:
         if pp == 1:
             return np.zeros(n, dtype=np.int64)
         nl = st.num_layers
-        layer = np.array(st.unit_layer, dtype=np.int64)
+        best = None
+        if nl >= 2:  # layers whole when enough cuts between them are valid
+            best = self._solve(pp, self.valid & self.between_layers)
+        if best is None:
+            best = self._solve(pp, self.valid)
         if nl >= 2 and nl % pp == 0:
+            layer = np.array(st.unit_layer, dtype=np.int64)
             stages = np.where(layer <= 0, 0, np.where(layer > nl, pp - 1,
                                                       (layer - 1) * pp // nl))
-            cuts = np.flatnonzero(np.diff(stages)) + 1
-            if self.valid[cuts].all() and self._nonempty(stages, pp):
+            cuts = [int(c) for c in np.flatnonzero(np.diff(stages)) + 1]
+            if self.valid[cuts].all() and self._nonempty(stages, pp) and (
+                    best is None or self.slowest(cuts) <= UNIFORM_SLACK * self.slowest(best)):
                 return stages
-        allowed = self.valid.copy()
-        if nl >= 2:
-            whole = allowed & self.between_layers
-            if self._solve(pp, whole) is not None:
-                allowed = whole
-        chosen = self._solve(pp, allowed)
-        if chosen is None:
+        if best is None:
             raise TransformError(self._refusal(pp))
+        chosen = best
         stages = np.zeros(n, dtype=np.int64)
         for c in chosen:
             stages[c:] += 1
         return stages
+
+    def slowest(self, cuts: list[int]) -> float:
+        """Seconds of the slowest stage between ``cuts``: its ops plus its sends."""
+        cost, comm = self._cost_arrays()
+        pre = np.concatenate(([0.0], np.cumsum(cost)))
+        b = [0, *cuts, self.n]
+        c = [0.0, *(float(comm[u]) for u in cuts), 0.0]
+        return max(float(pre[b[k + 1]] - pre[b[k]]) + c[k] + c[k + 1]
+                   for k in range(len(b) - 1))
 
     def _nonempty(self, stages: np.ndarray, pp: int) -> bool:
         f = np.diff(self.fwd_prefix)
