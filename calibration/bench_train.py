@@ -25,6 +25,9 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2).
 
 Held out: the 1.5 x 2^k sizes of the memory-bound families, one convolution in four.
+
+Timed by ``DeviceTimer`` on a GPU: the kernels' device time, without the host's launch
+time (in a training step the host runs ahead of the GPU); back-to-back on a CPU.
 """
 
 from __future__ import annotations
@@ -35,7 +38,7 @@ from typing import Any
 
 from calibration.bench import Row, Timer, _split
 
-__all__ = ["bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
+__all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
            "CONV_FAMILIES", "conv_geometry", "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
@@ -64,6 +67,54 @@ def norm_features(op: str, channels: int, nbytes: float) -> dict[str, float]:
     (pixels per image, from the row's ``op``, ``BatchNormalization h56``)."""
     h = int(op.split()[1][1:]) if len(op.split()) > 1 else 1
     return {"bytes": float(nbytes), "channels": float(channels), "spatial": float(h * h)}
+
+
+class DeviceTimer:
+    """Device time per call on a GPU: the stream is held by ``torch.cuda._sleep`` while the
+    host enqueues the timed calls, so the CUDA events around them measure the kernels
+    alone, not the host's time to launch them. That is what such a kernel costs inside a
+    step whose host runs ahead of the GPU (the training steps measured here: a GPU busy
+    for nearly the whole step), where back-to-back timing of a small kernel measures the
+    host instead. On a CPU, and wherever the hold is too short (the host took longer to
+    enqueue than estimated), it is ``Timer.time``."""
+
+    def __init__(self, timer: Timer) -> None:
+        self.timer = timer
+
+    def time(self, fn: Callable[[], object]) -> tuple[float, int]:
+        import statistics
+        import time as _time
+
+        t = self.timer
+        if not t.cuda:
+            return t.time(fn)
+        torch = t.torch
+        for _ in range(3):
+            fn()
+        t.sync()
+        once = max(statistics.median(t._run(fn, 1) for _ in range(3)), 1e-7)
+        reps = int(min(t.max_reps, max(2, t.target_s / once)))
+        t0 = _time.perf_counter()
+        for _ in range(reps):
+            fn()
+        host = _time.perf_counter() - t0  # enqueue time of reps calls (device may lag)
+        t.sync()
+        samples = []
+        for _ in range(t.trials):
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(int(3e9 * (2.0 * host + 1e-3)))  # > 2x the enqueue time
+            start.record()
+            h0 = _time.perf_counter()
+            for _ in range(reps):
+                fn()
+            end.record()
+            enqueued = _time.perf_counter() - h0
+            end.synchronize()
+            if enqueued > 2.0 * host + 1e-3:  # the hold ran out: not device time alone
+                return t.time(fn)
+            samples.append(start.elapsed_time(end) / 1e3 / reps)
+        return statistics.median(samples), reps
 
 
 def conv_geometry(op: str) -> dict[str, int]:
@@ -246,6 +297,7 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
 
     from distir.ir import DType
 
+    dtimer = DeviceTimer(timer)
     for fam in families:
         count = 0
         for dt in dtypes:
@@ -263,7 +315,7 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     kernel = _compile(fn, device)
                     args = _inputs(fn, bounds, device)
                     with torch.inference_mode():
-                        secs, reps = timer.time(lambda k=kernel, a=args: k(*a))
+                        secs, reps = dtimer.time(lambda k=kernel, a=args: k(*a))
                     op = fn.ops[-1].op_type
                     if isinstance(width, tuple):  # (channels, image size)
                         op, width = f"{op} h{width[1]}", width[0]
@@ -283,6 +335,7 @@ def bench_convs(device: Any, dtypes: list[str],
 
     from distir.ir import DType
 
+    dtimer = DeviceTimer(timer)
     for dt in dtypes:
         ddt = DType[dt]
         size = ddt.itemsize
@@ -304,7 +357,7 @@ def bench_convs(device: Any, dtypes: list[str],
                 kernel = _compile(fn, device)
                 args = _inputs(fn, {}, device)
                 with torch.inference_mode():
-                    secs, reps = timer.time(lambda kk=kernel, a=args: kk(*a))
+                    secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
                 nbytes = (n * c * h * h + m * c * k * k + n * m * oh * oh) * size
                 yield Row(fam, f"conv k{k * k} s{s} n{n} c{c} p{oh * oh}", dt, secs, gm, gn,
                           gk, nbytes,
