@@ -1,0 +1,98 @@
+"""Pipeline stages by cost: any straight-line program is cut into ``pp`` stages, balanced
+by the cost rules, with repeated layers kept whole; the distributed programs compute the
+sequential results (reference executor)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import distir
+from distir.analysis import random_inputs
+from distir.errors import TransformError
+from distir.ir.core import Function
+from distir.transforms import analyze, dtp, training_step
+from tests.transforms.helpers import check_equivalent, small_gpt2, small_mlp
+
+
+def _irregular(batch: int = 8) -> Function:
+    """No repeated layers: one wide product, then narrow ones with different activations."""
+    return distir.parse(f"""func @main(%x: Tensor[Float32, ({batch}, 16), 0],
+        %w0: Tensor[Float32, (16, 64), 0], %w1: Tensor[Float32, (64, 8), 0],
+        %w2: Tensor[Float32, (8, 8), 0], %w3: Tensor[Float32, (8, 4), 0]) {{
+  %a = MatMul(%x, %w0)
+  %b = Tanh(%a)
+  %c = MatMul(%b, %w1)
+  %d = Relu(%c)
+  %e = MatMul(%d, %w2)
+  %f = Sigmoid(%e)
+  %g = MatMul(%f, %w3)
+  return %g
+}}""").entry
+
+_W = ["w0", "w1", "w2", "w3"]
+
+
+def _model(fn: Function) -> tuple:
+    ins = tuple(random_inputs(fn, seed=3))
+    return fn, analyze(fn), ins, tuple(distir.execute(fn, list(ins)))
+
+
+def _stages(step: Function) -> int:
+    return len({c.callee.name.split("_")[0] for c in step.ops if c.callee is not None
+                and c.callee.name.startswith("stage")})
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4])
+@pytest.mark.parametrize("schedule", ["gpipe", "1f1b"])
+def test_program_without_layers(pp: int, schedule: str) -> None:
+    """Inference and the training step of a program with no repeated layers, under P and
+    P with D and K."""
+    fn = _irregular()
+    check_equivalent(_model(fn), (1, 1, pp, 1), schedule)
+    step = training_step(fn, loss="mse", optimizer="sgd", wrt=_W)
+    check_equivalent(_model(step), (1, 1, pp, 2), schedule)
+    check_equivalent(_model(step), (2, 1, pp, 2), schedule)
+    assert _stages(dtp(step, pp=pp)) == pp
+
+
+@pytest.mark.parametrize("pp", [3])
+def test_pp_need_not_divide_the_layers(pp: int) -> None:
+    """A 4-layer MLP step and GPT-2 in 3 stages; layers stay whole (every layer function
+    is still shared)."""
+    check_equivalent(small_mlp(12), (1, 1, pp, 2), "1f1b")
+    check_equivalent(small_gpt2(4), (1, 1, pp, 2), "1f1b")
+    an = small_mlp(12)[1]
+    st, units = an.structure, an.partition.stage_map(pp)
+    for a in range(1, st.num_layers + 1):  # each layer's positions in one stage
+        assert len({int(units[u]) for u, lay in enumerate(st.unit_layer) if lay == a}) == 1
+
+
+def test_balanced_by_cost() -> None:
+    """The wide first product is a stage of its own; the narrow rest shares the other."""
+    an = analyze(training_step(_irregular(batch=64), loss="mse", optimizer="sgd",
+                                wrt=_W))
+    pt = an.partition
+    units = pt.stage_map(2)
+    cuts = [int(c) for c in np.flatnonzero(np.diff(units)) + 1]
+    assert len(cuts) == 1
+    # no other valid cut has a faster slowest stage
+    for c in np.flatnonzero(pt.valid):
+        assert pt.slowest(cuts) <= pt.slowest([int(c)]) + 1e-15
+
+
+def test_uniform_layers_unchanged() -> None:
+    """pp dividing the layers of a builder's model keeps equal layers per stage."""
+    an = small_mlp(8)[1]
+    st = an.structure
+    for pp in (2, 4):
+        units = an.partition.stage_map(pp)
+        for u, lay in enumerate(st.unit_layer):
+            if 1 <= lay <= st.num_layers:
+                assert units[u] == (lay - 1) * pp // st.num_layers
+
+
+def test_more_stages_than_cuts_refused() -> None:
+    with pytest.raises(TransformError, match=r"^error: pp=5 is more pipeline stages than "
+                       r"@main can be cut into \(4 at most\)$"):
+        dtp(_irregular(), pp=5)
