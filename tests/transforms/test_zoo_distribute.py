@@ -22,8 +22,9 @@ from tests.zoo.models import BY_NAME, SPECS  # noqa: E402
 EXPORTERS = ("torchscript", "dynamo")
 BATCH = 4
 CONFIGS = [(2, 1, 1, 1), (4, 1, 1, 1), (1, 1, 1, 2), (1, 2, 1, 1), (1, 1, 2, 1),
-           (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1), (2, 2, 2, 1), (4, 1, 1, 1)]
-"""(dp, tp, pp, K): D up to 4, K 2, T 2, P 1 and 2, and their combinations."""
+           (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1), (2, 2, 2, 1), (4, 1, 1, 1), (1, 1, 4, 2),
+           (1, 1, 3, 1)]
+"""(dp, tp, pp, K): D up to 4, K 2, T 2, P 1 to 4, and their combinations."""
 
 _cache: dict[tuple[str, str], Any] = {}
 
@@ -66,7 +67,8 @@ def test_refused_or_verified(name: str, exporter: str) -> None:
         distir.verify(step, num_devices=dp * tp * pp)
 
 
-TRAIN_CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1)]
+TRAIN_CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1),
+                 (1, 1, 4, 2)]
 _steps: dict[tuple[str, str], Analysis] = {}
 
 
@@ -95,10 +97,13 @@ SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1,
           ("gpt2", "dynamo", (2, 1, 1, 2)), ("bert", "dynamo", (2, 2, 1, 1)),
           ("llama", "torchscript", (2, 1, 2, 2)), ("llama", "dynamo", (4, 1, 1, 1)),
           ("t5_encoder", "torchscript", (2, 2, 1, 1)), ("vit_b16", "dynamo", (2, 1, 2, 2)),
-          ("transformer_encoder", "torchscript", (4, 1, 1, 1))]
+          ("transformer_encoder", "torchscript", (4, 1, 1, 1)),
+          ("bert", "torchscript", (1, 1, 4, 1)), ("vit", "dynamo", (1, 1, 3, 2)),
+          ("resnet50", "dynamo", (1, 1, 4, 2)), ("llama", "dynamo", (1, 1, 4, 2))]
 """Configurations run by the reference executor: the batch split through convolutions,
 batch norms and pools, masks made by index arithmetic (HF models), the batch folded inside
-the sequence axis (``nn.MultiheadAttention``), with T, P and K."""
+the sequence axis (``nn.MultiheadAttention``), with T, P and K; P up to 4 stages, cut by
+cost (``pp`` need not divide the layers)."""
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg"), SAMPLE,
@@ -110,7 +115,7 @@ def test_distributed_equals_sequential(name: str, exporter: str,
     want = distir.execute(m.entry, ins)
     dp, tp, pp, k = cfg
     sc = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
-    assert sum(op.op_type == "MPIScatter" for op in sc.ops) >= (dp * k > 1)
+    assert sum(op.op_type == "MPIScatter" for op in sc.ops) >= (dp > 1)
     got = distir.execute(sc, ins, check_types=False)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
@@ -122,14 +127,16 @@ TRAIN = [("resnet50", "torchscript", (2, 1, 1, 1), "sum"),
          ("gpt2", "torchscript", (2, 1, 1, 1), "sum"),
          ("gpt2", "dynamo", (2, 1, 1, 2), "mean"), ("vit_b16", "torchscript", (2, 1, 1, 2), "sum"),
          ("bert", "torchscript", (2, 2, 1, 1), "sum"),
-         ("transformer_encoder", "torchscript", (2, 1, 1, 1), "sum")]
+         ("transformer_encoder", "torchscript", (2, 1, 1, 1), "sum"),
+         ("resnet50", "torchscript", (1, 1, 4, 2), "sum"), ("gpt2", "dynamo", (1, 1, 2, 2), "mean"),
+         ("llama", "torchscript", (2, 1, 4, 2), "sum"), ("bert", "dynamo", (1, 1, 3, 1), "sum")]
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg", "reduction"), TRAIN,
                          ids=[f"{n}-{e}-D{c[0]}K{c[3]}-{r}" for n, e, c, r in TRAIN])
 def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int, int, int],
                                    reduction: str) -> None:
-    """A training step of an imported model (cross entropy, SGD) under D (and K): the
+    """A training step of an imported model (cross entropy, SGD) under D (and K, P): the
     weight gradients are summed over the replicas (the embedding's scatter-add included),
     and the updated weights equal the sequential step's."""
     from distir.analysis import type_env
@@ -143,7 +150,7 @@ def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int
     want = distir.execute(step, ins)
     dp, tp, pp, k = cfg
     sc = dtp(step, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
-    assert any(op.op_type == "MPIAllreduce" for op in sc.ops)
+    assert dp == 1 or any(op.op_type == "MPIAllreduce" for op in sc.ops)
     got = distir.execute(sc, ins, check_types=False)
     assert len(got) == len(want)
     for g, w in zip(got, want, strict=True):
