@@ -7,6 +7,8 @@ copies are consecutive and overlap in time) and then the collectives the layouts
 - a result partial over the ranks (a row-parallel product) gets an ``MPIAllreduce`` over
   the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after; a row-parallel
   ``Gemm`` adds its (whole) bias on rank 0 only, so that the sum holds it once;
+- a whole weight that the op takes split (``Sharding.sliced``) is split on each rank,
+  which keeps its own part;
 - a shape operand (the target of ``Reshape``/``Expand``, the sizes of ``Split``) becomes the
   local shape, a constant supplied by the caller (``const``);
 - a mean over split values (a ``reduction="mean"`` loss, ``ReduceMean``, the running
@@ -23,7 +25,7 @@ from collections.abc import Callable
 import numpy as np
 
 from distir.ir.core import Op, Value
-from distir.transforms.layout import T
+from distir.transforms.layout import Layout, T
 from distir.transforms.layout_rules import MEAN_SCALED, mean_scale_marks
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
@@ -81,11 +83,14 @@ class Emitter:
         env, tp, names = self.env, self.tp, self.name
         op_type = op.op_type
         ins: list[list[Value] | tuple] = []
+        sliced = self.plan.sh.sliced
         for k, v in enumerate(op.inputs):
             if v is None:
                 ins.append(self._nones)
             elif (op_type, k) in SHAPE_OPERANDS:
                 ins.append(self.shape_operand(op, k))
+            elif sliced and (op, k) in sliced:
+                ins.append(self._slice(v, env[v], sliced[(op, k)]))
             else:
                 ins.append(env[v])
         per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
@@ -122,6 +127,26 @@ class Emitter:
         if op_type in MEAN_SCALED:
             for k, marks in scaled_outputs(self.plan, op):
                 env[outs[k]] = self._scale(outs[k], env[outs[k]], marks)
+
+    def _slice(self, v: Value, vals: list[Value], lay: Layout) -> list[Value]:
+        """Each rank's part of the whole value ``v`` (``vals``, one per rank) split as
+        ``lay``: a ``Split`` into ``groups·tp`` equal parts, of which rank ``t`` keeps
+        parts ``t, tp + t, ...`` (one per interleaved group, concatenated)."""
+        tp = self.tp
+        if tp == 1:
+            return vals
+        a = lay.axis(T)
+        assert a is not None
+        g = lay.groups
+        b = base_name(v)
+        out = [Value(n) for n in self.name(b + "_slice")]
+        for t, (x, y) in enumerate(zip(vals, out, strict=True)):
+            keep = [Value(f"{y.name}_{k}") if g > 1 else y for k in range(g)]
+            outs = [keep[q // tp] if q % tp == t else Value("_") for q in range(g * tp)]
+            self.ops.append(Op("Split", [x], {"axis": a, "num_outputs": g * tp}, outs))
+            if g > 1:
+                self.ops.append(Op("Concat", keep, {"axis": a}, [y]))
+        return out
 
     def _scale(self, o: Value, vals: list[Value], marks: str) -> list[Value]:
         plan = self.plan

@@ -121,7 +121,9 @@ class LayerTable:
                 ins.append(("e", idx))
             outs = tuple((o.name == "_", tp > 1 and T in partial.get(o, "") and
                           o in prog.live_values) for o in op.outputs)
-            items.append((op.op_type, op.attrs_key, tuple(ins), outs))
+            cut = tuple(plan.sh.sliced.get((op, k)) for k in range(len(op.inputs))) \
+                if plan.sh.sliced else ()  # weights sliced on use (``Sharding.sliced``)
+            items.append((op.op_type, op.attrs_key, tuple(ins), outs, cut))
             for k, o in enumerate(op.outputs):
                 internal[o] = (pos, k)
         inside = set(run)

@@ -87,6 +87,10 @@ class Sharding:
         self.forced: dict[Value, Layout] = {}
         """Batch-free values split because a batch-split value is combined with them (an
         expanded mask): each shard makes its part locally (``_pull_batch``)."""
+        self.sliced: dict[tuple[Op, int], Layout] = {}
+        """``(op, input index) -> layout``: a whole, untrained weight that one op takes split
+        over ``tp`` while its other users take it whole (a bias shared by value with a
+        normalization); each rank slices its part before the op (``emit.Emitter``)."""
         self._find_roles(batch_inputs)
         self._batch_pass()
         self._tensor_pass()
@@ -122,6 +126,8 @@ class Sharding:
         lay = self.layout
         env = prog.env
         ins = tuple(None if v is None else lay.get(v) for v in op.inputs)
+        if self.sliced:
+            ins = tuple(self.sliced.get((op, k), x) for k, x in enumerate(ins))
         key = (op.op_type, op.attrs_key, ins,
                tuple(None if v is None else env[v] for v in op.inputs))
         hit = self._memo.get(key)
@@ -188,6 +194,12 @@ class Sharding:
                 res = self._eval(op)
             except Demand as d:
                 v = op.inputs[d.index]
+                if v is not None and undo is not None and \
+                        self._slice_use(op, d.index, v, d.layout, undo):
+                    if i not in queued:
+                        queued.add(i)
+                        heapq.heappush(heap, i)
+                    continue
                 if v is None or not accept(v, d.layout, d.local):
                     r = Reject(f"input {d.index} (%{v.name if v else '_'}) would have to "
                                f"be split as {d.layout}")
@@ -407,6 +419,27 @@ class Sharding:
             return False
         return True
 
+    def _slice_use(self, op: Op, k: int, v: Value, layout: Layout,
+                   undo: list[tuple[Any, Any, Any]]) -> bool:
+        """Let ``op`` take the whole weight ``v`` split as ``layout`` by slicing it locally,
+        when ``v`` is shared with ops that take it whole (``sliced``), or is an
+        ``Identity`` of such a weight. Untrained weights only: a trained one would need its
+        gradient gathered back."""
+        prog = self.prog
+        src = v
+        while src not in prog.param_set:  # an exporter's Identity of a deduplicated weight
+            p = prog.producer_op(src)
+            if p is None or p.op_type != "Identity" or p.inputs[0] is None:
+                return False
+            src = p.inputs[0]
+        if src in self.trained or src in self.data or B in layout.marks or \
+                T not in layout.marks or any(self.layout[v].marks) or \
+                len(prog.users.get(src, ())) < 2 and src is v or (op, k) in self.sliced:
+            return False
+        self.sliced[(op, k)] = layout
+        undo.append(((op, k), None, None))
+        return True
+
     def _tensor_pass(self) -> None:
         prog = self.prog
         tried: set[Value] = set()
@@ -446,6 +479,9 @@ class Sharding:
 
     def _undo(self, undo: list[tuple[Value, Any, Any]]) -> None:
         for v, old, p in reversed(undo):
+            if isinstance(v, tuple):  # a sliced use (``_slice_use``)
+                self.sliced.pop(v, None)
+                continue
             if old is None:
                 self.layout.pop(v, None)
             else:

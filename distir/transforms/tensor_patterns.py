@@ -12,7 +12,7 @@ any graph (never by value names):
   other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
   split is pulled back through what the activation is made of (elementwise ops,
   reshapes, transposes, slices, concatenations and expansions along other axes (rotary
-  embeddings, grouped keys), lookups along another axis (a per-head position bias),
+  embeddings, grouped keys), softmaxes and lookups along another axis (a per-head position bias),
   matrix products) to the weights it comes from, which are split too. Only weights are
   chosen here; the forward propagation then recomputes every layout through the rules,
   so a pull never asserts a layout that a rule did not accept.
@@ -39,6 +39,7 @@ _UNARY = frozenset(UNARY)
 _BROADCAST = frozenset(BROADCAST) - {"SGDOptimizer", "AdamOptimizer", "ReluGrad",
                                      "GeluGrad", "MSELossGrad"}
 _RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
+_SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
 _SAME_AXIS = frozenset({"Slice", "Concat", "Expand"})
 _MAX_DEPTH = 64
 
@@ -129,6 +130,8 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
     if target is None:
         return False
     if v in prog.param_set:
+        if len(prog.users.get(v, ())) > 1 and v not in sh.trained:
+            return True  # shared: each user that needs it split slices it (_slice_use)
         w = Layout(tuple(m if m == T else None for m in target.marks), target.groups)
         if not _free(sh, v, w) or seeds.get(v, w) != w:
             return False
@@ -170,6 +173,11 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
         except Reject:
             return False
         return _pull(sh, x, lay, seeds, depth + 1)
+    if t in _SOFTMAX:  # normalized along another axis (attention probabilities)
+        axis = prog.attrs(op).get("axis", -1)
+        if (axis + len(shape) if axis < 0 else axis) == ax:
+            return False
+        return _pull(sh, op.inputs[0], target, seeds, depth + 1)
     if t in _SAME_AXIS:  # the split axis is neither sliced, concatenated nor expanded
         xs = op.inputs if t == "Concat" else op.inputs[:1]
         ok = False
