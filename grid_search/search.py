@@ -51,6 +51,10 @@ class _WorkerState:
     hardware: Any = "h100-sxm"  # a Hardware, or a profile name or path
     models: dict[int, Any] | None = None
     token: str = ""
+    simulator: Any = None
+    """The worker's ``Simulator`` (made at its first configuration), shared by every
+    configuration: op records, costs and call summaries of equal stage and layer
+    functions are computed once per worker, not once per configuration."""
 
 
 _STATE = _WorkerState()
@@ -61,6 +65,7 @@ def _init_worker(workload: Workload, hardware: Any, token: str = "") -> None:
     _STATE.hardware = hardware
     _STATE.models = {}
     _STATE.token = token
+    _STATE.simulator = None
 
 
 def _analyze(fn: Any, batch_inputs: tuple[str, ...]) -> Any:
@@ -95,7 +100,7 @@ def evaluate(cfg: Config) -> dict[str, Any]:
     configuration the transform refuses or the simulator cannot place: the row says why
     (``refused``: the transform's reason; ``error``: another analysis' error, or a bug met
     in this configuration, named as one, so that one configuration cannot end a search)."""
-    import distir
+    from distir.analysis.simulator import Simulator
     from distir.transforms import dtp
 
     row: dict[str, Any] = {k: "" for k in COLUMNS}
@@ -109,7 +114,9 @@ def evaluate(cfg: Config) -> dict[str, Any]:
         fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
                  schedule=cfg.schedule)
         step = "the simulator"
-        sim = distir.simulate(fn, hardware=_STATE.hardware, batch_size=cfg.batch_size)
+        if _STATE.simulator is None:
+            _STATE.simulator = Simulator(_STATE.hardware, share_equal_functions=True)
+        sim = _STATE.simulator.simulate_function(fn, batch_size=cfg.batch_size)
     except DistIRError as e:
         kind = type(e).__name__
         return _failed(row, "refused" if kind == "TransformError" else "error", e.message, t0)

@@ -137,7 +137,13 @@ class Simulator(TypeInterpreter):
     are cached on the simulator and reused across ``simulate`` calls."""
 
     def __init__(self, hardware: Hardware | str = "h100-sxm", *, fallback: bool = False,
-                 check_annotations: bool = True) -> None:
+                 check_annotations: bool = True, share_equal_functions: bool = False,
+                 ) -> None:
+        """``share_equal_functions``: calls of structurally equal functions (``==``: the
+        same program up to value names) share one summary, across all the programs this
+        simulator runs (the configurations of a search emit equal stage and layer
+        functions as new objects). Times, memory and the trace's timing are unchanged; a
+        trace then names the values of the first of the equal functions simulated."""
         super().__init__(check_annotations=check_annotations)
         load_cost_rules()
         self.hw = load_hardware(hardware)
@@ -153,6 +159,11 @@ class Simulator(TypeInterpreter):
         self._lv: dict[Op, OpLiveness] = {}  # liveness of the ops of the function running
         self._drop: frozenset[int] = frozenset()  # results its caller drops
         self._no_owned: dict[int, tuple[bool, ...]] = {}
+        # Equal functions: the representative of each structure (compared with ``==`` once
+        # per function object), and per function object of the program running, its
+        # representative by id (the program keeps those objects alive while it runs).
+        self._reps: dict[Function, Function] | None = {} if share_equal_functions else None
+        self._rep_of: dict[int, Function] = {}
         self._new_state(top=True, owned=())
 
     # -- state -----------------------------------------------------------------------
@@ -353,6 +364,11 @@ class Simulator(TypeInterpreter):
         # Pending arguments stay pending inside (each is a symbol there, see _summarize).
         pending = self._pending
         waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) if pending else ()
+        if self._reps is not None:
+            rep = self._rep_of.get(id(callee))
+            if rep is None:
+                rep = self._rep_of[id(callee)] = self._reps.setdefault(callee, callee)
+            callee = rep
         # The callee by identity too (functions compare by structure); ``_callees`` keeps
         # each summarized one alive so that its id is not reused.
         key = (id(callee), tuple(map(id, args)), given, drop, waiting)
@@ -492,9 +508,42 @@ class Simulator(TypeInterpreter):
             mem[d] += n
 
     # -- entry point ---------------------------------------------------------------------
+    def simulate_function(self, fn: Function | Module, batch_size: int | None = None, *,
+                          input_types: Sequence[Type | None] | None = None) -> Simulation:
+        """``simulate(fn, ...)`` on this simulator: its caches (op records, costs, call
+        summaries; with ``share_equal_functions``, across equal functions of different
+        programs) serve every program it simulates. No warning for uncosted ops: they
+        are listed in ``Simulation.uncosted_ops``."""
+        from distir.analysis.api import _input_values
+
+        if isinstance(fn, Module):
+            fn = fn.entry
+        if batch_size is not None and batch_size <= 0:
+            raise SimulationError(f"batch size must be positive, got {batch_size}")
+        return self.simulate(fn, _input_values(fn, input_types), batch_size=batch_size)
+
+    def _end_program(self) -> None:
+        """Forget what only the program just simulated used: its function objects (by id)
+        and their liveness, keeping the representatives' (so a long search holds only
+        what distinct functions need)."""
+        if self._reps is None:
+            return
+        self._rep_of.clear()
+        keep = {id(f) for f in self._reps}
+        facts = self._live_memo.facts
+        for k in [k for k in facts if k[0] not in keep]:
+            del facts[k]
+
     def simulate(self, fn: Function, args: Sequence[Any], *, batch_size: int | None = None,
                  ) -> Simulation:
         """Simulate ``fn`` on abstract arguments ``args`` (types or concrete values)."""
+        try:
+            return self._simulate(fn, args, batch_size)
+        finally:
+            self._end_program()
+
+    def _simulate(self, fn: Function, args: Sequence[Any], batch_size: int | None,
+                  ) -> Simulation:
         self._new_state(top=True, owned=(False,) * len(fn.params))
         self._drop = frozenset()
         canon = self._canon
@@ -627,14 +676,8 @@ def simulate(fn: Function | Module, hardware: Hardware | str = "h100-sxm",
     ``SimulationError`` naming it; with ``fallback=True`` it is costed as a memory-bound
     kernel and a ``CostFallbackWarning`` lists such ops.
     """
-    from distir.analysis.api import _input_values
-
-    if isinstance(fn, Module):
-        fn = fn.entry
-    if batch_size is not None and batch_size <= 0:
-        raise SimulationError(f"batch size must be positive, got {batch_size}")
-    sim = Simulator(hardware, fallback=fallback)
-    result = sim.simulate(fn, _input_values(fn, input_types), batch_size=batch_size)
+    result = Simulator(hardware, fallback=fallback).simulate_function(
+        fn, batch_size, input_types=input_types)
     if result.uncosted_ops:
         warnings.warn("no cost rule for " + ", ".join(result.uncosted_ops) + "; costed as "
                       "memory-bound kernels (distir.analysis.cost.fallback_cost)",
