@@ -5,11 +5,11 @@ The forward ops of a program form a sequence of *positions* (``Structure.pos``):
 that depend on it, position 0 what comes before the first; a backward op takes the
 position of the forward values and weights it reads, so the backward of stage ``s`` runs
 on the devices of its forward. Stages are contiguous ranges of positions, separated by
-*cuts*; a cut before position ``u`` is *valid* unless
-
-- a backward value flows from a position before it to one after it (the pipeline sends
-  gradients only towards earlier stages), or
-- a trained weight is read on both sides (its gradient would be summed over stages).
+*cuts*; a cut before position ``u`` is *valid* unless a backward value flows from a
+position before it to one after it (the pipeline sends gradients only towards earlier
+stages). A weight read on both sides of a cut is placed on both stages; when it is
+trained, each stage's part of its gradient goes to the update's stage (the last that reads
+the weight), where they are summed.
 
 ``stage_map(pp)`` picks the cuts:
 
@@ -81,13 +81,6 @@ class StagePartition:
             bad[b + 1] -= 1
             self.blocks.append((a + 1, b, f"the backward value read by "
                                 f"`{prog.op_text(prog.ops[i])}` would flow to a later stage"))
-        for w, ps in st.param_pos.items():
-            if w in st.sh.trained and len(ps) > 1:
-                a, b = min(ps), max(ps)
-                bad[a + 1] += 1
-                bad[b + 1] -= 1
-                self.blocks.append((a + 1, b, f"trained weight %{w.name} would be read by "
-                                    "two stages"))
         valid = np.cumsum(bad)[:n] == 0
         valid[0] = False
         self.valid = valid

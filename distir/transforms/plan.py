@@ -169,14 +169,6 @@ class Plan:
             if units[a_from] < units[a_to]:
                 raise TransformError(f"the backward value read by `{_text(self.prog, i)}` "
                                      "flows to a later pipeline stage: not supported")
-        if not st.backward:
-            return
-        for w, ps in st.param_pos.items():
-            stages = sorted({int(units[p]) for p in ps})
-            if len(stages) > 1 and w in self.sh.trained:
-                raise TransformError(f"weight %{w.name} is used by pipeline stages "
-                                     f"{stages[0]} and {stages[-1]} and trained: weights "
-                                     "shared between stages are not supported")
 
     # -- devices and shapes ------------------------------------------------------------------
     @property

@@ -56,7 +56,6 @@ class Structure:
         self.kind: dict[int, int] = {}
         self.backward: set[int] = set()
         self.anchor: dict[int, int] = {}
-        self.param_anchors: dict[Value, set[int]] = {}
         self.reduced: set[Value] = set()
         """MB results that are partial over the batch: summed after the microbatches."""
         self.upward: list[tuple[int, int, int]] = []
@@ -203,8 +202,6 @@ class Structure:
                 if v is not None and v in prog.param_set and v not in sh.data:
                     wpos.setdefault(v, set()).add(a)
         layer = self.unit_layer
-        for v, ps in wpos.items():
-            self.param_anchors[v] = {layer[p] for p in ps}
         prod = prog.producer
         for i in prog.live_ops:
             k = self.kind[i]
@@ -220,15 +217,18 @@ class Structure:
             else:
                 fw: list[int] = []
                 bw: list[int] = []
+                ws: list[set[int]] = []
                 for v in op.inputs:
                     if v is None:
                         continue
                     if v in wpos and v not in sh.data:
-                        fw.append(max(wpos[v]))
+                        ws.append(wpos[v])
                     j = prod.get(v)
                     if j is not None and j in pos:
                         (bw if (v in self.bwd_values or self.kind[j] == POST) else
                          fw).append(pos[j])
+                fw.extend(_use_of(w, max(fw) if fw else None, min(bw) if bw else None)
+                          for w in ws)
                 p = max(fw) if fw else (min(bw) if bw else 0)
                 if k == MB:
                     for v in op.inputs:
@@ -277,6 +277,19 @@ def _periodic_run(sig: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int, int
                 continue
             best, best_cov = (int(s), p, reps, r + p), reps * p
     return best
+
+
+def _use_of(ps: set[int], fw: int | None, bw: int | None) -> int:
+    """The position of the use of a weight read at positions ``ps`` that a backward op
+    belongs to: the only one; else the first at or after the op's other forward inputs
+    (``fw``); else the last at or before its backward inputs (``bw``); else the last."""
+    if len(ps) == 1:
+        return next(iter(ps))
+    if fw is not None:
+        return min((p for p in ps if p >= fw), default=max(ps))
+    if bw is not None:
+        return max((p for p in ps if p <= bw), default=min(ps))
+    return max(ps)
 
 
 def _batched(lay: Layout) -> bool:

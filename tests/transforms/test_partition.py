@@ -92,6 +92,25 @@ def test_uniform_layers_unchanged() -> None:
                 assert units[u] == (lay - 1) * pp // st.num_layers
 
 
+def test_trained_weight_shared_by_stages() -> None:
+    """A weight read by the first and the last product (tied), trained, in 2 and 3 stages
+    with D and K: each stage's part of its gradient is summed on the update's stage."""
+    fn = distir.parse("""func @main(%x: Tensor[Float32, (8, 8), 0], %w: Tensor[Float32, (8, 8), 0],
+        %v: Tensor[Float32, (8, 8), 0], %u: Tensor[Float32, (8, 8), 0]) {
+  %a = MatMul(%x, %w)
+  %b = Tanh(%a)
+  %c = MatMul(%b, %v)
+  %d = Relu(%c)
+  %e = MatMul(%d, %u)
+  %f = Sigmoid(%e)
+  %g = MatMul(%f, %w)
+  return %g
+}""").entry
+    step = training_step(fn, loss="mse", optimizer="sgd", wrt=["w", "v", "u"])
+    for cfg in ((1, 1, 2, 1), (2, 1, 3, 2), (1, 1, 4, 2)):
+        check_equivalent(_model(step), cfg, "1f1b")
+
+
 def test_more_stages_than_cuts_refused() -> None:
     with pytest.raises(TransformError, match=r"^error: pp=5 is more pipeline stages than "
                        r"@main can be cut into \(4 at most\)$"):
