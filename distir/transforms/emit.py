@@ -6,7 +6,7 @@ copies are consecutive and overlap in time) and then the collectives the layouts
 
 - a result partial over the ranks (a row-parallel product) gets an ``MPIAllreduce`` over
   the group, named ``%x_part_tp0, ...`` before and ``%x_tp0, ...`` after; a row-parallel
-  ``Gemm`` adds its (whole) bias on rank 0 only, so that the sum holds it once;
+  ``Gemm`` or ``Conv`` adds its (whole) bias on rank 0 only, so that the sum holds it once;
 - a whole weight that the op takes split (``Sharding.sliced``) is split on each rank,
   which keeps its own part;
 - a shape operand (the target of ``Reshape``/``Expand``, the sizes of ``Split``) becomes the
@@ -103,7 +103,7 @@ class Emitter:
             b = base_name(o)
             red = tp > 1 and T in partial.get(o, "") and o in self.live
             vals = [Value(n) for n in names(b + "_part" if red else b)]
-            bias_once = red and op_type == "Gemm" and len(op.inputs) > 2
+            bias_once = red and op_type in ("Gemm", "Conv") and len(op.inputs) > 2
             for t, (x, y) in enumerate(zip(per_rank, vals, strict=True)):
                 append(Op(op_type, x[:2] if bias_once and t else x, attrs, (y,)))
             results = [vals]

@@ -51,9 +51,42 @@ def _partial(lay: Layout) -> str:
 def conv(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
          const: Callable) -> RuleResult:
     x = ins[0]
+    w = ins[1]
+    b = ins[2] if len(ins) > 2 else None
+    if op_type == "Conv" and (x.marks[1:2] == (T,) or w.marks[0] == T):
+        return _conv_channels(x, w, b, outs, attrs)
     sample_axes_only(op_type, x)
     _whole(op_type, ins, 1, "weight or bias")
     return ((Layout(x.marks[:1] + (None,) * (len(outs[0]) - 1)), ""),)
+
+
+def _conv_channels(x: Layout, w: Layout, b: Layout | None, outs: tuple,
+                   attrs: dict) -> RuleResult:
+    """A convolution with channels split over the tensor-parallel ranks: output channels
+    (weight axis 0, and its bias) give a channel-split result; input channels (weight axis
+    1) a partial sum, whose whole bias rank 0 adds (``emit.Emitter``)."""
+    if int(attrs.get("group", 1) or 1) != 1:
+        raise Reject("a grouped Conv with a split channel axis")
+    for a, m in enumerate(x.marks):
+        if m is not None and a > 1:
+            raise Reject("Conv over a split spatial axis")
+    rank = len(outs[0])
+    if x.marks[1] == T:
+        want = Layout((None, T) + (None,) * (len(w.marks) - 2), x.groups)
+        if w != want:
+            if any(w.marks):
+                raise Reject("Conv's weight is split unlike its input channels")
+            raise Demand(1, want)
+        if b is not None and any(b.marks):
+            raise Reject("Conv with split input channels and a split bias")
+        return ((Layout(x.marks[:1] + (None,) * (rank - 1)), T),)
+    if any(w.marks[1:]):
+        raise Reject("Conv's weight is split along a kernel axis")
+    if b is not None and b != Layout((T,), w.groups):
+        if any(b.marks):
+            raise Reject("Conv's bias is split unlike its output channels")
+        raise Demand(2, Layout((T,), w.groups))
+    return ((Layout(x.marks[:1] + (T,) + (None,) * (rank - 2), w.groups), ""),)
 
 
 @register("ConvGrad")
@@ -97,6 +130,18 @@ def pool_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
 def batch_norm(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
                const: Callable) -> RuleResult:
     x = ins[0]
+    if x.marks[1:2] == (T,):  # channels over the ranks: each rank its channels' parameters
+        sample_axes_only(op_type, Layout(x.marks[:1] + (None,) + x.marks[2:]),
+                         what=": the statistics are per channel")
+        want = Layout((T,), x.groups)
+        for k in range(1, len(ins)):
+            if ins[k] is not None and ins[k] != want:
+                if any(ins[k].marks):
+                    raise Reject("BatchNormalization's parameters split unlike its channels")
+                raise Demand(k, want)
+        res_t: list[tuple[Layout, str]] = [(x, "")]
+        res_t.extend((want, _partial(Layout(x.marks[:1]))) for _ in outs[1:])
+        return tuple(res_t)
     sample_axes_only(op_type, x, what=": the statistics are per channel")
     _whole(op_type, ins, 1, "scale, bias or statistics")
     res: list[tuple[Layout, str]] = [(x, "")]

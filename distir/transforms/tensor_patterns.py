@@ -7,7 +7,8 @@ any graph (never by value names):
 - ``candidates``: the weights that open a column-parallel split, each with its split
   layout: the second operand of ``MatMul`` (a 2-D parameter, or one reached through a
   ``Transpose``) and of ``Gemm`` (``transB`` honoured: a transposed weight ``(n, k)`` is
-  split along axis 0).
+  split along axis 0), and the weight of a ``Conv`` (``group=1``; its output channels, axis 0:
+  the next convolution then takes split input channels and is summed over the ranks).
 - ``pull_tensor``: when a rule demands that an *activation* be split over the ranks (the
   other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
   split is pulled back through what the activation is made of (elementwise ops,
@@ -66,6 +67,12 @@ def candidates(sh: Sharding, i: int) -> tuple[Value, Layout] | None:
     prog = sh.prog
     op = prog.ops[i]
     t = op.op_type
+    if t == "Conv":  # output channels: weight axis 0
+        x, w = op.inputs[0], op.inputs[1]
+        if x is None or w is None or w not in prog.param_set or T in sh.layout[x].marks or \
+                int(prog.attrs(op).get("group", 1) or 1) != 1:
+            return None
+        return w, Layout((T,) + (None,) * (len(prog.shape(w)) - 1))
     if t not in ("MatMul", "Gemm") or len(op.inputs) < 2:
         return None
     x = op.inputs[0]

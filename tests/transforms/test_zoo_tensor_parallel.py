@@ -31,6 +31,11 @@ SPLIT = {
     ("vit", "torchscript"): 12, ("vit", "dynamo"): 4,
     ("vit_b16", "torchscript"): 4, ("vit_b16", "dynamo"): 4,
     ("transformer_encoder", "torchscript"): 1, ("transformer_encoder", "dynamo"): 4,
+    ("resnet18", "torchscript"): 16, ("resnet18", "dynamo"): 16,
+    ("resnet50", "torchscript"): 35, ("resnet50", "dynamo"): 35,
+    ("mobilenet_v3_small", "torchscript"): 22, ("mobilenet_v3_small", "dynamo"): 22,
+    ("efficientnet_b0", "torchscript"): 34, ("efficientnet_b0", "dynamo"): 34,
+    ("conv1d", "torchscript"): 2, ("conv1d", "dynamo"): 2,
 }
 """Weights (rank >= 2) split over the tensor-parallel ranks in each imported model's
 inference program, as measured; a change either way is a change of the pattern matching."""
@@ -38,7 +43,11 @@ inference program, as measured; a change either way is a change of the pattern m
 SPLIT_TRAIN = {**SPLIT, ("bert", "torchscript"): 4, ("gpt2", "torchscript"): 0,
                ("llama", "torchscript"): 6, ("t5_encoder", "torchscript"): 4,
                ("t5_encoder", "dynamo"): 4, ("transformer_encoder", "torchscript"): 2,
-               ("vit", "torchscript"): 4}
+               ("vit", "torchscript"): 4, ("conv1d", "torchscript"): 0, ("conv1d", "dynamo"): 0,
+               ("efficientnet_b0", "torchscript"): 0, ("efficientnet_b0", "dynamo"): 0,
+               ("mobilenet_v3_small", "torchscript"): 2, ("mobilenet_v3_small", "dynamo"): 2,
+               ("resnet18", "torchscript"): 0, ("resnet18", "dynamo"): 0,
+               ("resnet50", "torchscript"): 0, ("resnet50", "dynamo"): 0}
 """The same count in each model's training step (its backward ops must accept the split
 too)."""
 
