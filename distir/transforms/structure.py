@@ -21,13 +21,16 @@ Add[Gelu] MatMul Add[residual])×n LN MatMul`` for GPT-2, ``(MatMul[Relu])×L`` 
 Its longest periodic run with a matrix product in the period gives the layers, extended by
 whole blocks next to it whose op types match (an MLP's last layer, which has no activation
 after it); the phase is the one whose block boundary has the fewest live forward
-activations (the residual stream alone, for GPT-2). Ops before the run belong to the first
-stage, ops after it to the last.
+activations (the residual stream alone, for GPT-2). Ops before the run belong to no layer
+(anchor 0), ops after it neither (anchor ``L + 1``).
 
-Each op gets an *anchor*: 0 before the first layer, ``r + 1`` in layer ``r``, ``L + 1``
-after the last. A forward op takes the largest anchor of its inputs (and of its own weight
-position); a backward op that of the forward values and weights it reads, so a layer's
-backward runs where its forward ran. ``stage_of(anchor, pp)`` splits layers uniformly.
+Each op gets a *position* (``pos``): the weight ops are positions ``1 .. n`` in program
+order, 0 is before the first. A forward op takes the largest position of its inputs (and
+its own); a backward op that of the forward values and weights it reads (of a weight read
+at several positions, the use it belongs to: ``_use_of``), so an op's backward runs where
+its forward ran. Its *anchor* is its position's layer: 0 before the first layer, ``r + 1``
+in layer ``r``, ``L + 1`` after the last (layer functions group ops by anchor).
+``partition.StagePartition`` cuts the positions into pipeline stages.
 """
 
 from __future__ import annotations
@@ -58,8 +61,6 @@ class Structure:
         self.anchor: dict[int, int] = {}
         self.reduced: set[Value] = set()
         """MB results that are partial over the batch: summed after the microbatches."""
-        self.upward: list[tuple[int, int, int]] = []
-        """Backward values flowing to a later layer: ``(from anchor, to anchor, op)``."""
         self.pos: dict[int, int] = {}
         """Each op's position: like its anchor, counted in weight ops rather than layers."""
         self.param_pos: dict[Value, set[int]] = {}
@@ -235,19 +236,8 @@ class Structure:
                         j = prod.get(v) if v is not None else None
                         if j is not None and v in self.bwd_values and pos[j] < p:
                             self.upward_pos.append((pos[j], p, i))
-                            if layer[pos[j]] < layer[p]:
-                                self.upward.append((layer[pos[j]], layer[p], i))
             pos[i] = p
             anchor[i] = layer[p]
-
-    def stage_of(self, anchor: int, pp: int) -> int:
-        """The pipeline stage of an anchor: layers split uniformly (the caller has checked
-        that ``pp`` divides the number of layers)."""
-        if anchor <= 0:
-            return 0
-        if anchor > self.num_layers:
-            return pp - 1
-        return (anchor - 1) * pp // self.num_layers
 
 
 def _periodic_run(sig: list[tuple[str, tuple[str, ...]]]) -> tuple[int, int, int, int]:
