@@ -56,7 +56,7 @@ _WIDTHS: dict[str, tuple[int, ...]] = {
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width; the batch normalizations take ``_CNN``."""
 
-_CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7))
+_CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
 dependence on the channel count (per-channel reductions) is measured; the batch is what
 the size leaves (at least 1)."""

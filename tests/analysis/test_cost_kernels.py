@@ -79,17 +79,19 @@ def test_old_profiles_keep_the_old_costs() -> None:
     assert c["c"] == pytest.approx(OLD.matmul_time(bh * T, HD, T, "Float16", 2))
     assert c["p"] == pytest.approx(OLD.memory_time(2 * bh * T * T * 2, 5.0 * bh * T * T,
                                                    "Float16"))
-    # A shipped profile without the new families (h100-sxm was calibrated before they
-    # existed) gives the same answers as before.
-    hw = load_hardware("h100-sxm")
+    # A shipped profile without the new families (the datasheet profile has no fits)
+    # gives the same answers as before.
+    hw = load_hardware("h100-sxm-datasheet")
     assert hw.bmm_time(64, 1024, 1024, 128, "Float16", 2) == \
         hw.matmul_time(64 * 1024, 1024, 128, "Float16", 2)
     assert hw.kernel_time("softmax", 1e8, 0.0, "Float16") == hw.memory_time(1e8, 0.0,
                                                                              "Float16")
-    # h200-sxm was calibrated with them: its batched matmuls have their own fit.
-    h200 = load_hardware("h200-sxm")
-    assert h200.bmm_time(64, 1024, 1024, 128, "Float16", 2) != \
-        h200.matmul_time(64 * 1024, 1024, 128, "Float16", 2)
+    # h200-sxm and h100-sxm were calibrated with them: their batched matmuls have their
+    # own fit.
+    for name in ("h200-sxm", "h100-sxm"):
+        cal = load_hardware(name)
+        assert cal.bmm_time(64, 1024, 1024, 128, "Float16", 2) != \
+            cal.matmul_time(64 * 1024, 1024, 128, "Float16", 2)
 
 
 def test_layernorm_gelu_and_free_transposes() -> None:

@@ -16,6 +16,9 @@ from distir.cli import main
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVES = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
 KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy"}
+TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
+            "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
+            "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad"}
 
 
 @pytest.fixture(scope="module")
@@ -34,7 +37,7 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     rows, meta = read_measurements(csv)
     assert meta["kind"] == "cpu" and meta["world"] == 2
     families = {r["family"] for r in rows}
-    assert {"matmul", "elementwise"} | KERNELS | COLLECTIVES <= families
+    assert {"matmul", "elementwise"} | KERNELS | TRAINING | COLLECTIVES <= families
     assert all(r["seconds"] > 0 for r in rows)
     assert {r["group_size"] for r in rows if r["family"] in COLLECTIVES} == {2}
     assert {r["split"] for r in rows} == {"train", "test"}
@@ -49,7 +52,7 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     assert [s.group_size for s in hw.intra_node] == [2]
     quality = doc["calibration"]["fit_quality"]
     assert {q["family"] for q in quality} == ({"matmul", "matmul_unaligned", "elementwise"}
-                                              | KERNELS | COLLECTIVES)
+                                              | KERNELS | TRAINING | COLLECTIVES)
     text = report.read_text()
     assert text.startswith("## Profile `cpu-quick`") and "| matmul | Float32 |" in text
     assert "GPU-minutes" in text
