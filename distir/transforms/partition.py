@@ -22,8 +22,9 @@ the weight), where they are summed.
    of its ops (forward, backward and update, the cost rules ``COST_RULES`` on the
    ``h100-sxm`` profile, full batch) plus the time to send the activations crossing each
    of its cuts, by a dynamic program over the prefix sums of the positions' costs. With
-   repeated layers, cuts fall only between layers (layers stay whole) when enough of those
-   are valid; else anywhere valid. Every stage gets at least one forward op.
+   repeated layers that hold at least ``LAYER_SHARE`` (half) of the cost, cuts fall only
+   between layers (layers stay whole) when enough of those are valid; else anywhere valid.
+   Every stage gets at least one forward op.
 
 No valid choice raises a ``TransformError`` naming the constraint. Costs are computed once
 per ``Structure`` and only when step 2 is reached; maps are memoized per ``pp``.
@@ -39,12 +40,15 @@ import numpy as np
 from distir.errors import TransformError
 from distir.transforms.structure import HOIST, MB, Structure
 
-__all__ = ["StagePartition", "PROFILE", "UNIFORM_SLACK"]
+__all__ = ["StagePartition", "PROFILE", "UNIFORM_SLACK", "LAYER_SHARE"]
 
 PROFILE = "h100-sxm"
 """The hardware profile whose cost rules weigh the ops when balancing stages (only the
 ratios matter)."""
 
+LAYER_SHARE = 0.5
+"""Layers are kept whole only when they hold at least this fraction of the cost (a short
+periodic run among the embeddings is no stack of layers)."""
 UNIFORM_SLACK = 1.1
 """Equal numbers of layers per stage are kept while their slowest stage is within this
 factor of the cost-balanced one's."""
@@ -104,7 +108,8 @@ class StagePartition:
             return np.zeros(n, dtype=np.int64)
         nl = st.num_layers
         best = None
-        if nl >= 2:  # layers whole when enough cuts between them are valid
+        if nl >= 2 and self._layer_share() >= LAYER_SHARE:
+            # layers whole when enough cuts between them are valid
             best = self._solve(pp, self.valid & self.between_layers)
         if best is None:
             best = self._solve(pp, self.valid)
@@ -132,6 +137,14 @@ class StagePartition:
         c = [0.0, *(float(comm[u]) for u in cuts), 0.0]
         return max(float(pre[b[k + 1]] - pre[b[k]]) + c[k] + c[k + 1]
                    for k in range(len(b) - 1))
+
+    def _layer_share(self) -> float:
+        """The fraction of the program's cost in its repeated layers."""
+        cost, _ = self._cost_arrays()
+        layer = np.array(self.st.unit_layer, dtype=np.int64)
+        inside = (layer >= 1) & (layer <= self.st.num_layers)
+        total = float(cost.sum())
+        return float(cost[inside].sum()) / total if total > 0 else 1.0
 
     def _nonempty(self, stages: np.ndarray, pp: int) -> bool:
         f = np.diff(self.fwd_prefix)
