@@ -82,11 +82,14 @@ def reshape_groups(sa: Shape, so: Shape) -> list[tuple[list[int], list[int]]]:
 def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
     """Where a reshape from ``sa`` to ``so`` puts the splits of ``lay``. A batch split may
     be folded inside a merged axis (``"b*N"``) and unfolded again; a tensor-parallel split
-    must be the outermost axis of its group."""
+    must be the outermost axis of its group. An axis split in ``g`` interleaved groups that
+    is unfolded into ``(g, n, ...)`` puts the split on ``n`` (groups no longer needed: a
+    fused projection viewed as ``(3, d)``)."""
     if not any(lay.marks):
         return replicated(len(so))
     out: list[str | None] = [None] * len(so)
     placed = 0
+    ungrouped = False
     for gi, gj in reshape_groups(sa, so):
         marked = [a for a in gi if lay.marks[a]]
         if not marked:
@@ -106,13 +109,20 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
         outer = next((x for x in gi if sa[x] != 1 or lay.marks[x]), gi[0])
         if a != outer:
             raise Reject(f"a reshape merges split axis {a} into an outer axis")
+        if m == T and lay.groups != 1 and len(gi) == 1 and len(gj) > 1:
+            real = [y for y in gj if so[y] != 1]
+            if len(real) > 1 and so[real[0]] == lay.groups:  # (g·n,) -> (g, n, ...)
+                out[real[1]] = T  # each group's own axis, split in one run
+                ungrouped = True
+                placed += 1
+                continue
         if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1):
             raise Reject("a reshape changes an axis split in interleaved groups")
         out[next((y for y in gj if so[y] != 1), gj[0])] = m
         placed += 1
     if placed != sum(1 for m in lay.marks if m):
         raise Reject("a reshape drops a split axis")
-    return Layout(tuple(out), lay.groups if T in out else 1)
+    return Layout(tuple(out), lay.groups if T in out and not ungrouped else 1)
 
 
 def _place(off: int, gj: list[int], so: Shape) -> tuple[int, int] | None:
@@ -177,6 +187,9 @@ def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     axis = _norm(attrs.get("axis", 0), len(data.marks))
     m = data.marks[axis]
     if m is not None:
+        if m == T and data.groups == 1 and shapes[0][axis] > 1 and \
+                all(d == 1 for d in shapes[1]):  # picks one of n fused parts: n groups
+            raise Reject("Gather along a split axis", groups=shapes[0][axis])
         if m != B or not shapes[1]:
             raise Reject("Gather along a split axis")
         if idx.marks[0] != B:
