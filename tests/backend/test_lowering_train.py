@@ -8,11 +8,10 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
-pytest.importorskip("torch")
-
-from distir.ir import DType, FunctionBuilder, TensorType  # noqa: E402
-from tests.backend.test_lowering import check, random_for  # noqa: E402
+from distir.ir import DType, FunctionBuilder, TensorType
+from tests.backend.test_lowering import check, random_for
 
 F32 = DType.Float32
 
@@ -72,7 +71,6 @@ def test_fused_adam(known_step: bool, wd: float) -> None:
     from distir.backend.lowering import compile_program
     from tests.backend.test_lowering import one_op, project
 
-    torch = pytest.importorskip("torch")
     x = (F32, (3, 4))
     step: Any = np.array(3, np.float32) if known_step else (F32, ())
     fn = one_op("AdamOptimizer", [x, x, x, x, step], n_out=3, lr=0.01, weight_decay=wd)

@@ -8,13 +8,12 @@ from typing import Any
 
 import numpy as np
 import pytest
+import torch
 
 from distir.errors import ConfigError
 from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function
 from distir.transforms import training_step
-
-torch = pytest.importorskip("torch")
 
 N, C, M, H, K = 4, 3, 5, 6, 7
 F32 = DType.Float32
