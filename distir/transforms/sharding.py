@@ -409,6 +409,9 @@ class Sharding:
             if seeds is None:
                 return False
             for p, lay in seeds.items():
+                if p not in prog.param_set:  # made at its local shape (``forced``)
+                    self._undo_cur.append((("forced", p), self.forced.get(p), None))
+                    self.forced[p] = lay
                 self._undo_cur.append((p, self.layout.get(p), self.partial.get(p)))
                 self.layout[p] = lay
                 self._pulled.append(p)
@@ -479,8 +482,14 @@ class Sharding:
 
     def _undo(self, undo: list[tuple[Value, Any, Any]]) -> None:
         for v, old, p in reversed(undo):
-            if isinstance(v, tuple):  # a sliced use (``_slice_use``)
-                self.sliced.pop(v, None)
+            if isinstance(v, tuple):
+                if v[0] == "forced":  # a value made at its local shape (``pull_tensor``)
+                    if old is None:
+                        self.forced.pop(v[1], None)
+                    else:
+                        self.forced[v[1]] = old
+                else:  # a sliced use (``_slice_use``)
+                    self.sliced.pop(v, None)
                 continue
             if old is None:
                 self.layout.pop(v, None)

@@ -18,8 +18,10 @@ any graph (never by value names):
   chosen here; the forward propagation then recomputes every layout through the rules,
   so a pull never asserts a layout that a rule did not accept.
 
-Invariants: a pull returns only parameters that are not data, not locked by an earlier
-candidate and still whole; the layouts returned carry no batch mark.
+Invariants: a pull returns parameters that are not data, not locked by an earlier
+candidate and still whole (their layouts carry no batch mark), and values that each rank
+makes at its local shape (``ConstantOfShape``, an ``Expand`` along the split axis: the
+zeros a gradient scatters into), which the analysis marks as ``forced``.
 """
 
 from __future__ import annotations
@@ -96,13 +98,20 @@ def _free(sh: Sharding, v: Value, want: Layout) -> bool:
 
 
 def pull_tensor(sh: Sharding, v: Value, want: Layout) -> dict[Value, Layout] | None:
-    """The weights to split (with their layouts) so that the forward propagation gives
-    ``v`` the layout ``want``; ``None`` when ``v`` cannot be split so. Only the ``"t"``
-    mark is pulled: ``v``'s other marks must already agree with ``want``."""
+    """The weights (and locally made values) to split, with their layouts, so that the
+    forward propagation gives ``v`` the layout ``want``; ``None`` when ``v`` cannot be
+    split so. Only the ``"t"`` mark is pulled: ``v``'s other marks must already agree with
+    ``want``."""
     seeds: dict[Value, Layout] = {}
     if not _pull(sh, v, want, seeds, 0) or not seeds:
         return None
     return seeds
+
+
+def _broadcast_along(sx: tuple[int, ...], so: tuple[int, ...], ax: int) -> bool:
+    """Whether an operand of shape ``sx`` is broadcast along axis ``ax`` of ``so``."""
+    j = ax - (len(so) - len(sx))
+    return j < 0 or sx[j] == 1
 
 
 def _merge(cur: Layout, want: Layout) -> Layout | None:
@@ -185,6 +194,10 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
         if (axis + len(shape) if axis < 0 else axis) == ax:
             return False
         return _pull(sh, op.inputs[0], target, seeds, depth + 1)
+    if t == "ConstantOfShape" or t == "Expand" and op.inputs[0] is not None and \
+            _broadcast_along(prog.shape(op.inputs[0]), shape, ax):
+        seeds[v] = target  # made at its local shape on each rank (a gradient's zeros)
+        return True
     if t in _SAME_AXIS:  # the split axis is neither sliced, concatenated nor expanded
         xs = op.inputs if t == "Concat" else op.inputs[:1]
         ok = False
