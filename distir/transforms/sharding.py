@@ -410,7 +410,8 @@ class Sharding:
                 return False
             for p, lay in seeds.items():
                 if p not in prog.param_set:  # made at its local shape (``forced``)
-                    self._undo_cur.append((("forced", p), self.forced.get(p), None))
+                    mark: Any = ("forced", p)  # an undo entry of its own kind
+                    self._undo_cur.append((mark, self.forced.get(p), None))
                     self.forced[p] = lay
                 self._undo_cur.append((p, self.layout.get(p), self.partial.get(p)))
                 self.layout[p] = lay
