@@ -166,9 +166,11 @@ def concat(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
            const: Callable) -> RuleResult:
     rank = len(outs[0])
     axis = _norm(attrs.get("axis", 0), rank)
-    ref = next((lay for lay in ins if lay is not None and any(lay.marks)), None)
-    if ref is None:
+    split = [lay for lay in ins if lay is not None and any(lay.marks)]
+    if not split:
         return ((replicated(rank), ""),)
+    # the most split input sets the layout (zeros beside a tensor-parallel gradient take it)
+    ref = max(split, key=lambda lay: sum(m is not None for m in lay.marks))
     if ref.marks[axis] is not None:
         raise Reject("Concat along a split axis")
     for i, lay in enumerate(ins):
