@@ -93,6 +93,8 @@ def _conv_channels(x: Layout, w: Layout, b: Layout | None, outs: tuple,
 def conv_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
               const: Callable) -> RuleResult:
     x, w, dy = ins
+    if x.marks[1:2] == (T,) or T in w.marks:
+        return _conv_grad_channels(x, w, dy, outs, attrs)
     sample_axes_only(op_type, x)
     _whole(op_type, (w,), 0, "weight")
     want = Layout(x.marks[:1] + (None,) * (len(dy.marks) - 1))
@@ -100,6 +102,33 @@ def conv_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
         raise Demand(2, want) if not any(dy.marks) else Reject(
             f"dy is split as {dy}, unlike Conv(x, w) which is {want}")
     return ((x, ""), (replicated(len(outs[1])), _partial(x)))
+
+
+def _conv_grad_channels(x: Layout, w: Layout, dy: Layout, outs: tuple,
+                        attrs: dict) -> RuleResult:
+    """The gradient of a channel-split ``Conv`` (``_conv_channels``): split input channels
+    give a split ``dx``; split output channels a ``dx`` partial over the ranks. ``dw`` is
+    split like ``w`` and partial over the batch."""
+    if int(attrs.get("group", 1) or 1) != 1:
+        raise Reject("a grouped ConvGrad with a split channel axis")
+    if any(m is not None for m in x.marks[2:]):
+        raise Reject("ConvGrad over a split spatial axis")
+    rank = len(dy.marks)
+    batch = Layout(x.marks[:1])
+    if x.marks[1] == T:
+        if w != Layout((None, T) + (None,) * (len(w.marks) - 2), x.groups):
+            raise Reject("ConvGrad's weight is split unlike its input channels")
+        want = Layout(x.marks[:1] + (None,) * (rank - 1))
+        dx_partial = ""
+    elif w.marks[0] == T and not any(w.marks[1:]):
+        want = Layout(x.marks[:1] + (T,) + (None,) * (rank - 2), w.groups)
+        dx_partial = T
+    else:
+        raise Reject("ConvGrad's weight is split along a kernel axis")
+    if dy != want:
+        raise Demand(2, want) if not any(dy.marks) else Reject(
+            f"dy is split as {dy}, unlike Conv(x, w) which is {want}")
+    return ((x, dx_partial), (w, _partial(batch)))
 
 
 # -- pooling ---------------------------------------------------------------------------------
