@@ -80,6 +80,8 @@ class Sharding:
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
         self._pulled: list[Value] = []
+        self._slicing = False
+        """Whether the candidate being tried may slice shared weights (``_slice_use``)."""
         self._undo_cur: list[tuple[Value, Any, Any]] | None = None
         """The undo log of the tensor-pass candidate being tried (``_accept_tensor``)."""
         self.local_index: set[Value] = set()
@@ -194,7 +196,7 @@ class Sharding:
                 res = self._eval(op)
             except Demand as d:
                 v = op.inputs[d.index]
-                if v is not None and undo is not None and \
+                if v is not None and undo is not None and self._slicing and \
                         self._slice_use(op, d.index, v, d.layout, undo):
                     if i not in queued:
                         queued.add(i)
@@ -456,6 +458,7 @@ class Sharding:
                 continue
             tried.add(w)
             groups = 1
+            self._slicing = False  # shared weights split whole first, else sliced on use
             while True:
                 undo: list[tuple[Value, Any, Any]] = [(w, self.layout[w], None)]
                 self._undo_cur = undo
@@ -469,7 +472,11 @@ class Sharding:
                 if bad is not None and bad[1].groups and groups == 1:
                     groups = bad[1].groups
                     continue
+                if not self._slicing:
+                    self._slicing = True
+                    continue
                 break
+            self._slicing = False
 
     def _closed(self, undo: list[tuple[Value, Any, Any]]) -> bool:
         """Whether no activation split over ``tp`` reaches the function's results."""
