@@ -30,7 +30,7 @@ from distir.transforms.layout_rules import MEAN_SCALED, mean_scale_marks
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
 
-__all__ = ["Emitter", "Namer", "base_name", "scaled_outputs"]
+__all__ = ["Emitter", "Namer", "base_name", "scaled_outputs", "local_group"]
 
 Namer = Callable[[str], list[str]]
 """``base name -> the names of its local values``, one per rank."""
@@ -52,6 +52,20 @@ def scaled_outputs(plan: Plan, op: Op) -> list[tuple[int, str]]:
         if m:
             out.append((k, m))
     return out
+
+
+_GROUPED = frozenset({"Conv", "ConvGrad"})
+
+
+def local_group(plan: Plan, op: Op) -> int | None:
+    """The local ``group`` of a depthwise convolution (or its gradient) whose channels are
+    split over the ranks (each rank convolves its own channels), else ``None``."""
+    g = int(op.attrs.get("group", 1) or 1)  # type: ignore[arg-type]
+    x = op.inputs[0]
+    if g == 1 or x is None or plan.tp == 1:
+        return None
+    marks = plan.sh.layout[x].marks
+    return g // plan.tp if len(marks) > 1 and marks[1] == T else None
 
 
 def base_name(v: Value) -> str:
@@ -95,6 +109,10 @@ class Emitter:
                 ins.append(env[v])
         per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
         attrs = op.attrs or None
+        if op_type in _GROUPED and tp > 1:
+            g = local_group(self.plan, op)
+            if g is not None:
+                attrs = {**op.attrs, "group": g}
         append = self.ops.append
         partial = self.partial
         outs = op.outputs

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import DenseAttr
-from distir.transforms.emit import Emitter, base_name, scaled_outputs
+from distir.transforms.emit import Emitter, base_name, local_group, scaled_outputs
 from distir.transforms.layout import T
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
@@ -121,8 +121,9 @@ class LayerTable:
                 ins.append(("e", idx))
             outs = tuple((o.name == "_", tp > 1 and T in partial.get(o, "") and
                           o in prog.live_values) for o in op.outputs)
-            cut = tuple(plan.sh.sliced.get((op, k)) for k in range(len(op.inputs))) \
-                if plan.sh.sliced else ()  # weights sliced on use (``Sharding.sliced``)
+            cut = (tuple(plan.sh.sliced.get((op, k)) for k in range(len(op.inputs)))
+                   if plan.sh.sliced else (),  # weights sliced on use (``Sharding.sliced``)
+                   local_group(plan, op) if op.op_type in ("Conv", "ConvGrad") else None)
             items.append((op.op_type, op.attrs_key, tuple(ins), outs, cut))
             for k, o in enumerate(op.outputs):
                 internal[o] = (pos, k)

@@ -64,13 +64,26 @@ def _conv_channels(x: Layout, w: Layout, b: Layout | None, outs: tuple,
                    attrs: dict) -> RuleResult:
     """A convolution with channels split over the tensor-parallel ranks: output channels
     (weight axis 0, and its bias) give a channel-split result; input channels (weight axis
-    1) a partial sum, whose whole bias rank 0 adds (``emit.Emitter``)."""
-    if int(attrs.get("group", 1) or 1) != 1:
-        raise Reject("a grouped Conv with a split channel axis")
+    1) a partial sum, whose whole bias rank 0 adds (``emit.Emitter``); a depthwise
+    convolution (a group per channel) keeps the split, its weight split alike."""
+    group = int(attrs.get("group", 1) or 1)
     for a, m in enumerate(x.marks):
         if m is not None and a > 1:
             raise Reject("Conv over a split spatial axis")
     rank = len(outs[0])
+    if group != 1:  # depthwise (one input channel per group): the split passes through
+        if x.marks[1] != T or group != outs[0][1] or w.groups != 1 and w.groups != x.groups:
+            raise Reject("a grouped Conv with a split channel axis")
+        want = Layout((T,) + (None,) * (len(w.marks) - 1), x.groups)
+        if w != want:
+            if any(w.marks):
+                raise Reject("a depthwise Conv's weight is split unlike its channels")
+            raise Demand(1, want)
+        if b is not None and b != Layout((T,), x.groups):
+            if any(b.marks):
+                raise Reject("Conv's bias is split unlike its output channels")
+            raise Demand(2, Layout((T,), x.groups))
+        return ((Layout(x.marks[:1] + (T,) + (None,) * (rank - 2), x.groups), ""),)
     if x.marks[1] == T:
         want = Layout((None, T) + (None,) * (len(w.marks) - 2), x.groups)
         if w != want:
@@ -109,13 +122,18 @@ def _conv_grad_channels(x: Layout, w: Layout, dy: Layout, outs: tuple,
     """The gradient of a channel-split ``Conv`` (``_conv_channels``): split input channels
     give a split ``dx``; split output channels a ``dx`` partial over the ranks. ``dw`` is
     split like ``w`` and partial over the batch."""
-    if int(attrs.get("group", 1) or 1) != 1:
-        raise Reject("a grouped ConvGrad with a split channel axis")
+    group = int(attrs.get("group", 1) or 1)
     if any(m is not None for m in x.marks[2:]):
         raise Reject("ConvGrad over a split spatial axis")
     rank = len(dy.marks)
     batch = Layout(x.marks[:1])
-    if x.marks[1] == T:
+    if group != 1:  # depthwise: every axis keeps its split, nothing is summed over ranks
+        if x.marks[1] != T or group != outs[0][1] or \
+                w != Layout((T,) + (None,) * (len(w.marks) - 1), x.groups):
+            raise Reject("a grouped ConvGrad with a split channel axis")
+        want = Layout(x.marks[:1] + (T,) + (None,) * (rank - 2), x.groups)
+        dx_partial = ""
+    elif x.marks[1] == T:
         if w != Layout((None, T) + (None,) * (len(w.marks) - 2), x.groups):
             raise Reject("ConvGrad's weight is split unlike its input channels")
         want = Layout(x.marks[:1] + (None,) * (rank - 1))

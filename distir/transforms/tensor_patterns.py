@@ -13,10 +13,11 @@ any graph (never by value names):
   other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
   split is pulled back through what the activation is made of (elementwise ops,
   reshapes, transposes, slices, concatenations and expansions along other axes (rotary
-  embeddings, grouped keys), softmaxes and lookups along another axis (a per-head position bias),
-  matrix products) to the weights it comes from, which are split too. Only weights are
-  chosen here; the forward propagation then recomputes every layout through the rules,
-  so a pull never asserts a layout that a rule did not accept.
+  embeddings, grouped keys), softmaxes and lookups along another axis (a per-head
+  position bias), matrix products and convolutions) to the weights it comes from, which
+  are split too. Only weights are chosen here; the forward propagation then recomputes
+  every layout through the rules, so a pull never asserts a layout that a rule did not
+  accept.
 
 Invariants: a pull returns parameters that are not data, not locked by an earlier
 candidate and still whole (their layouts carry no batch mark), and values that each rank
@@ -253,6 +254,14 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
                 return False
             ok = True
         return ok
+    if t == "Conv":  # output channels: weight axis 0 and the bias
+        if ax != 1 or int(prog.attrs(op).get("group", 1) or 1) != 1:
+            return False
+        cw = op.inputs[1]
+        c = op.inputs[2] if len(op.inputs) > 2 else None
+        if cw is None or not _pull(sh, cw, one_t(len(prog.shape(cw)), 0), seeds, depth + 1):
+            return False
+        return c is None or _pull(sh, c, one_t(1, 0), seeds, depth + 1)
     if t == "Gemm":
         attrs = prog.attrs(op)
         if ax != 1 or attrs.get("transA", 0):

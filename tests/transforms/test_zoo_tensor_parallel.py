@@ -31,10 +31,10 @@ SPLIT = {
     ("vit", "torchscript"): 12, ("vit", "dynamo"): 4,
     ("vit_b16", "torchscript"): 4, ("vit_b16", "dynamo"): 4,
     ("transformer_encoder", "torchscript"): 2, ("transformer_encoder", "dynamo"): 4,
-    ("resnet18", "torchscript"): 16, ("resnet18", "dynamo"): 16,
-    ("resnet50", "torchscript"): 35, ("resnet50", "dynamo"): 35,
-    ("mobilenet_v3_small", "torchscript"): 22, ("mobilenet_v3_small", "dynamo"): 22,
-    ("efficientnet_b0", "torchscript"): 34, ("efficientnet_b0", "dynamo"): 34,
+    ("resnet18", "torchscript"): 17, ("resnet18", "dynamo"): 17,
+    ("resnet50", "torchscript"): 42, ("resnet50", "dynamo"): 42,
+    ("mobilenet_v3_small", "torchscript"): 53, ("mobilenet_v3_small", "dynamo"): 53,
+    ("efficientnet_b0", "torchscript"): 79, ("efficientnet_b0", "dynamo"): 79,
     ("conv1d", "torchscript"): 2, ("conv1d", "dynamo"): 2,
 }
 """Weights (rank >= 2) split over the tensor-parallel ranks in each imported model's
