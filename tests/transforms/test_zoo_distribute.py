@@ -7,15 +7,13 @@ from __future__ import annotations
 from typing import Any
 
 import numpy as np
+import onnx  # noqa: F401 - the test needs it
 import pytest
+import transformers  # noqa: F401 - the test needs it
 
 import distir
 from distir.errors import TransformError
 from distir.transforms import Analysis, analyze, dtp
-
-pytest.importorskip("transformers")
-pytest.importorskip("onnx")
-
 from tests.zoo.export import ExportFailed, exported  # noqa: E402
 from tests.zoo.models import BY_NAME, SPECS  # noqa: E402
 
