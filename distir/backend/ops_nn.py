@@ -15,6 +15,7 @@ from distir.analysis.numpy_rules.kernels import conv_transpose_geometry
 from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static
 from distir.errors import UnsupportedError
+from distir.ir.padding import explicit_pads
 
 
 @LOWERINGS.register("MatMul")
@@ -127,19 +128,8 @@ def _spatial(s: Static) -> tuple[int, list[int], list[int], list[int], list[int]
         kernel = list(s.attrs["kernel_shape"])
     strides = list(s.attrs.get("strides") or [1] * n)
     dil = list(s.attrs.get("dilations") or [1] * n)
-    pads = list(s.attrs.get("pads") or [0] * (2 * n))
-    auto = s.attrs.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        pads = [0] * (2 * n)
-        for i in range(n):
-            size = x.shape[2 + i]
-            out = -(-size // strides[i])
-            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size, 0)
-            small = total // 2
-            pads[i], pads[n + i] = ((small, total - small) if auto == "SAME_UPPER"
-                                    else (total - small, small))
-    elif auto == "VALID":
-        pads = [0] * (2 * n)
+    pads = explicit_pads(x.shape[2:], kernel, strides, dil, s.attrs.get("pads"),
+                         s.attrs.get("auto_pad", "NOTSET"))
     return n, kernel, strides, dil, pads[:n], pads[n:]
 
 

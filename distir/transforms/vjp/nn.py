@@ -17,6 +17,7 @@ from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Value
+from distir.ir.padding import explicit_pads
 from distir.transforms.vjp import VJP_RULES, VJPContext
 
 
@@ -45,18 +46,8 @@ def spatial(cx: VJPContext, kernel: list[int]) -> dict[str, Any]:
     n = x.rank - 2
     strides = list(cx.attrs.get("strides") or [1] * n)
     dil = list(cx.attrs.get("dilations") or [1] * n)
-    pads = list(cx.attrs.get("pads") or [0] * (2 * n))
-    auto = cx.attrs.get("auto_pad", "NOTSET")
-    if auto in ("SAME_UPPER", "SAME_LOWER"):
-        for i in range(n):
-            size = x.shape[2 + i]
-            out = -(-size // strides[i])
-            total = max((out - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 - size, 0)
-            small = total // 2
-            pads[i], pads[n + i] = ((small, total - small) if auto == "SAME_UPPER"
-                                    else (total - small, small))
-    elif auto == "VALID":
-        pads = [0] * (2 * n)
+    pads = explicit_pads(x.shape[2:], kernel, strides, dil, cx.attrs.get("pads"),
+                         cx.attrs.get("auto_pad", "NOTSET"))
     return {"strides": strides, "dilations": dil, "pads": pads}
 
 
