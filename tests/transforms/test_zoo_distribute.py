@@ -4,8 +4,6 @@ verifies; for a sample, the distributed program computes the sequential results.
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx  # noqa: F401 - the test needs it
 import pytest
@@ -14,47 +12,22 @@ import transformers  # noqa: F401 - the test needs it
 import distir
 from distir.errors import TransformError
 from distir.transforms import Analysis, analyze, dtp
-from tests.zoo.export import ExportFailed, exported  # noqa: E402
-from tests.zoo.models import BY_NAME, SPECS  # noqa: E402
+from tests.transforms.zoo_models import zoo_analysis, zoo_inputs
+from tests.zoo.models import SPECS  # noqa: E402
 
 EXPORTERS = ("torchscript", "dynamo")
-BATCH = 4
 CONFIGS = [(2, 1, 1, 1), (4, 1, 1, 1), (1, 1, 1, 2), (1, 2, 1, 1), (1, 1, 2, 1),
            (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 1), (2, 2, 2, 1), (4, 1, 1, 1), (1, 1, 4, 2),
            (1, 1, 3, 1)]
 """(dp, tp, pp, K): D up to 4, K 2, T 2, P 1 to 4, and their combinations."""
 
-_cache: dict[tuple[str, str], Any] = {}
 
-
-def _analysis(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
-    """The imported model (batch 4) and its analysis, once per test session; skipped when
-    the exporter fails on the model (the zoo's own tests report that)."""
-    key = (name, exporter)
-    if key not in _cache:
-        spec = BY_NAME[name]
-        try:
-            path = exported(spec, exporter).path
-        except ExportFailed as e:
-            _cache[key] = str(e)
-        else:
-            m = distir.import_onnx(path, dims=spec.dims(batch=BATCH))
-            _cache[key] = (m, analyze(m.entry))
-    got = _cache[key]
-    if isinstance(got, str):
-        pytest.skip(f"{name} does not export with {exporter}: {got}")
-    return got
-
-
-def _inputs(name: str) -> list[np.ndarray]:
-    """The free inputs (the weights are bound to initializers)."""
-    return [t.numpy() for t in BY_NAME[name].inputs(BATCH, 8)]
 
 
 @pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", [s.name for s in SPECS])
 def test_refused_or_verified(name: str, exporter: str) -> None:
-    m, an = _analysis(name, exporter)
+    m, an = zoo_analysis(name, exporter)
     for dp, tp, pp, k in CONFIGS:
         try:
             step = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k)
@@ -76,7 +49,7 @@ def test_training_step_refused_or_verified(name: str, exporter: str) -> None:
     """The training step (cross entropy, SGD) of every zoo model likewise."""
     from distir.transforms import training_step
 
-    m, _ = _analysis(name, exporter)
+    m, _ = zoo_analysis(name, exporter)
     key = (name, exporter)
     if key not in _steps:
         _steps[key] = analyze(training_step(m.entry, loss="cross_entropy", optimizer="sgd"))
@@ -108,8 +81,8 @@ cost (``pp`` need not divide the layers)."""
                          ids=[f"{n}-{e}-D{c[0]}T{c[1]}P{c[2]}K{c[3]}" for n, e, c in SAMPLE])
 def test_distributed_equals_sequential(name: str, exporter: str,
                                        cfg: tuple[int, int, int, int]) -> None:
-    m, an = _analysis(name, exporter)
-    ins = _inputs(name)
+    m, an = zoo_analysis(name, exporter)
+    ins = zoo_inputs(name)
     want = distir.execute(m.entry, ins)
     dp, tp, pp, k = cfg
     sc = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
@@ -140,11 +113,11 @@ def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int
     from distir.analysis import type_env
     from distir.transforms import training_step
 
-    m, _ = _analysis(name, exporter)
+    m, _ = zoo_analysis(name, exporter)
     step = training_step(m.entry, loss="cross_entropy", optimizer="sgd", reduction=reduction)
     target = type_env(step)[step.params[-1]]
     labels = np.random.default_rng(0).integers(0, 3, size=target.shape).astype(np.int64)
-    ins = _inputs(name) + [labels]
+    ins = zoo_inputs(name) + [labels]
     want = distir.execute(step, ins)
     dp, tp, pp, k = cfg
     sc = dtp(step, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
@@ -158,7 +131,7 @@ def test_training_step_distributes(name: str, exporter: str, cfg: tuple[int, int
 def test_batch_inputs_named_or_found() -> None:
     """The inputs not bound to initializers are the batch; naming them gives the same
     program; a tie between two first dimensions asks for the names."""
-    m, an = _analysis("bert", "torchscript")
+    m, an = zoo_analysis("bert", "torchscript")
     assert {p.name for p in an.sharding.data} == {"input_ids", "attention_mask"}
     named = dtp(m.entry, dp=2, batch_inputs=["input_ids", "attention_mask"])
     assert distir.dumps(named) == distir.dumps(dtp(an, dp=2))

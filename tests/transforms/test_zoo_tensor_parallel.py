@@ -5,8 +5,6 @@ for inference and for training steps (cross entropy, SGD)."""
 
 from __future__ import annotations
 
-from typing import Any
-
 import numpy as np
 import onnx  # noqa: F401 - the test needs it
 import pytest
@@ -16,10 +14,7 @@ import distir
 from distir.errors import TransformError
 from distir.transforms import Analysis, analyze, dtp
 from distir.transforms.layout import T
-from tests.zoo.export import ExportFailed, exported  # noqa: E402
-from tests.zoo.models import BY_NAME  # noqa: E402
-
-BATCH = 4
+from tests.transforms.zoo_models import zoo_analysis, zoo_inputs
 
 SPLIT = {
     ("gpt2", "torchscript"): 8, ("gpt2", "dynamo"): 4,
@@ -44,24 +39,6 @@ SPLIT_TRAIN = {**SPLIT, ("bert", "torchscript"): 4, ("gpt2", "torchscript"): 0,
 too). Fewer where the exporter deduplicated equal zero biases into one weight that a
 LayerNorm (or a Conv) shares: a trained weight is not sliced on use."""
 
-_cache: dict[tuple[str, str], Any] = {}
-
-
-def _model(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
-    key = (name, exporter)
-    if key not in _cache:
-        spec = BY_NAME[name]
-        try:
-            path = exported(spec, exporter).path
-        except ExportFailed as e:
-            _cache[key] = str(e)
-        else:
-            m = distir.import_onnx(path, dims=spec.dims(batch=BATCH))
-            _cache[key] = (m, analyze(m.entry))
-    got = _cache[key]
-    if isinstance(got, str):
-        pytest.skip(f"{name} does not export with {exporter}: {got}")
-    return got
 
 
 def split_weights(an: Analysis) -> list[str]:
@@ -71,9 +48,6 @@ def split_weights(an: Analysis) -> list[str]:
     return [p.name for p in fn.params if p.name in fn.initializers
             and len(sh.prog.shape(p)) >= 2 and T in sh.layout[p].marks]
 
-
-def _inputs(name: str) -> list[np.ndarray]:
-    return [t.numpy() for t in BY_NAME[name].inputs(BATCH, 8)]
 
 
 def _close(got: list, want: list) -> None:
@@ -85,7 +59,7 @@ def _close(got: list, want: list) -> None:
 
 @pytest.mark.parametrize(("name", "exporter"), sorted(SPLIT), ids=lambda x: str(x))
 def test_split_weight_count(name: str, exporter: str) -> None:
-    _, an = _model(name, exporter)
+    _, an = zoo_analysis(name, exporter)
     assert len(split_weights(an)) == SPLIT[(name, exporter)], split_weights(an)
 
 
@@ -94,8 +68,8 @@ def test_split_weight_count(name: str, exporter: str) -> None:
 def test_inference_equals_sequential(name: str, exporter: str, tp: int) -> None:
     """Under ``tp`` ranks the self-contained program computes the sequential results; a
     configuration may be refused only where a split axis is not divisible by ``tp``."""
-    m, an = _model(name, exporter)
-    ins = _inputs(name)
+    m, an = zoo_analysis(name, exporter)
+    ins = zoo_inputs(name)
     want = distir.execute(m.entry, ins)
     try:
         sc = dtp(an, tp=tp, self_contained=True)
@@ -119,7 +93,7 @@ def test_training_step_equals_sequential(name: str, exporter: str, tp: int) -> N
     from distir.analysis import type_env
     from distir.transforms import training_step
 
-    m, an = _model(name, exporter)
+    m, an = zoo_analysis(name, exporter)
     key = (name, exporter)
     if key not in _steps:
         _steps[key] = analyze(training_step(m.entry, loss="cross_entropy", optimizer="sgd"))
@@ -128,7 +102,7 @@ def test_training_step_equals_sequential(name: str, exporter: str, tp: int) -> N
     assert len(split_weights(st)) == SPLIT_TRAIN[key], split_weights(st)
     target = type_env(step)[step.params[-1]]
     labels = np.random.default_rng(0).integers(0, 3, size=target.shape).astype(np.int64)
-    ins = _inputs(name) + [labels]
+    ins = zoo_inputs(name) + [labels]
     want = distir.execute(step, ins)
     try:
         sc = dtp(st, tp=tp, self_contained=True)
