@@ -3,7 +3,9 @@
 Invariants of the result:
 - ``@main``'s parameters are the graph inputs that have no initializer, in graph order, then
   the initializers, in the order the model lists them; every parameter is a tensor typed on
-  ``device``. ``fn.initializers`` maps each initializer's name to its numpy value.
+  ``device``. ``fn.initializers`` maps each initializer's name to its numpy value. Integer
+  initializers of at most ``SMALL_INDEX_INITIALIZER`` elements (axes, bounds, shapes) are
+  ``Constant`` ops at the start of ``@main`` instead.
 - One op per node, in a topological order (the model's own order when it is one); names are
   the model's. An omitted optional input (``""``) is ``None``; trailing ones are dropped, as
   are trailing omitted outputs; an omitted output in the middle is the discard ``_``.
@@ -259,6 +261,12 @@ def symbolic_dims(graph: onnx.GraphProto) -> list[str]:
     return list(seen)
 
 
+SMALL_INDEX_INITIALIZER = 64
+"""Integer initializers of at most this many elements are imported as ``Constant`` ops
+rather than bound parameters: they are index operands (axes, slice bounds, pads, target
+shapes), not weights."""
+
+
 def convert_graph(graph: onnx.GraphProto, dims: Mapping[str, int], device: int,
                   *, release: bool = False) -> Function:
     """The ``@main`` function of ``graph`` with its initializer values attached.
@@ -285,12 +293,22 @@ def convert_graph(graph: onnx.GraphProto, dims: Mapping[str, int], device: int,
                            f"{', '.join(unbound)}: bind {'them' if len(names) > 1 else 'it'} "
                            f"with dims={{{bind}}} (command line: {flags})")
     arrays: dict[str, np.ndarray] = {}
+    ops: list[Op] = []
     for t in graph.initializer:
         what = f"initializer '{t.name}'"
         arr = tensor_array(t, what)
         if release:
             t.ClearField("raw_data")
         key = _hint(t.name)  # the printed name, which keys the weights file
+        if arr.dtype.kind in "iu" and arr.size <= SMALL_INDEX_INITIALIZER:
+            # Axes, bounds, pads and shapes (the dynamo exporter passes them as
+            # initializers): a Constant, so that every interpretation knows the value
+            # where it compiles the op, not only when the step runs.
+            v = Value(key)
+            ops.append(Op("Constant", (), {"value": DenseAttr.from_array(arr),
+                                           "device": device}, (v,)))
+            values[t.name] = v
+            continue
         v = Value(key, TensorType(DType.from_np(arr.dtype), tuple(int(d) for d in arr.shape),
                                   device))
         values[t.name] = v
@@ -300,7 +318,6 @@ def convert_graph(graph: onnx.GraphProto, dims: Mapping[str, int], device: int,
         raise ImportError_(f"sparse initializer '{graph.sparse_initializer[0].values.name}': "
                            "DistIR has dense tensors only; densify it first")
 
-    ops: list[Op] = []
     nodes = _topological(list(graph.node), set(values))
     index = {id(n): i for i, n in enumerate(graph.node)}
     for node in nodes:

@@ -15,7 +15,8 @@ The steps, in order, each with a one-line ``ImportError_`` for what it cannot ta
    (``distir.importers._onnx_graph``) and verify the module.
 
 The result's ``@main`` takes the graph inputs without initializers, in graph order, then the
-initializers; their values are attached (``fn.initializers``), so that
+initializers (small integer ones, index operands, become ``Constant`` ops); their values are
+attached (``fn.initializers``), so that
 ``distir.execute(m.entry, [x, ...])`` takes only the former.
 """
 
