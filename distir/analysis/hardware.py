@@ -10,6 +10,15 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
   across nodes; optionally ``overlap_slowdown``, the compute time lost per second of an
   asynchronous collective running beside it (0 if absent: a free overlap; measured by
   ``python -m calibration.overlap``);
+- optionally ``base``, another profile's name: the file then lists only what differs
+  from it (``device``, ``interconnect`` and ``fits`` keys, ``name``, ``description``);
+- optionally, for machines of several nodes: ``nodes`` (how many; absent: any number, a
+  program's device ``d`` being on node ``d // devices_per_node``) and ``nics_per_node``
+  (the network adapters of a node; then ``inter_node`` gives one adapter's bandwidth per
+  direction and its latency per step, and a collective spanning nodes is a ring whose
+  node-crossing links share the adapters: see ``Hardware.comm_time``). Without
+  ``nics_per_node``, ``inter_node`` is the per-device bus bandwidth of a collective
+  spanning nodes, whatever its shape;
 - optionally, fitted regressions per op family (``fits``): ``matmul`` by dtype (features
   ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``bmm`` by dtype (batched products whose two
   operands are both batched, as attention runs them: ``bmm_features``), ``elementwise``
@@ -40,7 +49,7 @@ import os
 import pickle
 import sys
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from itertools import combinations_with_replacement
 from pathlib import Path
 from typing import Any
@@ -318,6 +327,10 @@ class Hardware:
     calibrated: bool = False
     source: str = ""
     overlap_slowdown: float = 0.0
+    nodes: int = 0
+    """How many nodes the machine has; 0: any number (a program's devices decide)."""
+    nics_per_node: int = 0
+    """Network adapters per node; 0: ``inter_node`` is a bus bandwidth (module docstring)."""
     _peak: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
                                     repr=False)
     _fits: dict[tuple[str, str], FitModel] = field(default_factory=dict, compare=False,
@@ -328,6 +341,23 @@ class Hardware:
         self._fits.update({(fam, key): m for fam, key, m in self.fits})
         if not self.intra_node:
             raise ConfigError(f"profile {self.name}: interconnect.intra_node needs an entry")
+        if self.nodes < 0 or self.nics_per_node < 0 or (self.nics_per_node
+                                                         and not self.inter_node):
+            raise ConfigError(f"profile {self.name}: interconnect.nodes and nics_per_node "
+                              "must be >= 0, and nics_per_node needs inter_node links")
+
+    @property
+    def num_devices(self) -> int | None:
+        """The machine's device count (``nodes`` x ``devices_per_node``); ``None`` when
+        the profile fixes no node count."""
+        return self.nodes * self.devices_per_node if self.nodes else None
+
+    def with_nodes(self, nodes: int) -> Hardware:
+        """This profile for a machine of ``nodes`` nodes (everything else alike)."""
+        if not isinstance(nodes, int) or nodes < 1:
+            raise ConfigError(f"profile {self.name}: a machine has at least 1 node, got "
+                              f"{nodes!r}")
+        return replace(self, nodes=nodes, name=f"{self.name}@{nodes}", _peak={}, _fits={})
 
     # -- compute ---------------------------------------------------------------------
     def peak(self, dtype: str) -> float:
@@ -424,7 +454,28 @@ class Hardware:
                 return max(f, self.launch_overhead)
         steps, volume = collective_factors(kind, n)
         spec = self.link(n, inter)
-        return self.launch_overhead + steps * spec.latency + volume * nbytes / spec.bandwidth
+        bandwidth = spec.bandwidth
+        if inter and self.nics_per_node:
+            bandwidth = self._ring_across_nodes(devices, spec.bandwidth)
+        return self.launch_overhead + steps * spec.latency + volume * nbytes / bandwidth
+
+    def _ring_across_nodes(self, devices: Sequence[int], nic_bandwidth: float) -> float:
+        """Bus bandwidth (bytes/s) of a ring over ``devices`` spanning nodes, with
+        ``nics_per_node`` adapters of ``nic_bandwidth`` each: every node-crossing link of
+        the ring carries what every device sends, so with ``p`` of the group's devices on
+        the busiest node, ``min(p, nics_per_node)`` parallel rings (NCCL's channels, one
+        per adapter) share it: ``min(p, nics) * nic_bandwidth``, capped by the intra-node
+        link of ``p`` devices. Other groups' traffic on the same adapters is not
+        counted (the simulator models no link contention)."""
+        per = self.devices_per_node
+        count: dict[int, int] = {}
+        for d in devices:
+            count[d // per] = count.get(d // per, 0) + 1
+        p = max(count.values())
+        bw = min(p, self.nics_per_node) * nic_bandwidth
+        if p > 1:
+            bw = min(bw, self.link(p, False).bandwidth)
+        return bw
 
     def _comm_fit(self, kind: str, n: int, nbytes: float) -> float | None:
         f = self._fits.get((kind, str(n)))
@@ -460,6 +511,8 @@ class Hardware:
                 "inter_node": [_link_json(s) for s in self.inter_node],
                 **({"overlap_slowdown": self.overlap_slowdown} if self.overlap_slowdown
                    else {}),
+                **({"nodes": self.nodes} if self.nodes else {}),
+                **({"nics_per_node": self.nics_per_node} if self.nics_per_node else {}),
             },
             "fits": fits,
         }
@@ -491,6 +544,8 @@ class Hardware:
                 intra_node=tuple(_link(x) for x in net["intra_node"]),
                 inter_node=tuple(_link(x) for x in net.get("inter_node", ())),
                 overlap_slowdown=float(net.get("overlap_slowdown", 0.0)),
+                nodes=int(net.get("nodes", 0)),
+                nics_per_node=int(net.get("nics_per_node", 0)),
                 fits=tuple(fits),
                 source=source)
         except KeyError as e:
@@ -568,9 +623,42 @@ def _parse_profile(path: Path, st: os.stat_result) -> Hardware:
                           Loc(str(path), e.lineno, e.colno)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a hardware profile must be a JSON object")
+    if "base" in data:  # not stored compiled: a change to the base must show
+        return _derived(data, str(path))
     hw = Hardware.from_json(data, str(path))
     _store_compiled(path, st, hw)
     return hw
+
+
+_DERIVING: set[str] = set()
+
+
+def _derived(data: Mapping[str, Any], source: str) -> Hardware:
+    """A profile written as changes to another (``"base"``: a profile name, or a path
+    relative to this file's folder): its ``device``, ``interconnect`` and ``fits`` keys
+    replace the base's, key by key; ``name``, ``description`` and ``calibrated`` replace
+    the base's where given."""
+    ref = str(data["base"])
+    rel = Path(source).parent / ref
+    if source in _DERIVING:
+        raise ConfigError(f"{source}: its base profiles lead back to it ({ref})")
+    _DERIVING.add(source)
+    try:
+        base = load_hardware(rel if ref.endswith(".json") and rel.is_file() else ref)
+    finally:
+        _DERIVING.discard(source)
+    merged = base.to_json()
+    for sec in ("device", "interconnect", "fits"):
+        extra = data.get(sec) or {}
+        if not isinstance(extra, Mapping):
+            raise ConfigError(f"{source}: {sec} must be an object")
+        merged[sec] = {**merged[sec], **extra}
+    for key in ("name", "description", "calibrated"):
+        if key in data:
+            merged[key] = data[key]
+    if data.get("format") != FORMAT:
+        merged["format"] = data.get("format")
+    return Hardware.from_json(merged, source)
 
 
 # -- the compiled profile cache ------------------------------------------------------------
