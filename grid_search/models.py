@@ -176,12 +176,13 @@ PRESETS: dict[str, Workload] = {
     "mlp-1b": Workload("mlp-1b", "mlp", {"num_layers": 16, "width": 8192}),
     "mlp-17b": Workload("mlp-17b", "mlp", {"num_layers": 64, "width": 16384}),
     "mlp-103b": Workload("mlp-103b", "mlp", {"num_layers": 96, "width": 32768}),
+    "gpt2-350m": Workload("gpt2-350m", "gpt2", {"n_layer": 24, "d_model": 1024, "n_head": 16}),
     "gpt2-1.6b": Workload("gpt2-1.6b", "gpt2", {"n_layer": 24, "d_model": 2048, "n_head": 16}),
     "gpt2-13b": Workload("gpt2-13b", "gpt2", {"n_layer": 40, "d_model": 5120, "n_head": 40}),
     "gpt2-175b": Workload("gpt2-175b", "gpt2", {"n_layer": 96, "d_model": 12288,
                                                  "n_head": 96}),
 }
-for _name in ("gpt2-1.6b", "gpt2-13b", "gpt2-175b"):
+for _name in ("gpt2-350m", "gpt2-1.6b", "gpt2-13b", "gpt2-175b"):
     PRESETS[f"{_name}-train"] = dataclasses.replace(PRESETS[_name], name=f"{_name}-train",
                                                     train=_GPT2_TRAIN)
 
@@ -230,7 +231,7 @@ def workload(model: str | Function | Module, preset: str | None = None, *,
              batch_sizes: list[int] | None = None, **sizes: Any) -> Workload:
     """A workload by what the user names:
 
-    - a preset (``mlp-1b`` ... ``gpt2-175b``, ``gpt2-1.6b-train`` ...; ``preset=`` or
+    - a preset (``mlp-1b`` ... ``gpt2-175b``, ``gpt2-350m-train`` ...; ``preset=`` or
       ``model``), or a family with sizes (``mlp`` with ``num_layers``, ``width``; ``gpt2``
       with ``n_layer``, ``d_model``, ``n_head``, ``vocab_size``, ``seq_len``), or the label
       of one as result files write it (``mlp-4-64``, ``gpt2-2-64-4-train``);

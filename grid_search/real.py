@@ -18,7 +18,8 @@ from typing import Any
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
-__all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy", "spearman"]
+__all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy", "spearman",
+           "program_fingerprint"]
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
@@ -51,6 +52,19 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     return cov / (va * vb) if va and vb else math.nan
 
 
+def program_fingerprint(fn: Any) -> str:
+    """A short fingerprint (16 hex digits of the SHA-256 of its printed DistIR text) of the
+    distributed program ``fn``: two programs print the same text exactly when they are the
+    same program, so a measured row whose fingerprint differs from today's ``dtp`` output
+    was measured on another program (other stage cuts, layouts or collectives). The text
+    is independent of the machine, the hardware profile and hash seeds."""
+    import hashlib
+
+    import distir
+
+    return hashlib.sha256(distir.dumps(fn).encode("utf-8")).hexdigest()[:16]
+
+
 def measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
             steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
             ) -> list[dict[str, Any]]:
@@ -66,7 +80,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
-    configuration the transform refuses is recorded as ``refused``. ``memory_limit`` (bytes
+    configuration the transform refuses is recorded as ``refused``. Each row that ran
+    records the ``program_fingerprint`` of the program it ran. ``memory_limit`` (bytes
     per device) caps each run's allocator; ``profile`` (a directory) writes each run's
     per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``).
     """
@@ -91,6 +106,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         seq = models[c.batch_size] = analyze(workload.build(c.batch_size))
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
+                    row["program_fingerprint"] = program_fingerprint(fn)
                     where = None if profile is None else os.path.join(
                         profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
                     r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,

@@ -17,6 +17,12 @@ the best measured ones; then the fidelity table of docs/fidelity.md: Kendall's t
 90th percentile error, the top-1 regret and the out-of-memory prediction), and says whether
 the workload is held out (never used to develop the cost model) or not.
 
+Each measured row records the fingerprint of the distributed program it ran
+(``program_fingerprint``); ``compare`` rebuilds every row's program and refuses a row whose
+program has changed since (another stage cut, layout or collective), naming it and asking
+for it to be measured again (``--skip-stale`` drops such rows instead). Rows measured before
+fingerprints were recorded are compared with a warning.
+
 ``explain`` runs one configuration with per-op profiling and writes ``distir explain``'s
 comparison with the simulation (docs/fidelity.md).
 
@@ -35,12 +41,17 @@ import platform
 import sys
 from typing import Any
 
+from distir.errors import ConfigError
 from grid_search.models import workload
 from grid_search.space import enumerate_space, powers_of_two
 
 DEVELOPMENT = {("mlp-1b", "Float16"), ("gpt2-1.6b", "Float16")}
 """(model, dtype) of the studies the cost model was developed on (docs/fidelity.md): their
 accuracy figures are not held out, at any batch size."""
+
+
+class StaleMeasurementError(ConfigError):
+    """A measured row's program is not the one the transform builds today."""
 
 
 def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str,
@@ -119,7 +130,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
-            "env"]
+            "program_fingerprint", "env"]
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
@@ -139,7 +150,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     import distir
     from distir.errors import TransformError
     from distir.transforms import analyze, dtp
-    from grid_search.real import accuracy
+    from grid_search.real import accuracy, program_fingerprint
 
     with open(args.measured, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -148,7 +159,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         return 1
     w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
     models: dict[int, Any] = {}
-    for r in rows:
+    stale: list[str] = []
+    unchecked = checked = 0
+    for line, r in enumerate(rows, start=2):  # line 1 of the file is the header
         b = int(r["batch_size"])
         if b not in models:
             models[b] = analyze(w.build(b))
@@ -158,6 +171,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
         except TransformError as e:  # refused there too: nothing to compare
             r.update(latency_s="", throughput="", peak_memory_bytes="", reason=e.message)
             continue
+        recorded = (r.get("program_fingerprint") or "").strip()
+        if not recorded:
+            unchecked += r.get("measured_status") in ("ok", "oom")
+        elif recorded != (today := program_fingerprint(fn)):
+            where = (f"{args.measured}:{line} (batch {b}, D{r['dp']} T{r['tp']} P{r['pp']} "
+                     f"K{r['microbatches']} {r['schedule']})")
+            if not args.skip_stale:
+                raise StaleMeasurementError(
+                    f"{where} was measured on program {recorded}, but the transform now "
+                    f"builds {today} for it ({args.dtype}): the program "
+                    "changed since; measure it again (python -m grid_search.study measure), "
+                    "or pass --skip-stale to compare the other rows")
+            stale.append(where)
+            r["stale"] = "true"
+            continue
+        else:
+            checked += 1
         sim = distir.simulate(fn, hardware=args.hardware, batch_size=b)
         per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
@@ -165,6 +195,13 @@ def cmd_compare(args: argparse.Namespace) -> int:
         r["peak_memory_bytes"] = max(per)
         cap = int(float(r.get("memory_limit_bytes") or 0)) or sim.hardware.memory_bytes
         r["predicted_fits"] = str(max(per) <= cap).lower()
+    notes = _program_notes(args.measured, unchecked, stale)
+    for n in notes:
+        print(f"warning: {n}", file=sys.stderr)
+    rows = [r for r in rows if not r.get("stale")]
+    if not rows:
+        raise StaleMeasurementError(f"{args.measured}: every row was measured on a program "
+                                    "the transform no longer builds; measure them again")
     base = args.out
     os.makedirs(os.path.dirname(base) or ".", exist_ok=True)
     with open(base + ".csv", "w", newline="", encoding="utf-8") as f:
@@ -174,6 +211,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
     lines = [f"# {w.name}: simulated ({args.hardware}) vs measured", "",
              f"Measured: `{args.measured}` ({rows[0].get('measured_device', '')}; "
              f"{rows[0].get('env', '')}).", "",
+             f"Programs: {checked} row(s) record the fingerprint of the program the "
+             "transform builds today.", *notes, "",
              held_out_note(w.name, args.dtype), "",
              "Every figure is per batch size: pooled over batch sizes, a rank correlation "
              "mostly shows that bigger batches take longer, so none is given.", "",
@@ -268,6 +307,20 @@ def cmd_explain(args: argparse.Namespace) -> int:
     return 0
 
 
+def _program_notes(measured: str, unchecked: int, stale: list[str]) -> list[str]:
+    """Warnings about rows whose program could not be checked, or was not today's."""
+    out = []
+    if unchecked:
+        out.append(f"{measured}: {unchecked} measured row(s) record no program fingerprint "
+                   "(measured before fingerprints were recorded): the programs simulated "
+                   "today may differ from those measured (e.g. other pipeline stage cuts); "
+                   "measure them again to be sure")
+    if stale:
+        out.append(f"{measured}: {len(stale)} row(s) left out (--skip-stale), measured on "
+                   f"programs the transform no longer builds: {'; '.join(stale)}")
+    return out
+
+
 def held_out_note(model: str, dtype: str) -> str:
     """Whether a study of ``model`` in ``dtype`` is held out (docs/fidelity.md)."""
     if (model, dtype) in DEVELOPMENT:
@@ -348,6 +401,9 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("measured")
     c.add_argument("--hardware", default="h100-sxm")
     c.add_argument("--dtype", default="Float16")
+    c.add_argument("--skip-stale", action="store_true",
+                   help="leave out (with a warning) the rows whose recorded program "
+                   "fingerprint differs from today's program, instead of refusing")
     c.add_argument("-o", "--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_compare)
     e = sub.add_parser("explain", help="profile one configuration and explain it against "

@@ -6,23 +6,25 @@ name           configuration                                           weights
 ``mlp-1b``     MLP, 16 layers of width 8192                            1.07·10⁹
 ``mlp-17b``    MLP, 64 layers of width 16384                           17.2·10⁹
 ``mlp-103b``   MLP, 96 layers of width 32768                           103.1·10⁹
+``gpt2-350m``  GPT-2 medium, 24 layers, d_model 1024, 16 heads         0.35·10⁹
 ``gpt2-1.6b``  GPT-2, 24 layers, d_model 2048, 16 heads                1.31·10⁹
 ``gpt2-13b``   GPT-2, 40 layers, d_model 5120, 40 heads                12.8·10⁹
 ``gpt2-175b``  GPT-2, 96 layers, d_model 12288, 96 heads               174.6·10⁹
 =============  ======================================================  ================
 
-Each GPT-2 preset has a training twin, ``gpt2-1.6b-train``, ``gpt2-13b-train`` and
-``gpt2-175b-train``: one training step of the same model (``TrainingConfig``), built with
-``distir.transforms.training_step`` from the inference graph, with cross-entropy over the
-vocabulary (each token's logits against its target id) and Adam (lr 1e-4) over every
-weight. ``names()`` lists the six forward presets, ``names(training=True)`` the three
-training ones; ``get`` and ``build`` take either.
+Each GPT-2 preset has a training twin, ``gpt2-350m-train``, ``gpt2-1.6b-train``,
+``gpt2-13b-train`` and ``gpt2-175b-train``: one training step of the same model
+(``TrainingConfig``), built with ``distir.transforms.training_step`` from the inference
+graph, with cross-entropy over the vocabulary (each token's logits against its target id)
+and Adam (lr 1e-4) over every weight. ``names()`` lists the seven forward presets,
+``names(training=True)`` the four training ones; ``get`` and ``build`` take either.
 
 MLP presets are square (input, hidden and output width equal). GPT-2 presets have a
 vocabulary of 50257 and a context of 1024 tokens, and process full-length sequences
 (``seq_len`` 1024). The paper's 13B lists d_model 5140, which no head count divides into
 GPT-3's 128-wide heads; 5120 with 40 heads of 128 is used instead. (The 1.6B preset's layer
-count and width give 1.31·10⁹ weights; the name is the paper's.)
+count and width give 1.31·10⁹ weights; the name is the paper's.) ``gpt2-350m`` is not the
+paper's: it is GPT-2 medium, the size of the 4-GPU training studies.
 
 The batch size is a parameter of the search, not of the model: presets carry a default
 (``DEFAULT_MLP_BATCH`` = 8192 samples, ``DEFAULT_GPT2_BATCH`` = 64 sequences) that
@@ -113,6 +115,7 @@ PRESETS: dict[str, MLPConfig | GPT2Config] = {
     "mlp-1b": _mlp(8192, 16),
     "mlp-17b": _mlp(16384, 64),
     "mlp-103b": _mlp(32768, 96),
+    "gpt2-350m": _gpt2(24, 1024, 16),
     "gpt2-1.6b": _gpt2(24, 2048, 16),
     "gpt2-13b": _gpt2(40, 5120, 40),
     "gpt2-175b": _gpt2(96, 12288, 96),

@@ -252,7 +252,8 @@ TINY = {"n_layer": 1, "d_model": 32, "n_head": 2, "vocab_size": 40, "seq_len": 4
         "n_positions": 4}
 
 
-@pytest.mark.parametrize("name", ["gpt2-1.6b-train", "gpt2-13b-train", "gpt2-175b-train"])
+@pytest.mark.parametrize("name", ["gpt2-350m-train", "gpt2-1.6b-train", "gpt2-13b-train",
+                                  "gpt2-175b-train"])
 def test_the_training_presets_build_and_simulate_at_tiny_sizes(name) -> None:
     from distir.models import presets
 

@@ -1,0 +1,121 @@
+"""Measured rows record the fingerprint of the program they ran; ``study compare`` refuses
+rows whose program the transform no longer builds, and warns about rows without one."""
+
+from __future__ import annotations
+
+import csv
+import re
+from pathlib import Path
+
+import pytest
+
+from distir.transforms import analyze, dtp
+from grid_search.models import workload
+from grid_search.real import program_fingerprint
+from grid_search.study import main
+
+
+def _read(path: Path) -> list[dict[str, str]]:
+    with open(path, newline="", encoding="utf-8") as f:
+        return list(csv.DictReader(f))
+
+
+def _write(path: Path, rows: list[dict[str, str]], drop: str | None = None) -> None:
+    cols = [c for c in rows[0] if c != drop]
+    with open(path, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, cols, extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows)
+
+
+@pytest.fixture(scope="module")
+def measured(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """D1, D2, T2 and P2 K2 of a small MLP step, measured on gloo (one and two ranks)."""
+    out = tmp_path_factory.mktemp("measured") / "measured.csv"
+    assert main(["measure", "--model", "mlp-2-32", "--dtype", "Float32", "--batch-sizes", "16",
+                 "--max-devices", "2", "--max-microbatches", "2", "--backend", "gloo",
+                 "--steps", "1", "--warmup", "0", "-o", str(out)]) == 0
+    return out
+
+
+def test_fingerprint_names_the_program() -> None:
+    an = analyze(workload("mlp-2-32").build(16))
+    one = program_fingerprint(dtp(an))
+    assert re.fullmatch(r"[0-9a-f]{16}", one)
+    assert one == program_fingerprint(dtp(an))
+    others = {program_fingerprint(dtp(an, dp=2)), program_fingerprint(dtp(an, tp=2)),
+              program_fingerprint(dtp(an, pp=2, microbatches=2)),
+              program_fingerprint(dtp(an, pp=2, microbatches=2, schedule="gpipe"))}
+    assert len(others) == 4 and one not in others
+
+
+def test_measure_records_the_program_of_each_row(measured: Path) -> None:
+    rows = _read(measured)
+    assert [(r["dp"], r["tp"], r["pp"], r["microbatches"]) for r in rows] == [
+        ("1", "1", "1", "1"), ("1", "1", "2", "2"), ("1", "2", "1", "1"), ("2", "1", "1", "1")]
+    an = analyze(workload("mlp-2-32", dtype="Float32").build(16))
+    for r in rows:
+        assert r["measured_status"] == "ok"
+        fn = dtp(an, dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
+                 microbatches=int(r["microbatches"]), schedule=r["schedule"])
+        assert r["program_fingerprint"] == program_fingerprint(fn)
+
+
+def test_compare_checks_every_row(measured: Path, tmp_path: Path) -> None:
+    out = tmp_path / "study"
+    assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(out)]) == 0
+    text = (tmp_path / "study.md").read_text(encoding="utf-8")
+    assert "Programs: 4 row(s) record the fingerprint of the program the transform builds" \
+        in text
+    assert "warning" not in text
+
+
+def test_compare_refuses_a_row_measured_on_another_program(
+        measured: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _read(measured)
+    rows[2]["program_fingerprint"] = "0123456789abcdef"  # the T2 row, line 4 of the file
+    stale = tmp_path / "stale.csv"
+    _write(stale, rows)
+    capsys.readouterr()
+    assert main(["compare", str(stale), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "study")]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "\n" not in err
+    assert f"{stale}:4 (batch 16, D1 T2 P1 K1 1f1b) was measured on program 0123456789abcdef" \
+        in err
+    assert "measure it again" in err and not (tmp_path / "study.md").exists()
+    # Measured in another dtype: every program differs, the first row is named.
+    assert main(["compare", str(measured), "--dtype", "Float16", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "study")]) == 1
+    assert f"{measured}:2 (batch 16, D1 T1 P1 K1" in capsys.readouterr().err
+
+
+def test_skip_stale_leaves_the_row_out(measured: Path, tmp_path: Path,
+                                       capsys: pytest.CaptureFixture[str]) -> None:
+    rows = _read(measured)
+    rows[2]["program_fingerprint"] = "0123456789abcdef"
+    stale = tmp_path / "stale.csv"
+    _write(stale, rows)
+    out = tmp_path / "study"
+    assert main(["compare", str(stale), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "--skip-stale", "-o", str(out)]) == 0
+    assert "1 row(s) left out (--skip-stale)" in capsys.readouterr().err
+    got = _read(tmp_path / "study.csv")
+    assert [(r["dp"], r["tp"]) for r in got] == [("1", "1"), ("1", "1"), ("2", "1")]
+    text = (tmp_path / "study.md").read_text(encoding="utf-8")
+    assert "Programs: 3 row(s)" in text and "D1 T2 P1 K1" in text
+
+
+def test_rows_without_a_fingerprint_are_compared_with_a_warning(
+        measured: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    old = tmp_path / "old.csv"
+    _write(old, _read(measured), drop="program_fingerprint")
+    capsys.readouterr()
+    assert main(["compare", str(old), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "study")]) == 0
+    err = capsys.readouterr().err
+    assert "warning: " in err and "4 measured row(s) record no program fingerprint" in err
+    text = (tmp_path / "study.md").read_text(encoding="utf-8")
+    assert "Programs: 0 row(s)" in text and "record no program fingerprint" in text
+    assert len(_read(tmp_path / "study.csv")) == 4
