@@ -34,9 +34,10 @@ def test_h100_cluster_profiles_keep_h100_sxm_within_a_node() -> None:
 def test_a_ring_across_nodes_shares_the_busiest_nodes_adapters() -> None:
     hw = load_hardware("h100-2x8-ib")
     nic, lat = 50e9, 5e-6
-    # All 8 GPUs of each node: 8 adapters of 50 GB/s, under NVLink's 450 GB/s.
+    # All 8 GPUs of each node: 8 adapters of 50 GB/s, capped by the node's own link of 8.
+    cap = hw.link(8, False).bandwidth
     assert hw.comm_time("allreduce", GiB, range(16)) == pytest.approx(
-        _ring(hw, "allreduce", GiB, 16, 8 * nic, lat))
+        _ring(hw, "allreduce", GiB, 16, min(8 * nic, cap), lat))
     # One GPU per node: its own adapter only.
     assert hw.comm_time("allreduce", GiB, [0, 8]) == pytest.approx(
         _ring(hw, "allreduce", GiB, 2, nic, lat))
