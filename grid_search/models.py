@@ -61,6 +61,9 @@ class Workload:
     source: UserModel | None = None
     functions: dict[int, Function] = field(default_factory=dict, hash=False, compare=False,
                                            repr=False)
+    sync: str = ""
+    """How the data-parallel gradients travel: ``""`` as ``dtp`` writes them (one
+    all-reduce each), ``"searched"`` as ``grid_search.sync_search.searched_step`` finds."""
 
     @property
     def training(self) -> bool:

@@ -116,6 +116,13 @@ def evaluate(cfg: Config) -> dict[str, Any]:
         step = "the simulator"
         if _STATE.simulator is None:
             _STATE.simulator = Simulator(_STATE.hardware, share_equal_functions=True)
+        note = ""
+        if _STATE.workload is not None and _STATE.workload.sync and cfg.dp > 1:
+            from grid_search.sync_search import searched_step
+
+            step = "the synchronisation search"
+            fn, note = searched_step(fn, _STATE.hardware, _STATE.simulator)
+            step = "the simulator"
         sim = _STATE.simulator.simulate_function(fn, batch_size=cfg.batch_size)
     except DistIRError as e:
         kind = type(e).__name__
@@ -137,7 +144,7 @@ def evaluate(cfg: Config) -> dict[str, Any]:
         peak_memory_per_device=json.dumps(per_dev),
         ops=fn.num_ops(inline_calls=True),
         sim_seconds=round(time.perf_counter() - t0, 4),
-        reason="" if fits else (f"needs {max(per_dev) / 2**30:.1f} GiB on device "
+        reason=note if fits else (f"needs {max(per_dev) / 2**30:.1f} GiB on device "
                                 f"{per_dev.index(max(per_dev))}, has "
                                 f"{capacity / 2**30:.1f} GiB"),
     )
@@ -224,7 +231,7 @@ def run_search(workload: Workload | Function | Module,
                out: str | None = None, workers: int = 1, resume: bool = False,
                progress: Any = sys.stderr,
                on_row: Callable[[dict[str, Any]], None] | None = None,
-               executor: Executor | None = None) -> SearchResult:
+               executor: Executor | None = None, sync: str = "") -> SearchResult:
     """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
     processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
     is loaded here once. Bad options (an unknown profile, a results file of another format,
@@ -234,13 +241,21 @@ def run_search(workload: Workload | Function | Module,
     batch size as built). Without ``configs``, the space is every D·T·P = ``devices`` at
     the workload's default batch sizes (``enumerate_space``). A user's model is built here
     for every batch size of the configurations (``Workload.prepared``) and travels to the
-    workers as functions."""
+    workers as functions. ``sync="searched"`` searches each data-parallel configuration's
+    gradient synchronisation (``grid_search.sync_search.searched_step``; its choice is in
+    the row's ``reason``)."""
     from distir.analysis.hardware import load_hardware
     from grid_search.models import default_batches
     from grid_search.models import workload as make_workload
 
     if not isinstance(workload, Workload):
         workload = make_workload(workload)
+    if sync not in ("", "none", "searched"):
+        raise ConfigError(f"run_search: sync must be 'none' or 'searched', got {sync!r}")
+    if sync == "searched":
+        import dataclasses
+
+        workload = dataclasses.replace(workload, sync=sync)
     if configs is None:
         if devices is None:
             raise ConfigError("run_search: give the configurations, or devices=N to search "

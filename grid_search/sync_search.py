@@ -18,9 +18,17 @@ The search (``sync_search``) is DisCo's backtracking search over that space:
    improve the best, or after ``max_evals`` simulations.
 
 The defaults are the issue's: ``alpha`` 1.05, ``beta`` 10, ``patience`` 1,000. The result
-also simulates the builders that are not bucketings (parameter server, load-balanced PS,
-ZeRO-1/2) and reports the fastest of everything, so it is never slower than any builder
-in simulation. Everything here is simulated; nothing is measured.
+also simulates the builders that are not bucketings (parameter server, load-balanced and
+partitioned PS, ZeRO-1/2, and the hierarchical all-reduce where the replicas span nodes)
+and reports the fastest of everything, so it is never slower than any builder in
+simulation.
+
+With ``samples`` > 0 it then runs AutoDist's guided sampling over *per-variable*
+strategies (``guided_sampling``): each sample changes a few variables of the best plan so
+far (or of one of the three best builders' plans) to a kind drawn from a prior that the
+builders' simulated times set (a kind whose builder is within a few percent of the best
+is drawn most), and keeps the sample if the simulator says it is faster. Everything here
+is simulated; nothing is measured.
 """
 
 from __future__ import annotations
@@ -35,16 +43,19 @@ from typing import Any
 
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.simulator import simulate
-from distir.errors import ConfigError
+from distir.errors import ConfigError, TransformError
 from distir.ir.core import Function, Module
 from distir.transforms.synchronize import (
+    Gradient,
     VarSync,
     gradients,
     resolve,
+    servers,
     synchronize,
 )
 
-__all__ = ["SyncSearchResult", "sync_search", "builder_strategies", "bucketing_plan", "describe"]
+__all__ = ["SyncSearchResult", "sync_search", "builder_strategies", "bucketing_plan", "describe",
+           "guided_sampling", "searched_step"]
 
 Cuts = tuple[bool, ...]
 """One bit per gap between gradients ``i`` and ``i + 1`` (readiness order): a new bucket
@@ -72,8 +83,10 @@ def _cuts_of(plan: Sequence[VarSync]) -> Cuts | None:
     return cuts
 
 
-def builder_strategies(n: int, compress: str | None = None) -> dict[str, dict[str, Any]]:
-    """Every builder by display name, for ``n`` gradients."""
+def builder_strategies(n: int, compress: str | None = None, node_size: int | None = None,
+                       ) -> dict[str, dict[str, Any]]:
+    """Every builder by display name, for ``n`` gradients (``hierarchical`` only with a
+    ``node_size``: the replicas span nodes of that many devices)."""
     extra: dict[str, Any] = {"compress": compress} if compress else {}
     out: dict[str, dict[str, Any]] = {
         "per-gradient": {"builder": "per-gradient", **extra},
@@ -84,9 +97,17 @@ def builder_strategies(n: int, compress: str | None = None) -> dict[str, dict[st
     while k < n:
         out[f"chunk-{k}"] = {"builder": "chunk", "k": k, **extra}
         k *= 2
-    for b in ("ps", "ps-lb", "zero-1", "zero-2"):
+    for b in ("ps", "ps-lb", "partitioned-ps", "zero-1", "zero-2"):
         out[b] = {"builder": b, **extra}
+    if node_size:
+        out["hierarchical"] = {"builder": "hierarchical", "node_size": node_size, **extra}
     return out
+
+
+def _node_size(grads: Sequence[Gradient], hw: Hardware) -> int | None:
+    """The profile's devices per node where the replicas span several nodes."""
+    per = hw.devices_per_node
+    return per if len({d // per for d in grads[0].devices}) > 1 else None
 
 
 @dataclass(frozen=True)
@@ -140,16 +161,27 @@ class SyncSearchResult:
 
 
 class _Scorer:
-    """Simulated step time of a plan, memoized by plan (``inf`` when out of memory)."""
+    """Simulated step time of a plan, memoized by plan (``inf`` when out of memory or when
+    the plan does not fit the program, e.g. a bucket read before its last member is
+    ready). ``simulator``: a ``Simulator`` to share (the grid search's), else one per
+    simulation."""
 
-    def __init__(self, fn: Function, hw: Hardware) -> None:
-        self.fn, self.hw = fn, hw
+    def __init__(self, fn: Function, hw: Hardware, simulator: Any = None) -> None:
+        self.fn, self.hw, self.simulator = fn, hw, simulator
         self.memo: dict[tuple[VarSync, ...], float] = {}
 
     def __call__(self, plan: tuple[VarSync, ...]) -> float:
         t = self.memo.get(plan)
         if t is None:
-            sim = simulate(synchronize(self.fn, plan), self.hw)
+            try:
+                prog = synchronize(self.fn, plan)
+            except TransformError:
+                self.memo[plan] = math.inf
+                return math.inf
+            if self.simulator is not None:
+                sim = self.simulator.simulate_function(prog)
+            else:
+                sim = simulate(prog, self.hw)
             t = math.inf if sim.out_of_memory else sim.latency_s
             self.memo[plan] = t
         return t
@@ -158,24 +190,27 @@ class _Scorer:
 def sync_search(fn: Function | Module, hardware: str | Hardware = "h200-sxm", *,
                 alpha: float = 1.05, beta: int = 10, patience: int = 1000,
                 max_evals: int | None = None, seed: int = 0,
-                compress: str | None = None) -> SyncSearchResult:
+                compress: str | None = None, samples: int = 0,
+                simulator: Any = None) -> SyncSearchResult:
     """Search the all-reduce bucketings of ``fn`` (a data-parallel training step) by
-    DisCo's Algorithm 1 (module docstring), and simulate every builder. ``compress``
-    (``"fp16"``/``"bf16"``) compresses every candidate's gradients alike."""
+    DisCo's Algorithm 1 (module docstring), simulate every builder, then (``samples`` >
+    0) sample per-variable strategies by AutoDist's guided sampling. ``compress``
+    (``"fp16"``/``"bf16"``) compresses every candidate's gradients alike; ``simulator``
+    (a ``Simulator`` of ``hardware``) is shared instead of one per simulation."""
     if not alpha >= 1.0 or beta < 1 or patience < 1 or (max_evals is not None
-                                                        and max_evals < 1):
-        raise ConfigError(f"sync_search: need alpha >= 1, beta >= 1, patience >= 1 and "
-                          f"max_evals >= 1, got alpha={alpha}, beta={beta}, "
-                          f"patience={patience}, max_evals={max_evals}")
+                                                        and max_evals < 1) or samples < 0:
+        raise ConfigError(f"sync_search: need alpha >= 1, beta >= 1, patience >= 1, "
+                          f"max_evals >= 1 and samples >= 0, got alpha={alpha}, beta={beta}, "
+                          f"patience={patience}, max_evals={max_evals}, samples={samples}")
     f = fn.entry if isinstance(fn, Module) else fn
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     t0 = time.perf_counter()
     grads = gradients(f)
     n = len(grads)
-    score = _Scorer(f, hw)
+    score = _Scorer(f, hw, simulator)
     builders: dict[str, float] = {}
     plans: dict[str, tuple[VarSync, ...]] = {}
-    for name, strat in builder_strategies(n, compress).items():
+    for name, strat in builder_strategies(n, compress, _node_size(grads, hw)).items():
         plans[name] = resolve(grads, strat)
         builders[name] = score(plans[name])
     rng = random.Random(seed)
@@ -226,11 +261,126 @@ def sync_search(fn: Function | Module, hardware: str | Hardware = "h200-sxm", *,
     for name in builders:  # a builder that is not a bucketing may still be faster
         if builders[name] < best_t:
             best_t, best_plan, best_from = builders[name], plans[name], name
+    if samples:
+        g_plan, g_t = guided_sampling(grads, hw, score, builders, plans, best_plan, best_t,
+                                      samples=samples, seed=seed, compress=compress)
+        if g_t < best_t:
+            best_t, best_plan, best_from = g_t, g_plan, "guided"
     return SyncSearchResult(hw.name, best_plan, best_t, best_from, builders,
                             tuple(g.nbytes for g in grads), len(score.memo), steps,
                             time.perf_counter() - t0, stopped,
                             {"alpha": alpha, "beta": beta, "patience": patience,
-                             "max_evals": max_evals, "seed": seed, "compress": compress})
+                             "max_evals": max_evals, "seed": seed, "compress": compress,
+                             "samples": samples})
+
+
+# -- AutoDist's guided sampling over per-variable strategies -------------------------------
+
+_KIND_OF = {"ps": "ps", "ps-lb": "ps", "partitioned-ps": "partitioned", "zero-1": "zero",
+            "zero-2": "zero", "hierarchical": "hierarchical"}
+"""The per-variable kind each builder stands for (the others are all-reduce bucketings)."""
+
+TAU = 0.05
+"""Temperature of the sampling prior: a kind whose best builder is ``x`` times slower than
+the best builder is drawn with weight ``exp(-(x - 1) / TAU)``."""
+
+
+def _normal(plan: Sequence[VarSync]) -> tuple[VarSync, ...]:
+    """Group ids renumbered by first appearance (equal plans memoize alike)."""
+    ids: dict[int, int] = {}
+    out = []
+    for p in plan:
+        if p.kind == "allreduce":
+            p = VarSync("allreduce", group=ids.setdefault(p.group, len(ids)),
+                        compress=p.compress)
+        out.append(p)
+    return tuple(out)
+
+
+def guided_sampling(grads: Sequence[Gradient], hw: Hardware,
+                    score: Any, builders: dict[str, float],
+                    plans: dict[str, tuple[VarSync, ...]], start: tuple[VarSync, ...],
+                    start_t: float, *, samples: int, seed: int = 0,
+                    compress: str | None = None) -> tuple[tuple[VarSync, ...], float]:
+    """AutoDist's guided sampling (module docstring): ``samples`` per-variable plans, each
+    a few variables of a base plan changed, the kinds drawn from a prior set by the
+    builders' simulated times; the fastest plan seen and its time. ``score`` simulates a
+    plan (``inf`` for one that does not fit the program)."""
+    rng = random.Random(seed)
+    best_b = min(builders.values())
+    prior: dict[str, float] = {}
+    for name, t in builders.items():
+        kind = _KIND_OF.get(name, "allreduce")
+        w = math.exp(-(t / best_b - 1.0) / TAU) if math.isfinite(t) else 0.0
+        prior[kind] = max(prior.get(kind, 0.0), w)
+    kinds = [k for k, w in prior.items() if w > 0]
+    weights = [prior[k] for k in kinds]
+    stage = 1 if builders.get("zero-1", math.inf) < builders.get("zero-2", math.inf) else 2
+    node_size = _node_size(grads, hw)
+    top = sorted((t, name) for name, t in builders.items())[:3]
+    best, best_t = tuple(start), start_t
+    n = len(grads)
+
+    def choose(plan: list[VarSync], i: int, kind: str) -> VarSync | None:
+        gr = grads[i]
+        devices = gr.devices
+        load: dict[int, int] = {}
+        for g, p in zip(grads, plan):
+            if p.kind == "ps":
+                for d in servers(g, p):
+                    load[d] = load.get(d, 0) + g.nbytes // p.shards
+        least = min(devices, key=lambda d: (load.get(d, 0), d))
+        shardable = bool(gr.sharded) and gr.type.rank > 0
+        if kind == "allreduce":
+            near = [plan[j].group for j in (i - 1, i + 1)
+                    if 0 <= j < n and plan[j].kind == "allreduce"]
+            grp = rng.choice(near) if near and rng.random() < 0.5 else n + i + 1000
+            return VarSync("allreduce", group=grp, compress=compress)
+        if kind == "ps":
+            return VarSync("ps", device=least, compress=compress)
+        if kind == "partitioned":
+            if not shardable or gr.type.shape[0] % len(devices):
+                return None
+            return VarSync("ps", device=least, shards=len(devices), compress=compress)
+        if kind == "zero":
+            if not shardable or gr.type.shape[0] % len(devices):
+                return None
+            return VarSync("zero", stage=stage, compress=compress)
+        if kind == "hierarchical" and node_size:
+            return VarSync("hierarchical", node_size=node_size, compress=compress)
+        return None
+
+    for _ in range(samples):
+        base = best if rng.random() < 0.7 or not top else plans[rng.choice(top)[1]]
+        plan = list(base)
+        m = 1
+        while m < n and rng.random() < 0.5:
+            m += 1
+        for i in rng.sample(range(n), m):
+            new = choose(plan, i, rng.choices(kinds, weights)[0])
+            if new is not None:
+                plan[i] = new
+        cand = _normal(plan)
+        t = score(cand)
+        if t < best_t:
+            best, best_t = cand, t
+    return best, best_t
+
+
+GRID_BUDGET = {"max_evals": 60, "patience": 10, "samples": 30}
+"""The search budget of ``grid-search --sync searched`` per configuration (simulations)."""
+
+
+def searched_step(fn: Function, hw: Hardware, simulator: Any = None,
+                  ) -> tuple[Function, str]:
+    """``fn`` (a data-parallel step) with its gradients synchronised by the strategy
+    ``sync_search`` finds within ``GRID_BUDGET``, and a note naming it; ``fn`` itself and
+    the reason where ``synchronize`` cannot take the program (no gradient all-reduce)."""
+    try:
+        res = sync_search(fn, hw, simulator=simulator, **GRID_BUDGET)  # type: ignore[arg-type]
+        return synchronize(fn, res.best), f"sync: {res.best_from}"
+    except TransformError as e:
+        return fn, f"sync: not searched ({e.message})"
 
 
 def _size(n: float) -> str:

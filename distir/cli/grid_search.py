@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "started here with `ray start`, else a new local instance")
     p.add_argument("--fewer-devices", action="store_true",
                    help="also try configurations using fewer than N devices")
+    p.add_argument("--sync", default="none", choices=["none", "searched"],
+                   help="how data-parallel gradients travel: one all-reduce each (none), or "
+                   "the fastest synchronisation distir sync-search finds per configuration "
+                   "(searched; its choice in the row's reason)")
     p.add_argument("--max-microbatches", type=int, default=128)
     p.add_argument("--schedules", nargs="+", default=["1f1b"], choices=["1f1b", "gpipe"],
                    help="pipeline schedules to try for training (default: 1f1b)")
@@ -117,7 +121,7 @@ def run(args: argparse.Namespace) -> int:
     print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
           f"({args.hardware}), {executor.describe()}", file=sys.stderr)
     res = run_search(w, configs, hardware=args.hardware, out=args.out, resume=args.resume,
-                     executor=executor)
+                     executor=executor, sync=args.sync)
     rows = res.rows
     if args.out:
         from grid_search.search import read_rows

@@ -38,6 +38,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="stop after this many steps without improvement (default 1000)")
     p.add_argument("--max-evals", type=int, default=None, metavar="N",
                    help="stop after N simulations")
+    p.add_argument("--samples", type=int, default=200, metavar="N",
+                   help="then N samples of AutoDist's guided sampling over per-variable "
+                   "strategies (0: bucketings and builders only; default 200)")
     p.add_argument("--seed", type=int, default=0, help="seed of the neighbour sampling")
     p.add_argument("-o", "--output", metavar="STRATEGY.json", default=None,
                    help="write the best strategy as JSON")
@@ -69,7 +72,7 @@ def run_sync_search(args: argparse.Namespace) -> int:
                               "sequential step first") from None
     res = sync_search(fn, args.hardware, alpha=args.alpha, beta=args.beta,
                       patience=args.patience, max_evals=args.max_evals, seed=args.seed,
-                      compress=args.compress)
+                      compress=args.compress, samples=args.samples)
     if args.output is not None:
         with open(args.output, "w", encoding="utf-8") as fh:
             json.dump(res.strategy(), fh, indent=1)

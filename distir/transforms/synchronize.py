@@ -56,13 +56,14 @@ from distir.transforms.sync.plan import (
     gradients,
     resolve,
     servers,
+    split_groups,
 )
 from distir.transforms.sync.powersgd import state_names
 from distir.transforms.sync.rewrite import Rewrite
 
 __all__ = ["OPTIMIZERS", "BUILDERS", "Gradient", "VarSync", "gradients", "resolve",
-           "synchronize", "dumps_strategy", "servers", "state_names", "DDP_BUCKET_BYTES",
-           "DDP_FIRST_BUCKET_BYTES"]
+           "synchronize", "dumps_strategy", "servers", "split_groups", "state_names",
+           "DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES"]
 
 
 def synchronize(fn: Function | Module, strategy: Mapping[str, Any] | Sequence[VarSync],
@@ -80,4 +81,5 @@ def synchronize(fn: Function | Module, strategy: Mapping[str, Any] | Sequence[Va
         if len(plan) != len(grads) or not all(isinstance(p, VarSync) for p in plan):
             raise TransformError(f"a plan lists one VarSync per gradient ({len(grads)} "
                                  "here), in readiness order")
+        plan = split_groups(grads, plan)
     return Rewrite(f, grads, plan).run()

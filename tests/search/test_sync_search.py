@@ -88,3 +88,44 @@ def test_cli(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["sync-search", str(seq), "--patience", "3"]) == 1
     assert "pass --dp D" in capsys.readouterr().err
     assert main(["sync-search", str(seq), "--dp", "2", "--patience", "3", "--json"]) == 0
+
+
+def test_guided_sampling_over_per_variable_strategies() -> None:
+    fn = _step(dp=4, layers=6, width=64)
+    base = sync_search(fn, "t4-4x4-50gbe", patience=5, max_evals=40)
+    res = sync_search(fn, "t4-4x4-50gbe", patience=5, max_evals=40, samples=60, seed=3)
+    again = sync_search(fn, "t4-4x4-50gbe", patience=5, max_evals=40, samples=60, seed=3)
+    assert res.best == again.best and res.best_s == again.best_s  # seeded
+    assert res.best_s <= base.best_s and res.params["samples"] == 60
+    assert all(res.best_s <= t for t in res.builders.values())
+    assert "partitioned-ps" in res.builders
+    again_s = distir.simulate(synchronize(fn, res.strategy()), hardware="t4-4x4-50gbe")
+    assert again_s.latency_s == pytest.approx(res.best_s)
+    with pytest.raises(ConfigError, match="samples >= 0"):
+        sync_search(fn, "h200-sxm", samples=-1)
+
+
+def test_hierarchical_builder_where_replicas_span_nodes() -> None:
+    fn = _step(dp=8, layers=4)  # 8 replicas: two nodes of t4-4x4-50gbe, one of h200-sxm
+    spans = sync_search(fn, "t4-4x4-50gbe", patience=3, max_evals=30)
+    assert "hierarchical" in spans.builders
+    one = sync_search(fn, "h200-sxm", patience=3, max_evals=30)
+    assert "hierarchical" not in one.builders
+
+
+def test_grid_search_with_searched_synchronisation() -> None:
+    from grid_search import run_search, workload
+    from grid_search.space import enumerate_space
+
+    w = workload("mlp", num_layers=4, width=64)
+    configs = [c for c in enumerate_space(w.name, 4, [64]) if c.dp > 1]
+    plain = run_search(w, configs, hardware="h200-sxm", progress=None).rows
+    synced = run_search(w, configs, hardware="h200-sxm", progress=None, sync="searched").rows
+    assert len(plain) == len(synced) > 0
+    assert [a["status"] for a in plain] == [b["status"] for b in synced]
+    for a, b in [(a, b) for a, b in zip(plain, synced) if a["status"] == "ok"]:
+        assert b["reason"].startswith("sync: ")
+        assert "not searched" not in b["reason"]
+        assert float(b["latency_s"]) <= float(a["latency_s"]) * (1 + 1e-9)
+    with pytest.raises(ConfigError, match="sync must be"):
+        run_search(w, configs, hardware="h200-sxm", progress=None, sync="fast")

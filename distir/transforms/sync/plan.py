@@ -18,8 +18,8 @@ from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import DType, TensorType
 
 __all__ = ["OPTIMIZERS", "BUILDERS", "Gradient", "VarSync", "gradients", "resolve",
-           "check", "dumps_strategy", "servers", "DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES",
-           "COMPRESS"]
+           "check", "dumps_strategy", "servers", "split_groups", "DDP_BUCKET_BYTES",
+           "DDP_FIRST_BUCKET_BYTES", "COMPRESS"]
 
 OPTIMIZERS = frozenset({"SGDOptimizer", "AdamOptimizer"})
 """Optimizer ops: elementwise in the weight (input 0), the gradient at input 1."""
@@ -242,30 +242,33 @@ def _builder(grads: Sequence[Gradient], s: Mapping[str, Any]) -> tuple[VarSync, 
         k = _int(s, "k", None, where, 1)
         return _allreduce([i // k for i in range(n)], comp)
     if name == "ps":
-        dev = _int(s, "device", grads[0].devices[0], where)
-        return tuple(VarSync("ps", device=dev, compress=comp) for _ in grads)
+        if "device" in s:
+            dev = _int(s, "device", None, where)
+            return tuple(VarSync("ps", device=dev, compress=comp) for _ in grads)
+        return tuple(VarSync("ps", device=gr.devices[0], compress=comp) for gr in grads)
+    load: dict[int, int] = {}
+
+    def least(gr: Gradient) -> int:
+        return min(gr.devices, key=lambda d: (load.get(d, 0), d))
+
     if name == "ps-lb":  # AutoDist's load-balanced PS: each variable on the least loaded
-        load = {d: 0 for d in grads[0].devices}
         out = []
         for gr in grads:
-            dev = min(load, key=lambda d: (load[d], d))
-            load[dev] += gr.nbytes
+            dev = least(gr)
+            load[dev] = load.get(dev, 0) + gr.nbytes
             out.append(VarSync("ps", device=dev, compress=comp))
         return tuple(out)
     if name == "partitioned-ps":  # AutoDist's partitioned PS: shards on distinct servers
-        shards = _int(s, "shards", len(grads[0].devices), where, 1)
-        load = {d: 0 for d in grads[0].devices}
         out = []
         for gr in grads:
+            shards = _int(s, "shards", len(gr.devices), where, 1)
             if gr.sharded and gr.type.rank and gr.type.shape[0] % shards == 0 and shards > 1:
-                dev = min(load, key=lambda d: (load[d], d))
-                p = VarSync("ps", device=dev, shards=shards, compress=comp)
+                p = VarSync("ps", device=least(gr), shards=shards, compress=comp)
                 for d in servers(gr, p):
-                    load[d] += gr.nbytes // shards
+                    load[d] = load.get(d, 0) + gr.nbytes // shards
             else:
-                dev = min(load, key=lambda d: (load[d], d))
-                load[dev] += gr.nbytes
-                p = VarSync("ps", device=dev, compress=comp)
+                p = VarSync("ps", device=least(gr), compress=comp)
+                load[p.device] = load.get(p.device, 0) + gr.nbytes
             out.append(p)
         return tuple(out)
     if name == "hierarchical":
@@ -323,8 +326,28 @@ def _entry_sync(e: Any, i: int, gr: Gradient, comp: str | None) -> VarSync:
 
 def resolve(fn: Function | Module | Sequence[Gradient], strategy: Mapping[str, Any],
             ) -> tuple[VarSync, ...]:
-    """The per-gradient plan of ``strategy`` (see the module docstring)."""
+    """The per-gradient plan of ``strategy`` (see the module docstring), its buckets split
+    by data-parallel group (``split_groups``)."""
     grads = gradients(fn) if isinstance(fn, (Function, Module)) else tuple(fn)
+    return split_groups(grads, _resolve(grads, strategy))
+
+
+def split_groups(grads: Sequence[Gradient], plan: Sequence[VarSync]) -> tuple[VarSync, ...]:
+    """``plan`` with every all-reduce group that holds gradients of several data-parallel
+    groups (replica device sets, as under tensor or pipeline parallelism) split into one
+    bucket per data-parallel group; group ids renumbered by first appearance."""
+    ids: dict[tuple[int, frozenset[int]], int] = {}
+    out = []
+    for gr, p in zip(grads, plan):
+        if p.kind == "allreduce":
+            key = (p.group, frozenset(gr.devices))
+            p = VarSync("allreduce", group=ids.setdefault(key, len(ids)), compress=p.compress)
+        out.append(p)
+    return tuple(out)
+
+
+def _resolve(grads: tuple[Gradient, ...], strategy: Mapping[str, Any],
+             ) -> tuple[VarSync, ...]:
     if not isinstance(strategy, Mapping):
         raise TransformError(f"a strategy is a JSON object such as {{\"builder\": \"ddp\"}}, "
                              f"got {strategy!r}")
@@ -364,14 +387,9 @@ def _matrix(shape: tuple[int, ...]) -> tuple[int, int]:
 def check(grads: Sequence[Gradient], plan: Sequence[VarSync], pos: Mapping[int, int]) -> None:
     """A plan the rewrite can apply: servers hold replicas, ZeRO shards divide, buckets
     hold one dtype and are read only after their last member is ready."""
-    world = set(grads[0].devices)
     groups: dict[int, list[int]] = {}
     for gr, p in zip(grads, plan):
         where = f"gradient {gr.index} (of %{gr.weight})"
-        if set(gr.devices) != world:
-            raise TransformError(f"{where} is reduced over devices {sorted(gr.devices)}, "
-                                 f"gradient 0 over {sorted(world)}: synchronize takes one "
-                                 "data-parallel group")
         if p.kind == "allreduce":
             groups.setdefault(p.group, []).append(gr.index)
         elif p.kind == "ps" and p.device not in gr.devices:
