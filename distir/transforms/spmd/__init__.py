@@ -1,0 +1,37 @@
+"""SPMD layouts on a device mesh: placements, their propagation, their lowering.
+
+The foundation of per-op parallelisation (issue 19) and of ``dtp`` as a composition of
+passes (issue 16, part 6). Each pass returns something that can be printed and tested on
+its own:
+
+- ``propagate(fn, mesh, seeds)`` -> ``LayoutAssignment`` (``dumps()``, ``check()``);
+- ``lower(assignment, self_contained=False)`` -> a verified ``Function``;
+- ``communicated_elements(fn)``: elements sent per step by a lowered program;
+- ``search_small(fn, mesh)``: an exhaustive search over per-op placements for small
+  programs (the seed of issue 19's search).
+
+See ``docs/spmd.md``.
+"""
+
+from __future__ import annotations
+
+from distir.transforms.spmd.assignment import LayoutAssignment, Redistribution
+from distir.transforms.spmd.cost import communicated_elements, comm_breakdown
+from distir.transforms.spmd.lower import lower
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    P,
+    Partial,
+    Placement,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    local_shape,
+)
+from distir.transforms.spmd.propagate import propagate
+from distir.transforms.spmd.search import SearchResult, search_small
+
+__all__ = ["Mesh", "Shard", "Replicate", "Partial", "Placement", "Spec", "R", "P",
+           "local_shape", "LayoutAssignment", "Redistribution", "propagate", "lower",
+           "communicated_elements", "comm_breakdown", "search_small", "SearchResult"]

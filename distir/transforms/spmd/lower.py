@@ -1,0 +1,177 @@
+"""Lowering a layout assignment to an SPMD DistIR program.
+
+``lower(assignment)`` writes, for every live op of the sequential program, one copy per
+mesh device on that device's local pieces (local shapes), and between a producer and a
+consumer that disagree the redistribution ops of ``redistribute`` (collectives, or local
+``Split`` blocks). Shapes that ops take as operands (the target of ``Reshape``/``Expand``,
+``ConstantOfShape``'s shape, ``Split``'s sizes) become per-device constants of the local
+shape; values known before running (shape chains, small constants) become per-device
+``Constant`` ops; a mean over a sharded axis (``reduction="mean"`` losses, ``ReduceMean``)
+is scaled by ``1/axis size`` so that summing the pieces gives the global mean.
+
+Two variants, as for ``dtp``:
+
+- default: parameters are already placed, ``{name}_d{device}`` per device in (parameter,
+  mesh rank) order, each of its local shape; results are every device's local piece of
+  every sequential result, in (result, mesh rank) order;
+- ``self_contained=True``: the sequential parameters (whole, on the sequential program's
+  device); each is broadcast to the mesh and cut locally; each result is made whole
+  (all-gathers, all-reduces) and the copy on the sequential device is returned, so
+  ``distir.execute`` of the lowered program equals that of the sequential one.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from distir.errors import TransformError
+from distir.ir.builder import FunctionBuilder
+from distir.ir.core import Function, Op, Value
+from distir.ir.types import TensorType
+from distir.ir.verify import verify
+from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
+from distir.transforms.spmd.mesh import local_shape, replicated
+from distir.transforms.spmd.redistribute import Cache, redistribute
+
+__all__ = ["lower"]
+
+
+def lower(assignment: LayoutAssignment, *, self_contained: bool = False) -> Function:
+    """The SPMD program of ``assignment`` (see the module docstring); verified."""
+    assignment.check()
+    fn = _Lowering(assignment).run(self_contained)
+    verify(fn, num_devices=max(assignment.mesh.devices) + 1)
+    return fn
+
+
+def _name(v: Value) -> str:
+    return v.name if v.name and v.name != "_" else "v"
+
+
+def _names(v: Value, devices: tuple[int, ...]) -> list[str]:
+    """Local names ``{name}_d{device}``; a discarded result (``_``) stays discarded."""
+    if v.name == "_":
+        return ["_"] * len(devices)
+    return [f"{_name(v)}_d{d}" for d in devices]
+
+
+class _Lowering:
+    def __init__(self, a: LayoutAssignment) -> None:
+        self.a = a
+        self.prog = a.prog
+        self.mesh = a.mesh
+        self.b = FunctionBuilder(a.prog.fn.name)
+        self.pieces: dict[Value, Cache] = {}
+        self.needs: dict[Value, list[tuple]] = {}
+        """The specs each value is read as, other than its own, in program order: made
+        right after the value is (so collectives can overlap later compute)."""
+        for op, reads in zip(a.prog.ops, a.reads, strict=True):
+            for k, (v, s) in enumerate(zip(op.inputs, reads or (), strict=True)):
+                if v is not None and s is not None and not is_shape_operand(op, k) \
+                        and s != a.spec(v) and s not in self.needs.setdefault(v, []):
+                    self.needs[v].append(s)
+
+    def _made(self, v: Value) -> None:
+        for s in self.needs.get(v, ()):
+            self._get(v, s)
+
+    def _get(self, v: Value, spec: tuple) -> list[Value]:
+        return redistribute(self.b, self.mesh, self.pieces[v], self.a.spec(v), spec, _name(v))
+
+    def _const(self, arr: np.ndarray, hint: str) -> list[Value]:
+        return [self.b.op("Constant", value=arr, device=d, name=f"{hint}_d{d}")
+                for d in self.mesh.devices]
+
+    def run(self, self_contained: bool) -> Function:
+        prog, mesh, b = self.prog, self.mesh, self.b
+        seq_dev = {}
+        for p, spec in zip(prog.fn.params, self.a.params, strict=True):
+            t = prog.type(p)
+            if not isinstance(t, TensorType):
+                raise TransformError(f"parameter %{p.name} is not a tensor")
+            if self_contained:
+                seq_dev[p] = t.device
+                whole = b.param(p.name, t)
+                copies = b.op("MPIBroadcast", whole, devices=list(mesh.devices),
+                              num_results=mesh.size,
+                              name=[f"{p.name}_d{d}" for d in mesh.devices])
+                copies = [copies] if mesh.size == 1 else list(copies)
+                self.pieces[p] = {replicated(mesh): copies}
+                self.pieces[p][spec] = redistribute(b, mesh, self.pieces[p],
+                                                    replicated(mesh), spec, _name(p))
+            else:
+                shp = local_shape(t.shape, spec, mesh)
+                self.pieces[p] = {spec: [b.param(f"{p.name}_d{d}", TensorType(t.dtype, shp, d))
+                                         for d in mesh.devices]}
+        for p in prog.fn.params:
+            self._made(p)
+        for i in prog.live_ops:
+            self._op(prog.ops[i], i)
+        rets: list[Value] = []
+        for v in prog.fn.returns:
+            if not self_contained:
+                rets.extend(self.pieces[v][self.a.spec(v)])
+                continue
+            whole = self._get(v, replicated(mesh))
+            dev = prog.type(v).device if isinstance(prog.type(v), TensorType) else 0
+            if dev in mesh.devices:
+                rets.append(whole[mesh.devices.index(dev)])
+            else:
+                rets.append(b.op("Send", whole[0], device=dev, name=_name(v)))
+        return b.ret(*rets)
+
+    def _op(self, op: Op, i: int) -> None:
+        prog, mesh, b = self.prog, self.mesh, self.b
+        reads = self.a.reads[i]
+        out = self.a.outcomes[i]
+        assert reads is not None and out is not None
+        if not reads:  # known before running: a constant on every device
+            for o in op.outputs:
+                arr = prog.const(o)
+                if arr is None:  # Shape/Size of a value too large to keep: its shape
+                    raise TransformError(f"`{prog.op_text(op)}`: its result is not known "
+                                         "before running")
+                self.pieces[o] = {replicated(mesh): self._const(np.asarray(arr), _name(o))}
+            return
+        ins: list[list[Value | None]] = []
+        for k, (v, s) in enumerate(zip(op.inputs, reads, strict=True)):
+            if v is None:
+                ins.append([None] * mesh.size)
+            elif is_shape_operand(op, k):
+                ins.append(list(self._shape_operand(op, k, out.outs)))
+            else:
+                assert s is not None
+                ins.append(list(self._get(v, s)))
+        attrs = dict(op.attrs)
+        results: list[list[Value]] = [[] for _ in op.outputs]
+        for r, d in enumerate(mesh.devices):
+            if not op.inputs:
+                attrs["device"] = d
+            names = [_names(o, (d,))[0] for o in op.outputs]
+            res = b.op(op.op_type, *(x[r] for x in ins), name=names,
+                       num_results=len(op.outputs), **attrs)
+            res = (res,) if len(op.outputs) == 1 else res
+            for k, v in enumerate(res):
+                results[k].append(v)
+        for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
+            if axes:
+                n = int(np.prod([mesh.shape[a] for a in axes]))
+                dt = prog.type(o).dtype.np
+                c = self._const(np.asarray(1.0 / n, dtype=dt), f"{_name(o)}_scale")
+                results[k] = [b.op("Mul", x, cc, name=f"{_name(o)}_d{d}")
+                              for x, cc, d in zip(results[k], c, mesh.devices, strict=True)]
+            self.pieces[o] = {out.outs[k]: results[k]}
+            self._made(o)
+
+    def _shape_operand(self, op: Op, k: int, outs: tuple) -> list[Value]:
+        """The local value of a shape operand: the local result shape, or ``Split``'s
+        sizes (unchanged: the rules refuse a split of a sharded axis)."""
+        prog = self.prog
+        if op.op_type == "Split":
+            arr = prog.const(op.inputs[k])
+            if arr is None:
+                raise TransformError(f"`{prog.op_text(op)}`: split sizes not known before "
+                                     "running")
+            return self._const(np.asarray(arr), "sizes")
+        shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.mesh)
+        return self._const(np.asarray(shp, dtype=np.int64), "shape")

@@ -1,0 +1,194 @@
+"""Op rules on a mesh: the output placements of an op from its inputs' placements.
+
+Reuses the layout rules of the D/T/P transform (``LAYOUT_RULES``) one mesh axis at a time:
+on axis ``a``, ``Shard(d)`` is the ``"t"`` mark on dimension ``d``, ``Replicate`` no mark,
+and a result that a rule calls partial over ``"t"`` is ``Partial``. A rule's ``Reject`` or
+``Demand`` becomes ``NotLocal`` (with the demanded placement, if any). ``Partial`` inputs,
+which the layout rules do not take, follow a small linearity table: ``Add(P, P) = P``,
+``MatMul(P, R) = P``, ``ReluGrad(x, P) = P`` (for ``x`` replicated on that axis), and so on.
+Results are memoized per (op, input specs) on the ``OpRules`` object.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distir.ir.core import Op
+from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
+from distir.transforms.layout_rules import MEAN_SCALED, apply_rule, mean_scale_marks
+from distir.transforms.program import Program
+from distir.transforms.spmd.mesh import P, Mesh, Partial, Placement, R, Replicate, Shard, Spec
+from distir.transforms.spmd.mesh import check_spec
+
+__all__ = ["OpRules", "NotLocal", "Outcome", "LINEAR_ALL", "LINEAR_FIRST", "LINEAR_ONE"]
+
+LINEAR_ALL = frozenset({"Add", "Sub", "Sum", "Concat"})
+"""Ops linear in all their inputs jointly: every input ``Partial`` gives a ``Partial``."""
+LINEAR_FIRST = frozenset({"Identity", "Neg", "Reshape", "Transpose", "Flatten", "Squeeze",
+                          "Unsqueeze", "ReduceSum", "Split", "Slice", "Expand"})
+"""Ops linear in input 0 (their other inputs are shapes, axes or bounds)."""
+LINEAR_ONE: dict[str, tuple[int, ...]] = {
+    "MatMul": (0, 1), "Mul": (0, 1), "Div": (0,), "ReluGrad": (1,), "GeluGrad": (1,),
+    "MatMulGrad": (2,),
+}
+"""Ops linear in any one of the listed inputs when the others are replicated."""
+
+_XENT = frozenset({"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"})
+
+
+class NotLocal(Exception):
+    """The op cannot run locally on these input placements. ``demand`` is
+    ``(input index, mesh axis, placement)`` when a rule says which input placement would
+    make it local (the bias of a column-parallel product)."""
+
+    def __init__(self, message: str, demand: tuple[int, int, Placement] | None = None,
+                 axis: int | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.demand = demand
+        self.axis = axis
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """The result specs of one op, and per result the mesh axes over which it is a mean
+    computed on each device's shard alone (the lowering scales it by ``1/axis size``)."""
+
+    outs: tuple[Spec, ...]
+    scaled: tuple[tuple[int, ...], ...]
+
+
+class OpRules:
+    """Rules of one sequential program's ops on one mesh, memoized."""
+
+    def __init__(self, prog: Program, mesh: Mesh) -> None:
+        self.prog = prog
+        self.mesh = mesh
+        self._memo: dict[tuple[Op, tuple[Spec | None, ...]], Outcome | NotLocal] = {}
+
+    def apply(self, op: Op, ins: tuple[Spec | None, ...]) -> Outcome:
+        """The ``Outcome`` of ``op`` on input specs ``ins`` (``None`` for an omitted input
+        or a shape operand, which every device holds whole); raises ``NotLocal``."""
+        key = (op, ins)
+        hit = self._memo.get(key)
+        if hit is None:
+            try:
+                hit = self._apply(op, ins)
+            except NotLocal as e:
+                hit = e
+            self._memo[key] = hit
+        if isinstance(hit, NotLocal):
+            raise hit
+        return hit
+
+    def _apply(self, op: Op, ins: tuple[Spec | None, ...]) -> Outcome:
+        prog, mesh = self.prog, self.mesh
+        shapes = tuple(None if v is None else prog.shape(v) for v in op.inputs)
+        outs = tuple(prog.shape(o) for o in op.outputs)
+        attrs = prog.attrs(op)
+        per_axis: list[tuple[Placement, ...]] = []
+        scaled: list[list[int]] = [[] for _ in outs]
+        for a in range(mesh.ndim):
+            res, scale = self._axis(op, [None if s is None else s[a] for s in ins], shapes,
+                                    outs, attrs, a)
+            per_axis.append(res)
+            for k in scale:
+                scaled[k].append(a)
+        specs = tuple(tuple(per_axis[a][k] for a in range(mesh.ndim)) for k in range(len(outs)))
+        for k, (s, shp) in enumerate(zip(specs, outs, strict=True)):
+            why = check_spec(shp, s, mesh)
+            if why is not None:
+                raise NotLocal(f"result {k} of {op.op_type} cannot be placed {why}")
+        return Outcome(specs, tuple(tuple(x) for x in scaled))
+
+    def _axis(self, op: Op, pl: list[Placement | None], shapes: tuple, outs: tuple,
+              attrs: dict[str, Any], axis: int) -> tuple[tuple[Placement, ...], list[int]]:
+        t = op.op_type
+        partial = [i for i, p in enumerate(pl) if isinstance(p, Partial)]
+        if partial:
+            self._check_linear(t, pl, partial, axis)
+            lays = tuple(None if s is None else replicated(len(s)) for s in shapes)
+            try:
+                res = apply_rule(t, lays, shapes, outs, attrs, self._const(op))
+            except (Reject, Demand) as e:
+                raise NotLocal(f"{t}: {e}", axis=axis) from None
+            return tuple(P for _ in res), []
+        lays = tuple(None if s is None else replicated(len(s)) if p is None
+                     else _layout(p, len(s)) for p, s in zip(pl, shapes, strict=True))
+        try:
+            res = apply_rule(t, lays, shapes, outs, attrs, self._const(op))
+        except Reject as e:
+            raise NotLocal(f"{t}: {e.message}", axis=axis) from None
+        except Demand as e:
+            want = _placement(e.layout)
+            raise NotLocal(f"{t}: input {e.index} needs {e.layout}",
+                           None if want is None else (e.index, axis, want), axis) from None
+        places: list[Placement] = []
+        for lay, part in res:
+            if lay.groups != 1 or lay.marks.count(T) > 1 or any(
+                    m is not None and m != T for m in lay.marks):
+                raise NotLocal(f"{t}: a result split in interleaved groups", axis=axis)
+            if part:
+                if T in lay.marks:
+                    raise NotLocal(f"{t}: a result both split and partial", axis=axis)
+                places.append(P)
+            else:
+                places.append(_placement(lay) or R)
+        return tuple(places), self._scaled(t, attrs, lays, places)
+
+    @staticmethod
+    def _check_linear(t: str, pl: list[Placement | None], partial: list[int],
+                      axis: int) -> None:
+        if t in LINEAR_ALL:
+            if any(not isinstance(p, Partial) for p in pl if p is not None):
+                raise NotLocal(f"{t} of a partial and a non-partial input", axis=axis)
+            return
+        lin = (0,) if t in LINEAR_FIRST else LINEAR_ONE.get(t, ())
+        if len(partial) != 1 or partial[0] not in lin:
+            raise NotLocal(f"{t} is not linear in input(s) {partial}", axis=axis)
+        if any(not isinstance(p, Replicate) for i, p in enumerate(pl)
+               if p is not None and i != partial[0]):
+            raise NotLocal(f"{t}: a partial input beside a split one", axis=axis)
+
+    def _const(self, op: Op) -> Any:
+        prog = self.prog
+        return lambda i: prog.const(op.inputs[i]) if i < len(op.inputs) else None
+
+    @staticmethod
+    def _scaled(t: str, attrs: dict[str, Any], lays: tuple,
+                places: list[Placement]) -> list[int]:
+        """Results that are means over this axis's shards."""
+        if t not in MEAN_SCALED:
+            return []
+        split = any(lay is not None and T in lay.marks for lay in lays)
+        bl = tuple(None if lay is None else Layout(tuple(B if m == T else m for m in lay.marks))
+                   for lay in lays)
+        out = []
+        for k, p in enumerate(places):
+            part = B if isinstance(p, Partial) else ""
+            if t in _XENT:
+                hit = k == 0 and split and attrs.get("reduction") == "mean"
+            else:
+                hit = bool(mean_scale_marks(t, attrs, bl, k, part))
+            if hit:
+                out.append(k)
+        return out
+
+
+def _layout(p: Placement, rank: int) -> Layout:
+    if isinstance(p, Shard):
+        marks: list[str | None] = [None] * rank
+        marks[p.dim] = T
+        return Layout(tuple(marks))
+    return replicated(rank)
+
+
+def _placement(lay: Layout) -> Placement | None:
+    """``Shard``/``Replicate`` of a one-mark layout, ``None`` if it has other marks."""
+    if lay.groups != 1 or lay.marks.count(T) > 1 or any(
+            m is not None and m != T for m in lay.marks):
+        return None
+    if T in lay.marks:
+        return Shard(lay.marks.index(T))
+    return R
