@@ -66,7 +66,9 @@ class _Lowering:
         """The specs each value is read as, other than its own, in program order: made
         right after the value is (so collectives can overlap later compute)."""
         for op, reads in zip(a.prog.ops, a.reads, strict=True):
-            for k, (v, s) in enumerate(zip(op.inputs, reads or (), strict=True)):
+            if not reads:
+                continue
+            for k, (v, s) in enumerate(zip(op.inputs, reads, strict=True)):
                 if v is not None and s is not None and not is_shape_operand(op, k) \
                         and s != a.spec(v) and s not in self.needs.setdefault(v, []):
                     self.needs[v].append(s)

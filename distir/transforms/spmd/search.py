@@ -161,6 +161,15 @@ def _strategies(rules: OpRules, op: Op, cands: dict[Value, list[Spec]]) -> list[
     return out
 
 
+STATE_UPDATES: dict[str, tuple[tuple[int, int], ...]] = {
+    "SGDOptimizer": ((0, 0),), "AdamOptimizer": ((0, 0), (1, 2), (2, 3)),
+}
+"""``op -> ((result, input), ...)``: results that are the next step's value of an input (a
+weight, an optimizer moment). A plan must read that input as it is placed and leave the
+result placed alike, so that the next step starts where this one did: a plan may not
+"save" an all-gather by returning weights split that it was given whole."""
+
+
 def _divides(reads: Reads, out: Outcome, mesh: Mesh) -> bool:
     """Whether every mesh axis (of more than one device) splits this op's work."""
     specs = [s for s in reads if s is not None] + list(out.outs)
@@ -190,7 +199,7 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
     cands: dict[Value, list[Spec]] = {}
     for v in last:
         shp = prog.shape(v)
-        cands[v] = [pins[v]] if v in pins else _candidates(shp, mesh)
+        cands[v] = _candidates(shp, mesh)
     max_flops = max((costs.flops(prog.ops[i]) for i in ops), default=0.0)
     rep = replicated(mesh)
     # a state: ((value id, spec or None = not placed yet), ...) sorted; constants are R
@@ -209,6 +218,8 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
             raise ConfigError(f"`{prog.op_text(op)}`: no placement of its inputs divides its "
                               "work on this mesh; search with objective='time'")
         dead = {vid[v] for v in op.inputs if v is not None and last.get(v) == i}
+        held = {vid[op.inputs[j]] for _, j in STATE_UPDATES.get(op.op_type, ())
+                if j < len(op.inputs) and op.inputs[j] is not None}
         nxt: dict[tuple, tuple[Cost, Any]] = {}
         for key, (cost, back) in states.items():
             have = dict(key)
@@ -229,6 +240,9 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
                         continue
                     if any(isinstance(b, Partial) and not isinstance(a, Partial)
                            for a, b in zip(src, s, strict=True)):
+                        ok = False
+                        break
+                    if n in held and src != s:
                         ok = False
                         break
                     e, t = costs.read(v, src, s)
