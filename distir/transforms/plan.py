@@ -72,7 +72,8 @@ class Plan:
             raise TransformError(f"unknown schedule {schedule!r}: choose one of "
                                  f"{', '.join(SCHEDULES)}")
         self.an = an
-        self.prog, self.sh, self.st = an.prog, an.sharding, an.structure
+        self.prog, self.st = an.prog, an.structure
+        self.sh = an.sharding.for_tp(tp)  # patterns tp does not divide stay whole
         self.dp, self.tp, self.pp, self.k, self.schedule = dp, tp, pp, k, schedule
         self.nb = dp * k
         self._check_batch()

@@ -26,8 +26,9 @@ cost is proportional to the ops each split reaches, not to the function size per
 
 from __future__ import annotations
 
+import copy
 import heapq
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -95,7 +96,51 @@ class Sharding:
         normalization); each rank slices its part before the op (``emit.Emitter``)."""
         self._find_roles(batch_inputs)
         self._batch_pass()
-        self._tensor_pass()
+        self._after_batch = (dict(self.layout), dict(self.partial), dict(self.forced))
+        """The layouts, partial marks and locally made values after the batch pass: the
+        start of every tensor pass (``for_tp``)."""
+        self._variants: dict[int, Sharding] = {}
+        self._t_sizes: frozenset[tuple[int, int]] | None = None
+        self._tensor_pass(None)
+
+    # -- per-tp fallback ---------------------------------------------------------------------
+    def for_tp(self, tp: int) -> Sharding:
+        """The sharding for ``tp`` ranks: this one when ``tp`` divides every split axis (in
+        its interleaved groups), else a sharding whose tensor pass kept only the candidates
+        that ``tp`` divides; the others' weights stay whole (replicated). Computed once per
+        such ``tp`` and kept. The batch layouts are the same in all of them."""
+        if self._t_sizes is None:
+            self._t_sizes = frozenset(self._split_sizes(self.layout, self.sliced))
+        if all(n % (tp * g) == 0 for n, g in self._t_sizes):
+            return self
+        got = self._variants.get(tp)
+        if got is None:
+            got = copy.copy(self)
+            lay, part, forced = self._after_batch
+            got.layout = _Layouts(self.prog)
+            got.layout.update(lay)
+            got.partial, got.forced = dict(part), dict(forced)
+            got.locked, got.sliced, got._variants = set(), {}, {}
+            got._pulled = []
+            got._tensor_pass(tp)
+            got._t_sizes = frozenset(got._split_sizes(got.layout, got.sliced))
+            self._variants[tp] = got
+        return got
+
+    def _split_sizes(self, values: Iterable[Value], sliced: dict[tuple[Op, int], Layout],
+                     ) -> Iterator[tuple[int, int]]:
+        """``(size, groups)`` of the ``"t"`` axis of each of ``values`` that is split over
+        the ranks, and of each weight sliced on use."""
+        prog, lay = self.prog, self.layout
+        for v in values:
+            a = lay[v].axis(T)
+            if a is not None:
+                yield prog.shape(v)[a], lay[v].groups
+        for (op, k), s in sliced.items():
+            a = s.axis(T)
+            x = op.inputs[k]
+            if a is not None and x is not None:
+                yield prog.shape(x)[a], s.groups
 
     # -- roles -----------------------------------------------------------------------------
     def _find_roles(self, batch_inputs: Sequence[str] | None) -> None:
@@ -446,7 +491,9 @@ class Sharding:
         undo.append(((op, k), None, None))
         return True
 
-    def _tensor_pass(self) -> None:
+    def _tensor_pass(self, tp: int | None) -> None:
+        """Try every candidate in program order; with ``tp``, keep only those whose split
+        axes ``tp`` divides (the per-pattern fallback of ``for_tp``)."""
         prog = self.prog
         tried: set[Value] = set()
         for i in prog.live_ops:
@@ -465,7 +512,7 @@ class Sharding:
                 self.layout[w] = Layout(seed.marks, groups)
                 bad = self._propagate(list(prog.users[w]), self._accept_tensor, undo)
                 self._undo_cur = None
-                if bad is None and self._closed(undo):
+                if bad is None and self._closed(undo) and self._divides(undo, tp):
                     self.locked.update(v for v, _, _ in undo if v in prog.param_set)
                     break
                 self._undo(undo)
@@ -477,6 +524,16 @@ class Sharding:
                     continue
                 break
             self._slicing = False
+
+    def _divides(self, undo: list[tuple[Any, Any, Any]], tp: int | None) -> bool:
+        """Whether ``tp`` divides every axis the candidate of ``undo`` splits (always, with
+        no ``tp``: the analysis for every degree)."""
+        if tp is None:
+            return True
+        sliced = {k: self.sliced[k] for k, _, _ in undo
+                  if isinstance(k, tuple) and isinstance(k[0], Op) and k in self.sliced}
+        vals = (v for v, _, _ in undo if isinstance(v, Value))
+        return all(n % (tp * g) == 0 for n, g in self._split_sizes(vals, sliced))
 
     def _closed(self, undo: list[tuple[Value, Any, Any]]) -> bool:
         """Whether no activation split over ``tp`` reaches the function's results."""

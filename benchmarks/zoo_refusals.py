@@ -1,0 +1,116 @@
+"""How many D/T/P/K configurations of the zoo's models the transform refuses, and why.
+
+Not a test: it prints counts. Run from the repository root (the zoo exports are cached under
+``.pytest_cache/distir-zoo``)::
+
+    PYTHONPATH=. .venv/bin/python benchmarks/zoo_refusals.py [--full] [--models a,b]
+
+Grid: every zoo model, both torch exporters, its inference program and its training step
+(``training_step(fn, loss="cross_entropy", optimizer="sgd")``), every ``(dp, tp, pp)`` with
+``dp·tp·pp <= 8`` (38 triples) and ``K`` in 1, 2, 4, 8. The batch is ``--batch`` (default
+6720 = 64·105, so that every ``dp·K`` divides it and no refusal is the batch size's). Each
+model and mode is analysed once; each configuration is checked by ``Plan`` (the checks that
+refuse: divisibility, stages, the batch split), or, with ``--full``, transformed by ``dtp``
+(slower: the whole program is written).
+
+Prints one line per (model, exporter, mode) with its refusals, the refusal reasons grouped
+(numbers stripped), and the totals: overall, and at ``dp, tp, pp <= 4`` for GPT-2, Llama,
+BERT, ViT and ResNet-50 (issue 16 asks for none there).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import sys
+import time
+from collections import Counter
+from itertools import product
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
+
+import distir  # noqa: E402
+from distir.errors import DistIRError, TransformError  # noqa: E402
+from distir.transforms import analyze, dtp, training_step  # noqa: E402
+from distir.transforms.plan import Plan  # noqa: E402
+
+KEY_MODELS = ("gpt2", "llama", "bert", "vit", "resnet50")
+"""The models issue 16 wants refused nowhere at D, T, P <= 4."""
+
+
+def triples(limit: int = 8) -> list[tuple[int, int, int]]:
+    """Every ``(dp, tp, pp)`` of positive degrees with ``dp·tp·pp <= limit``."""
+    r = range(1, limit + 1)
+    return [(d, t, p) for d, t, p in product(r, r, r) if d * t * p <= limit]
+
+
+def _reason(msg: str) -> str:
+    """A refusal message with its numbers and names stripped, to group refusals."""
+    msg = re.sub(r"%[\w.:/-]+", "%v", msg)
+    msg = re.sub(r"\(shape [^)]*\)", "(shape)", msg)
+    return re.sub(r"\d+", "N", msg)[:140]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--full", action="store_true", help="run dtp, not only Plan's checks")
+    ap.add_argument("--batch", type=int, default=6720)
+    ap.add_argument("--models", default="", help="comma-separated zoo names (default: all)")
+    ap.add_argument("--verbose", action="store_true", help="print every refusal")
+    args = ap.parse_args()
+
+    from tests.zoo.export import ExportFailed, exported
+    from tests.zoo.models import SPECS
+
+    names = set(args.models.split(",")) if args.models else None
+    grid = [(d, t, p, k) for d, t, p in triples() for k in (1, 2, 4, 8)]
+    total = refused = key_total = key_refused = 0
+    reasons: Counter[str] = Counter()
+    t0 = time.perf_counter()
+    for spec in SPECS:
+        if names and spec.name not in names:
+            continue
+        for ex in ("torchscript", "dynamo"):
+            try:
+                path = exported(spec, ex).path
+            except ExportFailed:
+                print(f"{spec.name:20s} {ex:11s} does not export")
+                continue
+            m = distir.import_onnx(path, dims=spec.dims(batch=args.batch))
+            for mode in ("inference", "training"):
+                fn = m.entry if mode == "inference" else training_step(
+                    m.entry, loss="cross_entropy", optimizer="sgd")
+                an = analyze(fn)
+                n = 0
+                for d, t, p, k in grid:
+                    key = spec.name in KEY_MODELS and max(d, t, p) <= 4
+                    try:
+                        if args.full:
+                            dtp(an, dp=d, tp=t, pp=p, microbatches=k)
+                        else:
+                            Plan(an, d, t, p, k, "1f1b")
+                    except TransformError as e:
+                        n += 1
+                        key_refused += key
+                        reasons[_reason(str(e))] += 1
+                        if args.verbose or key:
+                            print(f"  refused {spec.name} {ex} {mode} D{d}T{t}P{p}K{k}: {e}")
+                    except DistIRError as e:  # not a refusal: an internal error
+                        print(f"  ERROR {spec.name} {ex} {mode} D{d}T{t}P{p}K{k}: {e!r}")
+                        n += 1
+                    key_total += key
+                refused += n
+                total += len(grid)
+                print(f"{spec.name:20s} {ex:11s} {mode:9s} refused {n:3d} of {len(grid)}",
+                      flush=True)
+    print("\nreasons:")
+    for r, c in reasons.most_common():
+        print(f"  {c:5d}  {r}")
+    print(f"\nrefused {refused} of {total} ({100 * refused / max(total, 1):.1f}%); "
+          f"at D, T, P <= 4 for {', '.join(KEY_MODELS)}: {key_refused} of {key_total}; "
+          f"{time.perf_counter() - t0:.0f} s")
+
+
+if __name__ == "__main__":
+    main()
