@@ -16,7 +16,7 @@ See ``docs/spmd.md``.
 from __future__ import annotations
 
 from distir.transforms.spmd.assignment import LayoutAssignment, Redistribution
-from distir.transforms.spmd.cost import communicated_elements, comm_breakdown
+from distir.transforms.spmd.cost import comm_breakdown, communicated_elements
 from distir.transforms.spmd.lower import lower
 from distir.transforms.spmd.mesh import (
     Mesh,

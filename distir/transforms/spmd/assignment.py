@@ -16,6 +16,7 @@ does not hold (a sum cannot be made from a whole value).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
 from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS, Program
@@ -92,10 +93,10 @@ class LayoutAssignment:
         for its reads, or whose reads cannot be made from its inputs' specs."""
         prog, mesh = self.prog, self.mesh
         rules = OpRules(prog, mesh)
-        for p, s in zip(prog.fn.params, self.params, strict=True):
-            why = check_spec(prog.shape(p), s, mesh)
+        for p, ps in zip(prog.fn.params, self.params, strict=True):
+            why = check_spec(prog.shape(p), ps, mesh)
             if why is not None:
-                raise TransformError(f"parameter %{p.name} cannot be placed {spec_str(s)}: "
+                raise TransformError(f"parameter %{p.name} cannot be placed {spec_str(ps)}: "
                                      f"{why}")
         for op, reads, out in zip(prog.ops, self.reads, self.outcomes, strict=True):
             if out is None:
@@ -131,8 +132,8 @@ class LayoutAssignment:
         prog = self.prog
         lines = [f"// mesh {self.mesh} devices {list(self.mesh.devices)}",
                  f"func @{prog.fn.name}("]
-        for p, s in zip(prog.fn.params, self.params, strict=True):
-            lines.append(f"    %{p.name}: {spec_str(s)}")
+        for p, ps in zip(prog.fn.params, self.params, strict=True):
+            lines.append(f"    %{p.name}: {spec_str(ps)}")
         lines.append(") {")
         for op, reads, out in zip(prog.ops, self.reads, self.outcomes, strict=True):
             if out is None:

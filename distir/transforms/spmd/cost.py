@@ -85,7 +85,8 @@ def communicated_elements(fn: Function | Module) -> int:
         elif t == "MPIReduceScatter":
             total += (len(ins) - 1) * n
         elif t in ("MPIBroadcast", "MPIScatter"):
-            devs = list(op.attrs.get("devices", ()))  # type: ignore[call-overload]
+            devs = op.attrs.get("devices", ())
+            assert isinstance(devs, tuple)
             others = sum(1 for d in devs if d != ins[0].device)
             total += others * (n if t == "MPIBroadcast" else n // max(len(devs), 1))
         elif t in ("MPIGather", "MPIReduce"):

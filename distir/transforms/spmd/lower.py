@@ -114,12 +114,12 @@ class _Lowering:
             if not self_contained:
                 rets.extend(self.pieces[v][self.a.spec(v)])
                 continue
-            whole = self._get(v, replicated(mesh))
+            copies = self._get(v, replicated(mesh))
             dev = prog.type(v).device if isinstance(prog.type(v), TensorType) else 0
             if dev in mesh.devices:
-                rets.append(whole[mesh.devices.index(dev)])
+                rets.append(copies[mesh.devices.index(dev)])
             else:
-                rets.append(b.op("Send", whole[0], device=dev, name=_name(v)))
+                rets.append(b.op("Send", copies[0], device=dev, name=_name(v)))
         return b.ret(*rets)
 
     def _op(self, op: Op, i: int) -> None:

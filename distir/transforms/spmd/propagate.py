@@ -21,10 +21,8 @@ from collections.abc import Mapping
 from distir.errors import ConfigError, TransformError
 from distir.ir.core import Function, Module, Value
 from distir.transforms.program import Program
-from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op
-from distir.transforms.spmd.assignment import is_shape_operand
-from distir.transforms.spmd.mesh import Mesh, Partial, R, Spec, check_spec, replicated
-from distir.transforms.spmd.mesh import spec_str
+from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op, is_shape_operand
+from distir.transforms.spmd.mesh import Mesh, Partial, R, Spec, check_spec, replicated, spec_str
 from distir.transforms.spmd.rules import NotLocal, OpRules, Outcome
 
 __all__ = ["propagate", "resolve_seeds", "program_of"]

@@ -18,8 +18,17 @@ from distir.ir.core import Op
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import MEAN_SCALED, apply_rule, mean_scale_marks
 from distir.transforms.program import Program
-from distir.transforms.spmd.mesh import P, Mesh, Partial, Placement, R, Replicate, Shard, Spec
-from distir.transforms.spmd.mesh import check_spec
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    P,
+    Partial,
+    Placement,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    check_spec,
+)
 
 __all__ = ["OpRules", "NotLocal", "Outcome", "LINEAR_ALL", "LINEAR_FIRST", "LINEAR_ONE"]
 

@@ -34,10 +34,19 @@ from distir.errors import ConfigError
 from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import TensorType
 from distir.transforms.program import Program
-from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op
-from distir.transforms.spmd.assignment import is_shape_operand
-from distir.transforms.spmd.mesh import Mesh, P, Partial, R, Shard, Spec, check_spec
-from distir.transforms.spmd.mesh import local_shape, replicated
+from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op, is_shape_operand
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    P,
+    Partial,
+    Placement,
+    R,
+    Shard,
+    Spec,
+    check_spec,
+    local_shape,
+    replicated,
+)
 from distir.transforms.spmd.propagate import program_of, resolve_seeds
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.rules import NotLocal, OpRules, Outcome
@@ -66,7 +75,7 @@ class SearchResult:
 
 class _Costs:
     def __init__(self, prog: Program, mesh: Mesh, hardware: Any) -> None:
-        from distir.analysis.cost import COST_RULES, load_cost_rules, fallback_cost
+        from distir.analysis.cost import COST_RULES, fallback_cost, load_cost_rules
         from distir.analysis.hardware import load_hardware
 
         load_cost_rules()
@@ -122,15 +131,16 @@ class _Costs:
                         for v, s in zip(op.inputs, reads, strict=True))
             outs = tuple(self._ltype(o, s) for o, s in zip(op.outputs, out.outs, strict=True))
             rule = self.rules_table.get(op.op_type) or self.fallback
-            hit = self._op[key] = rule(op.op_type, ins, outs, self.prog.attrs(op),
-                                       self.hw).seconds
+            hit = self._op[key] = rule(op.op_type, ins, outs,  # type: ignore[arg-type]
+                                       self.prog.attrs(op), self.hw).seconds
         return hit
 
     def flops(self, op: Op) -> float:
         ins = tuple(None if v is None else self._ltype(v, None) for v in op.inputs)
         outs = tuple(self._ltype(o, None) for o in op.outputs)
         rule = self.rules_table.get(op.op_type) or self.fallback
-        return float(rule(op.op_type, ins, outs, self.prog.attrs(op), self.hw).flops)
+        return float(rule(op.op_type, ins, outs,  # type: ignore[arg-type]
+                          self.prog.attrs(op), self.hw).flops)
 
 
 def _prod(local: tuple[int, ...], whole: tuple[int, ...]) -> int:
@@ -141,7 +151,7 @@ def _prod(local: tuple[int, ...], whole: tuple[int, ...]) -> int:
 
 
 def _candidates(shape: tuple[int, ...], mesh: Mesh) -> list[Spec]:
-    per_axis = [R, P, *(Shard(d) for d in range(len(shape)))]
+    per_axis: list[Placement] = [R, P, *(Shard(d) for d in range(len(shape)))]
     return [s for s in itertools.product(per_axis, repeat=mesh.ndim)
             if check_spec(shape, s, mesh) is None]
 
@@ -218,8 +228,8 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
             raise ConfigError(f"`{prog.op_text(op)}`: no placement of its inputs divides its "
                               "work on this mesh; search with objective='time'")
         dead = {vid[v] for v in op.inputs if v is not None and last.get(v) == i}
-        held = {vid[op.inputs[j]] for _, j in STATE_UPDATES.get(op.op_type, ())
-                if j < len(op.inputs) and op.inputs[j] is not None}
+        held = {vid[x] for x in (op.inputs[j] for _, j in STATE_UPDATES.get(op.op_type, ())
+                                 if j < len(op.inputs)) if x is not None}
         nxt: dict[tuple, tuple[Cost, Any]] = {}
         for key, (cost, back) in states.items():
             have = dict(key)
