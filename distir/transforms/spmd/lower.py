@@ -13,7 +13,8 @@ Two variants, as for ``dtp``:
 
 - default: parameters are already placed, ``{name}_d{device}`` per device in (parameter,
   mesh rank) order, each of its local shape; results are every device's local piece of
-  every sequential result, in (result, mesh rank) order;
+  every sequential result, in (result, mesh rank) order (a result that is ``Partial`` on
+  an axis is all-reduced first: a result is a value, not summands);
 - ``self_contained=True``: the sequential parameters (whole, on the sequential program's
   device); each is broadcast to the mesh and cut locally; each result is made whole
   (all-gathers, all-reduces) and the copy on the sequential device is returned, so
@@ -30,7 +31,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.mesh import local_shape, replicated
+from distir.transforms.spmd.mesh import Partial, R, local_shape, replicated
 from distir.transforms.spmd.redistribute import Cache, redistribute
 
 __all__ = ["lower"]
@@ -86,13 +87,11 @@ class _Lowering:
 
     def run(self, self_contained: bool) -> Function:
         prog, mesh, b = self.prog, self.mesh, self.b
-        seq_dev = {}
         for p, spec in zip(prog.fn.params, self.a.params, strict=True):
             t = prog.type(p)
             if not isinstance(t, TensorType):
                 raise TransformError(f"parameter %{p.name} is not a tensor")
             if self_contained:
-                seq_dev[p] = t.device
                 whole = b.param(p.name, t)
                 copies = b.op("MPIBroadcast", whole, devices=list(mesh.devices),
                               num_results=mesh.size,
@@ -112,7 +111,9 @@ class _Lowering:
         rets: list[Value] = []
         for v in prog.fn.returns:
             if not self_contained:
-                rets.extend(self.pieces[v][self.a.spec(v)])
+                spec = self.a.spec(v)
+                summed = tuple(R if isinstance(x, Partial) else x for x in spec)
+                rets.extend(self._get(v, summed))  # a result is a value, not summands
                 continue
             copies = self._get(v, replicated(mesh))
             dev = prog.type(v).device if isinstance(prog.type(v), TensorType) else 0
