@@ -81,3 +81,16 @@ def test_search_time_objective_runs_and_is_consistent() -> None:
     assert r.elements == communicated_elements(r.program)
     with pytest.raises(ConfigError, match="objective"):
         search_small(seq, Mesh.of(2), objective="bytes")
+
+
+def test_search_plan_computes_the_step() -> None:
+    import numpy as np
+
+    from distir.analysis import random_inputs
+
+    seq = _unity()
+    r = search_small(seq, Mesh.of(2), fixed={"x": (S0,), "y": (S0,)})
+    ins = random_inputs(seq, seed=5)
+    for g, w in zip(distir.execute(lower(r.assignment, self_contained=True), ins),
+                    distir.execute(seq, ins), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
