@@ -212,12 +212,14 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
         cands[v] = _candidates(shp, mesh)
     max_flops = max((costs.flops(prog.ops[i]) for i in ops), default=0.0)
     rep = replicated(mesh)
-    # a state: ((value id, spec or None = not placed yet), ...) sorted; constants are R
-    start = tuple(sorted((vid[p], None if p not in pins else pins[p])
-                         for p in prog.fn.params if p in last))
+    # a state: ((value id, (spec or None = not placed yet, specs made)), ...) sorted by id;
+    # values of constant ops are not in it (Replicate)
+    start = tuple(sorted((vid[p], (pins[p], frozenset({pins[p]})) if p in pins else
+                          (None, frozenset())) for p in prog.fn.params if p in last))
     states: dict[tuple, tuple[Cost, Any]] = {start: ((0.0, 0.0), None)}
     by_id = {n: v for v, n in vid.items()}
     peak, exact = 1, True
+    whole = (rep, frozenset({rep}))
     for i in ops:
         op = prog.ops[i]
         heavy = objective == "elements" and max_flops > 0 and \
@@ -235,38 +237,38 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
             have = dict(key)
             for reads, out in strat:
                 el, secs = 0.0, costs.op(op, reads, out)
-                placed: dict[int, Spec] = {}
+                upd: dict[int, tuple[Spec | None, frozenset[Spec]]] = {}
                 ok = True
                 for v, s in zip(op.inputs, reads, strict=True):
                     if s is None or v is None:
                         continue
                     n = vid[v]
-                    src = placed.get(n, have.get(n, rep))
-                    if src is None:
+                    src, made = upd.get(n) or have.get(n) or whole
+                    if src is None:  # a parameter not placed yet: placed as read
                         if any(isinstance(p, Partial) for p in s):
                             ok = False
                             break
-                        placed[n] = s
+                        upd[n] = (s, frozenset({s}))
                         continue
                     if any(isinstance(b, Partial) and not isinstance(a, Partial)
-                           for a, b in zip(src, s, strict=True)):
+                           for a, b in zip(src, s, strict=True)) or (n in held and src != s):
                         ok = False
                         break
-                    if n in held and src != s:
-                        ok = False
-                        break
+                    if s in made:  # made for an earlier reader: the lowering reuses it
+                        continue
                     e, t = costs.read(v, src, s)
                     el += e
                     secs += t
+                    upd[n] = (src, made | {st.after for st in plan(src, s)})
                 if not ok:
                     continue
-                new = {**have, **placed}
+                new = {**have, **upd}
                 for n in dead:
                     new.pop(n, None)
                 for o, s in zip(op.outputs, out.outs, strict=True):
                     if o in last:
-                        new[vid[o]] = s
-                nk = tuple(sorted(new.items(), key=lambda x: x[0]))
+                        new[vid[o]] = (s, frozenset({s}))
+                nk = tuple(sorted(new.items(), key=lambda x: x[0]))  # type: ignore[arg-type]
                 c = (cost[0] + el, cost[1] + secs) if objective == "elements" else \
                     (cost[0] + secs, cost[1] + el)
                 old = nxt.get(nk)

@@ -10,6 +10,7 @@ import pytest
 
 import distir
 from distir.errors import ConfigError
+from distir.transforms import dtp
 from distir.transforms.spmd import (
     Mesh,
     Partial,
@@ -54,6 +55,8 @@ def test_search_beats_unity_figure() -> None:
     assert a.params[0] == (S1,) and a.params[1] == (S0,)
     assert a.spec(_unity().ops[2].outputs[0]) == (Partial(),)
     assert r.elements == communicated_elements(r.program)
+    # ties on elements go to the shorter simulated step: one all-reduce, as dtp(tp=2)
+    assert comm_breakdown(r.program) == comm_breakdown(dtp(_unity(), tp=2))
     assert r.simulated_s > 0
 
 
