@@ -1,7 +1,7 @@
 """Forward propagation of placements: from seeds to a whole ``LayoutAssignment``.
 
-``propagate(fn, mesh, seeds)`` places every parameter as seeded (``Replicate`` on every axis
-otherwise), then walks the live ops in program order. Each op first reads its inputs as
+``propagate(fn, mesh, seeds)`` places every parameter as seeded (a parameter left free is
+placed as its first reader reads it: ``Replicate``, or what a rule demands), then walks the live ops in program order. Each op first reads its inputs as
 their producers hold them (or as a seed *pins* them: a seeded op result is read as seeded
 by every consumer). If the rules refuse, the reads change, one mesh axis at a time, until
 the op runs locally; each change is a redistribution that ``lower`` turns into
@@ -73,6 +73,7 @@ def propagate(fn: Function | Module | Program, mesh: Mesh, seeds: Seeds | None =
     rep = replicated(mesh)
     params = tuple(pins.get(p, rep) for p in prog.fn.params)
     avail: dict[Value, Spec] = dict(zip(prog.fn.params, params, strict=True))
+    free = {p for p in prog.fn.params if p not in pins}
     reads: list[tuple[Spec | None, ...] | None] = [None] * len(prog.ops)
     outcomes: list[Outcome | None] = [None] * len(prog.ops)
     for i in prog.live_ops:
@@ -86,12 +87,17 @@ def propagate(fn: Function | Module | Program, mesh: Mesh, seeds: Seeds | None =
         first = tuple(None if v is None or is_shape_operand(op, k) else avail[v]
                       for k, v in enumerate(op.inputs))
         got, out = choose_reads(rules, i, first)
+        for v, r in zip(op.inputs, got, strict=True):
+            # a parameter the seeds leave free is loaded as its first reader reads it
+            if v in free and r is not None and not any(isinstance(x, Partial) for x in r):
+                avail[v] = r
+            free.discard(v)  # type: ignore[arg-type]
         reads[i] = got
         outcomes[i] = out
         for o, s in zip(op.outputs, out.outs, strict=True):
             avail[o] = pins.get(o, s)
-    a = LayoutAssignment(prog, mesh, params, tuple(reads), tuple(outcomes))
-    return a
+    params = tuple(avail[p] for p in prog.fn.params)
+    return LayoutAssignment(prog, mesh, params, tuple(reads), tuple(outcomes))
 
 
 def choose_reads(rules: OpRules, i: int, first: tuple[Spec | None, ...],
