@@ -1,11 +1,11 @@
 """Forward propagation of placements: from seeds to a whole ``LayoutAssignment``.
 
 ``propagate(fn, mesh, seeds)`` places every parameter as seeded (a parameter left free is
-placed as its first reader reads it: ``Replicate``, or what a rule demands), then walks the live ops in program order. Each op first reads its inputs as
-their producers hold them (or as a seed *pins* them: a seeded op result is read as seeded
-by every consumer). If the rules refuse, the reads change, one mesh axis at a time, until
-the op runs locally; each change is a redistribution that ``lower`` turns into
-communication:
+placed as its first reader reads it: ``Replicate``, or what a rule demands), then walks the
+live ops in program order. Each op first reads its inputs as their producers hold them (or
+as a seed *pins* them: a seeded op result is read as seeded by every consumer). If the
+rules refuse, the reads change, one mesh axis at a time, until the op runs locally; each
+change is a redistribution that ``lower`` turns into communication:
 
 1. a rule's demand (the bias of a column-parallel product is read split like it);
 2. else the ``Partial`` reads of the refusing axis become ``Replicate`` (an all-reduce);
