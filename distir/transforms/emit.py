@@ -104,7 +104,9 @@ class Emitter:
             elif (op_type, k) in SHAPE_OPERANDS:
                 ins.append(self.shape_operand(op, k))
             elif sliced and (op, k) in sliced:
-                ins.append(self._slice(v, env[v], sliced[(op, k)]))
+                lay = sliced[(op, k)]
+                ins.append(self._slice(v, env[v], lay) if T in lay.marks else
+                           self._gather(v, env[v], self.plan.sh.layout[v]))
             else:
                 ins.append(env[v])
         per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
@@ -165,6 +167,37 @@ class Emitter:
             if g > 1:
                 self.ops.append(Op("Concat", keep, {"axis": a}, [y]))
         return out
+
+    def _gather(self, v: Value, vals: list[Value], lay: Layout) -> list[Value]:
+        """The whole value ``v`` on every rank, from its parts ``vals`` split as ``lay``
+        (the gradient of a weight sliced on use, ``Sharding._gather_grad``): an
+        ``MPIAllgather`` along the split axis; with ``g`` interleaved groups each part is
+        viewed as ``(g, n / (g·tp))`` and gathered along the second axis."""
+        tp = self.tp
+        if tp == 1:
+            return vals
+        a = lay.axis(T)
+        assert a is not None
+        g = lay.groups
+        b = base_name(v)
+        shape = self.plan.local_shape(v)
+        if g > 1:
+            part = shape[:a] + (g, shape[a] // g) + shape[a + 1:]
+            c = self.const(np.array(part, dtype=np.int64), f"{b}.groups.shape")
+            grouped = [Value(n) for n in self.name(b + "_groups")]
+            for x, y, ct in zip(vals, grouped, c, strict=True):
+                self.ops.append(Op("Reshape", [x, ct], None, [y]))
+            vals = grouped
+        out = [Value(n) for n in self.name(b + ("_gathered_groups" if g > 1 else "_gathered"))]
+        self.ops.append(Op("MPIAllgather", vals, {"axis": a + (g > 1)}, out))
+        if g == 1:
+            return out
+        whole = shape[:a] + (shape[a] * tp,) + shape[a + 1:]
+        c = self.const(np.array(whole, dtype=np.int64), f"{b}.shape")
+        res = [Value(n) for n in self.name(b + "_gathered")]
+        for x, y, ct in zip(out, res, c, strict=True):
+            self.ops.append(Op("Reshape", [x, ct], None, [y]))
+        return res
 
     def _scale(self, o: Value, vals: list[Value], marks: str) -> list[Value]:
         plan = self.plan

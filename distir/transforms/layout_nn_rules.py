@@ -291,6 +291,13 @@ def gemm_grad(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
     da = lb.marks[1] or ""  # da = dy @ op(B)^T contracts op(B)'s free axis
     db = la.marks[0] or ""  # db = op(A)^T @ dy contracts op(A)'s free axis
     res = [(ins[0], da), (ins[1], db)]
+    if has_c and ins[2] is not None and any(ly.marks):
+        try:  # C is split like the product's columns, as the forward Gemm asked
+            broadcast_marks((ly, ins[2]), (shapes[-1], shapes[2]), len(shapes[-1]))
+        except Demand as d:
+            if d.index == 0:
+                raise Reject("GemmGrad's C is split unlike the product") from None
+            raise Demand(2, d.layout) from None
     if has_c and len(outs) > 2:
         sc = shapes[2]
         off = 2 - len(sc)

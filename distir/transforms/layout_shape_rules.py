@@ -171,6 +171,14 @@ def concat(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
         return ((replicated(rank), ""),)
     # the most split input sets the layout (zeros beside a tensor-parallel gradient take it)
     ref = max(split, key=lambda lay: sum(m is not None for m in lay.marks))
+    if ref.marks[axis] == T and ref.groups == 1 and len(ins) > 1 and \
+            all(s[axis] == shapes[0][axis] for s in shapes):
+        # equal parts split alike (the gradients of a fused projection's q, k, v): rank t
+        # holds its part of each, which is the whole split in len(ins) interleaved groups
+        for i, lay in enumerate(ins):
+            if lay != ref:
+                raise Demand(i, ref)
+        return ((Layout(ref.marks, len(ins)), ""),)
     if ref.marks[axis] is not None:
         raise Reject("Concat along a split axis")
     for i, lay in enumerate(ins):

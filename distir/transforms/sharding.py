@@ -50,6 +50,8 @@ OPTIMIZERS = {"SGDOptimizer": (0,), "AdamOptimizer": (0, 2, 3)}
 _ELEMENTWISE = frozenset(UNARY) | frozenset(BROADCAST)
 _RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 _LOCAL_GATHERS = frozenset({"Gather", "GatherND"})
+_MAX_SUMS = 256
+"""The longest chain of ``Add`` ops summing a gradient that ``_updated_weight`` follows."""
 
 
 class _Layouts(dict[Value, Layout]):
@@ -241,8 +243,9 @@ class Sharding:
                 res = self._eval(op)
             except Demand as d:
                 v = op.inputs[d.index]
-                if v is not None and undo is not None and self._slicing and \
-                        self._slice_use(op, d.index, v, d.layout, undo):
+                if v is not None and undo is not None and self._slicing and (
+                        self._gather_grad(op, undo)
+                        or self._slice_use(op, d.index, v, d.layout, undo)):
                     if i not in queued:
                         queued.add(i)
                         heapq.heappush(heap, i)
@@ -474,8 +477,11 @@ class Sharding:
                    undo: list[tuple[Any, Any, Any]]) -> bool:
         """Let ``op`` take the whole weight ``v`` split as ``layout`` by slicing it locally,
         when ``v`` is shared with ops that take it whole (``sliced``), or is an
-        ``Identity`` of such a weight. Untrained weights only: a trained one would need its
-        gradient gathered back."""
+        ``Identity`` of such a weight. A trained weight is sliced only where it is shared by
+        value, read through such ``Identity`` copies (its optimizer and gradient ops read it
+        too, so its users do not tell); it stays whole: the part of its
+        gradient that the sliced use gives is split too, and is gathered before it is
+        summed with the others or applied (``_gather_grad``); else the candidate fails."""
         prog = self.prog
         src = v
         while src not in prog.param_set:  # an exporter's Identity of a deduplicated weight
@@ -483,13 +489,59 @@ class Sharding:
             if p is None or p.op_type != "Identity" or p.inputs[0] is None:
                 return False
             src = p.inputs[0]
-        if src in self.trained or src in self.data or B in layout.marks or \
+        if src in self.data or B in layout.marks or op.op_type in OPTIMIZERS or \
                 T not in layout.marks or any(self.layout[v].marks) or \
                 len(prog.users.get(src, ())) < 2 and src is v or (op, k) in self.sliced:
+            return False
+        if src in self.trained and src is v and not any(  # its gradient ops read it too
+                prog.ops[u].op_type == "Identity" for u in prog.users.get(src, ())):
             return False
         self.sliced[(op, k)] = layout
         undo.append(((op, k), None, None))
         return True
+
+    def _gather_grad(self, op: Op, undo: list[tuple[Any, Any, Any]]) -> bool:
+        """Let ``op`` take its split inputs whole, gathered over the ranks (``sliced`` maps
+        them to their layout without ``"t"``), when ``op`` sums parts of the gradient of a
+        whole trained weight (the ``Add`` of the parts of its uses, through ``Add``/``Sum``
+        to the optimizer) or applies it: a weight sliced on use keeps one value on every
+        rank, so its gradient is summed whole, exactly as in the sequential step."""
+        prog = self.prog
+        w = self._updated_weight(op)
+        if w is None:
+            return False
+        got = False
+        for k, x in enumerate(op.inputs):
+            if x is None or x is w or (op, k) in self.sliced:
+                continue
+            lay = self.layout.get(x)
+            if lay is None or T not in lay.marks or len(prog.shape(x)) != len(prog.shape(w)):
+                continue
+            self.sliced[(op, k)] = lay.with_marks(tuple(None if m == T else m
+                                                         for m in lay.marks))
+            undo.append(((op, k), None, None))
+            got = True
+        return got
+
+    def _updated_weight(self, op: Op) -> Value | None:
+        """The whole trained weight whose gradient ``op`` sums (through ``Add``/``Sum``
+        ops, each the only user of the previous) or applies, else ``None``."""
+        prog = self.prog
+        for _ in range(_MAX_SUMS):
+            if op.op_type in OPTIMIZERS:
+                w = op.inputs[0]
+                ok = w in self.trained and not any(self.layout[w].marks)  # type: ignore
+                return w if ok else None
+            if op.op_type not in ("Add", "Sum") or len(op.outputs) != 1:
+                return None
+            us = prog.users.get(op.outputs[0], ())
+            if len(us) != 1:
+                return None
+            nxt = prog.ops[next(iter(us))]
+            if nxt.op_type in OPTIMIZERS and nxt.inputs[1] is not op.outputs[0]:
+                return None
+            op = nxt
+        return None
 
     def _tensor_pass(self, tp: int | None) -> None:
         """Try every candidate in program order; with ``tp``, keep only those whose split

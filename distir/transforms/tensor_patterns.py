@@ -166,6 +166,8 @@ def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout
         return Layout(tuple(T if a == axis else None for a in range(rank)),
                       g if axis is not None else 1)
 
+    if t == "Identity" and op.inputs[0] in sh.trained:
+        return True  # an exporter's copy of a trained weight shared by value: sliced on use
     if t in _UNARY:
         return _pull(sh, op.inputs[0], target, seeds, depth + 1)
     if t in _BROADCAST:

@@ -100,7 +100,8 @@ TRAIN = [("resnet50", "torchscript", (2, 1, 1, 1), "sum"),
          ("bert", "torchscript", (2, 2, 1, 1), "sum"),
          ("transformer_encoder", "torchscript", (2, 1, 1, 1), "sum"),
          ("resnet50", "torchscript", (1, 1, 4, 2), "sum"), ("gpt2", "dynamo", (1, 1, 2, 2), "mean"),
-         ("llama", "torchscript", (2, 1, 4, 2), "sum"), ("bert", "dynamo", (1, 1, 3, 1), "sum")]
+         ("llama", "torchscript", (2, 1, 4, 2), "sum"), ("bert", "dynamo", (1, 1, 3, 1), "sum"),
+         ("gpt2", "torchscript", (1, 2, 2, 2), "mean")]
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg", "reduction"), TRAIN,
