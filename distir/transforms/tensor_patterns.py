@@ -1,6 +1,6 @@
 """Tensor-parallel patterns: the seeds of the tensor pass and the weights a split pulls in.
 
-The tensor pass (``Sharding._tensor_pass``) splits one *candidate* weight at a time and
+The tensor pass (``TensorPass._tensor_pass``) splits one *candidate* weight at a time and
 lets the layout rules propagate the split. Two structural helpers widen what it finds on
 any graph (never by value names):
 
@@ -35,7 +35,7 @@ from distir.transforms.layout_rules import BROADCAST, UNARY
 from distir.transforms.layout_shape_rules import reshape_layout
 
 if TYPE_CHECKING:
-    from distir.transforms.sharding import Sharding
+    from distir.transforms.tensor_pass import TensorPass
 
 __all__ = ["candidates", "pull_tensor"]
 
@@ -48,7 +48,7 @@ _SAME_AXIS = frozenset({"Slice", "Concat", "Expand"})
 _MAX_DEPTH = 64
 
 
-def _weight_through(sh: Sharding, v: Value | None) -> tuple[Value, bool] | None:
+def _weight_through(sh: TensorPass, v: Value | None) -> tuple[Value, bool] | None:
     """``(parameter, transposed)`` when ``v`` is a 2-D parameter or ``Transpose`` of one."""
     prog = sh.prog
     if v is None or len(prog.shape(v)) != 2:
@@ -64,7 +64,7 @@ def _weight_through(sh: Sharding, v: Value | None) -> tuple[Value, bool] | None:
     return op.inputs[0], True  # type: ignore[return-value]
 
 
-def candidates(sh: Sharding, i: int) -> tuple[Value, Layout] | None:
+def candidates(sh: TensorPass, i: int) -> tuple[Value, Layout] | None:
     """The weight that op ``i`` would split column-parallel, with the layout it would take
     (axis of the product's output features marked ``"t"``), or ``None``."""
     prog = sh.prog
@@ -92,13 +92,13 @@ def candidates(sh: Sharding, i: int) -> tuple[Value, Layout] | None:
     return w, Layout((T, None) if transposed else (None, T))
 
 
-def _free(sh: Sharding, v: Value, want: Layout) -> bool:
+def _free(sh: TensorPass, v: Value, want: Layout) -> bool:
     """Whether parameter ``v`` may still take the tensor split ``want``."""
     return (v not in sh.data and v not in sh.locked and not any(sh.layout[v].marks)
             and "b" not in "".join(m for m in want.marks if m))
 
 
-def pull_tensor(sh: Sharding, v: Value, want: Layout) -> dict[Value, Layout] | None:
+def pull_tensor(sh: TensorPass, v: Value, want: Layout) -> dict[Value, Layout] | None:
     """The weights (and locally made values) to split, with their layouts, so that the
     forward propagation gives ``v`` the layout ``want``; ``None`` when ``v`` cannot be
     split so. Only the ``"t"`` mark is pulled: ``v``'s other marks must already agree with
@@ -130,7 +130,7 @@ def _merge(cur: Layout, want: Layout) -> Layout | None:
     return Layout(tuple(marks), want.groups if T in marks else 1)
 
 
-def _pull(sh: Sharding, v: Value | None, want: Layout, seeds: dict[Value, Layout],
+def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layout],
           depth: int) -> bool:
     if v is None or depth > _MAX_DEPTH:
         return False
