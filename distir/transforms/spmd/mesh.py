@@ -26,12 +26,16 @@ __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Placement", "Spec", "R", "P
 
 @dataclass(frozen=True, slots=True)
 class Shard:
-    """Dimension ``dim`` split in equal contiguous blocks along one mesh axis."""
+    """Dimension ``dim`` split in equal contiguous blocks along one mesh axis; with
+    ``groups=g`` the dimension is ``g`` equal groups (a fused QKV projection: ``g = 3``),
+    each split in blocks, and a device holds its block of every group, in group order
+    (DTensor's strided shard, ``dtp``'s interleaved groups)."""
 
     dim: int
+    groups: int = 1
 
     def __str__(self) -> str:
-        return f"S({self.dim})"
+        return f"S({self.dim})" if self.groups == 1 else f"S({self.dim}, groups={self.groups})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +146,8 @@ def check_spec(shape: tuple[int, ...], spec: Spec, mesh: Mesh) -> str | None:
             if p.dim in seen:
                 return f"dimension {p.dim} sharded by two mesh axes"
             seen.add(p.dim)
-            if shape[p.dim] % mesh.shape[a]:
+            if shape[p.dim] % (mesh.shape[a] * p.groups):
+                g = f" in {p.groups} groups" if p.groups != 1 else ""
                 return (f"mesh axis {a} ({mesh.shape[a]} devices) does not divide dimension "
-                        f"{p.dim} (size {shape[p.dim]})")
+                        f"{p.dim} (size {shape[p.dim]}){g}")
     return None

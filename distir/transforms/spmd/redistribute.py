@@ -45,6 +45,8 @@ class Step:
     dim: int
     before: Spec
     after: Spec
+    groups: int = 1
+    """The interleaved groups of the shard gathered or made (see ``Shard``)."""
 
 
 @lru_cache(maxsize=4096)
@@ -60,14 +62,14 @@ def plan(src: Spec, dst: Spec) -> tuple[Step, ...]:
         s, d = spec[a], dst[a]
         if isinstance(s, Shard) and s != d:
             nxt = _set(spec, a, R)
-            out.append(Step("allgather", a, s.dim, spec, nxt))
+            out.append(Step("allgather", a, s.dim, spec, nxt, s.groups))
             spec = nxt
     for a in range(len(src)):  # 2. reductions
         s, d = spec[a], dst[a]
         if not isinstance(s, Partial) or isinstance(d, Partial):
             continue
         taken = {p.dim for p in spec if isinstance(p, Shard)}
-        if isinstance(d, Shard) and d.dim not in taken:
+        if isinstance(d, Shard) and d.dim not in taken and d.groups == 1:
             nxt = _set(spec, a, d)
             out.append(Step("reduce_scatter", a, d.dim, spec, nxt))
         else:
@@ -78,7 +80,7 @@ def plan(src: Spec, dst: Spec) -> tuple[Step, ...]:
         s, d = spec[a], dst[a]
         if isinstance(s, Replicate) and isinstance(d, Shard):
             nxt = _set(spec, a, d)
-            out.append(Step("split", a, d.dim, spec, nxt))
+            out.append(Step("split", a, d.dim, spec, nxt, d.groups))
             spec = nxt
     assert spec == dst, (src, dst)
     return tuple(out)
@@ -101,11 +103,13 @@ def redistribute(b: FunctionBuilder, mesh: Mesh, pieces: Cache, src: Spec, dst: 
             cur = pieces[st.after]
             continue
         if st.kind == "split":
-            cur = _split(b, mesh, st.axis, st.dim, cur, name)
+            cur = _split(b, mesh, st.axis, st.dim, cur, name, st.groups)
         elif st.kind == "allreduce":
             cur = _collective(b, mesh, st.axis, _OPS[st.kind], cur, name)
         else:
             cur = _collective(b, mesh, st.axis, _OPS[st.kind], cur, name, axis=st.dim)
+            if st.groups != 1:  # device-major blocks -> group-major order
+                cur = _regroup(b, mesh, st.axis, st.dim, cur, name, st.groups)
         pieces[st.after] = cur
     return cur
 
@@ -124,16 +128,36 @@ def _collective(b: FunctionBuilder, mesh: Mesh, mesh_axis: int, op_type: str,
 
 
 def _split(b: FunctionBuilder, mesh: Mesh, axis: int, dim: int, cur: list[Value],
-           name: str) -> list[Value]:
+           name: str, groups: int = 1) -> list[Value]:
+    """Each device's block along ``dim``; with groups, its block of every group, joined."""
     n = mesh.shape[axis]
     if n == 1:
         return list(cur)
     out = []
     for r, c in enumerate(mesh.coords):
-        parts = b.op("Split", cur[r], axis=dim, num_outputs=n,
-                     name=[f"{name}_d{mesh.devices[r]}" if j == c[axis] else "_"
-                           for j in range(n)])
-        out.append(parts[c[axis]])
+        keep = [g * n + c[axis] for g in range(groups)]
+        parts = b.op("Split", cur[r], axis=dim, num_outputs=n * groups,
+                     name=[f"{name}_d{mesh.devices[r]}" if j in keep else "_"
+                           for j in range(n * groups)])
+        if groups == 1:
+            out.append(parts[c[axis]])
+        else:
+            out.append(b.op("Concat", *(parts[j] for j in keep), axis=dim,
+                            name=f"{name}_d{mesh.devices[r]}"))
+    return out
+
+
+def _regroup(b: FunctionBuilder, mesh: Mesh, axis: int, dim: int, cur: list[Value],
+             name: str, groups: int) -> list[Value]:
+    """A gathered grouped shard is ``[device 0's groups | device 1's groups | ...]``; put
+    the blocks back in group-major order."""
+    n = mesh.shape[axis]
+    out = []
+    for r in range(mesh.size):
+        parts = b.op("Split", cur[r], axis=dim, num_outputs=n * groups,
+                     name=[f"{name}_d{mesh.devices[r]}"] * (n * groups))
+        order = [parts[c * groups + g] for g in range(groups) for c in range(n)]
+        out.append(b.op("Concat", *order, axis=dim, name=f"{name}_d{mesh.devices[r]}"))
     return out
 
 

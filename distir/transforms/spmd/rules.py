@@ -135,9 +135,8 @@ class OpRules:
                            None if want is None else (e.index, axis, want), axis) from None
         places: list[Placement] = []
         for lay, part in res:
-            if lay.groups != 1 or lay.marks.count(T) > 1 or any(
-                    m is not None and m != T for m in lay.marks):
-                raise NotLocal(f"{t}: a result split in interleaved groups", axis=axis)
+            if lay.marks.count(T) > 1 or any(m is not None and m != T for m in lay.marks):
+                raise NotLocal(f"{t}: a result split twice on one axis", axis=axis)
             if part:
                 if T in lay.marks:
                     raise NotLocal(f"{t}: a result both split and partial", axis=axis)
@@ -189,15 +188,14 @@ def _layout(p: Placement, rank: int) -> Layout:
     if isinstance(p, Shard):
         marks: list[str | None] = [None] * rank
         marks[p.dim] = T
-        return Layout(tuple(marks))
+        return Layout(tuple(marks), p.groups)
     return replicated(rank)
 
 
 def _placement(lay: Layout) -> Placement | None:
     """``Shard``/``Replicate`` of a one-mark layout, ``None`` if it has other marks."""
-    if lay.groups != 1 or lay.marks.count(T) > 1 or any(
-            m is not None and m != T for m in lay.marks):
+    if lay.marks.count(T) > 1 or any(m is not None and m != T for m in lay.marks):
         return None
     if T in lay.marks:
-        return Shard(lay.marks.index(T))
+        return Shard(lay.marks.index(T), lay.groups)
     return R

@@ -110,3 +110,27 @@ def test_training_step_megatron_mlp_block() -> None:
     _same_step(lower(a, self_contained=True))
     shape = (CFG.batch_size, CFG.seq_len, CFG.d_model)
     assert comm_breakdown(lower(a)) == {("MPIAllreduce", shape, 2): 2 * CFG.n_layer}
+
+
+MEGATRON = MLP_TP | {f"h.{i}.attn.c_attn.weight": (Shard(1, groups=3),)
+                     for i in range(CFG.n_layer)}
+
+
+def test_megatron_attention_and_mlp_is_dtp_tp() -> None:
+    """The fused QKV projection split by heads (3 interleaved groups): the rules split its
+    bias alike, each head's q, k, v stay on one device, c_proj is row-split; the program
+    communicates exactly as ``dtp(fn, tp=2)``."""
+    fn, _, _ = _model()
+    a = propagate(fn, Mesh.of(2), MEGATRON)
+    bias = next(p for p in fn.params if p.name == "h.0.attn.c_attn.bias")
+    assert a.spec(bias) == (Shard(0, groups=3),)
+    _same(lower(a, self_contained=True))
+    assert comm_breakdown(lower(a)) == comm_breakdown(dtp(fn, tp=2))
+
+
+def test_grouped_shard_gathered_in_group_order() -> None:
+    fn, _, _ = _model()
+    qkv = next(o for op in fn.ops for o in op.outputs if o.name == "h.0.attn.qkv")
+    a = propagate(fn, Mesh.of(2), MEGATRON | {qkv: (R,)})
+    assert any(r.src == (Shard(2, groups=3),) and r.dst == (R,) for r in a.redistributions())
+    _same(lower(a, self_contained=True))

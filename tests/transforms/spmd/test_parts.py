@@ -92,3 +92,14 @@ def test_element_convention() -> None:
     n = 24
     want = 2 * n + n * 2 + n + 2 * 12 + n + n  # allreduce, allgather, reduce-scatter, ...
     assert communicated_elements(fn) == want
+
+
+def test_grouped_shards() -> None:
+    g = Shard(1, groups=3)
+    assert str(g) == "S(1, groups=3)" and g != S1
+    assert [(s.kind, s.groups) for s in plan((g,), (R,))] == [("allgather", 3)]
+    assert [s.kind for s in plan((P,), (g,))] == ["allreduce", "split"]  # no grouped RS
+    m = Mesh.of(2)
+    from distir.transforms.spmd.mesh import check_spec
+    assert check_spec((4, 12), (g,), m) is None
+    assert "in 3 groups" in (check_spec((4, 9), (g,), m) or "")
