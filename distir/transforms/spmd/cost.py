@@ -8,7 +8,7 @@ devices, for one step, with bandwidth-optimal (ring) algorithms. For a collectiv
 op                   elements sent (all devices together)
 ===================  ====================================================================
 ``MPIAllreduce``     ``2(p-1)·n`` for ``n`` elements per device (ring: reduce-scatter then
-                     all-gather, ``2(p-1)/p·n`` per device)
+                     all-gather, ``2(p-1)/p·n`` per device); a bucket, the sum over members
 ``MPIAllgather``     ``(p-1)·n`` for a result of ``n`` elements (each device sends its block
                      to ``p-1`` others)
 ``MPIReduceScatter`` ``(p-1)·n`` for ``n`` elements per device
@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections import Counter
 from typing import Any
 
+from distir.errors import UnsupportedError
 from distir.ir.core import Function, Module
 from distir.ir.inline import inline_calls
 from distir.ir.schemas import COMM_OPS
@@ -80,6 +81,10 @@ def communicated_elements(fn: Function | Module) -> int:
         n = ins[0].numel
         if t == "MPIAllreduce":
             total += 2 * (len(ins) - 1) * n
+        elif t == "MPIAllreduceBucket":  # k members, each over p devices, member-major
+            k = int(op.attrs["tensors"])  # type: ignore[arg-type]
+            p = len(ins) // k
+            total += 2 * (p - 1) * sum(ins[m * p].numel for m in range(k))
         elif t == "MPIAllgather":
             total += (len(ins) - 1) * n * len(ins)
         elif t == "MPIReduceScatter":
@@ -95,5 +100,5 @@ def communicated_elements(fn: Function | Module) -> int:
         elif t == "Send":
             total += 0 if op.attrs.get("device") == ins[0].device else n
         else:  # a communication op this table does not know yet
-            raise NotImplementedError(f"no element count for {t}")
+            raise UnsupportedError(f"communicated_elements: no element count for {t}")
     return total

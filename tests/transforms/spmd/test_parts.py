@@ -103,3 +103,15 @@ def test_grouped_shards() -> None:
     from distir.transforms.spmd.mesh import check_spec
     assert check_spec((4, 12), (g,), m) is None
     assert "in 3 groups" in (check_spec((4, 9), (g,), m) or "")
+
+
+BUCKET = """func @main(%a0: Tensor[Float32, (4, 6), 0], %a1: Tensor[Float32, (4, 6), 1],
+           %b0: Tensor[Float32, (5,), 0], %b1: Tensor[Float32, (5,), 1]) {
+  %s0, %s1, %t0, %t1 = MPIAllreduceBucket(%a0, %a1, %b0, %b1, tensors=2)
+  return %s0, %s1, %t0, %t1
+}
+"""
+
+
+def test_a_bucket_counts_as_its_members() -> None:
+    assert communicated_elements(parse(BUCKET).entry) == 2 * 24 + 2 * 5
