@@ -22,12 +22,23 @@ from distir.errors import ConfigError, TransformError
 from distir.ir.core import Function, Module, Value
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op, is_shape_operand
-from distir.transforms.spmd.mesh import Mesh, Partial, R, Spec, check_spec, replicated, spec_str
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    Partial,
+    Placement,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    check_spec,
+    replicated,
+    spec_str,
+)
 from distir.transforms.spmd.rules import NotLocal, OpRules, Outcome
 
 __all__ = ["propagate", "resolve_seeds", "program_of"]
 
-Seeds = Mapping[Value | str, Spec]
+Seeds = Mapping[Value | str, Spec | Placement]
 
 
 def program_of(fn: Function | Module | Program) -> Program:
@@ -40,8 +51,8 @@ def program_of(fn: Function | Module | Program) -> Program:
 
 
 def resolve_seeds(prog: Program, mesh: Mesh, seeds: Seeds) -> dict[Value, Spec]:
-    """Seeds keyed by value; a string names a parameter (or a value) of ``prog``. Checks
-    that each spec fits its value."""
+    """Seeds keyed by value; a string names a parameter (or a value) of ``prog``; a single
+    placement stands for a 1-D mesh's spec. Checks that each spec fits its value."""
     by_name: dict[str, Value] = {}
     for p in prog.fn.params:
         by_name.setdefault(p.name or "", p)
@@ -54,7 +65,7 @@ def resolve_seeds(prog: Program, mesh: Mesh, seeds: Seeds) -> dict[Value, Spec]:
         if v is None or v not in prog.env:
             raise ConfigError(f"seed {k!r} is not a value of @{prog.fn.name}: name a parameter "
                               "or a result of one of its ops")
-        spec = tuple(spec)
+        spec = (spec,) if isinstance(spec, Shard | Replicate | Partial) else tuple(spec)
         why = check_spec(prog.shape(v), spec, mesh)
         if why is not None:
             raise ConfigError(f"seed %{v.name} cannot be placed {spec_str(spec)}: {why}")

@@ -188,7 +188,8 @@ def _divides(reads: Reads, out: Outcome, mesh: Mesh) -> bool:
 
 def search_small(fn: Function | Module | Program, mesh: Mesh, *,
                  objective: str = "elements", hardware: Any = "h100-sxm",
-                 fixed: dict[Value | str, Spec] | None = None, heavy_fraction: float = 0.01,
+                 fixed: dict[Value | str, Spec | Placement] | None = None,
+                 heavy_fraction: float = 0.01,
                  max_states: int = 50_000, top_k: int = 4) -> SearchResult:
     """The best per-op placement plan of ``fn`` on ``mesh`` (see the module docstring).
     ``fixed`` pins parameters' placements (``{"x": (Shard(0),)}``: the batch arrives

@@ -121,6 +121,12 @@ def test_lowered_program_prints_and_parses() -> None:
     distir.verify(out, num_devices=2)
 
 
+def test_a_single_placement_seeds_a_1d_mesh() -> None:
+    seq = _mlp()
+    a = propagate(seq, Mesh.of(2), {"x": S0, "y": S0})
+    assert a.params[2] == (S0,) and a.params[3] == (S0,)
+
+
 def test_mesh_on_other_devices() -> None:
     seq = _mlp()
     a = propagate(seq, Mesh((2,), (1, 2)), DP)
