@@ -6,6 +6,7 @@ order (so that drift spreads over all plans), STEPS timed steps per run; a plan'
 the median of its rounds' medians. Stops starting rounds after DEADLINE_S seconds.
 
     python3 grid_search/results/sync-bert-4gpu/measure.py   # writes $OUT/bert_dp4.json
+    DP=2 python3 ...                                         # on 2 GPUs: $OUT/bert_dp2.json
 """
 
 from __future__ import annotations
@@ -32,11 +33,20 @@ card = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"
 HW = "h200-sxm" if "H200" in card else "h100-sxm"
 backend = "nccl" if torch.cuda.is_available() else "gloo"
 meta = json.loads((HERE / "strategies.json").read_text(encoding="utf-8"))
-D = meta["dp"]
+D = int(os.environ.get("DP", meta["dp"]))  # DP=2 where only two GPUs are lent
 step = distir.load(HERE / "bert_step.dir").entry
 fn = dtp(analyze(step), dp=D)
 plans = dict(meta["strategies"])
-plans["searched"] = meta["searched"][HW]["strategy"]
+search_info = None
+if D == meta["dp"] and HW in meta["searched"]:
+    plans["searched"] = meta["searched"][HW]["strategy"]
+else:  # searched here, within a budget
+    from grid_search.sync_search import sync_search
+
+    res = sync_search(fn, HW, patience=5, max_evals=80, samples=40)
+    plans["searched"] = res.strategy()
+    search_info = {k: v for k, v in res.to_dict().items() if k != "strategy"}
+    print(f"searched on the device in {res.seconds:.0f} s: {res.best_from}", flush=True)
 progs = {k: synchronize(fn, v) for k, v in plans.items()}
 sims = {k: distir.simulate(p, hardware=HW).latency_s for k, p in progs.items()}
 print(f"{card}: {len(progs)} plans ready in {time.time() - t_start:.0f} s", flush=True)
@@ -46,7 +56,8 @@ names = list(progs)
 doc = {"device": card, "gpus": torch.cuda.device_count(), "torch": torch.__version__,
        "profile": HW, "dp": D, "per_replica": meta["per_replica"], "seq": meta["seq"],
        "rounds_planned": ROUNDS, "steps": STEPS, "warmup": 2, "simulated_s": sims,
-       "runs_s": runs, "errors": errors}
+       "runs_s": runs, "errors": errors, "search": search_info,
+       "strategies": plans}
 with Session(D, backend, timeout_s=240) as s:
     for r in range(ROUNDS):
         if r and time.time() - t_start > DEADLINE_S:
@@ -63,7 +74,7 @@ with Session(D, backend, timeout_s=240) as s:
         doc["rounds_done"] = r + 1
         doc["wall_s"] = time.time() - t_start
         doc["measured_s"] = {k: statistics.median(v) for k, v in runs.items() if v}
-        (OUT / "bert_dp4.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
+        (OUT / f"bert_dp{D}.json").write_text(json.dumps(doc, indent=1) + "\n", encoding="utf-8")
         print(f"round {r + 1} done at {time.time() - t_start:.0f} s", flush=True)
 for k in names:
     m = doc.get("measured_s", {}).get(k)
