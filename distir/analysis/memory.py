@@ -22,7 +22,10 @@ program's structure, never on types, so it is computed once per function.
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Callable
 from dataclasses import dataclass
+from operator import itemgetter
 from typing import Any
 
 from distir.ir.core import Function, Op, Value
@@ -51,6 +54,7 @@ OpLiveness = tuple
 """
 
 _NO_DROP: frozenset[int] = frozenset()
+_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,15 +80,19 @@ class FunctionLiveness:
 
 class Memo:
     """Liveness facts per (function, dropped results), and the op signatures interned (so
-    that equal signatures are one object and compare by identity)."""
+    that equal signatures are one object and compare by identity). ``resolve``, when set,
+    names the representative of a called function whose facts serve it: a function equal
+    to it (``==``, the same program up to value names) has the same facts up to its ops,
+    and a caller's liveness reads only those of its callees' facts that do not name ops."""
 
-    __slots__ = ("facts", "sigs")
+    __slots__ = ("facts", "sigs", "resolve")
 
     def __init__(self) -> None:
         # Keyed by the function's identity (functions compare by structure); each entry
         # keeps its function alive so that the id is not reused while the memo lives.
         self.facts: dict[tuple[int, frozenset[int]], tuple[Function, FunctionLiveness]] = {}
         self.sigs: dict[tuple, tuple] = {}
+        self.resolve: Callable[[Function], Function] | None = None
 
 
 def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_DROP,
@@ -101,12 +109,13 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     if hit is not None:
         return hit[1]
     sigs = memo.sigs
+    resolve = memo.resolve
     annotated = False
     alias: dict[Value, Value] = {}  # call results that are an argument's storage
     for op in fn.ops:
         if op.callee is None:
             continue
-        cl = liveness(op.callee, memo)
+        cl = liveness(op.callee if resolve is None else resolve(op.callee), memo)
         for i, v in enumerate(op.outputs):
             j = cl.return_param[i]
             arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
@@ -174,23 +183,47 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             dropped = frozenset(i for i, v in enumerate(outs) if v not in live)
         if any(v.type is not None for v in outs):
             annotated = True
-        cl = liveness(op.callee, memo, dropped)
+        cl = liveness(op.callee if resolve is None else resolve(op.callee), memo, dropped)
         skip = cl.unused_params
         roots = [None if u is None else alias.get(u, u) for u in op.inputs] if alias \
-            else list(op.inputs)
-        shared = len(set(roots)) != len(roots)  # one storage passed twice (or None twice)
+            else op.inputs
+        distinct = set(roots)
+        new = distinct.difference(live)  # (never None: None is in ``live``)
+        if not new:  # no argument dies here
+            infos[op] = (sig, (), (), (), (), dropped)
+            continue
+        shared = len(distinct) != len(roots)  # one storage passed twice (or None twice)
+        # Each storage first dies at its first position not an unused parameter of the
+        # callee (untouched arguments are no use). Calls pass thousands of arguments of
+        # which few die (a microbatch's activation): those found by C-level scans.
         dying: list[tuple[int, Value]] = []
-        for pos, r in enumerate(roots):
-            if r is None or r in live or pos in skip:  # untouched arguments are no use
-                continue
-            live_add(r)
-            dying.append((pos, r))
+        if len(new) * 16 < len(roots):
+            for r in new:
+                pos = roots.index(r)
+                while pos in skip:
+                    try:
+                        pos = roots.index(r, pos + 1)
+                    except ValueError:
+                        pos = -1
+                        break
+                if pos >= 0:
+                    dying.append((pos, r))  # type: ignore[arg-type]
+            dying.sort(key=_first)
+            for _, r in dying:
+                live_add(r)
+        else:
+            for pos, r in enumerate(roots):
+                if r in live or pos in skip:
+                    continue
+                live_add(r)
+                dying.append((pos, r))  # type: ignore[arg-type]
+        counts = Counter(roots) if shared else None
         c_in: list[int] = []
         c_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []
         for pos, r in dying:
             pi = param_index.get(r, -1)
-            if pos not in cl.returned_params and (not shared or roots.count(r) == 1):
+            if pos not in cl.returned_params and (counts is None or counts[r] == 1):
                 give.append((pos, pi))
             elif pi >= 0:
                 c_param.append((pos, pi))

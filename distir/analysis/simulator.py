@@ -46,6 +46,12 @@ from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_ru
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
+from distir.analysis.renaming import (
+    canonical_devices,
+    device_free,
+    rename_summary,
+    rename_value,
+)
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op, Value
@@ -102,12 +108,13 @@ class CallSummary:
     the events (for traces) and the number of ops."""
 
     __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops",
-                 "pending")
+                 "pending", "rename")
 
     def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
                  compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
                  net: dict[int, int], events: list, n_ops: int,
-                 pending: tuple[tuple[int, int, dict[int, float]], ...] = ()) -> None:
+                 pending: tuple[tuple[int, int, dict[int, float]], ...] = (),
+                 rename: dict[int, int] | None = None) -> None:
         self.fn = fn
         self.outs = outs
         self.vecs = vecs
@@ -120,6 +127,9 @@ class CallSummary:
         self.pending = pending
         """``(result index, device, ready clock vector)`` of the results still pending
         (made by an asynchronous collective and not read inside the callee)."""
+        self.rename = rename
+        """``None``, or for a summary renamed from another call's (``distir.analysis.
+        renaming``): the devices of ``events`` (canonical) -> this call's devices."""
 
 
 # A record of one op evaluated on given argument values, memoized by ((op type, attributes,
@@ -138,12 +148,17 @@ class Simulator(TypeInterpreter):
 
     def __init__(self, hardware: Hardware | str = "h100-sxm", *, fallback: bool = False,
                  check_annotations: bool = True, share_equal_functions: bool = False,
-                 ) -> None:
+                 rename_devices: bool = True) -> None:
         """``share_equal_functions``: calls of structurally equal functions (``==``: the
         same program up to value names) share one summary, across all the programs this
         simulator runs (the configurations of a search emit equal stage and layer
         functions as new objects). Times, memory and the trace's timing are unchanged; a
-        trace then names the values of the first of the equal functions simulated."""
+        trace then names the values of the first of the equal functions simulated.
+
+        ``rename_devices``: calls equal up to renaming devices (replicas, stages of equal
+        shape, across programs too) share one summary, renamed per call
+        (``distir.analysis.renaming``: exact, a test compares with the inlined program);
+        off, each device assignment is summarized apart."""
         super().__init__(check_annotations=check_annotations)
         load_cost_rules()
         self.hw = load_hardware(hardware)
@@ -164,7 +179,28 @@ class Simulator(TypeInterpreter):
         # representative by id (the program keeps those objects alive while it runs).
         self._reps: dict[Function, Function] | None = {} if share_equal_functions else None
         self._rep_of: dict[int, Function] = {}
+        if self._reps is not None:  # liveness of equal callees: the representative's
+            self._live_memo.resolve = self._rep
+        self._rename = rename_devices
+        self._device_free: dict[int, bool] = {}
+        self._renamed: dict[tuple[int, int], Any] = {}  # (id(value), device) -> renamed
+        self._placed: dict[int, tuple[Any, tuple]] = {}  # id(value) -> (value, placed bytes)
         self._new_state(top=True, owned=())
+
+    def _rep(self, fn: Function) -> Function:
+        """The representative of the functions equal to ``fn`` (with sharing)."""
+        rep = self._rep_of.get(id(fn))
+        if rep is None:
+            assert self._reps is not None
+            rep = self._rep_of[id(fn)] = self._reps.setdefault(fn, fn)
+        return rep
+
+    def _bytes(self, v: Any) -> tuple:
+        """``placed_bytes`` of an abstract value, cached by identity (values are interned)."""
+        hit = self._placed.get(id(v))
+        if hit is None:
+            hit = self._placed[id(v)] = (v, placed_bytes(type_of(v)))
+        return hit[1]
 
     # -- state -----------------------------------------------------------------------
     def _new_state(self, top: bool, owned: tuple[bool, ...]) -> None:
@@ -366,27 +402,26 @@ class Simulator(TypeInterpreter):
         waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) if pending else ()
         if self._reps is not None:
             rep = self._rep_of.get(id(callee))
-            if rep is None:
-                rep = self._rep_of[id(callee)] = self._reps.setdefault(callee, callee)
-            callee = rep
+            callee = rep if rep is not None else self._rep(callee)
         # The callee by identity too (functions compare by structure); ``_callees`` keeps
         # each summarized one alive so that its id is not reused.
         key = (id(callee), tuple(map(id, args)), given, drop, waiting)
         s = self._summaries.get(key)
         if s is None:
             self._callees[id(callee)] = callee
-            s = self._summaries[key] = self._summarize(callee, args, given, drop, waiting)
+            s = self._summaries[key] = self._summary(callee, args, given, drop, waiting)
         self._apply(s, op, waiting)
         mem = self._mem
+        nbytes = self._bytes
         for i in free_in:
-            for d, b in placed_bytes(type_of(args[i])):
+            for d, b in nbytes(args[i]):
                 mem[d] -= b
         for i, j in free_param:
             if self._owned[j]:
-                for d, b in placed_bytes(type_of(args[i])):
+                for d, b in nbytes(args[i]):
                     mem[d] -= b
         for i in free_out:
-            for d, b in placed_bytes(type_of(s.outs[i])):
+            for d, b in nbytes(s.outs[i]):
                 mem[d] -= b
         return s.outs
 
@@ -442,6 +477,40 @@ class Simulator(TypeInterpreter):
             self._costs[key] = c
         return c
 
+    def _summary(self, callee: Function, args: tuple, given: tuple[bool, ...],
+                 drop: frozenset[int], waiting: tuple[int, ...]) -> CallSummary:
+        """A new call key's summary: the summary of the call on canonical devices, renamed
+        to this call's (made once per canonical call), where renaming is exact; else the
+        callee simulated on these arguments."""
+        if self._rename and device_free(callee, self._device_free):
+            sigma = canonical_devices(args, self.hw.devices_per_node)
+            if sigma is not None:
+                cargs = tuple(self._rename_value(a, sigma) for a in args)
+                ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting)
+                cs = self._summaries.get(ckey)
+                if cs is None:
+                    cs = self._summaries[ckey] = self._summarize(callee, cargs, given, drop,
+                                                                 waiting)
+                inv = {c: d for d, c in sigma.items()}
+                return rename_summary(cs, inv, lambda v: self._rename_value(v, inv))
+        return self._summarize(callee, args, given, drop, waiting)
+
+    def _rename_value(self, v: Any, m: dict[int, int]) -> Any:
+        """``v`` on the devices ``m`` gives its own, interned (so identities stand for
+        values), cached by (identity, device) for values on one device."""
+        if v is None:
+            return None
+        devs = type_of(v).devices
+        if len(devs) == 1:
+            key = (id(v), m[devs[0]])
+            r = self._renamed.get(key)
+            if r is None:
+                r = rename_value(v, m)
+                r = self._renamed[key] = self._canon.setdefault(r, r)
+            return r
+        r = rename_value(v, m)
+        return self._canon.setdefault(r, r)
+
     def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
                    drop: frozenset[int], waiting: tuple[int, ...]) -> CallSummary:
         """Simulate ``callee`` once with symbolic entry clocks and relative memory, owning
@@ -455,8 +524,15 @@ class Simulator(TypeInterpreter):
         try:
             outs = self.run(callee, args)
             base, shift = self._base, self._shift
-            vecs = {d: {k: v + shift[d] for k, v in base[d].items()}
-                    for d in (*base, *(d for d in shift if d not in base))}
+            # Devices at one clock (synchronized last by one op) share one vector object.
+            same: dict[tuple[int, float], dict[int, float]] = {}
+            vecs: dict[int, dict[int, float]] = {}
+            for d in (*base, *(d for d in shift if d not in base)):
+                b, sh = base[d], shift[d]
+                v = same.get((id(b), sh))
+                if v is None:
+                    v = same[(id(b), sh)] = {k: x + sh for k, x in b.items()}
+                vecs[d] = v
             comp, comm, n = self._busy()
             pend = self._pending
             left = tuple((i, *pend[r]) for i, r in enumerate(callee.returns) if r in pend)
@@ -476,19 +552,39 @@ class Simulator(TypeInterpreter):
                  for i in waiting}
 
         def at_entry(vec: dict[int, float]) -> dict[int, float]:
-            m: dict[int, float] = {}
+            # Entry symbols whose clocks share one vector object (synchronized devices)
+            # take the largest delay first: one pass over that vector, not one per symbol
+            # (x + max(a, b) == max(x + a, x + b) exactly, rounding being monotone).
+            groups: dict[int, list] = {}
             for k, v in vec.items():
                 if k <= _ARG0:
                     sk, bk = v, ready[k]
                 else:
                     sk, bk = shift[k] + v, base[k]
+                g = groups.get(id(bk))
+                if g is None:
+                    groups[id(bk)] = [bk, sk]
+                elif sk > g[1]:
+                    g[1] = sk
+            if len(groups) == 1:
+                for bk, sk in groups.values():
+                    return {kk: vv + sk for kk, vv in bk.items()}
+            m: dict[int, float] = {}
+            for bk, sk in groups.values():
                 for kk, vv in bk.items():
                     x = vv + sk
                     if x > m.get(kk, _NEG):
                         m[kk] = x
             return m
 
-        new = [(d, at_entry(vec)) for d, vec in s.vecs.items()]
+        # Devices sharing a delay vector (see ``_summarize``) share the entry vector too.
+        done: dict[int, dict[int, float]] = {}
+        new = []
+        for d, vec in s.vecs.items():
+            m = done.get(id(vec))
+            if m is None:
+                m = done[id(vec)] = at_entry(vec)
+            new.append((d, m))
         if s.pending:
             outs = op.outputs
             for i, dev, vec in s.pending:
@@ -549,8 +645,9 @@ class Simulator(TypeInterpreter):
         canon = self._canon
         args = [a if a is None else canon.setdefault(a, a) for a in args]
         mem, peak = self._mem, self._peak
+        nbytes = self._bytes
         for a in args:
-            for d, b in placed_bytes(type_of(a)):
+            for d, b in nbytes(a):
                 mem[d] += b
                 peak[d] = max(peak[d], mem[d])
         with no_gc():

@@ -34,6 +34,7 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
     to read one of its results waits for it)."""
     from collections import defaultdict
 
+    from distir.analysis.renaming import rename_detail
     from distir.analysis.simulator import comm_key
 
     clock: defaultdict[int, float] = defaultdict(float)
@@ -45,13 +46,17 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
             if p is not None and p[1] > clock[p[0]]:
                 clock[p[0]] = p[1]
 
-    def walk(evs: list, fname: str, pending: dict) -> None:
+    def walk(evs: list, fname: str, pending: dict, m: dict[int, int] | None) -> None:
+        # ``m``: the devices of ``evs`` -> the program's (None: the same), for the events
+        # of a summary shared by calls on other devices (``distir.analysis.renaming``).
         for ev in evs:
             head, rec = ev[0], ev[1]
             if rec is None:  # a call: head is its summary, ev[2] the call
                 ins = ev[2].inputs
                 inner = {p: pending[a] for p, a in zip(head.fn.params, ins) if a in pending}
-                walk(head.events, head.fn.name, inner)
+                ren = head.rename
+                walk(head.events, head.fn.name, inner, m if ren is None else ren if m is None
+                     else {k: m[x] for k, x in ren.items()})
                 outs = ev[2].outputs
                 for i, r in enumerate(head.fn.returns):
                     if r in inner:
@@ -59,8 +64,13 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
                 continue
             if pending:
                 wait(head.inputs, pending)
-            devs, secs = rec[4], rec[2]
-            if rec[8] is None:
+            devs, secs, detail, adevs = rec[4], rec[2], rec[7], rec[8]
+            if m is not None:
+                devs = tuple(m[d] for d in devs)
+                detail = rename_detail(detail, m)
+                if adevs is not None:
+                    adevs = tuple(m[d] for d in adevs)
+            if adevs is None:
                 start = max(clock[d] for d in devs)
                 end = start + secs
                 for d in devs:
@@ -71,11 +81,11 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
                 for d in devs:
                     clock[comm_key(d)] = end
                     clock[d] += overlap_slowdown * secs
-                for v, d in zip(head.outputs, rec[8]):
+                for v, d in zip(head.outputs, adevs):
                     pending[v] = (d, end)
-            out.append((start, secs, devs, head, rec[7], fname))
+            out.append((start, secs, devs, head, detail, fname))
 
-    walk(events, function, {})
+    walk(events, function, {}, None)
     return out
 
 
