@@ -29,6 +29,7 @@ from distir.transforms.layout import Layout, T
 from distir.transforms.layout_rules import MEAN_SCALED, mean_scale_marks
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
+from distir.transforms.vocab_parallel import VOCAB_OPS, emit_vocab, is_vocab_parallel
 
 __all__ = ["Emitter", "Namer", "base_name", "scaled_outputs", "local_group"]
 
@@ -109,6 +110,9 @@ class Emitter:
                            self._gather(v, env[v], self.plan.sh.layout[v]))
             else:
                 ins.append(env[v])
+        if op_type in VOCAB_OPS and is_vocab_parallel(self.plan, op):
+            self._finish(op, emit_vocab(self, op, ins))
+            return
         per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
         attrs = op.attrs or None
         if op_type in _GROUPED and tp > 1:
@@ -138,6 +142,13 @@ class Emitter:
                 results.append([Value(n) for n in names(b + "_part" if red else b)])
             for t, x in enumerate(per_rank):
                 append(Op(op_type, x, attrs, [r[t] for r in results]))
+        self._finish(op, results)
+
+    def _finish(self, op: Op, results: list[list[Value]]) -> None:
+        """Bind ``op``'s local results, each summed over the ranks where it is partial
+        and scaled where it is a mean over split axes."""
+        tp, names, partial, env = self.tp, self.name, self.partial, self.env
+        append, outs, op_type = self.ops.append, op.outputs, op.op_type
         for o, vals in zip(outs, results, strict=True):
             if tp > 1 and T in partial.get(o, "") and o in self.live:
                 red_vals = [Value(n) for n in names(base_name(o))]

@@ -28,6 +28,7 @@ from distir.transforms.layout import T
 from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
 from distir.transforms.structure import HOIST
+from distir.transforms.vocab_parallel import is_vocab_parallel
 
 __all__ = ["Segment", "LayerTable"]
 
@@ -90,8 +91,8 @@ class LayerTable:
         plain = len(run) > 1
         for pos, i in enumerate(run):
             op = prog.ops[i]
-            if scaled_outputs(plan, op):  # its scale is a constant of its own
-                plain = False
+            if scaled_outputs(plan, op) or is_vocab_parallel(plan, op):
+                plain = False  # constants of its own (a mean's scale, a rank's rows)
             ins: list[tuple | None] = []
             for k, v in enumerate(op.inputs):
                 if v is None:

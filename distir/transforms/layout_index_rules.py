@@ -158,6 +158,26 @@ def _gather_nd(ins: tuple, shapes: tuple) -> RuleResult:
 
 
 def _scatter_nd(ins: tuple, shapes: tuple, attrs: dict) -> RuleResult:
+    """``ScatterND`` as ``_scatter_rows``, and also into ``data`` split over the ranks along
+    the axis the index tuples (of length 1) address, with ``reduction="add"``: each rank
+    adds the updates whose index falls in its rows (``vocab_parallel``; the gradient of a
+    vocabulary-parallel embedding)."""
+    data, idx, upd = ins
+    if shapes[1] and shapes[1][-1] == 1 and data.marks and data.marks[0] == T and \
+            data.groups == 1 and attrs.get("reduction") == "add" and \
+            T not in idx.marks and T not in upd.marks:
+        inner = (Layout((None,) + data.marks[1:]), idx, upd)
+        try:
+            ((lay, p),) = _scatter_rows(inner, shapes, attrs)
+        except Demand as d:
+            if d.index == 0:
+                raise Demand(0, Layout((T,) + d.layout.marks[1:])) from None
+            raise
+        return ((Layout((T,) + lay.marks[1:]), p),)
+    return _scatter_rows(ins, shapes, attrs)
+
+
+def _scatter_rows(ins: tuple, shapes: tuple, attrs: dict) -> RuleResult:
     """``ScatterND(data, indices, updates)``: the updates' rows (the axes after the
     indices' leading ones) pair with the axes of ``data`` the index tuples do not address,
     which keep their splits. Updates split along their leading (sample) axes, added into

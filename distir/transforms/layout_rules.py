@@ -245,10 +245,14 @@ def mse_loss(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
 
 
 def _xent(ins: tuple, shapes: tuple) -> Layout:
+    """The logits' layout; the classes are on their last axis. Split over the ranks there
+    (a vocabulary-parallel LM head), each rank holds its classes' logits and the loss and
+    its gradient are computed without gathering them (``vocab_parallel``)."""
     logits, labels = ins
-    if logits.marks[1] is not None if len(logits.marks) > 1 else False:
+    m = logits.marks[-1] if logits.marks else None
+    if m is not None and (m != T or logits.groups != 1):
         raise Reject("the class axis of the logits is split")
-    want = logits.marks[:1] + logits.marks[2:]
+    want = logits.marks[:-1]
     if labels.marks != want:
         raise Demand(1, Layout(want))
     return logits
@@ -258,7 +262,7 @@ def _xent(ins: tuple, shapes: tuple) -> Layout:
 def xent(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
          const: Callable) -> RuleResult:
     lay = _xent(ins, shapes)
-    return ((replicated(len(outs[0])), "".join(sorted(m for m in lay.marks if m))),)
+    return ((replicated(len(outs[0])), "".join(sorted(m for m in lay.marks[:-1] if m))),)
 
 
 @register("SoftmaxCrossEntropyLossGrad")

@@ -116,7 +116,9 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
                 ungrouped = True
                 placed += 1
                 continue
-        if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1):
+        if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1) and not (
+                [x for x in gi if sa[x] != 1] == [a]
+                and [so[y] for y in gj if so[y] != 1] == [sa[a]]):  # only 1s added or removed
             raise Reject("a reshape changes an axis split in interleaved groups")
         out[next((y for y in gj if so[y] != 1), gj[0])] = m
         placed += 1
@@ -192,7 +194,9 @@ def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
            const: Callable) -> RuleResult:
     """A gather along a split batch axis is local when the indices are split likewise and
     made from local shapes (``Demand(local=True)``; the analysis checks where they come
-    from): each shard picks among its own rows."""
+    from): each shard picks among its own rows. Along a tensor-parallel axis (an embedding
+    table split by vocabulary rows) with indices not known before running, each rank
+    looks up the rows it holds and the result is partial over the ranks."""
     data, idx = ins
     axis = _norm(attrs.get("axis", 0), len(data.marks))
     m = data.marks[axis]
@@ -200,6 +204,14 @@ def gather(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
         if m == T and data.groups == 1 and shapes[0][axis] > 1 and \
                 all(d == 1 for d in shapes[1]):  # picks one of n fused parts: n groups
             raise Reject("Gather along a split axis", groups=shapes[0][axis])
+        if m == T and data.groups == 1 and T not in idx.marks and const(1) is None:
+            # a vocabulary-parallel lookup: each rank picks the rows it holds (zeros for
+            # the others, ``vocab_parallel``), the ranks' results are summed
+            data = Layout(data.marks[:axis] + (None,) + data.marks[axis + 1:])
+            marks = data.marks[:axis] + idx.marks + data.marks[axis + 1:]
+            if len({mk for mk in marks if mk}) < sum(mk is not None for mk in marks):
+                raise Reject("Gather would split two result axes with one mark")
+            return ((Layout(marks), T),)
         if m != B or not shapes[1]:
             raise Reject("Gather along a split axis")
         if idx.marks[0] != B:

@@ -7,8 +7,10 @@ any graph (never by value names):
 - ``candidates``: the weights that open a column-parallel split, each with its split
   layout: the second operand of ``MatMul`` (a 2-D parameter, or one reached through a
   ``Transpose``) and of ``Gemm`` (``transB`` honoured: a transposed weight ``(n, k)`` is
-  split along axis 0), and the weight of a ``Conv`` (``group=1``; its output channels, axis 0:
-  the next convolution then takes split input channels and is summed over the ranks).
+  split along axis 0), the weight of a ``Conv`` (``group=1``; its output channels, axis 0:
+  the next convolution then takes split input channels and is summed over the ranks), and
+  a 2-D table that a ``Gather`` looks up by batch-split indices (an embedding: split by
+  vocabulary rows, each rank looks up its rows and the results are summed).
 - ``pull_tensor``: when a rule demands that an *activation* be split over the ranks (the
   other branch of ``gate * up``, the keys of ``q @ k^T``, the values of ``p @ v``), the
   split is pulled back through what the activation is made of (elementwise ops,
@@ -30,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distir.ir.core import Value
-from distir.transforms.layout import Layout, Reject, T, replicated
+from distir.transforms.layout import B, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import BROADCAST, UNARY
 from distir.transforms.layout_shape_rules import reshape_layout
 
@@ -76,6 +78,13 @@ def candidates(sh: TensorPass, i: int) -> tuple[Value, Layout] | None:
                 int(prog.attrs(op).get("group", 1) or 1) != 1:
             return None
         return w, Layout((T,) + (None,) * (len(prog.shape(w)) - 1))
+    if t == "Gather":  # an embedding table looked up by the batch: split by vocabulary rows
+        w, idx = op.inputs
+        axis = prog.attrs(op).get("axis", 0)
+        if w is None or idx is None or w not in prog.param_set or len(prog.shape(w)) != 2 \
+                or axis not in (0, -2) or B not in sh.layout[idx].marks:
+            return None
+        return w, Layout((T, None))
     if t not in ("MatMul", "Gemm") or len(op.inputs) < 2:
         return None
     x = op.inputs[0]
@@ -215,6 +224,10 @@ def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layo
                 return False
             ok = True
         return ok
+    if t == "ScatterND" and ax == 0 and prog.attrs(op).get("reduction") == "add" and \
+            op.inputs[1] is not None and prog.shape(op.inputs[1])[-1:] == (1,):
+        # an embedding's gradient: added into rows split like the vocabulary-parallel table
+        return _pull(sh, op.inputs[0], target, seeds, depth + 1)
     if t == "Gather":  # a table looked up along another axis (a per-head position bias)
         data, idx = op.inputs
         if data is None or idx is None:
