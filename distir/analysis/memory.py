@@ -22,10 +22,9 @@ program's structure, never on types, so it is computed once per function.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
-from operator import itemgetter
+from itertools import compress, filterfalse
 from typing import Any
 
 from distir.ir.core import Function, Op, Value
@@ -54,7 +53,6 @@ OpLiveness = tuple
 """
 
 _NO_DROP: frozenset[int] = frozenset()
-_first = itemgetter(0)
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,43 +185,30 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         skip = cl.unused_params
         roots = [None if u is None else alias.get(u, u) for u in op.inputs] if alias \
             else op.inputs
-        distinct = set(roots)
-        new = distinct.difference(live)  # (never None: None is in ``live``)
+        # (C-level scans: calls pass thousands of arguments, of which few die here, such
+        # as a microbatch's activation. Never None: None is in ``live``.)
+        new = set(filterfalse(live.__contains__, roots))
         if not new:  # no argument dies here
             infos[op] = (sig, (), (), (), (), dropped)
             continue
-        shared = len(distinct) != len(roots)  # one storage passed twice (or None twice)
         # Each storage first dies at its first position not an unused parameter of the
-        # callee (untouched arguments are no use). Calls pass thousands of arguments of
-        # which few die (a microbatch's activation): those found by C-level scans.
+        # callee (untouched arguments are no use); one passed twice is not handed over.
         dying: list[tuple[int, Value]] = []
-        if len(new) * 16 < len(roots):
-            for r in new:
-                pos = roots.index(r)
-                while pos in skip:
-                    try:
-                        pos = roots.index(r, pos + 1)
-                    except ValueError:
-                        pos = -1
-                        break
-                if pos >= 0:
-                    dying.append((pos, r))  # type: ignore[arg-type]
-            dying.sort(key=_first)
-            for _, r in dying:
-                live_add(r)
-        else:
-            for pos, r in enumerate(roots):
-                if r in live or pos in skip:
-                    continue
-                live_add(r)
-                dying.append((pos, r))  # type: ignore[arg-type]
-        counts = Counter(roots) if shared else None
+        passed: dict[Value, int] = {}  # how often each dying storage is passed
+        for pos in compress(range(len(roots)), map(new.__contains__, roots)):
+            r = roots[pos]
+            n = passed.get(r)  # type: ignore[call-overload]
+            passed[r] = 1 if n is None else n + 1  # type: ignore[index]
+            if r in live or pos in skip:
+                continue
+            live_add(r)
+            dying.append((pos, r))  # type: ignore[arg-type]
         c_in: list[int] = []
         c_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []
         for pos, r in dying:
             pi = param_index.get(r, -1)
-            if pos not in cl.returned_params and (counts is None or counts[r] == 1):
+            if pos not in cl.returned_params and passed[r] == 1:
                 give.append((pos, pi))
             elif pi >= 0:
                 c_param.append((pos, pi))

@@ -524,15 +524,14 @@ class Simulator(TypeInterpreter):
         try:
             outs = self.run(callee, args)
             base, shift = self._base, self._shift
-            # Devices at one clock (synchronized last by one op) share one vector object.
-            same: dict[tuple[int, float], dict[int, float]] = {}
+            # Equal delay vectors (devices synchronized by a collective) are one object, so
+            # a call applies each once (``_apply``).
+            same: dict[frozenset, dict[int, float]] = {}
             vecs: dict[int, dict[int, float]] = {}
             for d in (*base, *(d for d in shift if d not in base)):
-                b, sh = base[d], shift[d]
-                v = same.get((id(b), sh))
-                if v is None:
-                    v = same[(id(b), sh)] = {k: x + sh for k, x in b.items()}
-                vecs[d] = v
+                sh = shift[d]
+                v = {k: x + sh for k, x in base[d].items()}
+                vecs[d] = same.setdefault(frozenset(v.items()), v)
             comp, comm, n = self._busy()
             pend = self._pending
             left = tuple((i, *pend[r]) for i, r in enumerate(callee.returns) if r in pend)
