@@ -11,6 +11,7 @@ When such a value follows from constants and local shapes alone and is small
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 
 import numpy as np
@@ -219,7 +220,8 @@ class BuilderBase:
             out = plan.shape_value(op)
         elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
             out = op.attrs["value"].array  # type: ignore[union-attr]
-        elif op.inputs and (rule := NUMPY_RULES.get(op.op_type)) is not None:
+        elif op.inputs and (rule := NUMPY_RULES.get(op.op_type)) is not None and \
+                self._small(op):
             args: list[np.ndarray | None] = []
             for k, x in enumerate(op.inputs):
                 a = None if x is None else (plan.shape_operand(op, k) if (
@@ -236,6 +238,16 @@ class BuilderBase:
                     return self._folded[cid]
         self._folded[cid] = out
         return out
+
+    def _small(self, op: Op) -> bool:
+        """Whether every local result of ``op`` has at most ``FOLD_LIMIT`` elements, as far
+        as its layout tells (so a large batch-independent value, such as a causal mask of
+        a long sequence, is not computed only to be found too large to fold)."""
+        layout = self.plan.sh.layout
+        for o in op.outputs:
+            if o in layout and math.prod(self.plan.local_shape(o)) > FOLD_LIMIT:
+                return False
+        return True
 
     def hoist_all(self) -> None:
         """Compute every batch-independent value the stage functions and updates need."""
