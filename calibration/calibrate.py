@@ -1,7 +1,8 @@
 """The calibration driver: measure, fit, write a hardware profile and its measurements.
 
 ``calibrate(output, ...)`` runs the microbenchmarks of ``bench``, ``bench_nn`` and
-``bench_train`` (one device: matmuls, elementwise kernels; attention's batched matmuls,
+``bench_train`` (one device: matmuls, elementwise kernels, broadcasting ones
+(``bench_broadcast``); attention's batched matmuls,
 softmax, layer norm, GELU, permuted copies; the training kernels through the backend's
 lowerings: convolutions forward and backward, normalization and softmax gradients,
 cross entropy, Adam, scatter-add, reductions, pools) and ``comm`` (every local GPU, or
@@ -415,6 +416,10 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
     log(f"elementwise: {len(sizes)} sizes x 2 ops x {len(ew_dtypes)} dtypes")
     rows.extend(r.as_dict() for r in bench.bench_elementwise(device, ew_dtypes, sizes, timer,
                                                              log))
+    from calibration.bench_broadcast import bench_broadcast, broadcast_sizes
+
+    rows.extend(r.as_dict() for r in bench_broadcast(device, dtypes, broadcast_sizes(
+        quick, use_cuda), timer, log))
     if nn:
         from calibration import bench_nn
 

@@ -52,11 +52,14 @@ CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
 
-PER_DTYPE = ("matmul", "matmul_unaligned", "bmm", *CONV)
-"""Families fitted per dtype; the other compute families are pooled under ``any`` (their
-feature is bytes), collectives keyed by group size."""
+PER_DTYPE = ("matmul", "matmul_unaligned", "bmm", *CONV, "softmax", "layernorm", "gelu",
+             "copy", "elementwise_bcast")
+"""Families fitted per dtype (the memory-bound kernel families too: half-precision softmax,
+layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones);
+the other compute families are pooled under ``any`` (their feature is bytes), collectives
+keyed by group size."""
 
-COMPUTE = ("elementwise", "softmax", "layernorm", "gelu", "copy", "batchnorm",
+COMPUTE = ("elementwise", "batchnorm",
            "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
            "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
            "avgpool_grad")

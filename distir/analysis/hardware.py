@@ -245,9 +245,15 @@ def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str,
             "kn": float(batch * k * n)}
 
 
-KERNEL_FAMILIES = ("softmax", "layernorm", "gelu", "copy")
-"""Memory-bound kernel families a profile may fit apart from ``elementwise`` (key ``any``,
-feature ``bytes`` read and written)."""
+KERNEL_FAMILIES = ("softmax", "layernorm", "gelu", "copy", "elementwise_bcast")
+"""Memory-bound kernel families a profile may fit apart from ``elementwise`` (feature
+``bytes`` read and written), keyed by dtype (profiles before per-dtype fits key them
+``any``): half-precision kernels of these families move fewer bytes per second than
+float32 ones (strided or per-element paths), so a pooled fit by bytes under-charges them."""
+
+_KERNEL_KEYS = {"Float16": ("Float16", "BFloat16", "any", "Float32"),
+                "BFloat16": ("BFloat16", "Float16", "any", "Float32")}
+"""The fit keys tried, in order, for a kernel of a dtype (the same-width dtype next)."""
 
 
 _MONO: dict[tuple[int, int], tuple[tuple[int, ...], ...]] = {}
@@ -403,14 +409,28 @@ class Hardware:
             return max(f(bmm_features(batch, m, n, k, itemsize)), self.launch_overhead)
         return self.matmul_time(batch * m, n, k, dtype, itemsize)
 
-    def has_kernel_fit(self, family: str) -> bool:
-        """Whether the profile fits the kernel family (``KERNEL_FAMILIES``)."""
-        return (family, "any") in self._fits
+    def has_kernel_fit(self, family: str, dtype: str | None = None) -> bool:
+        """Whether the profile fits the kernel family (``KERNEL_FAMILIES``): for ``dtype``
+        (``_kernel_fit``), or for any dtype."""
+        if dtype is not None:
+            return self._kernel_fit(family, dtype) is not None
+        return any(fam == family for fam, _ in self._fits)
+
+    def _kernel_fit(self, family: str, dtype: str) -> FitModel | None:
+        """The fit of ``family`` for ``dtype``: the dtype's own, else the same-width one's,
+        else the pooled (``any``) one, else float32's; ``None`` if the profile has none."""
+        fits = self._fits
+        for key in _KERNEL_KEYS.get(dtype, (dtype, "any", "Float32")):
+            f = fits.get((family, key))
+            if f is not None:
+                return f
+        return None
 
     def kernel_time(self, family: str, nbytes: float, flops: float, dtype: str) -> float:
         """A memory-bound kernel of a family of ``KERNEL_FAMILIES`` moving ``nbytes`` (read +
-        written): its fit, floored as ``memory_time``; ``memory_time`` without one."""
-        f = self._fits.get((family, "any"))
+        written): its fit for ``dtype`` (``_kernel_fit``), floored as ``memory_time``;
+        ``memory_time`` without one."""
+        f = self._kernel_fit(family, dtype)
         if f is None:
             return self.memory_time(nbytes, flops, dtype)
         t = max(f({"bytes": nbytes}), self.launch_overhead)

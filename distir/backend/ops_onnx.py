@@ -236,6 +236,19 @@ def _compare(s: Static) -> Kernel:
 
 @LOWERINGS.register("Where")
 def _where(s: Static) -> Kernel:
+    """``torch.where``; a known single-element branch (the ``-inf`` of a mask) is passed as
+    a number when the other branch has the result's shape and dtype: a 0-d tensor would be
+    one more broadcast operand, on PyTorch's slower strided path."""
+    for i, other in ((1, 2), (2, 1)):
+        c = s.const(i)
+        if c is None or c.size != 1 or s.in_types[other] is None:
+            continue
+        if s.inp(other).shape != s.out().shape or s.inp(i).dtype != s.inp(other).dtype:
+            continue
+        v = c.reshape(-1)[0].item()
+        if i == 1:
+            return lambda cond, _x, y: (torch.where(cond, v, y),)
+        return lambda cond, x, _y: (torch.where(cond, x, v),)
     return lambda c, x, y: (torch.where(c, x, y),)
 
 

@@ -126,3 +126,48 @@ func @main(%a: Tensor[Float16, (8, {T}, {HD}), 0], %b: Tensor[Float16, (8, {HD},
     old = _costs(text, OLD)
     assert old["da"] == pytest.approx(OLD.matmul_time(8 * T, HD, T, "Float16", 2)
                                       + OLD.matmul_time(8 * HD, T, T, "Float16", 2))
+
+
+BCAST16 = FitModel("linear", ("bytes",), intercept=4e-6, coef=(2e-12,))
+SOFTMAX16 = FitModel("linear", ("bytes",), intercept=5e-6, coef=(6e-12,))
+PER_DTYPE = Hardware(**BASE, fits=(("elementwise", "any", EW),
+                                   ("elementwise_bcast", "Float16", BCAST16),
+                                   ("softmax", "Float32", SOFTMAX),
+                                   ("softmax", "Float16", SOFTMAX16)))
+BROADCASTS = """
+func @main(%x: Tensor[Float16, (4096, 4096), 0], %b: Tensor[Float16, (4096,), 0],
+           %y: Tensor[Float16, (4096, 4096), 0], %m: Tensor[Bool, (4096,), 0],
+           %c: Tensor[Float16, (), 0]) {
+  %bias = Add(%x, %b)
+  %same = Add(%x, %y)
+  %scaled = Mul(%x, %c)
+  %masked = Where(%m, %c, %x)
+  %p = Softmax(%x, axis=-1)
+  return %bias, %same, %scaled, %masked, %p
+}
+"""
+
+
+def test_broadcast_operands_and_per_dtype_kernel_fits() -> None:
+    """An elementwise op with an operand of rank >= 1 broadcast to its result costs the
+    profile's ``elementwise_bcast`` fit of its dtype; same-shape operands and 0-d scalars
+    the ``elementwise`` fit. Kernel fits are looked up by dtype, the same-width dtype
+    next, then ``any``."""
+    c = _costs(BROADCASTS, PER_DTYPE)
+    n = 4096 * 4096
+    assert c["bias"] == pytest.approx(4e-6 + 2e-12 * (2 * n + 4096) * 2)
+    assert c["same"] == pytest.approx(4e-6 + 1e-12 * 3 * n * 2)
+    assert c["scaled"] == pytest.approx(4e-6 + 1e-12 * (2 * n + 1) * 2)
+    assert c["masked"] == pytest.approx(4e-6 + 2e-12 * (4096 + (2 * n + 1) * 2))
+    assert c["p"] == pytest.approx(5e-6 + 6e-12 * 2 * n * 2)
+    # BFloat16 takes Float16's fit; a dtype without one the pooled, then Float32's.
+    assert PER_DTYPE.kernel_time("softmax", 1e6, 0.0, "BFloat16") == \
+        PER_DTYPE.kernel_time("softmax", 1e6, 0.0, "Float16")
+    assert PER_DTYPE.kernel_time("softmax", 1e6, 0.0, "Float64") == \
+        PER_DTYPE.kernel_time("softmax", 1e6, 0.0, "Float32")
+    assert PER_DTYPE.has_kernel_fit("elementwise_bcast") and not OLD.has_kernel_fit("softmax")
+    # The shipped h100-sxm measured broadcasting kernels: a float16 bias add costs more
+    # than a same-shape add moving as many bytes.
+    hw = load_hardware("h100-sxm")
+    assert hw.kernel_time("elementwise_bcast", 1e8, 0.0, "Float16") > \
+        1.5 * hw.memory_time(1e8, 0.0, "Float16")

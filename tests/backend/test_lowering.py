@@ -144,6 +144,10 @@ def test_compare(op: str) -> None:
 
 def test_where_and_cast() -> None:
     check(one_op("Where", [(BOOL, (3, 4)), X, (F32, (4,))]))
+    # A known single-element branch is passed to torch.where as a number, either side.
+    check(one_op("Where", [(BOOL, (4,)), np.array(-1e4, np.float32), X]))
+    check(one_op("Where", [(BOOL, (3, 4)), X, np.array([-np.inf], np.float32)]))
+    check(one_op("Where", [(BOOL, (3, 4)), np.array(2, np.int64), (I64, (3, 4))]))
     check(one_op("Cast", [X], to=I64), [np.array([[1.7, -1.7, 0.2, -0.2]] * 3, np.float32)])
     check(one_op("Cast", [X], to=F16), rtol=1e-3)
     check(one_op("Cast", [X], to=F32))

@@ -15,7 +15,7 @@ from distir.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
 COLLECTIVES = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
-KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy"}
+KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy", "elementwise_bcast"}
 TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
             "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
             "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad"}
@@ -46,7 +46,7 @@ def test_quick_calibration_writes_profile_measurements_and_report(
     assert hw.calibrated and hw.name == "cpu-quick"
     fitted = {(fam, key) for fam, key, _ in hw.fits}
     assert {("matmul", "Float32"), ("elementwise", "any"), ("bmm", "Float32")} <= fitted
-    assert {(k, "any") for k in KERNELS - {"bmm"}} <= fitted
+    assert {(k, "Float32") for k in KERNELS} <= fitted  # memory-bound kernels: per dtype
     assert {(c, "2") for c in COLLECTIVES} <= fitted
     assert hw.peak("Float32") > 0 and hw.memory_bandwidth > 0 and hw.launch_overhead > 0
     assert [s.group_size for s in hw.intra_node] == [2]
@@ -95,7 +95,8 @@ def test_measure_only_writes_just_the_measurements(tmp_path: Path) -> None:
                      measure_only=True, log=lambda s: None) is None
     assert not out.exists()
     rows, meta = read_measurements(tmp_path / "m.measurements.csv")
-    assert {r["family"] for r in rows} == {"matmul", "matmul_unaligned", "elementwise"}
+    assert {r["family"] for r in rows} == {"matmul", "matmul_unaligned", "elementwise",
+                                           "elementwise_bcast"}
     assert meta["world"] == 2
 
 

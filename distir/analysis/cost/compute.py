@@ -17,7 +17,13 @@
   ``BatchNormalization``, adding ``ScatterND`` and ``MaxPool`` use the profile's
   ``softmax``, ``layernorm``, ``gelu``, ``cross_entropy[_grad]``, ``adam``, ``reduce``,
   ``batchnorm``, ``scatter_add`` and ``maxpool`` fits where it has them (``Hardware.kernel_time``),
-  the others the ``elementwise`` one. ``Einsum`` and ``Resize``: ``structured.py``.
+  the others the ``elementwise`` one, except that an elementwise op with an operand of rank
+  >= 1 broadcast to a larger result (a bias against activations, a mask against attention
+  scores, a per-row statistic) uses the ``elementwise_bcast`` fit where the profile has one:
+  PyTorch runs those on a strided path bound by elements per second, at about half the
+  bytes per second in half precision (``calibration/bench_broadcast.py``). 0-d operands are
+  scalars (the backend passes constants as numbers). Kernel fits are per dtype
+  (``Hardware.kernel_time``). ``Einsum`` and ``Resize``: ``structured.py``.
 - Views and values known before the step cost nothing: ``Reshape``, ``Flatten``,
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
   ``Transpose`` (PyTorch returns views for all of them) and ``Constant``. Exception, with a
@@ -87,6 +93,16 @@ def _numel(ts: tuple[Type | None, ...]) -> int:
     return sum(t.numel for t in ts if isinstance(t, TensorType))
 
 
+_ELEMENTWISE = frozenset(SIMPLE) | frozenset(TRANSCENDENTAL)
+
+
+def broadcasts(ins: tuple[Type | None, ...], outs: tuple[Type | None, ...]) -> bool:
+    """Whether an elementwise op reads an operand of rank >= 1 with fewer elements than its
+    (largest) result: it is broadcast, so the kernel takes PyTorch's strided path."""
+    n = max((t.numel for t in outs if isinstance(t, TensorType)), default=0)
+    return any(isinstance(t, TensorType) and t.rank >= 1 and t.numel < n for t in ins)
+
+
 @COST_RULES.register(*VIEWS)
 def view(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
@@ -108,6 +124,9 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             return OpCost(t, flops, nbytes)
     if family is not None:
         return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+    if op_type in _ELEMENTWISE and broadcasts(ins, outs) and \
+            hw.has_kernel_fit("elementwise_bcast", dt):
+        return OpCost(hw.kernel_time("elementwise_bcast", nbytes, flops, dt), flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
 
 
