@@ -188,6 +188,12 @@ PRESETS: dict[str, Workload] = {
 for _name in ("gpt2-350m", "gpt2-1.6b", "gpt2-13b", "gpt2-175b"):
     PRESETS[f"{_name}-train"] = dataclasses.replace(PRESETS[_name], name=f"{_name}-train",
                                                     train=_GPT2_TRAIN)
+# GPT-3 175B (Brown et al. 2020, table 2.1): 96 layers, d 12288, 96 heads, sequence 2048,
+# trained with Adam on 1,536 sequences per step (3.2M tokens).
+PRESETS["gpt3-175b"] = Workload("gpt3-175b", "gpt2", {
+    "n_layer": 96, "d_model": 12288, "n_head": 96, "seq_len": 2048})
+PRESETS["gpt3-175b-train"] = dataclasses.replace(PRESETS["gpt3-175b"], name="gpt3-175b-train",
+                                                 train=_GPT2_TRAIN)
 
 # The paper's batch sizes: training uses one global batch per run; inference explores 2^7..2^20.
 DEFAULT_BATCHES = {
@@ -200,9 +206,16 @@ DEFAULT_GPT2_TRAIN_BATCH = 64
 (``distir.models.presets.DEFAULT_GPT2_BATCH``)."""
 
 
+PRESET_TRAIN_BATCHES = {"gpt3-175b-train": 1536}
+"""Sequences per step of presets trained at their own published batch."""
+
+
 def default_batches(w: Workload) -> list[int]:
     """The batch sizes a search of ``w`` explores by default: the paper's for the MLP and
-    GPT-2 inference, one batch of 64 sequences for GPT-2 training, a user's model's own."""
+    GPT-2 inference, one batch of 64 sequences for GPT-2 training (a preset's published
+    batch, ``PRESET_TRAIN_BATCHES``), a user's model's own."""
+    if w.name in PRESET_TRAIN_BATCHES and w.train is not None:
+        return [PRESET_TRAIN_BATCHES[w.name]]
     if w.source is not None:
         return [w.source.own_batch]
     if w.family == "gpt2" and w.train is not None:

@@ -63,10 +63,12 @@ def strategy(dp: int, tp: int, pp: int) -> str:
 
 def enumerate_space(model: str, devices: int, batch_sizes: Sequence[int], *,
                     fewer_devices: bool = False, max_microbatches: int = 128,
-                    schedules: Sequence[str] = ("1f1b",)) -> Iterator[Config]:
+                    schedules: Sequence[str] = ("1f1b",),
+                    max_tp: int | None = None) -> Iterator[Config]:
     """Every (batch, D, T, P, K, schedule) with power-of-two D, T, P whose product is
     ``devices`` (or at most ``devices`` with ``fewer_devices``); K in 2..max when P > 1,
-    else 1 (the schedule is then irrelevant and listed once)."""
+    else 1 (the schedule is then irrelevant and listed once). ``max_tp`` bounds T, as
+    Megatron's users keep tensor parallelism within a node (``max_tp`` = GPUs per node)."""
     if devices < 1 or devices & (devices - 1):
         from distir.errors import ConfigError
 
@@ -75,7 +77,7 @@ def enumerate_space(model: str, devices: int, batch_sizes: Sequence[int], *,
     degrees = powers_of_two(1, devices)
     for b in batch_sizes:
         for dp in degrees:
-            for tp in degrees:
+            for tp in degrees if max_tp is None else [t for t in degrees if t <= max_tp]:
                 for pp in degrees:
                     n = dp * tp * pp
                     if n > devices or (n < devices and not fewer_devices):
