@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from functools import cache
 
 __all__ = ["Layout", "replicated", "Reject", "Demand", "local_shape", "B", "T", "is_batch",
-           "batch_mark", "batch_offset"]
+           "batch_mark", "batch_offset", "bt_mark", "is_bt", "bt_heads", "t_axis"]
 
 B = "b"
 """The batch mark: split over ``dp`` replicas and ``K`` microbatches. ``"b*N"`` marks an
@@ -29,6 +29,12 @@ viewed as ``(S·B, d)``: axis 0 is ``"b*S"``): each shard holds ``N`` strided ru
 batch; only ops that treat that axis row by row may take it."""
 T = "t"
 """The tensor-parallel mark: split over ``tp`` ranks."""
+BT = "bt"
+"""The prefix of ``"btH"``: an axis that is the batch (outer, split over the batch shards)
+times ``H`` heads (inner, split over the ``tp`` ranks), as attention merges ``(B, H, S, d)``
+into ``(B·H, S, d)``. Each device holds its batch shard's rows, each a run of its ``H / tp``
+heads; only ops that treat the axis row by row may take it (a transpose of the other axes,
+elementwise ops), and a reshape unfolds it into ``(B, H)`` again."""
 
 
 def is_batch(m: str | None) -> bool:
@@ -37,8 +43,28 @@ def is_batch(m: str | None) -> bool:
 
 
 def batch_offset(m: str) -> int:
-    """The outer factor ``N`` of a batch mark ``"b*N"`` (1 for ``"b"``)."""
-    return 1 if m == B else int(m[2:])
+    """The outer factor ``N`` of a batch mark ``"b*N"`` (1 for ``"b"`` and ``"btH"``)."""
+    return 1 if m == B or m[:2] == BT else int(m[2:])
+
+
+def bt_mark(heads: int) -> str:
+    """The mark of a batch axis merged with ``heads`` tensor-parallel heads inside it."""
+    return f"{BT}{heads}"
+
+
+def is_bt(m: str | None) -> bool:
+    """Whether ``m`` marks a batch axis with tensor-parallel heads inside (``"btH"``)."""
+    return m is not None and m[:2] == BT
+
+
+def bt_heads(m: str) -> int:
+    """The number of heads ``H`` inside the axis marked ``"btH"``."""
+    return int(m[2:])
+
+
+def t_axis(lay: Layout) -> int | None:
+    """The axis split over the ``tp`` ranks: marked ``"t"`` or ``"btH"``."""
+    return next((a for a, m in enumerate(lay.marks) if m == T or is_bt(m)), None)
 
 
 def batch_mark(offset: int) -> str:
@@ -91,6 +117,8 @@ def local_shape(shape: tuple[int, ...], layout: Layout, nb: int, tp: int) -> tup
     for i, m in enumerate(layout.marks):
         if m is not None and m[0] == B:
             out[i] //= nb
+            if m[:2] == BT:
+                out[i] //= tp
         elif m == T:
             out[i] //= tp
     return tuple(out)

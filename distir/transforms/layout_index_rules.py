@@ -196,7 +196,8 @@ def _scatter_rows(ins: tuple, shapes: tuple, attrs: dict) -> RuleResult:
             raise Demand(1, Layout(lead + (None,)))
         raise Reject("ScatterND: indices and updates split differently")
     if rows != data.marks[r:]:
-        if not any(data.marks):
+        if not any(data.marks) or all(d == w or d is None and w == T
+                                      for d, w in zip(data.marks[r:], rows, strict=True)):
             raise Demand(0, _lay(data.marks[:r] + rows, upd))
         if not any(rows):
             raise Demand(2, _lay(lead + data.marks[r:], data))

@@ -20,7 +20,10 @@ from distir.transforms.layout import (
     T,
     batch_mark,
     batch_offset,
+    bt_heads,
+    bt_mark,
     is_batch,
+    is_bt,
     replicated,
 )
 from distir.transforms.layout_rules import RuleResult, register
@@ -84,20 +87,37 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
     be folded inside a merged axis (``"b*N"``) and unfolded again; a tensor-parallel split
     must be the outermost axis of its group. An axis split in ``g`` interleaved groups that
     is unfolded into ``(g, n, ...)`` puts the split on ``n`` (groups no longer needed: a
-    fused projection viewed as ``(3, d)``)."""
+    fused projection viewed as ``(3, d)``), and ``(g, n)`` with ``n`` split folded into one
+    axis gives ``g`` interleaved groups (its gradient). The batch and the next axis, split
+    over the ranks, merge into one ``"btH"`` axis and unfold again (attention's
+    ``(B·H, S, d)``)."""
     if not any(lay.marks):
         return replicated(len(so))
     out: list[str | None] = [None] * len(so)
     placed = 0
     ungrouped = False
+    regrouped = 0
     for gi, gj in reshape_groups(sa, so):
         marked = [a for a in gi if lay.marks[a]]
         if not marked:
             continue
         if len(marked) > 1:
-            raise Reject("a reshape merges two split axes")
+            merged = _merge_heads(lay, marked, gi, gj, sa, so)
+            if merged is None:
+                raise Reject("a reshape merges two split axes")
+            out[merged[0]] = merged[1]
+            placed += 2
+            continue
         a = marked[0]
         m = lay.marks[a]
+        if m is not None and is_bt(m):
+            got = _unmerge_heads(m, a, gi, gj, sa, so)
+            if got is None:
+                raise Reject("a reshape changes an axis holding the batch and heads")
+            for yy, mk in got:
+                out[yy] = mk
+            placed += 1
+            continue
         if m is not None and is_batch(m):
             off = batch_offset(m) * int(np.prod([sa[x] for x in gi if x < a], dtype=np.int64))
             y = _place(off, gj, so)
@@ -107,6 +127,14 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
             placed += 1
             continue
         outer = next((x for x in gi if sa[x] != 1 or lay.marks[x]), gi[0])
+        ri = [x for x in gi if sa[x] != 1]
+        rj = [y for y in gj if so[y] != 1]
+        if a != outer and m == T and lay.groups == 1 and len(ri) == 2 and ri[1] == a and \
+                len(rj) == 1:  # (g, n) -> (g·n,): the split n in g interleaved groups
+            out[rj[0]] = T
+            regrouped = sa[ri[0]]
+            placed += 1
+            continue
         if a != outer:
             raise Reject(f"a reshape merges split axis {a} into an outer axis")
         if m == T and lay.groups != 1 and len(gi) == 1 and len(gj) > 1:
@@ -124,7 +152,46 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
         placed += 1
     if placed != sum(1 for m in lay.marks if m):
         raise Reject("a reshape drops a split axis")
+    if regrouped:
+        return Layout(tuple(out), regrouped)
     return Layout(tuple(out), lay.groups if T in out and not ungrouped else 1)
+
+
+def _merge_heads(lay: Layout, marked: list[int], gi: list[int], gj: list[int], sa: Shape,
+                 so: Shape) -> tuple[int, str] | None:
+    """The output axis and mark when a reshape merges the batch axis with the next, split
+    over the ranks (``(B, H, ...)`` or ``(B, H·d)`` into ``(B·H, ...)``): ``"btH"``."""
+    ab, at = marked
+    if lay.marks[ab] != B or lay.marks[at] != T or lay.groups != 1 or \
+            [x for x in gi if sa[x] != 1] != [ab, at]:
+        return None
+    real = [y for y in gj if so[y] != 1]
+    if not real:
+        return None
+    inner = int(np.prod([so[y] for y in real[1:]], dtype=np.int64))
+    if sa[at] % inner or so[real[0]] != sa[ab] * (sa[at] // inner):
+        return None
+    return real[0], bt_mark(sa[at] // inner)
+
+
+def _unmerge_heads(m: str, a: int, gi: list[int], gj: list[int], sa: Shape, so: Shape,
+                   ) -> list[tuple[int, str]] | None:
+    """The output axes and marks of an axis marked ``"btH"`` through a reshape: kept whole
+    (only 1s added or removed), or unfolded into ``(B, H·k, ...)``: ``"b"`` and ``"t"``."""
+    h = bt_heads(m)
+    ri = [x for x in gi if sa[x] != 1]
+    rj = [y for y in gj if so[y] != 1]
+    if not ri or ri[0] != a:
+        return None
+    inner = int(np.prod([sa[x] for x in ri[1:]], dtype=np.int64))
+    if len(ri) == 1 and len(rj) == 1:
+        return [(rj[0], m)]
+    if len(rj) < 2 or so[rj[0]] * h != sa[a]:
+        return None
+    rest = int(np.prod([so[y] for y in rj[2:]], dtype=np.int64))
+    if so[rj[1]] % h or so[rj[1]] * rest != h * inner:
+        return None
+    return [(rj[0], B), (rj[1], T)]
 
 
 def _place(off: int, gj: list[int], so: Shape) -> tuple[int, int] | None:

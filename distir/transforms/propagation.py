@@ -30,6 +30,8 @@ Undo = list[tuple[Any, Any, Any]]
 or ``((op, input index), None, None)`` (a sliced use), in the order of the changes."""
 
 _LOCAL_GATHERS = frozenset({"Gather", "GatherND"})
+_PARTIALS = frozenset({"", "b", "t", "bt"})
+"""Partial marks as the passes keep them: the kinds of shards a value is summed over."""
 
 
 class _Layouts(dict[Value, Layout]):
@@ -96,6 +98,9 @@ class Propagation:
             try:
                 hit = apply_rule(op.op_type, full, shapes, outs, prog.attrs(op),
                                  lambda i: prog.const(op.inputs[i]))
+                if any(p not in _PARTIALS for _, p in hit):  # a sum over "b*N" or "btH"
+                    hit = tuple((lay, "".join(sorted({c for c in p if c in "bt"})))
+                                for lay, p in hit)
             except (Demand, Reject) as e:
                 hit = e
             self._memo[key] = hit

@@ -133,10 +133,9 @@ class TensorPass(Propagation):
         """Let ``op`` take the whole weight ``v`` split as ``layout`` by slicing it locally,
         when ``v`` is shared with ops that take it whole (``sliced``), or is an
         ``Identity`` of such a weight. A trained weight is sliced only where it is shared by
-        value, read through such ``Identity`` copies (its optimizer and gradient ops read it
-        too, so its users do not tell); it stays whole: the part of its
-        gradient that the sliced use gives is split too, and is gathered before it is
-        summed with the others or applied (``_gather_grad``); else the candidate fails."""
+        value (``_shared_by_value``); it stays whole: the part of its gradient that the
+        sliced use gives is split too, and is gathered before it is summed with the others
+        or applied (``_gather_grad``); else the candidate fails."""
         prog = self.prog
         src = v
         while src not in prog.param_set:  # an exporter's Identity of a deduplicated weight
@@ -148,12 +147,22 @@ class TensorPass(Propagation):
                 T not in layout.marks or any(self.layout[v].marks) or \
                 len(prog.users.get(src, ())) < 2 and src is v or (op, k) in self.sliced:
             return False
-        if src in self.trained and src is v and not any(  # its gradient ops read it too
-                prog.ops[u].op_type == "Identity" for u in prog.users.get(src, ())):
+        if src in self.trained and src is v and not self._shared_by_value(src):
             return False
         self.sliced[(op, k)] = layout
         undo.append(((op, k), None, None))
         return True
+
+    def _shared_by_value(self, w: Value) -> bool:
+        """Whether the trained weight ``w`` is one value that the exporter made of equal
+        initializers: read through ``Identity`` copies (TorchScript), or by ops of two
+        kinds other than its optimizer and gradient ops (dynamo: a ``LayerNormalization``
+        and the ``Add`` of a projection's bias). Its gradient ops read it too, so that a
+        weight has several users does not tell."""
+        prog = self.prog
+        kinds = {prog.ops[u].op_type for u in prog.users.get(w, ())}
+        return "Identity" in kinds or len({k for k in kinds if k not in OPTIMIZERS
+                                            and not k.endswith("Grad")}) > 1
 
     def _gather_grad(self, op: Op, undo: Undo) -> bool:
         """Let ``op`` take its split inputs whole, gathered over the ranks (``sliced`` maps

@@ -32,7 +32,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from distir.ir.core import Value
-from distir.transforms.layout import B, Layout, Reject, T, replicated
+from distir.transforms.layout import B, Layout, Reject, T, is_bt, replicated, t_axis
 from distir.transforms.layout_rules import BROADCAST, UNARY
 from distir.transforms.layout_shape_rules import reshape_layout
 
@@ -48,6 +48,9 @@ _RESHAPES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze"})
 _SOFTMAX = frozenset({"Softmax", "LogSoftmax"})
 _SAME_AXIS = frozenset({"Slice", "Concat", "Expand"})
 _MAX_DEPTH = 64
+_ROW_WISE = _UNARY | _BROADCAST | _RESHAPES | _SOFTMAX | {"Transpose", "MatMul", "Slice",
+                                                          "Concat"}
+"""Ops through which an axis holding the batch and the heads (``"btH"``) is pulled."""
 
 
 def _weight_through(sh: TensorPass, v: Value | None) -> tuple[Value, bool] | None:
@@ -125,18 +128,18 @@ def _broadcast_along(sx: tuple[int, ...], so: tuple[int, ...], ax: int) -> bool:
 
 
 def _merge(cur: Layout, want: Layout) -> Layout | None:
-    """``cur`` with ``want``'s ``"t"`` mark; ``None`` if they disagree elsewhere."""
+    """``cur`` with ``want``'s ``"t"`` (or ``"btH"``) mark; ``None`` if they disagree."""
     marks: list[str | None] = []
     for c, w in zip(cur.marks, want.marks, strict=True):
-        if w == T:
-            if c not in (None, T):
+        if w == T or is_bt(w):
+            if c not in (None, w) and not (is_bt(w) and c == B):
                 return None
-            marks.append(T)
-        elif c == T:
+            marks.append(w)
+        elif c == T or is_bt(c):
             return None
         else:
             marks.append(c)
-    return Layout(tuple(marks), want.groups if T in marks else 1)
+    return Layout(tuple(marks), want.groups if t_axis(Layout(tuple(marks))) is not None else 1)
 
 
 def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layout],
@@ -148,15 +151,22 @@ def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layo
     if len(shape) != len(want.marks):
         return False
     cur = sh.layout.get(v) or replicated(len(shape))
-    if T not in want.marks:
-        return T not in cur.marks
-    if cur.axis(T) == want.axis(T) and cur.groups == want.groups:
+    wa, ca = t_axis(want), t_axis(cur)
+    if wa is None:
+        return ca is None
+    if ca == wa and cur.marks[ca] == want.marks[wa] and cur.groups == want.groups:
         return True
     target = _merge(cur, want)
     if target is None:
         return False
+    ax = t_axis(target)
+    assert ax is not None
+    tm = target.marks[ax]  # "t", or "btH": the batch with the heads inside
     if v in prog.param_set:
-        if len(prog.users.get(v, ())) > 1 and v not in sh.trained:
+        if tm != T:
+            return False
+        if len(prog.users.get(v, ())) > 1 and (v not in sh.trained
+                                               or sh._shared_by_value(v)):
             return True  # shared: each user that needs it split slices it (_slice_use)
         w = Layout(tuple(m if m == T else None for m in target.marks), target.groups)
         if not _free(sh, v, w) or seeds.get(v, w) != w:
@@ -167,13 +177,14 @@ def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layo
     if op is None or len(op.outputs) != 1:
         return False
     t = op.op_type
-    ax = target.axis(T)
-    assert ax is not None
     g = target.groups
 
     def one_t(rank: int, axis: int | None) -> Layout:
-        return Layout(tuple(T if a == axis else None for a in range(rank)),
+        return Layout(tuple(tm if a == axis else None for a in range(rank)),
                       g if axis is not None else 1)
+
+    if tm != T and t not in _ROW_WISE:
+        return False
 
     if t == "Identity" and op.inputs[0] in sh.trained:
         return True  # an exporter's copy of a trained weight shared by value: sliced on use
@@ -198,8 +209,11 @@ def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layo
             return False
         try:
             lay = reshape_layout(one_t(len(shape), ax), shape, prog.shape(x))
-        except Reject:
-            return False
+        except Reject:  # the batch and the heads merged in one axis: both marks needed
+            try:
+                lay = reshape_layout(target, shape, prog.shape(x))
+            except Reject:
+                return False
         return _pull(sh, x, lay, seeds, depth + 1)
     if t in _SOFTMAX:  # normalized along another axis (attention probabilities)
         axis = prog.attrs(op).get("axis", -1)
@@ -256,7 +270,7 @@ def _pull(sh: TensorPass, v: Value | None, want: Layout, seeds: dict[Value, Layo
         if len(sb) < 2 or len(sa) < 1:
             return False
         rank = len(shape)
-        if ax == rank - 1:  # the output features: b's columns
+        if ax == rank - 1 and tm == T:  # the output features: b's columns
             return _pull(sh, b, one_t(len(sb), len(sb) - 1), seeds, depth + 1)
         if ax >= rank - 2:
             return False
