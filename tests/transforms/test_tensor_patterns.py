@@ -8,7 +8,7 @@ import pytest
 
 import distir
 from distir.transforms import analyze, dtp
-from distir.transforms.layout import Layout, Reject, T
+from distir.transforms.layout import Layout, Reject, T, local_shape
 from distir.transforms.layout_rules import apply_rule
 from distir.transforms.layout_shape_rules import reshape_layout
 
@@ -72,3 +72,28 @@ def test_tp_that_does_not_divide_a_pattern_keeps_it_whole(case: int) -> None:
     got = distir.execute(sc, ins, check_types=False)
     for g, w in zip(got, distir.execute(fn, ins), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_batch_and_heads_merged_in_one_axis() -> None:
+    """``(B, H, S, d)`` viewed as ``(B·H, S, d)``: the merged axis holds the batch outside
+    and the split heads inside (``"btH"``), and unfolds again; ``nn.MultiheadAttention``'s
+    ``(S, B, H·d)`` as ``(S, B·H, d)`` likewise."""
+    four = Layout(("b", T, None, None))
+    merged = reshape_layout(four, (4, 4, 8, 8), (16, 8, 8))
+    assert merged == Layout(("bt4", None, None))
+    assert reshape_layout(merged, (16, 8, 8), (4, 4, 8, 8)) == four
+    assert local_shape((16, 8, 8), merged, 2, 2) == (4, 8, 8)
+    mha = reshape_layout(Layout((None, "b", T)), (8, 4, 32), (8, 16, 8))
+    assert mha == Layout((None, "bt4", None))
+    assert reshape_layout(mha, (8, 16, 8), (8, 4, 32)) == Layout((None, "b", T))
+    with pytest.raises(Reject):  # the heads outside the batch: not a batch-major merge
+        reshape_layout(Layout((T, "b", None)), (4, 4, 8), (16, 8))
+    with pytest.raises(Reject):  # unfolded into other sizes than (B, H·k)
+        reshape_layout(merged, (16, 8, 8), (8, 2, 8, 8))
+
+
+def test_split_parts_fold_into_interleaved_groups() -> None:
+    """``(3, d)`` with ``d`` split viewed as ``(3·d,)``: 3 interleaved groups (the gradient
+    of a fused projection unfolded into its parts)."""
+    got = reshape_layout(Layout((None, None, None, T)), (8, 4, 3, 32), (8, 4, 96))
+    assert got == Layout((None, None, T), 3)
