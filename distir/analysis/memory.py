@@ -24,7 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress, filterfalse
+from itertools import compress
+from operator import not_
 from typing import Any
 
 from distir.ir.core import Function, Op, Value
@@ -185,17 +186,18 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         skip = cl.unused_params
         roots = [None if u is None else alias.get(u, u) for u in op.inputs] if alias \
             else op.inputs
-        # (C-level scans: calls pass thousands of arguments, of which few die here, such
-        # as a microbatch's activation. Never None: None is in ``live``.)
-        new = set(filterfalse(live.__contains__, roots))
-        if not new:  # no argument dies here
+        # The positions of the arguments not live after the call, by C-level scans (calls
+        # pass thousands of arguments, of which few die here, such as a microbatch's
+        # activation). Never None: None is in ``live``.
+        gone = list(compress(range(len(roots)), map(not_, map(live.__contains__, roots))))
+        if not gone:  # no argument dies here
             infos[op] = (sig, (), (), (), (), dropped)
             continue
         # Each storage first dies at its first position not an unused parameter of the
         # callee (untouched arguments are no use); one passed twice is not handed over.
         dying: list[tuple[int, Value]] = []
         passed: dict[Value, int] = {}  # how often each dying storage is passed
-        for pos in compress(range(len(roots)), map(new.__contains__, roots)):
+        for pos in gone:
             r = roots[pos]
             n = passed.get(r)  # type: ignore[call-overload]
             passed[r] = 1 if n is None else n + 1  # type: ignore[index]
