@@ -199,12 +199,13 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         passed: dict[Value, int] = {}  # how often each dying storage is passed
         for pos in gone:
             r = roots[pos]
-            n = passed.get(r)  # type: ignore[call-overload]
-            passed[r] = 1 if n is None else n + 1  # type: ignore[index]
+            assert r is not None
+            n = passed.get(r)
+            passed[r] = 1 if n is None else n + 1
             if r in live or pos in skip:
                 continue
             live_add(r)
-            dying.append((pos, r))  # type: ignore[arg-type]
+            dying.append((pos, r))
         c_in: list[int] = []
         c_param: list[tuple[int, int]] = []
         give: list[tuple[int, int]] = []

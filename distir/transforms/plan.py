@@ -11,6 +11,7 @@ adjacent (they exchange the most data), then the stages of a replica, then the r
 
 from __future__ import annotations
 
+import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -28,6 +29,12 @@ from distir.transforms.sharding import Sharding
 from distir.transforms.structure import Structure
 
 __all__ = ["Analysis", "Plan", "analyze"]
+
+# The outcome of ``Plan._check_tensor`` per sharding (an analysis' own, or its variant for
+# a tp) and (tp, microbatch splits): the same for every configuration sharing them.
+_TENSOR_CHECKS: weakref.WeakKeyDictionary[Sharding, dict[tuple[int, int],
+                                                          TransformError | None]] = \
+    weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,6 +128,21 @@ class Plan:
                                  f"{'s' * (n == 1)} per microbatch")
 
     def _check_tensor(self) -> None:
+        """Every split axis divisible (weights, activations, the batch): depends only on
+        the sharding (of this ``tp``) and ``nb``, so checked once per such pair."""
+        done = _TENSOR_CHECKS.setdefault(self.sh, {})
+        key = (self.tp, self.nb)
+        if key not in done:
+            try:
+                self._check_tensor_once()
+                done[key] = None
+            except TransformError as e:
+                done[key] = e
+        err = done[key]
+        if err is not None:
+            raise TransformError(err.message, err.loc)
+
+    def _check_tensor_once(self) -> None:
         prog, sh, tp, nb = self.prog, self.sh, self.tp, self.nb
         values = [p for p in prog.fn.params] + [v for i in prog.live_ops
                                                   for v in prog.ops[i].outputs]
