@@ -1,0 +1,228 @@
+"""``optimize``: per-op parallelisation at scale (Unity §5's machine mapping), by dynamic
+programming over a series decomposition of the program.
+
+For each device mesh of the device count (``(N,)`` and every 2-D factorisation), the
+program is cut into segments joined by few values (``segments.decompose``: in a training
+step, one layer's forward and backward ops per segment, joined by the activation and its
+gradient). The search walks the segments in order keeping, per *boundary state* (the
+specs of the values crossing to the next segment), the cheapest plan so far. A segment is
+searched exhaustively (``segsearch.search_segment``) for each incoming state and each
+guess of the specs of gradients that a later segment makes; the result is cached by the
+segment's structure (``Segment.signature``: op types, attributes, types, wiring, never
+names) and the boundary specs, so the repeated layers of a deep model cost one layer's
+search. States above ``prune`` times the cheapest (and beyond the ``beam`` cheapest) are
+dropped.
+
+Plans are scored by an additive time estimate (``segsearch``'s); the ``top_k`` cheapest
+final plans of every mesh are lowered (``lower``) and simulated (``distir.simulate``);
+the fastest whose simulated peak memory fits the card wins. Plans whose parameters alone
+exceed the card are dropped during the search.
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from distir.errors import ConfigError
+from distir.ir.core import Function, Module, Value
+from distir.transforms.program import Program
+from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op
+from distir.transforms.spmd.mesh import Mesh, Partial, Spec, replicated
+from distir.transforms.spmd.propagate import program_of
+from distir.transforms.spmd.rules import Outcome
+from distir.transforms.spmd.segments import Decomposition, decompose
+from distir.transforms.spmd.segsearch import Plan, SegmentContext, search_segment
+
+__all__ = ["optimize", "OptimizeResult", "Candidate", "meshes_for", "search_mesh"]
+
+
+@dataclass(frozen=True, eq=False)
+class Candidate:
+    """One plan: its ``assignment``, the search's ``estimate_s``, and once simulated the
+    lowered ``program`` and its simulation (``sim``, ``None`` until then)."""
+
+    assignment: LayoutAssignment
+    estimate_s: float
+    program: Function | None = None
+    sim: Any = None
+
+    @property
+    def simulated_s(self) -> float:
+        return float("inf") if self.sim is None else float(self.sim.latency_s)
+
+    @property
+    def fits(self) -> bool:
+        return self.sim is not None and not self.sim.out_of_memory
+
+
+@dataclass(frozen=True, eq=False)
+class OptimizeResult:
+    """The best plan found: ``program`` (the lowered SPMD step, parameters placed),
+    ``simulation`` (its ``distir.simulate`` result), ``assignment`` and ``mesh``;
+    ``candidates`` every plan simulated, fastest first; ``seconds`` the search's wall time;
+    ``stats`` counts (segments, distinct segment structures, segment searches, states)."""
+
+    program: Function
+    simulation: Any
+    assignment: LayoutAssignment
+    mesh: Mesh
+    candidates: tuple[Candidate, ...]
+    seconds: float
+    stats: dict[str, Any] = field(default_factory=dict)
+
+
+def meshes_for(devices: int) -> list[Mesh]:
+    """``(N,)`` and every 2-D mesh ``(a, N/a)`` with ``1 < a < N``."""
+    if devices < 1:
+        raise ConfigError(f"devices must be at least 1, got {devices}")
+    out = [Mesh.of(devices)]
+    out += [Mesh.of(a, devices // a) for a in range(2, devices) if devices % a == 0]
+    return out
+
+
+def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
+                prune: float = 1.05, max_states: int = 2000, top_k: int = 4,
+                stats: dict[str, Any] | None = None) -> list[Candidate]:
+    """The ``top_k`` cheapest plans of ``prog`` on ``mesh`` by the estimate (not yet
+    simulated); see the module docstring."""
+    ctx = SegmentContext(prog, mesh, hardware, max_states)
+    dec = decompose(prog)
+    cap = float(ctx.hw.memory_bytes)
+    rep = replicated(mesh)
+    fixed_globals = {p: rep for p in dec.global_params}
+    cache: dict[tuple, dict[tuple[Spec, ...], tuple[float, float, Plan]]] = {}
+    # boundary state -> (seconds, parameter bytes, back pointer)
+    states: dict[tuple[Spec, ...], tuple[float, float, Any]] = {(): (0.0, 0.0, None)}
+    before: tuple[Value, ...] = ()
+    n = len(dec.segments)
+    peak = 1
+    for j, seg in enumerate(dec.segments):
+        after = dec.boundaries[j] if j < n - 1 else ()
+        made_here = set(seg.made_out)
+        reads_here = set(seg.ext)
+        guessed = [v for v in after if v not in before and v not in made_here]
+        nxt: dict[tuple[Spec, ...], tuple[float, float, Any]] = {}
+        for key, (cost, mem, back) in states.items():
+            spec_in = dict(zip(before, key, strict=True))
+            for guess in itertools.product(*(_guesses(ctx, v) for v in guessed)):
+                fixed = dict(fixed_globals)
+                fixed.update((v, s) for v, s in spec_in.items() if v in reads_here)
+                fixed.update(zip(guessed, guess, strict=True))
+                promised = {v: s for v, s in spec_in.items() if v in made_here}
+                outs = tuple(v for v in seg.made_out if v in after)
+                ck = (seg.signature,
+                      tuple(fixed.get(v) for v in seg.ext),
+                      tuple(promised.get(v) for v in seg.made_out),
+                      tuple(v in after for v in seg.made_out))
+                res = cache.get(ck)
+                if res is None:
+                    res = cache[ck] = search_segment(ctx, seg, fixed, promised, outs,
+                                                     cap - mem)
+                for out_key, (c, m, plan) in res.items():
+                    spec_out = dict(zip(outs, out_key, strict=True))
+                    spec_out.update(zip(guessed, guess, strict=True))
+                    spec_out.update((v, s) for v, s in spec_in.items() if v in after)
+                    nk = tuple(spec_out[v] for v in after)
+                    total = cost + c
+                    old = nxt.get(nk)
+                    if old is None or total < old[0]:
+                        nxt[nk] = (total, mem + m, (j, plan, back))
+        if not nxt:
+            raise ConfigError(f"no plan on mesh {mesh} fits {ctx.hw.name}'s memory "
+                              f"({cap / 2**30:.0f} GiB per device)")
+        best = min(c for c, _, _ in nxt.values())
+        ranked = sorted(nxt.items(), key=lambda kv: kv[1][0])
+        states = dict(kv for r, kv in enumerate(ranked)
+                      if r < beam and (kv[1][0] <= prune * best or r < max(1, beam // 8)))
+        peak = max(peak, len(nxt))
+        before = after
+    if stats is not None:
+        stats.update(segments=n, structures=len({s.signature for s in dec.segments}),
+                     segment_searches=ctx.searches, boundary_states=peak)
+    finals = sorted(states.values(), key=lambda x: x[0])[:top_k]
+    return [Candidate(_assignment(prog, mesh, ctx, dec, back, fixed_globals), cost)
+            for cost, _, back in finals]
+
+
+def _guesses(ctx: SegmentContext, v: Value) -> list[Spec]:
+    """Specs a gradient made by a later segment may arrive in: not ``Partial`` on an axis
+    where another is sharded twice (all candidates)."""
+    return ctx.candidates(v)
+
+
+def _assignment(prog: Program, mesh: Mesh, ctx: SegmentContext, dec: Decomposition,
+                back: Any, fixed_globals: dict[Value, Spec]) -> LayoutAssignment:
+    chosen: dict[int, tuple[Spec | None, ...]] = {}
+    while back is not None:
+        j, plan, back = back
+        for i, reads in zip(dec.segments[j].ops, plan, strict=True):
+            chosen[i] = reads
+    rep = replicated(mesh)
+    placed: dict[Value, Spec] = dict(fixed_globals)
+    reads_all: list[tuple[Spec | None, ...] | None] = [None] * len(prog.ops)
+    outs: list[Outcome | None] = [None] * len(prog.ops)
+    for i in prog.live_ops:
+        op = prog.ops[i]
+        if is_constant_op(prog, op):
+            reads_all[i] = ()
+            outs[i] = Outcome(tuple(rep for _ in op.outputs), tuple(() for _ in op.outputs))
+            continue
+        reads = chosen[i]
+        for v, s in zip(op.inputs, reads, strict=True):
+            if v is not None and s is not None and v in prog.param_set \
+                    and not any(isinstance(p, Partial) for p in s):
+                placed.setdefault(v, s)
+        reads_all[i] = reads
+        outs[i] = ctx.rules.apply(op, reads)
+    params = tuple(placed.get(p, rep) for p in prog.fn.params)
+    return LayoutAssignment(prog, mesh, params, tuple(reads_all), tuple(outs))
+
+
+def optimize(fn: Function | Module | Program, devices: int, hardware: Any = "h100-sxm", *,
+             meshes: list[Mesh] | None = None, batch_size: int | None = None,
+             beam: int = 64, prune: float = 1.05, max_states: int = 2000,
+             top_k: int = 4, budget_s: float | None = None) -> OptimizeResult:
+    """The fastest per-op placement plan of ``fn`` over ``devices`` devices that fits
+    ``hardware``'s memory (see the module docstring). ``meshes`` overrides the meshes
+    tried; ``budget_s`` stops trying further meshes once spent (the first always runs).
+    Raises ``ConfigError`` when no plan fits."""
+    from distir.analysis.hardware import load_hardware
+    from distir.analysis.simulator import simulate
+    from distir.transforms.spmd.lower import lower
+
+    t0 = time.perf_counter()
+    hw = load_hardware(hardware)
+    prog = program_of(fn)
+    found: list[Candidate] = []
+    stats: dict[str, Any] = {"meshes": []}
+    for mesh in meshes or meshes_for(devices):
+        if mesh.size != devices:
+            raise ConfigError(f"mesh {mesh} has {mesh.size} devices, not {devices}")
+        if budget_s is not None and found and time.perf_counter() - t0 > budget_s:
+            break
+        st: dict[str, Any] = {"mesh": str(mesh)}
+        try:
+            cands = search_mesh(prog, mesh, hw, beam=beam, prune=prune,
+                                max_states=max_states, top_k=top_k, stats=st)
+        except ConfigError as e:
+            st["error"] = str(e)
+            stats["meshes"].append(st)
+            continue
+        for c in cands:
+            program = lower(c.assignment)
+            sim = simulate(program, hw, batch_size)
+            found.append(Candidate(c.assignment, c.estimate_s, program, sim))
+        st["best_simulated_s"] = min(c.simulated_s for c in found[-len(cands):])
+        stats["meshes"].append(st)
+    fits = sorted((c for c in found if c.fits), key=lambda c: c.simulated_s)
+    if not fits:
+        raise ConfigError(f"optimize: no plan over {devices} devices fits {hw.name}'s "
+                          f"memory ({hw.memory_bytes / 2**30:.0f} GiB per device)")
+    best = fits[0]
+    assert best.program is not None
+    ranked = tuple(sorted(found, key=lambda c: (not c.fits, c.simulated_s)))
+    return OptimizeResult(best.program, best.sim, best.assignment, best.assignment.mesh,
+                          ranked, time.perf_counter() - t0, stats)
