@@ -25,6 +25,7 @@ COMMAND_MODULES = [
     "distir.cli.explain",
     "distir.cli.grid_search",
     "distir.cli.sync_search",
+    "distir.cli.optimize",
     "distir.cli.calibrate",
     "distir.cli.ops",
 ]

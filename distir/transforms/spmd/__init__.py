@@ -8,7 +8,8 @@ its own:
 - ``lower(assignment, self_contained=False)`` -> a verified ``Function``;
 - ``communicated_elements(fn)``: elements sent per step by a lowered program;
 - ``search_small(fn, mesh)``: an exhaustive search over per-op placements for small
-  programs (the seed of issue 19's search).
+  programs (the seed of issue 19's search);
+- ``optimize(fn, devices)``: the search at scale (segments, a cache per structure).
 
 See ``docs/spmd.md``.
 """
@@ -29,9 +30,11 @@ from distir.transforms.spmd.mesh import (
     Spec,
     local_shape,
 )
+from distir.transforms.spmd.optimize import OptimizeResult, optimize
 from distir.transforms.spmd.propagate import propagate
 from distir.transforms.spmd.search import SearchResult, search_small
 
 __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Placement", "Spec", "R", "P",
            "local_shape", "LayoutAssignment", "Redistribution", "propagate", "lower",
-           "communicated_elements", "comm_breakdown", "search_small", "SearchResult"]
+           "communicated_elements", "comm_breakdown", "search_small", "SearchResult",
+           "optimize", "OptimizeResult"]

@@ -87,8 +87,7 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
             start[vid[v]] = (fixed[v], frozenset({fixed[v]}))
         elif v in prog.param_set:
             start[vid[v]] = (None, frozenset())
-    State = tuple
-    states: dict[State, tuple[float, float, Any]] = {
+    states: dict[tuple, tuple[float, float, Any]] = {
         tuple(sorted(start.items(), key=lambda x: x[0])): (0.0, 0.0, None)}
     for n, i in enumerate(seg.ops):
         op = prog.ops[i]
@@ -98,25 +97,25 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
                                  if j < len(op.inputs)) if x is not None}
         overlapped = op.op_type in STATE_UPDATES
         dead = {vid[v] for v in _reads(prog, i) if last.get(v) == n and v not in keep}
-        nxt: dict[State, tuple[float, float, Any]] = {}
+        nxt: dict[tuple, tuple[float, float, Any]] = {}
         for key, (cost, mem, back) in states.items():
-            have = dict(key)
+            have: dict[int, tuple[Spec | None, frozenset]] = dict(key)
             for reads, out in strat:
                 secs = costs.op(op, reads, out)
                 extra = 0.0
                 upd: dict[int, tuple[Spec | None, frozenset]] = {}
                 ok = True
-                for v, s in zip(op.inputs, reads, strict=True):
-                    if s is None or v is None:
+                for x, s in zip(op.inputs, reads, strict=True):
+                    if s is None or x is None:
                         continue
-                    k = vid[v]
+                    k = vid[x]
                     src, made = upd.get(k) or have.get(k) or whole
                     if src is None:  # a parameter read first here: placed as read
                         if any(isinstance(p, Partial) for p in s):
                             ok = False
                             break
                         upd[k] = (s, frozenset({s}))
-                        extra += ctx.param_bytes(v, s)
+                        extra += ctx.param_bytes(x, s)
                         continue
                     if any(isinstance(b, Partial) and not isinstance(a, Partial)
                            for a, b in zip(src, s, strict=True)) or (k in held and src != s):
@@ -124,7 +123,7 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
                         break
                     if s in made:
                         continue
-                    secs += ctx.redistribution(v, src, s, overlapped)
+                    secs += ctx.redistribution(x, src, s, overlapped)
                     upd[k] = (src, made | {st.after for st in plan(src, s)})
                 if not ok or mem + extra > mem_limit:
                     continue
