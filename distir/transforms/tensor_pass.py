@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator
 from typing import Any, Self
 
 from distir.ir.core import Op, Value
-from distir.transforms.layout import B, Layout, T
+from distir.transforms.layout import B, Layout, T, bt_heads, t_axis
 from distir.transforms.propagation import OPTIMIZERS, Propagation, Undo, _Layouts
 from distir.transforms.tensor_patterns import candidates, pull_tensor
 
@@ -85,12 +85,15 @@ class TensorPass(Propagation):
     def _split_sizes(self, values: Iterable[Value], sliced: dict[tuple[Op, int], Layout],
                      ) -> Iterator[tuple[int, int]]:
         """``(size, groups)`` of the ``"t"`` axis of each of ``values`` that is split over
-        the ranks, and of each weight sliced on use."""
+        the ranks (``(H, 1)`` for an axis holding the batch and ``H`` heads), and of each
+        weight sliced on use."""
         prog, lay = self.prog, self.layout
         for v in values:
-            a = lay[v].axis(T)
+            got = lay[v]
+            a = t_axis(got)
             if a is not None:
-                yield prog.shape(v)[a], lay[v].groups
+                m = got.marks[a]
+                yield (prog.shape(v)[a], got.groups) if m == T else (bt_heads(str(m)), 1)
         for (op, k), s in sliced.items():
             a = s.axis(T)
             x = op.inputs[k]

@@ -70,11 +70,13 @@ SAMPLE = [("resnet18", "torchscript", (2, 1, 1, 2)), ("conv1d", "dynamo", (4, 1,
           ("t5_encoder", "torchscript", (2, 2, 1, 1)), ("vit_b16", "dynamo", (2, 1, 2, 2)),
           ("transformer_encoder", "torchscript", (4, 1, 1, 1)),
           ("bert", "torchscript", (1, 1, 4, 1)), ("vit", "dynamo", (1, 1, 3, 2)),
-          ("resnet50", "dynamo", (1, 1, 4, 2)), ("llama", "dynamo", (1, 1, 4, 2))]
+          ("resnet50", "dynamo", (1, 1, 4, 2)), ("llama", "dynamo", (1, 1, 4, 2)),
+          ("transformer_encoder", "dynamo", (1, 8, 1, 1)), ("vit_b16", "torchscript", (2, 4, 1, 1)),
+          ("llama", "torchscript", (1, 3, 2, 1))]
 """Configurations run by the reference executor: the batch split through convolutions,
 batch norms and pools, masks made by index arithmetic (HF models), the batch folded inside
 the sequence axis (``nn.MultiheadAttention``), with T, P and K; P up to 4 stages, cut by
-cost (``pp`` need not divide the layers)."""
+cost (``pp`` need not divide the layers); T up to 8, where some patterns stay whole."""
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg"), SAMPLE,
@@ -101,7 +103,8 @@ TRAIN = [("resnet50", "torchscript", (2, 1, 1, 1), "sum"),
          ("transformer_encoder", "torchscript", (2, 1, 1, 1), "sum"),
          ("resnet50", "torchscript", (1, 1, 4, 2), "sum"), ("gpt2", "dynamo", (1, 1, 2, 2), "mean"),
          ("llama", "torchscript", (2, 1, 4, 2), "sum"), ("bert", "dynamo", (1, 1, 3, 1), "sum"),
-         ("gpt2", "torchscript", (1, 2, 2, 2), "mean")]
+         ("gpt2", "torchscript", (1, 2, 2, 2), "mean"), ("bert", "dynamo", (2, 4, 1, 2), "mean"),
+         ("transformer_encoder", "dynamo", (1, 8, 1, 1), "sum")]
 
 
 @pytest.mark.parametrize(("name", "exporter", "cfg", "reduction"), TRAIN,
