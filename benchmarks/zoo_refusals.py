@@ -16,6 +16,11 @@ refuse: divisibility, stages, the batch split), or, with ``--full``, transformed
 Prints one line per (model, exporter, mode) with its refusals, the refusal reasons grouped
 (numbers stripped), and the totals: overall, and at ``dp, tp, pp <= 4`` for GPT-2, Llama,
 BERT, ViT and ResNet-50 (issue 16 asks for none there).
+
+``--execute N`` also runs, per (model, exporter, mode), ``N`` configurations drawn at
+random (``--seed``) among those of the grid that a batch of 8 admits, through the reference
+executor (``self_contained=True``) against the sequential program at batch 8, and counts
+those whose results differ (more than ``1e-4 * (1 + max |x|)``).
 """
 
 from __future__ import annotations
@@ -27,10 +32,14 @@ import sys
 import time
 from collections import Counter
 from itertools import product
+from typing import Any
+
+import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import distir  # noqa: E402
+import distir.analysis  # noqa: E402
 from distir.errors import DistIRError, TransformError  # noqa: E402
 from distir.transforms import analyze, dtp, training_step  # noqa: E402
 from distir.transforms.plan import Plan  # noqa: E402
@@ -58,6 +67,9 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=6720)
     ap.add_argument("--models", default="", help="comma-separated zoo names (default: all)")
     ap.add_argument("--verbose", action="store_true", help="print every refusal")
+    ap.add_argument("--execute", type=int, default=0, metavar="N",
+                    help="run N sampled configurations per model and mode at batch 8")
+    ap.add_argument("--seed", type=int, default=0)
     args = ap.parse_args()
 
     from tests.zoo.export import ExportFailed, exported
@@ -67,6 +79,8 @@ def main() -> None:
     grid = [(d, t, p, k) for d, t, p in triples() for k in (1, 2, 4, 8)]
     total = refused = key_total = key_refused = 0
     reasons: Counter[str] = Counter()
+    ran = wrong = 0
+    rng = np.random.default_rng(args.seed)
     t0 = time.perf_counter()
     for spec in SPECS:
         if names and spec.name not in names:
@@ -104,12 +118,52 @@ def main() -> None:
                 total += len(grid)
                 print(f"{spec.name:20s} {ex:11s} {mode:9s} refused {n:3d} of {len(grid)}",
                       flush=True)
+                if args.execute:
+                    r = _execute(spec, path, mode, grid, args.execute, rng)
+                    ran += r[0]
+                    wrong += r[1]
     print("\nreasons:")
     for r, c in reasons.most_common():
         print(f"  {c:5d}  {r}")
     print(f"\nrefused {refused} of {total} ({100 * refused / max(total, 1):.1f}%); "
           f"at D, T, P <= 4 for {', '.join(KEY_MODELS)}: {key_refused} of {key_total}; "
           f"{time.perf_counter() - t0:.0f} s")
+    if args.execute:
+        print(f"executed {ran} sampled configurations at batch 8: {wrong} differ from the "
+              "sequential results")
+
+
+def _execute(spec: Any, path: str, mode: str, grid: list, n: int,
+             rng: np.random.Generator) -> tuple[int, int]:
+    """Run ``n`` sampled configurations of ``grid`` that batch 8 admits; (run, wrong)."""
+    m = distir.import_onnx(path, dims=spec.dims(batch=8))
+    fn = m.entry
+    ins = [t.numpy() for t in spec.inputs(8, 8)]
+    if mode == "training":
+        fn = training_step(fn, loss="cross_entropy", optimizer="sgd", reduction="mean")
+        target = distir.analysis.type_env(fn)[fn.params[-1]]
+        ins.append(rng.integers(0, 3, size=target.shape).astype(np.int64))
+    an = analyze(fn)
+    ok = []
+    for cfg in grid:
+        try:
+            Plan(an, *cfg, "1f1b")
+        except TransformError:
+            continue
+        ok.append(cfg)
+    want = distir.execute(fn, ins)
+    ran = wrong = 0
+    for i in rng.choice(len(ok), size=min(n, len(ok)), replace=False):
+        d, t, p, k = ok[int(i)]
+        got = distir.execute(dtp(an, dp=d, tp=t, pp=p, microbatches=k, self_contained=True),
+                             ins, check_types=False)
+        ran += 1
+        bad = any(np.shape(g) != np.shape(w) or np.max(np.abs(np.asarray(g) - w), initial=0)
+                  > 1e-4 * (1 + np.max(np.abs(w), initial=0)) for g, w in zip(got, want))
+        if bad:
+            wrong += 1
+            print(f"  DIFFERS {spec.name} {mode} D{d}T{t}P{p}K{k}")
+    return ran, wrong
 
 
 if __name__ == "__main__":
