@@ -45,7 +45,7 @@ _LAZY: dict[str, tuple[str, str | None]] = {
     "import_onnx": ("distir.importers.onnx", "import_onnx"),
     "import_torch": ("distir.importers.pytorch", "import_torch"),
     "simulate": ("distir.analysis.simulator", "simulate"),
-    "optimize": ("distir.transforms.spmd.optimize", "optimize"),
+    "optimize": ("distir.transforms.spmd.mapping", "optimize"),
     "run": ("distir.backend", "run"),
     "analysis": ("distir.analysis", None),
     "backend": ("distir.backend", None),

@@ -20,7 +20,7 @@ def optimize_workload(w: Workload, devices: int, *, hardware: str = "h100-sxm",
                       **kw: Any) -> tuple[Any, int]:
     """``(OptimizeResult, batch size)`` of ``w``'s step at ``batch_size`` (default: the
     workload's first default batch) over ``devices`` devices."""
-    from distir.transforms.spmd.optimize import optimize
+    from distir.transforms.spmd.mapping import optimize
 
     if devices < 1:
         raise ConfigError(f"--devices {devices}: need at least 1")

@@ -19,6 +19,7 @@ from __future__ import annotations
 from distir.transforms.spmd.assignment import LayoutAssignment, Redistribution
 from distir.transforms.spmd.cost import comm_breakdown, communicated_elements
 from distir.transforms.spmd.lower import lower
+from distir.transforms.spmd.mapping import OptimizeResult, optimize
 from distir.transforms.spmd.mesh import (
     Mesh,
     P,
@@ -30,7 +31,6 @@ from distir.transforms.spmd.mesh import (
     Spec,
     local_shape,
 )
-from distir.transforms.spmd.optimize import OptimizeResult, optimize
 from distir.transforms.spmd.propagate import propagate
 from distir.transforms.spmd.search import SearchResult, search_small
 

@@ -62,9 +62,11 @@ def _reads(prog: Program, i: int) -> list[Value]:
     return [v for k, v in enumerate(op.inputs) if v is not None and not is_shape_operand(op, k)]
 
 
-def decompose(prog: Program, max_cross: int = 0) -> Decomposition:
-    """Segments of ``prog`` cut at levels crossed by at most ``max(max_cross, fewest)``
-    values (``fewest``: the smallest crossing anywhere). Deterministic."""
+def decompose(prog: Program, max_cross: int = 0, max_ops: int = 64) -> Decomposition:
+    """Segments of ``prog`` cut at levels crossed by at most ``limit`` values: ``limit``
+    starts at ``max(max_cross, fewest)`` (``fewest``: the smallest crossing anywhere) and
+    grows until no segment has more than ``max_ops`` ops (or every level is cut).
+    Deterministic."""
     ops = [i for i in prog.live_ops if not is_constant_op(prog, prog.ops[i])]
     made = {v: i for i in ops for v in prog.ops[i].outputs}
     level = _levels(prog, ops, made)
@@ -85,9 +87,12 @@ def decompose(prog: Program, max_cross: int = 0) -> Decomposition:
     for lo, hi in spans.values():
         for c in range(lo, hi):
             count[c] += 1
-    fewest = min(count, default=0)
-    limit = max(max_cross, fewest)
-    cuts = {c for c in range(len(count)) if count[c] <= limit}
+    limit = max(max_cross, min(count, default=0))
+    while True:
+        cuts = {c for c in range(len(count)) if count[c] <= limit}
+        if limit >= max(count, default=0) or _largest(marks, level, cuts) <= max_ops:
+            break
+        limit += 1
     seg_of_level: dict[int, int] = {}
     s = 0
     for c, lv in enumerate(marks):
@@ -184,3 +189,16 @@ def _levels(prog: Program, ops: list[int], made: dict[Value, int]) -> dict[int, 
         srcs = [level[made[v]] for v in _reads(prog, i) if v in made]
         level[i] = min(srcs) if srcs else i
     return level
+
+
+def _largest(marks: list[int], level: dict[int, int], cuts: set[int]) -> int:
+    """The most ops in one segment when cutting after the levels ``cuts``."""
+    per: dict[int, int] = {}
+    for lv in level.values():
+        per[lv] = per.get(lv, 0) + 1
+    most = run = 0
+    for c, lv in enumerate(marks):
+        run += per[lv]
+        if c in cuts:
+            most, run = max(most, run), 0
+    return max(most, run)

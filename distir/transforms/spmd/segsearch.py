@@ -4,8 +4,9 @@ Like ``search_small``'s dynamic programming in program order, restricted to one 
 (see ``segments.py``): the state is the spec of every value still to be read in the
 segment (and the specs already made of it, which later readers reuse). Values the
 segment reads but does not make arrive with *fixed* specs (the previous segment's
-choice, a guess for a gradient made by a later segment, ``Replicate`` for a global
-parameter); a parameter read only here is placed as its first reader reads it. A value
+choice, ``Replicate`` for a global parameter); a parameter read only here, and a
+gradient a later segment makes, are placed as their first reader reads them (the later
+segment is *promised* that spec). A value
 made here and read by an earlier segment was *promised* a spec: the segment pays the
 redistribution from what it makes to the promise. The result maps the specs of the
 values made here and read by later segments to the cheapest (cost, reads) reaching them.
@@ -68,10 +69,13 @@ class SegmentContext:
 
 def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
                    promised: dict[Value, Spec], outs: tuple[Value, ...],
-                   mem_limit: float) -> dict[tuple[Spec, ...], tuple[float, float, Plan]]:
-    """``{specs of outs: (seconds, parameter bytes per device, reads)}`` for the cheapest
-    plan of ``seg`` reaching each (see the module docstring). Plans whose parameters alone
-    exceed ``mem_limit`` bytes per device are dropped."""
+                   mem_limit: float, later: tuple[Value, ...] = (),
+                   ) -> dict[tuple[Spec, ...], tuple[float, float, Plan]]:
+    """``{specs of outs and of later: (seconds, parameter bytes per device, reads)}`` for
+    the cheapest plan of ``seg`` reaching each (see the module docstring). ``later``: values
+    a later segment makes and this one reads; each arrives as its first reader here reads
+    it (a promise the maker pays for). Plans whose parameters alone exceed ``mem_limit``
+    bytes per device are dropped."""
     prog, rules, costs = ctx.prog, ctx.rules, ctx.costs
     ctx.searches += 1
     vid = ctx.vid
@@ -79,13 +83,13 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
     for n, i in enumerate(seg.ops):
         for v in _reads(prog, i):
             last[v] = n
-    keep = set(outs)
+    keep = set(outs) | set(later)
     whole = (replicated(ctx.mesh), frozenset({replicated(ctx.mesh)}))
     start: dict[int, tuple[Spec | None, frozenset]] = {}
     for v in seg.ext:
         if v in fixed:
             start[vid[v]] = (fixed[v], frozenset({fixed[v]}))
-        elif v in prog.param_set:
+        elif v in prog.param_set or v in keep:
             start[vid[v]] = (None, frozenset())
     states: dict[tuple, tuple[float, float, Any]] = {
         tuple(sorted(start.items(), key=lambda x: x[0])): (0.0, 0.0, None)}
@@ -110,12 +114,13 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
                         continue
                     k = vid[x]
                     src, made = upd.get(k) or have.get(k) or whole
-                    if src is None:  # a parameter read first here: placed as read
-                        if any(isinstance(p, Partial) for p in s):
-                            ok = False
-                            break
+                    if src is None:  # a parameter, or a later gradient: placed as read
+                        if x in prog.param_set:
+                            if any(isinstance(p, Partial) for p in s):
+                                ok = False
+                                break
+                            extra += ctx.param_bytes(x, s)
                         upd[k] = (s, frozenset({s}))
-                        extra += ctx.param_bytes(x, s)
                         continue
                     if any(isinstance(b, Partial) and not isinstance(a, Partial)
                            for a, b in zip(src, s, strict=True)) or (k in held and src != s):
@@ -154,7 +159,7 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
     result: dict[tuple[Spec, ...], tuple[float, float, Plan]] = {}
     for key, (cost, mem, back) in states.items():
         have = dict(key)
-        ok_key = tuple(have[vid[o]][0] for o in outs)
+        ok_key = tuple(have[vid[o]][0] for o in outs + later)
         old = result.get(ok_key)  # type: ignore[arg-type]
         if old is None or cost < old[0]:
             reads_list: list[tuple[Spec | None, ...]] = []

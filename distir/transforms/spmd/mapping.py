@@ -6,8 +6,9 @@ program is cut into segments joined by few values (``segments.decompose``: in a 
 step, one layer's forward and backward ops per segment, joined by the activation and its
 gradient). The search walks the segments in order keeping, per *boundary state* (the
 specs of the values crossing to the next segment), the cheapest plan so far. A segment is
-searched exhaustively (``segsearch.search_segment``) for each incoming state and each
-guess of the specs of gradients that a later segment makes; the result is cached by the
+searched exhaustively (``segsearch.search_segment``) for each incoming state (a gradient
+that a later segment makes arrives as this segment first reads it: a promise to that
+segment); the result is cached by the
 segment's structure (``Segment.signature``: op types, attributes, types, wiring, never
 names) and the boundary specs, so the repeated layers of a deep model cost one layer's
 search. States above ``prune`` times the cheapest (and beyond the ``beam`` cheapest) are
@@ -21,7 +22,6 @@ exceed the card are dropped during the search.
 
 from __future__ import annotations
 
-import itertools
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -105,31 +105,30 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
         reads_here = set(seg.ext)
         guessed = [v for v in after if v not in before and v not in made_here]
         nxt: dict[tuple[Spec, ...], tuple[float, float, Any]] = {}
+        outs = tuple(v for v in seg.made_out if v in after)
+        later = tuple(guessed)
         for key, (cost, mem, back) in states.items():
             spec_in = dict(zip(before, key, strict=True))
-            for guess in itertools.product(*(_guesses(ctx, v) for v in guessed)):
-                fixed = dict(fixed_globals)
-                fixed.update((v, s) for v, s in spec_in.items() if v in reads_here)
-                fixed.update(zip(guessed, guess, strict=True))
-                promised = {v: s for v, s in spec_in.items() if v in made_here}
-                outs = tuple(v for v in seg.made_out if v in after)
-                ck = (seg.signature,
-                      tuple(fixed.get(v) for v in seg.ext),
-                      tuple(promised.get(v) for v in seg.made_out),
-                      tuple(v in after for v in seg.made_out))
-                res = cache.get(ck)
-                if res is None:
-                    res = cache[ck] = search_segment(ctx, seg, fixed, promised, outs,
-                                                     cap - mem)
-                for out_key, (c, m, plan) in res.items():
-                    spec_out = dict(zip(outs, out_key, strict=True))
-                    spec_out.update(zip(guessed, guess, strict=True))
-                    spec_out.update((v, s) for v, s in spec_in.items() if v in after)
-                    nk = tuple(spec_out[v] for v in after)
-                    total = cost + c
-                    old = nxt.get(nk)
-                    if old is None or total < old[0]:
-                        nxt[nk] = (total, mem + m, (j, plan, back))
+            fixed = dict(fixed_globals)
+            fixed.update((v, s) for v, s in spec_in.items() if v in reads_here)
+            promised = {v: s for v, s in spec_in.items() if v in made_here}
+            ck = (seg.signature,
+                  tuple(fixed.get(v) for v in seg.ext),
+                  tuple(promised.get(v) for v in seg.made_out),
+                  tuple(v in after for v in seg.made_out),
+                  tuple(v in later for v in seg.ext))
+            res = cache.get(ck)
+            if res is None:
+                res = cache[ck] = search_segment(ctx, seg, fixed, promised, outs,
+                                                 cap - mem, later)
+            for out_key, (c, m, plan) in res.items():
+                spec_out = dict(zip(outs + later, out_key, strict=True))
+                spec_out.update((v, s) for v, s in spec_in.items() if v in after)
+                nk = tuple(spec_out[v] for v in after)
+                total = cost + c
+                old = nxt.get(nk)
+                if old is None or total < old[0]:
+                    nxt[nk] = (total, mem + m, (j, plan, back))
         if not nxt:
             raise ConfigError(f"no plan on mesh {mesh} fits {ctx.hw.name}'s memory "
                               f"({cap / 2**30:.0f} GiB per device)")
@@ -145,12 +144,6 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
     finals = sorted(states.values(), key=lambda x: x[0])[:top_k]
     return [Candidate(_assignment(prog, mesh, ctx, dec, back, fixed_globals), cost)
             for cost, _, back in finals]
-
-
-def _guesses(ctx: SegmentContext, v: Value) -> list[Spec]:
-    """Specs a gradient made by a later segment may arrive in: not ``Partial`` on an axis
-    where another is sharded twice (all candidates)."""
-    return ctx.candidates(v)
 
 
 def _assignment(prog: Program, mesh: Mesh, ctx: SegmentContext, dec: Decomposition,
