@@ -91,8 +91,7 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
     ctx = SegmentContext(prog, mesh, hardware, max_states)
     dec = decompose(prog)
     cap = float(ctx.hw.memory_bytes)
-    rep = replicated(mesh)
-    fixed_globals = {p: rep for p in dec.global_params}
+    fixed_globals: dict[Value, Spec] = {}
     cache: dict[tuple, dict[tuple[Spec, ...], tuple[float, float, Plan]]] = {}
     # boundary state -> (seconds, parameter bytes, back pointer)
     states: dict[tuple[Spec, ...], tuple[float, float, Any]] = {(): (0.0, 0.0, None)}
@@ -103,9 +102,11 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
         after = dec.boundaries[j] if j < n - 1 else ()
         made_here = set(seg.made_out)
         reads_here = set(seg.ext)
-        guessed = [v for v in after if v not in before and v not in made_here]
+        new = [v for v in after if v not in before and v not in made_here]
+        guessed = [v for v in new if v not in prog.param_set]
+        placed_here = tuple(v for v in new if v in prog.param_set)
         nxt: dict[tuple[Spec, ...], tuple[float, float, Any]] = {}
-        outs = tuple(v for v in seg.made_out if v in after)
+        outs = tuple(v for v in seg.made_out if v in after) + placed_here
         later = tuple(guessed)
         for key, (cost, mem, back) in states.items():
             spec_in = dict(zip(before, key, strict=True))

@@ -123,6 +123,10 @@ class OpRules:
             except (Reject, Demand) as e:
                 raise NotLocal(f"{t}: {e}", axis=axis) from None
             return tuple(P for _ in res), []
+        if t in _XENT and isinstance(pl[0], Shard) and pl[0].dim == len(shapes[0]) - 1:
+            # dtp lowers a class-split cross entropy with its own collectives (maxima,
+            # sums of exp); a local op on split logits would be wrong
+            raise NotLocal(f"{t}: logits split on the class axis", axis=axis)
         lays = tuple(None if s is None else replicated(len(s)) if p is None
                      else _layout(p, len(s)) for p, s in zip(pl, shapes, strict=True))
         try:

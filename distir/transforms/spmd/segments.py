@@ -11,8 +11,9 @@ segments is the placements of those two values only. Because a value's readers a
 most one level from its maker, every crossing value crosses exactly the boundary between
 two adjacent segments.
 
-Parameters read in more than one segment (a tied embedding) are *global*: the search
-places them whole.
+A parameter read in more than one segment (a weight whose gradient is computed in a later
+segment than its forward product, a tied embedding) is *global*: it crosses every boundary
+from its first reading segment to its last, placed as it is first read.
 
 A segment's ``signature`` describes it by its ops' types, attributes, types and internal
 wiring, and the roles of its boundary values in order of first use: never by names, so
@@ -48,7 +49,7 @@ class Segment:
 class Decomposition:
     """``segments`` in order; ``boundaries[k]``: the values crossing between segments ``k``
     and ``k+1`` (sorted by their position in the program); ``global_params``: parameters
-    read in more than one segment."""
+    read in more than one segment (they are in the boundaries between)."""
 
     segments: tuple[Segment, ...]
     boundaries: tuple[tuple[Value, ...], ...]
@@ -119,6 +120,9 @@ def decompose(prog: Program, max_cross: int = 0, max_ops: int = 64) -> Decomposi
                 a, b = sorted((seg_of[i], seg_of[j]))
                 for c in range(a, b):  # passes through the segments between
                     bounds[c].add(v)
+    for v, ss in param_segs.items():  # placed where first read, carried to the last reader
+        for c in range(min(ss), max(ss)):
+            bounds[c].add(v)
     segments = tuple(_segment(prog, o, seg_of, made, globals_) for o in seg_ops)
     return Decomposition(segments, tuple(tuple(sorted(b, key=order.__getitem__))
                                          for b in bounds), globals_, seg_of)

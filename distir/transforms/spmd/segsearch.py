@@ -50,9 +50,13 @@ class SegmentContext:
         self.searches = 0
 
     def candidates(self, v: Value) -> list[Spec]:
+        """Specs ``v`` may be read as; a value known before running (an axes list, a
+        constant) only whole: the rules take such operands as they are."""
         c = self.cands.get(v)
         if c is None:
-            c = self.cands[v] = _candidates(self.prog.shape(v), self.mesh)
+            known = self.prog.const(v) is not None
+            c = self.cands[v] = [replicated(self.mesh)] if known else \
+                _candidates(self.prog.shape(v), self.mesh)
         return c
 
     def param_bytes(self, v: Value, spec: Spec) -> int:
