@@ -34,7 +34,7 @@ from distir.transforms.spmd.mesh import Mesh, Partial, Spec, replicated
 from distir.transforms.spmd.propagate import program_of
 from distir.transforms.spmd.rules import Outcome
 from distir.transforms.spmd.segments import Decomposition, decompose
-from distir.transforms.spmd.segsearch import Plan, SegmentContext, search_segment
+from distir.transforms.spmd.segsearch import Held, Plan, SegmentContext, search_segment
 
 __all__ = ["optimize", "OptimizeResult", "Candidate", "meshes_for", "search_mesh"]
 
@@ -92,9 +92,10 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
     dec = decompose(prog)
     cap = float(ctx.hw.memory_bytes)
     fixed_globals: dict[Value, Spec] = {}
-    cache: dict[tuple, dict[tuple[Spec, ...], tuple[float, float, Plan]]] = {}
-    # boundary state -> (seconds, parameter bytes, back pointer)
-    states: dict[tuple[Spec, ...], tuple[float, float, Any]] = {(): (0.0, 0.0, None)}
+    cache: dict[tuple, dict[tuple[Held, ...], tuple[float, float, Plan]]] = {}
+    # boundary state (what is held of each crossing value) -> (seconds, parameter bytes,
+    # back pointer)
+    states: dict[tuple[Held, ...], tuple[float, float, Any]] = {(): (0.0, 0.0, None)}
     before: tuple[Value, ...] = ()
     n = len(dec.segments)
     peak = 1
@@ -105,14 +106,15 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
         new = [v for v in after if v not in before and v not in made_here]
         guessed = [v for v in new if v not in prog.param_set]
         placed_here = tuple(v for v in new if v in prog.param_set)
-        nxt: dict[tuple[Spec, ...], tuple[float, float, Any]] = {}
+        nxt: dict[tuple[Held, ...], tuple[float, float, Any]] = {}
         outs = tuple(v for v in seg.made_out if v in after) + placed_here
         later = tuple(guessed)
+        cont = tuple(v for v in before if v in reads_here and v in after)
         for key, (cost, mem, back) in states.items():
             spec_in = dict(zip(before, key, strict=True))
-            fixed = dict(fixed_globals)
-            fixed.update((v, s) for v, s in spec_in.items() if v in reads_here)
-            promised = {v: s for v, s in spec_in.items() if v in made_here}
+            fixed: dict[Value, Held] = {v: (s, frozenset({s})) for v, s in fixed_globals.items()}
+            fixed.update((v, h) for v, h in spec_in.items() if v in reads_here)
+            promised = {v: h[0] for v, h in spec_in.items() if v in made_here}
             ck = (seg.signature,
                   tuple(fixed.get(v) for v in seg.ext),
                   tuple(promised.get(v) for v in seg.made_out),
@@ -121,10 +123,10 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
             res = cache.get(ck)
             if res is None:
                 res = cache[ck] = search_segment(ctx, seg, fixed, promised, outs,
-                                                 cap - mem, later)
+                                                 cap - mem, later, cont)
             for out_key, (c, m, plan) in res.items():
-                spec_out = dict(zip(outs + later, out_key, strict=True))
-                spec_out.update((v, s) for v, s in spec_in.items() if v in after)
+                spec_out = {v: h for v, h in spec_in.items() if v in after}
+                spec_out.update(zip(outs + later + cont, out_key, strict=True))
                 nk = tuple(spec_out[v] for v in after)
                 total = cost + c
                 old = nxt.get(nk)

@@ -71,12 +71,19 @@ class SegmentContext:
         return secs * self.hw.overlap_slowdown if overlapped else secs
 
 
-def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
+Held = tuple[Spec, frozenset]
+"""A value's spec as made, and every spec already made of it (later readers reuse them)."""
+
+
+def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Held],
                    promised: dict[Value, Spec], outs: tuple[Value, ...],
                    mem_limit: float, later: tuple[Value, ...] = (),
-                   ) -> dict[tuple[Spec, ...], tuple[float, float, Plan]]:
-    """``{specs of outs and of later: (seconds, parameter bytes per device, reads)}`` for
-    the cheapest plan of ``seg`` reaching each (see the module docstring). ``later``: values
+                   cont: tuple[Value, ...] = (),
+                   ) -> dict[tuple[Held, ...], tuple[float, float, Plan]]:
+    """``{held of outs, later and cont: (seconds, parameter bytes per device, reads)}`` for
+    the cheapest plan of ``seg`` reaching each (see the module docstring). ``fixed`` values
+    arrive with the specs made of them so far (a gather made in an earlier segment is not
+    paid twice); ``cont``: fixed values read again after this segment. ``later``: values
     a later segment makes and this one reads; each arrives as its first reader here reads
     it (a promise the maker pays for). Plans whose parameters alone exceed ``mem_limit``
     bytes per device are dropped."""
@@ -87,12 +94,12 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
     for n, i in enumerate(seg.ops):
         for v in _reads(prog, i):
             last[v] = n
-    keep = set(outs) | set(later)
+    keep = set(outs) | set(later) | set(cont)
     whole = (replicated(ctx.mesh), frozenset({replicated(ctx.mesh)}))
     start: dict[int, tuple[Spec | None, frozenset]] = {}
     for v in seg.ext:
         if v in fixed:
-            start[vid[v]] = (fixed[v], frozenset({fixed[v]}))
+            start[vid[v]] = fixed[v]
         elif v in prog.param_set or v in keep:
             start[vid[v]] = (None, frozenset())
     states: dict[tuple, tuple[float, float, Any]] = {
@@ -160,10 +167,10 @@ def search_segment(ctx: SegmentContext, seg: Segment, fixed: dict[Value, Spec],
         if len(nxt) > ctx.max_states:
             nxt = dict(sorted(nxt.items(), key=lambda kv: kv[1][0])[:ctx.max_states])
         states = nxt
-    result: dict[tuple[Spec, ...], tuple[float, float, Plan]] = {}
+    result: dict[tuple[Held, ...], tuple[float, float, Plan]] = {}
     for key, (cost, mem, back) in states.items():
         have = dict(key)
-        ok_key = tuple(have[vid[o]][0] for o in outs + later)
+        ok_key = tuple(have[vid[o]] for o in outs + later + cont)
         old = result.get(ok_key)  # type: ignore[arg-type]
         if old is None or cost < old[0]:
             reads_list: list[tuple[Spec | None, ...]] = []
