@@ -139,7 +139,8 @@ def test_parallel_workers_give_the_same_rows_in_the_same_order(tmp_path) -> None
 def test_presets_and_labels() -> None:
     assert set(PRESETS) == {"mlp-1b", "mlp-17b", "mlp-103b", "gpt2-350m", "gpt2-1.6b",
                             "gpt2-13b", "gpt2-175b", "gpt2-350m-train", "gpt2-1.6b-train",
-                            "gpt2-13b-train", "gpt2-175b-train"}
+                            "gpt2-13b-train", "gpt2-175b-train", "gpt3-175b",
+                            "gpt3-175b-train"}
     assert workload("mlp-4-64").sizes == {"num_layers": 4, "width": 64}
     from distir.errors import ConfigError
 
