@@ -241,11 +241,14 @@ class BuilderBase:
 
     def _small(self, op: Op) -> bool:
         """Whether every local result of ``op`` has at most ``FOLD_LIMIT`` elements, as far
-        as its layout tells (so a large batch-independent value, such as a causal mask of
+        as its shape and layout tell (so a large batch-independent value, such as a causal mask of
         a long sequence, is not computed only to be found too large to fold)."""
-        layout = self.plan.sh.layout
         for o in op.outputs:
-            if o in layout and math.prod(self.plan.local_shape(o)) > FOLD_LIMIT:
+            try:
+                n = math.prod(self.plan.local_shape(o))
+            except KeyError:  # a value of no known shape: computed, as before
+                continue
+            if n > FOLD_LIMIT:
                 return False
         return True
 
