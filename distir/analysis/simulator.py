@@ -26,8 +26,10 @@ its entry, ``out[d] = max_k(entry[k] + delay[d][k])``. The first call of a funct
 given argument values simulates its body once with symbolic clocks (each device's clock
 is a vector of delays from the entry clocks of the devices touched, plus a shift); every
 later call applies the summary in O(devices touched), so a 128-microbatch pipeline that
-calls one stage function 128 times simulates its body once. Results are exactly those of
-the inlined program (a test checks it).
+calls one stage function 128 times simulates its body once. Calls equal up to renaming
+devices (replicas, equal stages elsewhere) share one summary, renamed per call
+(``distir.analysis.renaming``). Results are exactly those of the inlined program (tests
+check both).
 
 Memory: see ``distir.analysis.memory``. Units: seconds, bytes, FLOPs.
 """
