@@ -116,3 +116,22 @@ def test_gpt2_training_plan_equals_sequential() -> None:
     got = distir.execute(lower(r.assignment, self_contained=True), list(ins))
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+def test_cli(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
+    import os
+
+    from distir.cli import main
+
+    out = os.path.join(str(tmp_path), "plan.dir")
+    rc = main(["optimize", "--model", "mlp", "--num-layers", "2", "--width", "256",
+               "--batch-size", "256", "--devices", "2", "-o", out])
+    assert rc == 0
+    text = capsys.readouterr().out
+    assert "best" in text and "mesh" in text
+    plan = distir.load(out).entry
+    assert {p.type.device for p in plan.params} == {0, 1}
+    assert main(["optimize", "--model", "nope", "--devices", "2"]) == 1
+    assert "unknown model 'nope'" in capsys.readouterr().err
+    assert main(["optimize", "--model", "mlp-1b", "--devices", "8", "--budget", "0"]) == 1
+    assert "--budget 0.0: give a positive number" in capsys.readouterr().err
