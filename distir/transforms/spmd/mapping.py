@@ -127,7 +127,8 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
             for out_key, (c, m, plan) in res.items():
                 spec_out = {v: h for v, h in spec_in.items() if v in after}
                 spec_out.update(zip(outs + later + cont, out_key, strict=True))
-                nk = tuple(spec_out[v] for v in after)
+                # the last segment keeps one plan per incoming state: the top_k to simulate
+                nk = tuple(spec_out[v] for v in after) if j < n - 1 else key
                 total = cost + c
                 old = nxt.get(nk)
                 if old is None or total < old[0]:
