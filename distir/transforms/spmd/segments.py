@@ -170,12 +170,20 @@ def _digest(arr: object) -> str:
     return f"{a.dtype}{a.shape}" + hashlib.blake2b(a.tobytes(), digest_size=8).hexdigest()
 
 
+HUB_READERS = 8
+"""A value read by more ops than this (an optimizer's step count, read by every update)
+is shared like a parameter: it does not anchor a backward op's level."""
+
+
 def _levels(prog: Program, ops: list[int], made: dict[Value, int]) -> dict[int, int]:
     """Forward ops (ancestors of every op whose result the program returns) are at their
     program position; every other op (a backward op) at the lowest level of the ops whose
     results it reads, so the backward of a layer meets the forward ops whose activations
     it reads, and levels fall along the backward pass as they rise along the forward."""
-    sinks = [i for i in ops if any(o in prog.returned for o in prog.ops[i].outputs)]
+    # a returned value computed from parameters alone (an optimizer's step count + 1) has
+    # no ancestors to agree on
+    sinks = [i for i in ops if any(o in prog.returned for o in prog.ops[i].outputs)
+             and any(v in made for v in _reads(prog, i))]
     anc: dict[int, int] = {}  # op -> bitmask of the sinks it reaches
     bit = {s: 1 << n for n, s in enumerate(sinks)}
     for i in reversed(ops):
@@ -190,7 +198,8 @@ def _levels(prog: Program, ops: list[int], made: dict[Value, int]) -> dict[int, 
         if anc[i] == full:
             level[i] = i
             continue
-        srcs = [level[made[v]] for v in _reads(prog, i) if v in made]
+        srcs = [level[made[v]] for v in _reads(prog, i)
+                if v in made and len(prog.users.get(v, ())) <= HUB_READERS]
         level[i] = min(srcs) if srcs else i
     return level
 
