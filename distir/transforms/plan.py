@@ -242,7 +242,10 @@ class Plan:
 
     def canon(self, v: Value) -> int:
         """Equal keys for batch-independent values that are equal on every device (the
-        causal masks and shape constants of all layers collapse to one)."""
+        causal masks and shape constants of all layers collapse to one). Values split
+        differently are never equal: two zeros of one shape, one made whole and one made
+        split over the ranks (an embedding gradient's, under vocabulary parallelism), keep
+        their own keys."""
         c = self._canon.get(v)
         if c is not None:
             return c
@@ -252,13 +255,15 @@ class Plan:
             c = self._intern(("p", v))
         else:
             op = prog.ops[i]
+            lay = self.sh.layout[v]
             if op.op_type in SHAPE_OPS:
                 c = self.const_key(DenseAttr.from_array(self.shape_value(op)))
-            elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"}:
+            elif op.op_type == "Constant" and set(op.attrs) <= {"value", "device"} and \
+                    lay.is_replicated:
                 c = self.const_key(op.attrs["value"])  # type: ignore[arg-type]
             else:
                 ins = tuple(-1 if x is None else self.canon(x) for x in op.inputs)
-                c = self._intern((op.op_type, op.attrs_key, ins, op.outputs.index(v)))
+                c = self._intern((op.op_type, op.attrs_key, ins, op.outputs.index(v), lay))
         self._canon[v] = c
         return c
 

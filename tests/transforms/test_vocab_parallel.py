@@ -78,6 +78,22 @@ def test_equals_sequential(cfg: tuple[int, int, int, int], reduction: str) -> No
         np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_position_table_of_the_vocabulary_shape_stays_whole() -> None:
+    """With as many positions as words, ``wpe``'s gradient and ``wte``'s start from zeros
+    of one shape, made by equal ops: the split ones (``wte``'s, by vocabulary) and the
+    whole ones (``wpe``'s) must not be computed once and shared (they were: ``wpe``'s
+    update then got a half-height gradient)."""
+    fn = distir.models.gpt2(n_layer=1, d_model=8, n_head=2, vocab_size=VOCAB, seq_len=VOCAB,
+                            batch_size=2)
+    step = training_step(fn, loss="cross_entropy", optimizer="sgd",
+                         wrt=[p.name for p in fn.params if p.name != "input_ids"])
+    ins = _inputs(step)
+    want = distir.execute(step, ins)
+    got = distir.execute(dtp(step, tp=2, self_contained=True), ins)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
 def test_runs_on_gloo() -> None:
     import torch  # noqa: F401 - the test needs it
 
