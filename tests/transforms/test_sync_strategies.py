@@ -276,3 +276,20 @@ def test_several_data_parallel_groups(kw: dict[str, Any]) -> None:
             assert len({frozenset(gr.devices) for gr, p in zip(grads, plan)
                         if p.kind == "allreduce" and p.group == g}) == 1
         _close(execute(synchronize(fn, plan), ins), want, 1e-5)
+
+
+def test_powersgd_state_names_are_distinct_under_tensor_parallelism() -> None:
+    """Every PowerSGD state tensor has a name of its own on a D x T program (the ranks'
+    ``_tp{t}`` suffix is kept), so a training loop can feed each one back."""
+    import collections
+
+    from distir.transforms import dtp, training_step
+
+    fn = distir.models.gpt2(n_layer=1, d_model=8, n_head=2, vocab_size=8, seq_len=4,
+                            batch_size=4)
+    step = training_step(fn, loss="cross_entropy", optimizer="sgd",
+                         wrt=[p.name for p in fn.params if p.name != "input_ids"])
+    prog = dtp(step, dp=2, tp=2)
+    out = synchronize(prog, {"builder": "powersgd", "rank": 1})
+    new = [p.name for p in out.params[len(prog.params):]]
+    assert new and not [n for n, c in collections.Counter(new).items() if c > 1]

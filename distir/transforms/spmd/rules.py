@@ -127,6 +127,10 @@ class OpRules:
             # dtp lowers a class-split cross entropy with its own collectives (maxima,
             # sums of exp); a local op on split logits would be wrong
             raise NotLocal(f"{t}: logits split on the class axis", axis=axis)
+        if isinstance(pl[0], Shard) and pl[0].dim in _indexed_dims(t, shapes, attrs):
+            # dtp lowers a lookup in a row-split table with ids shifted to local rows and
+            # masked (vocab_parallel); a local op would index the local rows with global ids
+            raise NotLocal(f"{t}: data split along an indexed axis", axis=axis)
         lays = tuple(None if s is None else replicated(len(s)) if p is None
                      else _layout(p, len(s)) for p, s in zip(pl, shapes, strict=True))
         try:
@@ -203,3 +207,23 @@ def _placement(lay: Layout) -> Placement | None:
     if T in lay.marks:
         return Shard(lay.marks.index(T), lay.groups)
     return R
+
+
+def _indexed_dims(op_type: str, shapes: tuple, attrs: dict[str, Any]) -> range:
+    """The axes of input 0 that an indexing op addresses with run-time indices (``Gather``
+    and ``GatherElements`` along ``axis``; ``GatherND`` and ``ScatterND`` along the leading
+    axes the index tuples name); empty for other ops."""
+    if op_type not in _INDEXING or not shapes or shapes[0] is None:
+        return range(0)
+    rank = len(shapes[0])
+    if op_type in ("Gather", "GatherElements"):
+        a = int(attrs.get("axis", 0) or 0) % max(rank, 1)
+        return range(a, a + 1)
+    if len(shapes) < 2 or shapes[1] is None or not shapes[1]:
+        return range(0)
+    depth = int(shapes[1][-1])
+    batch = int(attrs.get("batch_dims", 0) or 0)
+    return range(batch, batch + depth)
+
+
+_INDEXING = frozenset({"Gather", "GatherElements", "GatherND", "ScatterND"})

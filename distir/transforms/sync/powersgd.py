@@ -40,11 +40,15 @@ __all__ = ["emit_powersgd", "state_names"]
 
 
 def state_names(gr: Gradient) -> tuple[list[str], list[str]]:
-    """The names of ``Q_j`` and ``E_j`` for every replica of ``gr``."""
-    base = gr.weight.rpartition("_dp")[0] or gr.weight
+    """The names of ``Q_j`` and ``E_j`` for every replica of ``gr``: the weight's name with
+    its replica suffix ``_dp{d}`` replaced, whatever follows it (a tensor-parallel rank's
+    ``_tp{t}``) kept, so that every state tensor has a name of its own."""
+    head, sep, tail = gr.weight.rpartition("_dp")
+    base, rest = (head, tail.lstrip("0123456789")) if sep and tail[:1].isdigit() else \
+        (gr.weight, "")
     d = len(gr.devices)
-    return ([f"{base}_psgd_q_dp{j}" for j in range(d)],
-            [f"{base}_psgd_e_dp{j}" for j in range(d)])
+    return ([f"{base}_psgd_q_dp{j}{rest}" for j in range(d)],
+            [f"{base}_psgd_e_dp{j}{rest}" for j in range(d)])
 
 
 def emit_powersgd(rw: Rewrite, gr: Gradient, p: VarSync) -> None:

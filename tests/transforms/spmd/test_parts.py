@@ -3,6 +3,7 @@ linearity table for partial inputs), redistribution plans and the element count.
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import distir
@@ -115,3 +116,25 @@ BUCKET = """func @main(%a0: Tensor[Float32, (4, 6), 0], %a1: Tensor[Float32, (4,
 
 def test_a_bucket_counts_as_its_members() -> None:
     assert communicated_elements(parse(BUCKET).entry) == 2 * 24 + 2 * 5
+
+
+def test_a_lookup_in_a_row_split_table_is_not_local() -> None:
+    """A table split along the axis its ids address cannot be looked up locally with the
+    global ids (dtp's vocabulary parallelism shifts and masks them; the spmd lowering does
+    not): propagation reads it otherwise, and the lowered step equals the sequential one
+    even when every id falls in rank 0's rows (it was silently wrong)."""
+    from distir.transforms.spmd import Mesh, Shard, lower, propagate
+
+    v = 16
+    fn = distir.models.gpt2(n_layer=1, d_model=8, n_head=2, vocab_size=v, seq_len=4,
+                            batch_size=2)
+    rng = np.random.default_rng(0)
+    ins = [rng.integers(0, v // 2, size=p.type.shape).astype(np.int64)  # type: ignore
+           if p.type.dtype.name.startswith("Int") else  # type: ignore[union-attr]
+           (rng.standard_normal(p.type.shape) * 0.5).astype(np.float32)  # type: ignore
+           for p in fn.params]
+    want = distir.execute(fn, ins)
+    got = distir.execute(lower(propagate(fn, Mesh.of(2), {"wte": (Shard(0),)}),
+                               self_contained=True), ins)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
