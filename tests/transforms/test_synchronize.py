@@ -59,15 +59,18 @@ def _adam_dp(dp: int) -> Function:
 
 def _replicated_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
     """Random inputs in which every replica holds the same weights and optimizer state
-    (what data parallelism keeps), each replica its own batch; Adam's second moment and
+    (what data parallelism keeps; a tensor-parallel rank's shard ``{name}_dp{d}_tp{t}`` is
+    the same on every replica ``d``), each replica its own batch; Adam's second moment and
     step positive."""
+    import re
+
     ins = random_inputs(fn, seed=seed)
     first: dict[str, int] = {}
     for i, p in enumerate(fn.params):
-        name = str(p.name)
-        base, _, rep = name.rpartition("_dp")
-        if base.split(".")[0] in ("x", "y", "target") or not rep.isdigit():
+        m = re.fullmatch(r"(.*)_dp\d+(_tp\d+)?", str(p.name))
+        if m is None or m.group(1).split(".")[0] in ("x", "y", "target"):
             continue
+        base = m.group(1) + (m.group(2) or "")
         if "adam_v" in base or "adam_step" in base:
             ins[i] = np.abs(ins[i]) + 1
         if base in first:
