@@ -64,6 +64,17 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the K best configurations for real and add measured columns")
     p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"],
                    help="backend for --run-top (default: nccl)")
+    add_size_arguments(p)
+    from distir.cli import _train
+
+    _train.add_arguments(p)
+    p.set_defaults(func=run)
+
+
+
+def add_size_arguments(p: argparse.ArgumentParser) -> None:
+    """The sizes of the built-in families, ``--model mlp`` and ``--model gpt2``
+    (``grid_search.models.workload`` takes them by these names)."""
     g = p.add_argument_group("MLP sizes (with --model mlp)")
     g.add_argument("--num-layers", type=int)
     g.add_argument("--width", type=int)
@@ -73,10 +84,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g2.add_argument("--n-head", type=int)
     g2.add_argument("--vocab-size", type=int)
     g2.add_argument("--seq-len", type=int)
-    from distir.cli import _train
 
-    _train.add_arguments(p)
-    p.set_defaults(func=run)
+
+def size_arguments(args: argparse.Namespace) -> dict[str, int | None]:
+    """The values of ``add_size_arguments``'s options, by ``workload``'s keyword names."""
+    return {k: getattr(args, k) for k in ("num_layers", "width", "n_layer", "d_model",
+                                          "n_head", "vocab_size", "seq_len")}
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,9 +102,7 @@ def run(args: argparse.Namespace) -> int:
 
     w = workload(args.model, args.preset, train=_train.from_args(args),
                  dims=parse_dims(args.dim), batch_input=args.batch_input,
-                 batch_sizes=args.batch_sizes, num_layers=args.num_layers, width=args.width,
-                 n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
-                 vocab_size=args.vocab_size, seq_len=args.seq_len, dtype=args.dtype)
+                 batch_sizes=args.batch_sizes, dtype=args.dtype, **size_arguments(args))
     # A bad profile is the user's to fix before anything is simulated (and would otherwise
     # fail every configuration alike): the same one-line error as `distir simulate`.
     from distir.analysis.hardware import load_hardware

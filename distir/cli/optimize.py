@@ -27,15 +27,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="write the best plan's distributed program here (DistIR text)")
     p.add_argument("--dtype", choices=["Float32", "Float16", "BFloat16"])
     p.add_argument("--top", type=int, default=8, help="plans in the printed table")
-    g = p.add_argument_group("MLP sizes (with --model mlp)")
-    g.add_argument("--num-layers", type=int)
-    g.add_argument("--width", type=int)
-    g2 = p.add_argument_group("GPT-2 sizes (with --model gpt2)")
-    g2.add_argument("--n-layer", type=int)
-    g2.add_argument("--d-model", type=int)
-    g2.add_argument("--n-head", type=int)
-    g2.add_argument("--vocab-size", type=int)
-    g2.add_argument("--seq-len", type=int)
+    from distir.cli.grid_search import add_size_arguments
+
+    add_size_arguments(p)
     p.set_defaults(func=run)
 
 
@@ -45,9 +39,9 @@ def run(args: argparse.Namespace) -> int:
     from grid_search.optimize import optimize_workload, report
 
     load_hardware(args.hardware)
-    w = workload(args.model, None, num_layers=args.num_layers, width=args.width,
-                 n_layer=args.n_layer, d_model=args.d_model, n_head=args.n_head,
-                 vocab_size=args.vocab_size, seq_len=args.seq_len, dtype=args.dtype)
+    from distir.cli.grid_search import size_arguments
+
+    w = workload(args.model, None, dtype=args.dtype, **size_arguments(args))
     res, batch = optimize_workload(w, args.devices, hardware=args.hardware,
                                    batch_size=args.batch_size, budget_s=args.budget)
     sim = res.simulation
