@@ -290,6 +290,17 @@ def test_half_precision_matmul_and_softmax() -> None:
     check(one_op("Softmax", [(F16, (4, 8))]), rtol=1e-2, atol=1e-3)
 
 
+@pytest.mark.parametrize("red", ["sum", "mean"])
+def test_half_precision_cross_entropy(red: str) -> None:
+    """Half logits go to the softmax kernels as they are (no float32 copy): the loss and
+    its gradient stay within the half type's rounding of the reference's float32 ones."""
+    logits = (F16, (4, 6, 50))
+    check(one_op("SoftmaxCrossEntropyLoss", [logits, (I64, (4, 6))], reduction=red),
+          rtol=2e-3, atol=2e-3)
+    check(one_op("SoftmaxCrossEntropyLossGrad", [logits, (I64, (4, 6))], reduction=red),
+          rtol=1e-2, atol=2e-4)
+
+
 def test_dead_gradient_is_not_computed() -> None:
     b = FunctionBuilder("f")
     a = b.param("a", TensorType(F32, (4, 3), 0))
