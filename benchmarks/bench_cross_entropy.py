@@ -60,7 +60,7 @@ def _bench(rows: int, classes: int, dt: object, tdt: object, repeats: int) -> No
         out = TensorType(dt, (rows, classes) if "Grad" in op else (), 0)
         s = Static(op, {"reduction": "mean"}, ins, (out,), (None, None), (True,),
                    (False, False), torch.device("cuda"), 0, None)
-        return LOWERINGS.rules[op](s)
+        return LOWERINGS.rules[op].compile(s)
 
     def old_loss(x: torch.Tensor, lab: torch.Tensor) -> tuple:
         return ((F.cross_entropy(x.float(), lab, reduction="sum") / rows).to(tdt),)
