@@ -67,8 +67,10 @@ def _hardware() -> Any:
 class StagePartition:
     """The valid cuts and costs of a ``Structure``'s positions, and its stage maps."""
 
-    def __init__(self, st: Structure) -> None:
+    def __init__(self, st: Structure, hardware: Any = None) -> None:
         self.st = st
+        self.hardware = hardware
+        """A ``Hardware`` profile weighing the ops (default: ``PROFILE``)."""
         n = len(st.unit_layer)  # positions 0 .. n-1; a cut ``u`` lies before position u
         self.n = n
         fwd = np.zeros(n, dtype=np.int64)
@@ -212,16 +214,16 @@ class StagePartition:
     def _cost_arrays(self) -> tuple[np.ndarray, np.ndarray]:
         """Seconds of each position's ops, and of the sends across each cut."""
         if self._costs is None:
-            self._costs = _costs(self.st, self.n)
+            self._costs = _costs(self.st, self.n, self.hardware)
         return self._costs
 
 
-def _costs(st: Structure, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _costs(st: Structure, n: int, hardware: Any = None) -> tuple[np.ndarray, np.ndarray]:
     from distir.analysis.cost import COST_RULES, fallback_cost, load_cost_rules
     from distir.ir.types import TensorType
 
     load_cost_rules()
-    hw = _hardware()
+    hw = hardware if hardware is not None else _hardware()
     prog = st.prog
     cost = np.zeros(n)
     memo: dict[tuple, float] = {}

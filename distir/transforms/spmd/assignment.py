@@ -73,6 +73,15 @@ class LayoutAssignment:
                 for o, s in zip(op.outputs, out.outs, strict=True):
                     self._spec[o] = s
 
+    def on(self, mesh: Mesh) -> LayoutAssignment:
+        """The same placements on another mesh of as many axes (other devices, or axes of
+        other sizes: the pipeline lowering widens the data axis by the microbatches);
+        ``check`` says whether they still fit."""
+        if mesh.ndim != self.mesh.ndim:
+            raise TransformError(f"an assignment on a {self.mesh.ndim}-D mesh cannot move to "
+                                 f"the {mesh.ndim}-D mesh {mesh}")
+        return LayoutAssignment(self.prog, mesh, self.params, self.reads, self.outcomes)
+
     def spec(self, v: Value) -> Spec:
         """The spec ``v`` is produced with."""
         return self._spec[v]

@@ -1,0 +1,112 @@
+"""``dtp`` as a composition of passes on layout assignments.
+
+``compose_dtp(fn, dp, tp, pp, microbatches, schedule)`` runs, each pass returning something
+that prints and checks on its own:
+
+1. seeds from ``dtp``'s analysis (``distir.transforms.analyze``): the batch inputs
+   ``Shard`` along their batch axis on the data axis of a ``(dp, tp)`` mesh, the weights
+   ``dtp`` splits for ``tp`` (Megatron's column/row pairs, attention by heads)
+   ``Shard`` on the tensor axis;
+2. ``propagate`` on the stage sub-mesh (its data axis counting ``dp·K`` virtual replicas,
+   see ``pipeline``) -> ``LayoutAssignment``;
+3. ``partition_stages(fn, pp)`` -> ``StagePartition`` (``dtp``'s cost-balanced cuts);
+4. ``schedule(stages, K, kind)`` -> ``Schedule`` (GPipe or 1F1B ticks);
+5. ``lower_pipeline`` -> the verified program.
+
+``plan_dtp`` returns the passes' outputs (``Composed``); ``compose_dtp`` the program.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distir.errors import TransformError
+from distir.ir.core import Function, Module, Value
+from distir.transforms.program import Program
+from distir.transforms.spmd.assignment import LayoutAssignment
+from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
+from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule
+from distir.transforms.spmd.propagate import program_of, propagate
+from distir.transforms.spmd.stages import StagePartition, partition_stages
+
+__all__ = ["Composed", "plan_dtp", "compose_dtp", "dtp_layout_seeds"]
+
+
+@dataclass(frozen=True, eq=False)
+class Composed:
+    """The passes' outputs: ``assignment`` (on one stage's ``(dp, tp)`` mesh), ``stages``,
+    ``sched``; ``lower()`` writes the program."""
+
+    assignment: LayoutAssignment
+    stages: StagePartition
+    sched: Schedule
+
+    def lower(self, self_contained: bool = False) -> Function:
+        return lower_pipeline(self.assignment, self.stages, self.sched,
+                              self_contained=self_contained)
+
+    def dumps(self) -> str:
+        return (self.assignment.dumps() + "\n" + self.stages.dumps() + "\n"
+                + self.sched.dumps())
+
+
+def dtp_layout_seeds(prog: Program, analysis: Any, data: bool, tp: int,
+                     ) -> dict[Value | str, Spec]:
+    """Seeds on a ``(data, tensor)`` mesh from ``dtp``'s analysis of ``prog``: batch inputs
+    split along their batch axis on axis 0 (when ``data``), the weights ``dtp`` splits for
+    ``tp`` ranks split on axis 1 (when ``tp > 1``, in interleaved groups where ``dtp``
+    uses them)."""
+    from distir.transforms.layout import B, T
+
+    sh = analysis.sharding.for_tp(tp) if tp > 1 else analysis.sharding
+    seeds: dict[Value | str, Spec] = {}
+    for p in prog.fn.params:
+        lay = sh.layout.get(p)
+        if lay is None:
+            continue
+        spec: list[Any] = [R, R]
+        for a, m in enumerate(lay.marks):
+            if m == B and data and p in sh.data:
+                spec[0] = Shard(a)
+            elif m == T and tp > 1:
+                spec[1] = Shard(a, groups=lay.groups)
+        if spec != [R, R]:
+            seeds[p] = tuple(spec)
+    return seeds
+
+
+def plan_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int = 1,
+             microbatches: int = 1, schedule_kind: str = "1f1b", *,
+             hardware: Any = "h100-sxm", batch_inputs: Sequence[str] | None = None,
+             ) -> Composed:
+    """Steps 1-4 of the module docstring for ``dp·tp·pp`` devices and ``microbatches``."""
+    from distir.transforms.plan import analyze
+
+    for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", microbatches)):
+        if not isinstance(v, int) or isinstance(v, bool) or v < 1:
+            raise TransformError(f"{name} must be a positive integer, got {v!r}")
+    prog = program_of(fn)
+    an = analyze(prog.fn, list(batch_inputs) if batch_inputs is not None else None)
+    nb = dp * microbatches
+    if nb > 1 and an.sharding.batch_size is None:
+        raise TransformError(f"dp={dp} and microbatches={microbatches} need a batch to split, "
+                             f"but @{prog.fn.name} has no batch input; name it with "
+                             "batch_inputs=[...]")
+    seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
+    # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
+    a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
+    stages = partition_stages(prog, pp, hardware,
+                              list(batch_inputs) if batch_inputs is not None else None)
+    return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
+
+
+def compose_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int = 1,
+                microbatches: int = 1, schedule_kind: str = "1f1b", *,
+                self_contained: bool = False, hardware: Any = "h100-sxm",
+                batch_inputs: Sequence[str] | None = None) -> Function:
+    """``dtp``'s configuration as a composition of passes (see the module docstring); the
+    devices are numbered as ``dtp`` numbers them. Verified."""
+    return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
+                    batch_inputs=batch_inputs).lower(self_contained)

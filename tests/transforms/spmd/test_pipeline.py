@@ -1,0 +1,249 @@
+"""Pipeline passes on layout assignments: stage partitioning, the schedule, the lowering
+with stages and microbatches, and ``dtp`` as their composition, against the reference
+executor and ``dtp``'s own program."""
+
+from __future__ import annotations
+
+import itertools
+from functools import cache
+
+import numpy as np
+import pytest
+
+import distir
+from distir.analysis import random_inputs, type_env
+from distir.analysis.values import type_of
+from distir.errors import TransformError
+from distir.ir import dumps, parse
+from distir.transforms import dtp
+from distir.transforms.plan import Plan, analyze
+from distir.transforms.program import Program
+from distir.transforms.spmd import Mesh, R, Shard, comm_breakdown, lower, propagate
+from distir.transforms.spmd.compose import compose_dtp, plan_dtp
+from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule, stage_meshes
+from distir.transforms.spmd.stages import partition_stages
+
+S0, S1 = Shard(0), Shard(1)
+
+
+@cache
+def _mlp(layers: int = 4, batch: int = 16) -> distir.Function:
+    return distir.models.mlp(batch_size=batch, input_dim=8, hidden_dim=8, output_dim=8,
+                             num_layers=layers)
+
+
+@cache
+def _gpt2_step() -> distir.Function:
+    from distir.models.gpt2 import GPT2Config
+    from distir.transforms.training import training_step
+
+    cfg = GPT2Config(n_layer=2, d_model=16, n_head=2, vocab_size=32, seq_len=8, batch_size=8)
+    fn = cfg.build()
+    names = [p.name for p in fn.params if p.name != "input_ids"]
+    return training_step(fn, loss="cross_entropy", optimizer="sgd", lr=0.1, wrt=names,
+                         reduction="mean")
+
+
+@cache
+def _gpt2() -> distir.Function:
+    from distir.models.gpt2 import GPT2Config
+
+    return GPT2Config(n_layer=2, d_model=16, n_head=2, vocab_size=32, seq_len=8,
+                      batch_size=8).build()
+
+
+def _same(seq: distir.Function, out: distir.Function) -> None:
+    ins = random_inputs(seq, seed=3)
+    want = distir.execute(seq, ins)
+    got = distir.execute(out, ins)
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+# -- stage partitioning ----------------------------------------------------------------------
+def test_partition_prints_checks_and_keeps_backward_with_forward() -> None:
+    prog = Program(_mlp())
+    st = partition_stages(prog, 2)
+    st.check()
+    text = st.dumps()
+    assert "%h0 = MatMul(%x, %w0)  // stage 0 F" in text
+    assert "%dh3 = ReluGrad(%h3, %da3)  // stage 1 B" in text
+    assert "%w0_new = SGDOptimizer(%w0, %dw0, lr=0.01)  // stage 0 U" in text
+    for i, op in enumerate(prog.ops):  # a weight's gradient on its forward's stage
+        if op.op_type == "MatMulGrad":
+            fwd = prog.producer[op.inputs[0]] if op.inputs[0] in prog.producer else None
+            w = op.inputs[1]
+            readers = [j for j in prog.users[w] if prog.ops[j].op_type == "MatMul"]
+            assert st.stage[i] == st.stage[readers[0]], (fwd, op)
+
+
+@pytest.mark.parametrize("pp", [2, 3, 4])
+def test_partition_is_dtps(pp: int) -> None:
+    """The cuts are dtp's (``partition.StagePartition``): every op on the stage ``dtp``
+    runs it on."""
+    for fn in (_mlp(), _gpt2_step()):
+        prog = Program(fn)
+        st = partition_stages(prog, pp)
+        plan = Plan(analyze(fn), 1, 1, pp, 1, "1f1b")
+        for i, s in plan.stage.items():
+            assert st.stage[i] == s, prog.op_text(prog.ops[i])
+
+
+def test_partition_refuses_too_many_stages() -> None:
+    with pytest.raises(TransformError, match="more pipeline stages"):
+        partition_stages(_mlp(2), 5)
+    with pytest.raises(TransformError, match="positive integer"):
+        partition_stages(_mlp(2), 0)
+
+
+def test_partition_check_refuses_a_backward_flow_to_a_later_stage() -> None:
+    prog = Program(_mlp())
+    st = partition_stages(prog, 2)
+    stage = list(st.stage)
+    i = max(i for i, op in enumerate(prog.ops) if op.op_type == "MatMulGrad")
+    assert stage[i] == 0
+    stage[i] = 1  # the first layer's weight gradient on stage 1, reading stage 0's dh0
+    bad = type(st)(prog, 2, tuple(stage), st.phase, st.structure)
+    with pytest.raises(TransformError, match="reads the backward value %dh0 of an earlier"):
+        bad.check()
+
+
+# -- the schedule ------------------------------------------------------------------------------
+def test_schedule_prints_and_checks() -> None:
+    st = partition_stages(Program(_mlp()), 2)
+    sc = schedule(st, 3, "1f1b")
+    assert sc.dumps().splitlines()[:4] == [
+        "// 1f1b, 2 stages, 3 microbatches, training", "tick 0: F0.0", "tick 1: F0.1 F1.0",
+        "tick 2: B1.0"]
+    gp = schedule(st, 2, "gpipe")
+    assert gp.ticks[0] == (("F", 0, 0),)
+    bad = Schedule("gpipe", 2, 2, True, tuple(reversed(gp.ticks)))
+    with pytest.raises(TransformError, match="runs before"):
+        bad.check()
+    with pytest.raises(TransformError, match="unknown schedule"):
+        schedule(st, 2, "zigzag")
+
+
+# -- the lowering with stages ---------------------------------------------------------------
+def test_lowered_pipeline_verifies_prints_and_sends() -> None:
+    prog = Program(_mlp())
+    a = propagate(prog, Mesh.of(2), {"x": (S0,), "y": (S0,)})
+    st = partition_stages(prog, 2)
+    out = lower_pipeline(a, st)
+    distir.verify(out, num_devices=4)
+    text = dumps(out)
+    assert dumps(parse(text).entry) == text
+    sends = [op for op in out.ops if op.op_type == "Send"]
+    assert len(sends) == 4  # a1 forward and da1 backward, per replica
+    # stage 0 on devices 0 and 2, stage 1 on 1 and 3 (dtp's numbering)
+    assert {p.type.device for p in out.params if p.name.startswith("w0")} == {0, 2}
+    assert {p.type.device for p in out.params if p.name.startswith("w3")} == {1, 3}
+    _same(_mlp(), lower_pipeline(a, st, self_contained=True))
+
+
+def test_one_stage_is_lower() -> None:
+    """One stage, one microbatch: the same communication as ``lower``."""
+    prog = Program(_mlp())
+    a = propagate(prog, Mesh.of(2, 2), {"x": (S0, R), "y": (S0, R), "w0": (R, S1),
+                                        "w2": (R, S1)})
+    st = partition_stages(prog, 1)
+    assert comm_breakdown(lower_pipeline(a, st)) == comm_breakdown(lower(a))
+
+
+def test_stages_with_their_own_layouts() -> None:
+    """Stage 0 Megatron, stage 1 data parallel: the activation is split before it is
+    sent, its gradient gathered after it arrives."""
+    prog = Program(_mlp())
+    meshes = stage_meshes((2,), 2)
+    tp = propagate(prog, meshes[0], {"w0": (S1,), "w1": (S0,)})
+    dp = propagate(prog, meshes[1], {"x": (S0,), "y": (S0,)})
+    st = partition_stages(prog, 2)
+    out = lower_pipeline([tp, dp], st)
+    kinds = {k[0] for k in comm_breakdown(out)}
+    assert {"Send", "MPIAllgather", "MPIAllreduce"} <= kinds
+    _same(_mlp(), lower_pipeline([tp, dp], st, self_contained=True))
+
+
+def test_pipeline_errors() -> None:
+    prog = Program(_mlp())
+    a = propagate(prog, Mesh.of(2), {"x": (S0,), "y": (S0,)})
+    st = partition_stages(prog, 2)
+    with pytest.raises(TransformError, match="2 stages, the partition 1"):
+        lower_pipeline(a, partition_stages(prog, 1), schedule(st))
+    with pytest.raises(TransformError, match="one per stage"):
+        lower_pipeline([a], st)
+    with pytest.raises(TransformError, match="different programs"):
+        lower_pipeline(a, partition_stages(_mlp(), 2))
+    with pytest.raises(TransformError, match="with 16 microbatches: .* does not divide"):
+        lower_pipeline(a, st, schedule(st, 16))  # 16 rows: not 32 pieces
+
+
+# -- the composition -------------------------------------------------------------------------
+def test_composition_prints_each_pass() -> None:
+    c = plan_dtp(_mlp(), 2, 2, 2, 2, "1f1b")
+    text = c.dumps()
+    assert "// mesh 2x2" in text and "// 2 pipeline stages" in text and "// 1f1b" in text
+    out = c.lower()
+    distir.verify(out, num_devices=8)
+
+
+MLP_GRID = [(dp, tp, pp, k) for dp, tp, pp, k in itertools.product((1, 2, 4), (1, 2),
+                                                                    (1, 2, 4), (1, 2, 4))
+            if dp * tp * pp <= 8]
+
+
+@pytest.mark.parametrize("dp,tp,pp,k", MLP_GRID)
+def test_mlp_grid_equals_sequential(dp: int, tp: int, pp: int, k: int) -> None:
+    kind = "gpipe" if (dp + pp + k) % 2 else "1f1b"
+    _same(_mlp(), compose_dtp(_mlp(), dp, tp, pp, k, kind, self_contained=True))
+
+
+GPT2_FAST = [(1, 1, 2, 2), (2, 2, 1, 1), (2, 1, 2, 2), (1, 2, 2, 2), (2, 2, 2, 2)]
+GPT2_SLOW = [c for c in itertools.product((1, 2, 4), (1, 2), (1, 2, 4), (1, 2))
+             if c[0] * c[1] * c[2] <= 8 and c[0] * c[3] <= 8 and c not in GPT2_FAST]
+
+
+@pytest.mark.parametrize("dp,tp,pp,k", GPT2_FAST)
+def test_gpt2_step_equals_sequential(dp: int, tp: int, pp: int, k: int) -> None:
+    _same(_gpt2_step(), compose_dtp(_gpt2_step(), dp, tp, pp, k, "1f1b",
+                                    self_contained=True))
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("dp,tp,pp,k", GPT2_SLOW)
+def test_gpt2_step_grid_equals_sequential(dp: int, tp: int, pp: int, k: int) -> None:
+    _same(_gpt2_step(), compose_dtp(_gpt2_step(), dp, tp, pp, k, "gpipe",
+                                    self_contained=True))
+
+
+def test_gpt2_inference_gpipe() -> None:
+    _same(_gpt2(), compose_dtp(_gpt2(), 2, 2, 2, 2, "gpipe", self_contained=True))
+
+
+def test_placed_variant_returns_every_replicas_slice() -> None:
+    """Placed inputs: each replica's slice split into microbatches; the logits come back
+    per device, a replica's microbatches concatenated."""
+    fn = _gpt2()
+    out = compose_dtp(fn, 2, 1, 2, 2, "gpipe")
+    ids = [p for p in out.params if p.name.startswith("input_ids")]
+    assert [p.type.shape for p in ids] == [(4, 8), (4, 8)]
+    assert [p.type.device for p in ids] == [0, 2]
+    env = type_env(out)
+    assert [type_of(env[r]).shape[0] for r in out.returns] == [4, 4]  # type: ignore[union-attr]
+
+
+def test_same_communication_as_dtp_on_the_mlp() -> None:
+    """D, T, P and K on the MLP: the same collectives and sends as ``dtp``, op for op."""
+    for dp, tp, pp, k in [(2, 1, 1, 1), (1, 2, 1, 1), (2, 2, 1, 1), (1, 1, 2, 2),
+                          (2, 2, 2, 2)]:
+        ours = compose_dtp(_mlp(), dp, tp, pp, k)
+        ref = dtp(_mlp(), dp, tp, pp, k)
+        assert comm_breakdown(ours) == comm_breakdown(ref), (dp, tp, pp, k)
+
+
+def test_microbatches_need_a_batch() -> None:
+    fn = _mlp()
+    with pytest.raises(TransformError, match="microbatches must be a positive"):
+        compose_dtp(fn, 1, 1, 2, 0)
