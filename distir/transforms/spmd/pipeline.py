@@ -207,6 +207,8 @@ class _Pipe:
         self.pieces: dict[tuple[Value, int], Pieces] = {}
         self.base: dict[tuple[Value, int], Spec] = {}
         self.consts: dict[tuple, Value] = {}
+        self.running: dict[tuple[Value, int], dict[Any, Any]] = {}
+        """Running sums over microbatches per device (``_accumulate``)."""
         self.memo: dict[tuple, Any] = {}
         """Ops already written, by their inputs' identities: a copy shared by a device's
         microbatches is written once."""
@@ -441,11 +443,33 @@ class _Pipe:
                 continue
             want = rs
             if m is not None and not self.per_mb(i):
+                if not other_stages and self.k > 1 and isinstance(reads[k][0], Replicate
+                                                                   | Shard):
+                    self._accumulate(v, s0, m)
                 if m != self.k - 1:
                     continue
                 want = self.all
             if s != s0 or reads[k] != self.spec(v, s0):
                 self.get(v, s, reads[k], want)  # type: ignore[arg-type]
+
+    def _accumulate(self, v: Value, s: int, m: int) -> None:
+        """A value partial over the data axis (a weight gradient) that a reader after the
+        microbatches reads summed: add microbatch ``m``'s piece to each device's running
+        sum now, so the sums are complete when the last microbatch's piece is made."""
+        key = (v, s)
+        base = self.base[key]
+        if not isinstance(base[0], Partial):
+            return
+        run = self.running.setdefault(key, {})
+        if run.get("m", -1) >= m:
+            return
+        run["m"] = m
+        lst = self.pieces[key][base]
+        for r in self.ranks_of[m]:
+            x = lst[r]
+            j = self.prank[r]
+            run[j] = x if m == 0 else self.b.op("Add", run[j], x,
+                                                name=f"{_base(v)}_d{self.dev(s, r)}")
 
     def _shape_operand(self, op: Op, k: int, outs: tuple, s: int) -> list[Value | None]:
         prog = self.prog
@@ -503,7 +527,7 @@ class _Pipe:
         src = self.spec(v, s0)
         tau = self.base.get(key)
         if tau is None:
-            tau = _moved(src, dst)
+            tau = _moved(src, dst, self.k > 1)
             if check_spec(prog.shape(v), tau, vm) is not None:
                 tau = src
             self.base[key] = tau
@@ -588,8 +612,12 @@ class _Pipe:
             for d in range(dp):
                 own = [cur[r] for r in g[d * k:(d + 1) * k]]
                 name = f"{_base(v)}_d{self.dev(s, g[d * k])}"
+                run = self.running.get((v, s))
                 if step.kind == "allgather":
                     per.append(b.op("Concat", *own, axis=step.dim, name=name))
+                elif run is not None and run["m"] == k - 1 and step.before == self.base[
+                        (v, s)]:
+                    per.append(run[self.prank[g[d * k]]])
                 else:
                     acc = own[0]
                     for x in own[1:]:
@@ -632,12 +660,16 @@ def _base(v: Value) -> str:
     return v.name if v.name and v.name != "_" else "v"
 
 
-def _moved(src: Spec, dst: Spec) -> Spec:
+def _moved(src: Spec, dst: Spec, microbatches: bool) -> Spec:
     """The spec a value crosses stages in: the producer's, but split before it is sent
-    where the reader splits what the producer holds whole (fewer bytes on the wire)."""
-    taken = {p.dim for p in src if isinstance(p, Shard)}
+    where the reader splits what the producer holds whole (fewer bytes on the wire), and,
+    with microbatches, summed over the data axis first where the reader reads it summed
+    (one send of the sum, not one per microbatch)."""
     out = list(src)
-    for a, (x, y) in enumerate(zip(src, dst, strict=True)):
+    if microbatches and isinstance(src[0], Partial) and not isinstance(dst[0], Partial):
+        out[0] = R
+    taken = {p.dim for p in out if isinstance(p, Shard)}
+    for a, (x, y) in enumerate(zip(out, dst, strict=True)):
         if isinstance(x, Replicate) and isinstance(y, Shard) and y.dim not in taken:
             out[a] = y
             taken.add(y.dim)
