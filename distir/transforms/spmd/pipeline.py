@@ -439,18 +439,18 @@ class _Pipe:
             s = self.st.stage[i]
             assert s is not None
             reads = self.assign[s].reads[i]
-            if not reads or (s != s0) != other_stages:
+            rd = reads[k] if reads else None
+            if rd is None or (s != s0) != other_stages:
                 continue
             want = rs
             if m is not None and not self.per_mb(i):
-                if not other_stages and self.k > 1 and isinstance(reads[k][0], Replicate
-                                                                   | Shard):
+                if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
                     self._accumulate(v, s0, m)
                 if m != self.k - 1:
                     continue
                 want = self.all
-            if s != s0 or reads[k] != self.spec(v, s0):
-                self.get(v, s, reads[k], want)  # type: ignore[arg-type]
+            if s != s0 or rd != self.spec(v, s0):
+                self.get(v, s, rd, want)
 
     def _accumulate(self, v: Value, s: int, m: int) -> None:
         """A value partial over the data axis (a weight gradient) that a reader after the
