@@ -113,14 +113,16 @@ def cmd_measure(args: argparse.Namespace) -> int:
     if args.memory_check:
         from distir.analysis.hardware import load_hardware
 
-        if limit is None:
-            limit = load_hardware(args.hardware).memory_bytes
-        predicted = memory_check_configs(w, configs, args.hardware, limit, args.margin,
+        # Without --memory-limit, the card's own capacity: what it offers tensors (the
+        # profile's reserved_bytes less), and the runs uncapped.
+        around = limit if limit is not None else \
+            load_hardware(args.hardware).usable_memory_bytes
+        predicted = memory_check_configs(w, configs, args.hardware, around, args.margin,
                                          args.max_configs)
         configs = sorted(predicted, key=lambda c: (c.batch_size, c.devices, c.dp, c.tp, c.pp,
                                                    c.microbatches))
         print(f"memory check: {len(configs)} configurations predicted within "
-              f"{args.margin:.0%} of {limit / 2**20:.1f} MiB", file=sys.stderr)
+              f"{args.margin:.0%} of {around / 2**20:.1f} MiB", file=sys.stderr)
     print(f"measuring {len(configs)} configurations of {w.name} ({args.dtype})",
           file=sys.stderr)
     import torch
@@ -194,7 +196,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         r["latency_s"] = sim.latency_s
         r["throughput"] = b / sim.latency_s
         r["peak_memory_bytes"] = max(per)
-        cap = int(float(r.get("memory_limit_bytes") or 0)) or sim.hardware.memory_bytes
+        cap = int(float(r.get("memory_limit_bytes") or 0)) or \
+            sim.hardware.usable_memory_bytes
         r["predicted_fits"] = str(max(per) <= cap).lower()
     notes = _program_notes(args.measured, unchecked, stale)
     for n in notes:

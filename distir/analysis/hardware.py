@@ -337,6 +337,10 @@ class Hardware:
     """How many nodes the machine has; 0: any number (a program's devices decide)."""
     nics_per_node: int = 0
     """Network adapters per node; 0: ``inter_node`` is a bus bandwidth (module docstring)."""
+    reserved_bytes: int = 0
+    """Device memory a run's tensors cannot use (the CUDA context, library handles,
+    communicator buffers), measured by ``python -m calibration.memory_overhead``; a program
+    fits when its peak is at most ``usable_memory_bytes``."""
     _peak: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
                                     repr=False)
     _fits: dict[tuple[str, str], FitModel] = field(default_factory=dict, compare=False,
@@ -357,6 +361,11 @@ class Hardware:
         """The machine's device count (``nodes`` x ``devices_per_node``); ``None`` when
         the profile fixes no node count."""
         return self.nodes * self.devices_per_node if self.nodes else None
+
+    @property
+    def usable_memory_bytes(self) -> int:
+        """What a device offers a program's tensors: the capacity less ``reserved_bytes``."""
+        return self.memory_bytes - self.reserved_bytes
 
     def with_nodes(self, nodes: int) -> Hardware:
         """This profile for a machine of ``nodes`` nodes (everything else alike)."""
@@ -521,6 +530,7 @@ class Hardware:
             "calibrated": self.calibrated,
             "device": {
                 "memory_bytes": self.memory_bytes,
+                **({"reserved_bytes": self.reserved_bytes} if self.reserved_bytes else {}),
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
@@ -557,6 +567,7 @@ class Hardware:
                 description=str(d.get("description", "")),
                 calibrated=bool(d.get("calibrated", False)),
                 memory_bytes=int(dev["memory_bytes"]),
+                reserved_bytes=int(dev.get("reserved_bytes", 0)),
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),

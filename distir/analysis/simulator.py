@@ -711,12 +711,14 @@ class Simulation:
 
     @property
     def memory_capacity_bytes(self) -> int:
-        return self.hardware.memory_bytes
+        """What a device offers the program's tensors (``Hardware.usable_memory_bytes``)."""
+        return self.hardware.usable_memory_bytes
 
     @property
     def out_of_memory(self) -> tuple[int, ...]:
-        """The devices whose peak memory exceeds the profile's capacity."""
-        cap = self.hardware.memory_bytes
+        """The devices whose peak memory exceeds what the profile's devices offer tensors
+        (the capacity less its ``reserved_bytes``)."""
+        cap = self.hardware.usable_memory_bytes
         return tuple(d for d, p in self.peak_memory_bytes.items() if p > cap)
 
     @property
@@ -756,7 +758,7 @@ class Simulation:
             "comm_s": per(self.comm_s),
             "idle_s": per(self.idle_s),
             "peak_memory_bytes": per(self.peak_memory_bytes),
-            "memory_capacity_bytes": self.hardware.memory_bytes,
+            "memory_capacity_bytes": self.hardware.usable_memory_bytes,
             "out_of_memory_devices": list(self.out_of_memory),
             "uncosted_ops": list(self.uncosted_ops),
         }

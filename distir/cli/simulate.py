@@ -88,7 +88,7 @@ def format_report(sim: object) -> str:
     lines.append("")
     head = ("device", "busy", "compute", "comm", "idle", "peak memory", "of capacity")
     rows = [head]
-    cap = hw.memory_bytes
+    cap = hw.usable_memory_bytes
     for d in sim.devices:
         peak = sim.peak_memory_bytes[d]
         rows.append((str(d), _time(sim.busy_s[d]), _time(sim.compute_s[d]),

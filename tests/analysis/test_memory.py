@@ -219,3 +219,26 @@ def test_peak_does_not_depend_on_memoization(n: int) -> None:
     body = "\n".join(f"  %a{i + 1} = call @f(%a{i})" for i in range(n))
     text = CALLEE + f"func @main(%a0: {T0}) {{\n{body}\n  return %a{n}\n}}"
     assert peaks(text) == {0: 64 + 128}
+
+
+def test_reserved_bytes_come_off_the_capacity() -> None:
+    """A profile's ``reserved_bytes`` (context, communicator buffers) is memory the tensors
+    cannot use: a peak between the usable and the whole capacity is out of memory; the
+    field survives the profile's JSON."""
+    from dataclasses import replace
+
+    from distir.analysis.hardware import Hardware, load_hardware
+
+    fn = distir.parse(f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  return %a
+}}""")
+    base = load_hardware("h100-sxm")
+    tight = replace(base, memory_bytes=150, reserved_bytes=0)
+    assert simulate(fn, tight).fits_in_memory  # peak 128 <= 150
+    held = replace(tight, reserved_bytes=40)
+    sim = simulate(fn, held)
+    assert sim.memory_capacity_bytes == 110 and sim.out_of_memory == (0,)
+    assert Hardware.from_json(held.to_json()).reserved_bytes == 40
+    assert "reserved_bytes" not in tight.to_json()["device"]
