@@ -19,7 +19,7 @@ from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
 __all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy", "spearman",
-           "program_fingerprint"]
+           "program_fingerprint", "measure_programs"]
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
@@ -132,6 +132,59 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                     progress.flush()
                 yield row
+
+
+def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None = None,
+                     steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+                     memory_limit: int | None = None) -> list[dict[str, Any]]:
+    """Run arbitrary distributed programs (``(label, Function)``, each placed on devices
+    ``0 .. n-1``) for real through the PyTorch backend, one ``Session`` per world size
+    (programs of one size share its workers); one row per program, in order, with
+    ``label``, ``program_fingerprint`` and the ``MEASURED_COLUMNS`` (plus
+    ``measured_static_peak_bytes``: the most bytes live by the types, known on the CPU
+    too). A run the backend refuses or that fails is a row with ``measured_status``
+    ``error`` and its ``reason``, not an exception."""
+    from distir.backend import Session
+    from distir.backend.launch import prepare
+    from distir.errors import DistIRError
+
+    rows: list[dict[str, Any] | None] = [None] * len(programs)
+    by_size: dict[int, list[tuple[int, Any, Any]]] = {}
+    for n, (label, fn) in enumerate(programs):
+        try:
+            proj, args = prepare(fn, None, None)  # the devices the program uses
+        except DistIRError as e:
+            rows[n] = {"label": label, "program_fingerprint": program_fingerprint(fn),
+                       "measured_status": "error", "reason": e.message}
+            continue
+        by_size.setdefault(proj.world_size, []).append((n, proj, args))
+    for size, group in sorted(by_size.items()):
+        with Session(size, backend) as s:
+            for n, proj, args in group:
+                label, fn = programs[n]
+                row: dict[str, Any] = {"label": label, "devices": size,
+                                       "program_fingerprint": program_fingerprint(fn)}
+                try:
+                    r = s.run_prepared(proj, args, steps=steps, warmup=warmup, outputs=False,
+                                       memory_limit=memory_limit)
+                except DistIRError as e:
+                    row.update(measured_status="error", reason=e.message)
+                    rows[n] = row
+                    continue
+                peaks = [p or 0 for p in r.peak_memory_bytes]
+                lat = r.step_latency_s
+                row.update(measured_status=r.status,
+                           measured_latency_s=lat if lat is not None else "",
+                           measured_peak_memory_bytes=max(peaks) if any(peaks) else "",
+                           measured_peak_memory_per_device=str(peaks),
+                           measured_static_peak_bytes=max(r.static_peak_bytes, default=""),
+                           measured_device=r.device_name, reason=r.message)
+                if progress is not None:
+                    shown = f"{lat * 1e3:.2f} ms" if lat else r.status
+                    progress.write(f"measured {label}: {shown}\n")
+                    progress.flush()
+                rows[n] = row
+    return [r for r in rows if r is not None]
 
 
 def _f(x: Any) -> float:

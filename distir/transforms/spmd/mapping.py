@@ -22,6 +22,7 @@ exceed the card are dropped during the search.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -36,18 +37,22 @@ from distir.transforms.spmd.rules import Outcome
 from distir.transforms.spmd.segments import Decomposition, decompose
 from distir.transforms.spmd.segsearch import Held, Plan, SegmentContext, search_segment
 
-__all__ = ["optimize", "OptimizeResult", "Candidate", "meshes_for", "search_mesh"]
+__all__ = ["optimize", "OptimizeResult", "Candidate", "meshes_for", "search_mesh",
+           "mesh_candidates"]
 
 
 @dataclass(frozen=True, eq=False)
 class Candidate:
-    """One plan: its ``assignment``, the search's ``estimate_s``, and once simulated the
-    lowered ``program`` and its simulation (``sim``, ``None`` until then)."""
+    """One plan: its ``assignment``, the search's ``estimate_s`` (nan for a seeded plan),
+    and once simulated the lowered ``program`` and its simulation (``sim``, ``None`` until
+    then). ``origin``: ``"search"``, or the ``dtp`` configuration a seeded plan reproduces
+    (``"D4 T2"``, see ``spmd/seeds.py``)."""
 
     assignment: LayoutAssignment
     estimate_s: float
     program: Function | None = None
     sim: Any = None
+    origin: str = "search"
 
     @property
     def simulated_s(self) -> float:
@@ -181,39 +186,43 @@ def _assignment(prog: Program, mesh: Mesh, ctx: SegmentContext, dec: Decompositi
 def optimize(fn: Function | Module | Program, devices: int, hardware: Any = "h100-sxm", *,
              meshes: list[Mesh] | None = None, batch_size: int | None = None,
              beam: int = 64, prune: float = 1.05, max_states: int = 2000,
-             top_k: int = 4, budget_s: float | None = None) -> OptimizeResult:
+             top_k: int = 4, budget_s: float | None = None,
+             seeded: bool = True, executor: Any = None) -> OptimizeResult:
     """The fastest per-op placement plan of ``fn`` over ``devices`` devices that fits
     ``hardware``'s memory (see the module docstring). ``meshes`` overrides the meshes
     tried; ``budget_s`` stops trying further meshes once spent (the first always runs).
+    ``seeded``: also simulate, on every mesh, the plans that ``propagate`` gives from
+    ``dtp``'s seeds (``spmd/seeds.py``: ``D{N}`` and ``T{N}`` on ``(N,)``, ``D{a} T{b}`` on
+    ``(a, b)``), so the result is never slower than those. ``executor``: where the meshes
+    are searched (``None``: here, one after another; else an object with ``map_meshes``,
+    such as ``grid_search.optimize.RayMeshes``, which gives the same candidates).
     Raises ``ConfigError`` when no plan fits."""
     from distir.analysis.hardware import load_hardware
-    from distir.analysis.simulator import simulate
-    from distir.transforms.spmd.lower import lower
 
     t0 = time.perf_counter()
     hw = load_hardware(hardware)
     prog = program_of(fn)
-    found: list[Candidate] = []
-    stats: dict[str, Any] = {"meshes": []}
-    for mesh in meshes or meshes_for(devices):
+    todo = list(meshes or meshes_for(devices))
+    for mesh in todo:
         if mesh.size != devices:
             raise ConfigError(f"mesh {mesh} has {mesh.size} devices, not {devices}")
-        if budget_s is not None and found and time.perf_counter() - t0 > budget_s:
-            break
-        st: dict[str, Any] = {"mesh": str(mesh)}
-        try:
-            cands = search_mesh(prog, mesh, hw, beam=beam, prune=prune,
-                                max_states=max_states, top_k=top_k, stats=st)
-        except ConfigError as e:
-            st["error"] = str(e)
+    opts: dict[str, Any] = dict(beam=beam, prune=prune, max_states=max_states, top_k=top_k,
+                                seeded=seeded)
+    found: list[Candidate] = []
+    stats: dict[str, Any] = {"meshes": []}
+    if executor is None:
+        analysis: list[Any] = []
+        for mesh in todo:
+            if budget_s is not None and found and time.perf_counter() - t0 > budget_s:
+                break
+            cands, st = mesh_candidates(prog, mesh, hw, batch_size, analysis, **opts)
+            found += cands
             stats["meshes"].append(st)
-            continue
-        for c in cands:
-            program = lower(c.assignment)
-            sim = simulate(program, hw, batch_size)
-            found.append(Candidate(c.assignment, c.estimate_s, program, sim))
-        st["best_simulated_s"] = min(c.simulated_s for c in found[-len(cands):])
-        stats["meshes"].append(st)
+    else:
+        for cands, st in executor.map_meshes(prog.fn, todo, hw, batch_size, opts,
+                                             None if budget_s is None else t0 + budget_s):
+            found += cands
+            stats["meshes"].append(st)
     fits = sorted((c for c in found if c.fits), key=lambda c: c.simulated_s)
     if not fits:
         raise ConfigError(f"optimize: no plan over {devices} devices fits {hw.name}'s "
@@ -223,3 +232,46 @@ def optimize(fn: Function | Module | Program, devices: int, hardware: Any = "h10
     ranked = tuple(sorted(found, key=lambda c: (not c.fits, c.simulated_s)))
     return OptimizeResult(best.program, best.sim, best.assignment, best.assignment.mesh,
                           ranked, time.perf_counter() - t0, stats)
+
+
+def _same_plan(a: LayoutAssignment, b: LayoutAssignment) -> bool:
+    return a.params == b.params and a.reads == b.reads
+
+
+def mesh_candidates(prog: Program, mesh: Mesh, hw: Any, batch_size: int | None,
+                    analysis: list[Any] | None = None, *, beam: int = 64,
+                    prune: float = 1.05, max_states: int = 2000, top_k: int = 4,
+                    seeded: bool = True) -> tuple[list[Candidate], dict[str, Any]]:
+    """One mesh's share of ``optimize``: the ``top_k`` plans of the search and (with
+    ``seeded``) ``dtp``'s seeded plans, each lowered and simulated, in that order (a seeded
+    plan equal to a searched one is not repeated), and the mesh's stats. ``analysis``: a
+    list holding ``analyze(prog.fn)`` once computed (shared between meshes)."""
+    from distir.analysis.simulator import simulate
+    from distir.transforms.spmd.lower import lower
+    from distir.transforms.spmd.seeds import dtp_plans
+
+    st: dict[str, Any] = {"mesh": str(mesh)}
+    plans: list[tuple[LayoutAssignment, float, str]] = []
+    try:
+        plans += [(c.assignment, c.estimate_s, "search")
+                  for c in search_mesh(prog, mesh, hw, beam=beam, prune=prune,
+                                       max_states=max_states, top_k=top_k, stats=st)]
+    except ConfigError as e:
+        st["error"] = str(e)
+    if seeded:
+        if analysis is None:
+            analysis = []
+        if not analysis:
+            from distir.transforms.plan import analyze
+
+            analysis.append(analyze(prog.fn))
+        for label, a in dtp_plans(prog, mesh, analysis[0]):
+            if not any(_same_plan(a, b) for b, _, _ in plans):
+                plans.append((a, math.nan, label))
+    out: list[Candidate] = []
+    for a, est, origin in plans:
+        program = lower(a)
+        out.append(Candidate(a, est, program, simulate(program, hw, batch_size), origin))
+    if out:
+        st["best_simulated_s"] = min(c.simulated_s for c in out)
+    return out, st

@@ -90,13 +90,15 @@ def _gpt2_step(d: int, batch: int, seq: int, layers: int = 2) -> distir.Function
 def test_gpt2_training_rediscovers_megatron() -> None:
     """Small batch, wide layers, 2 devices: QKV and fc split by columns, both projections
     by rows, their products partial (Megatron's f and g: one all-reduce each way per block),
-    and at least as fast as dtp's data and tensor parallelism."""
+    and at least as fast as dtp's data and tensor parallelism. (The search alone: seeded,
+    dtp's T2 with attention split by heads wins here.)"""
     step = _gpt2_step(2048, 2, 128)
-    r = optimize(step, 2, beam=8, max_states=200)
+    r = optimize(step, 2, beam=8, max_states=200, seeded=False)
     spec = dict(zip((p.name for p in r.assignment.prog.fn.params), r.assignment.params,
                     strict=True))
     for i in range(2):
-        assert spec[f"h.{i}.attn.c_attn.weight"] == (Shard(1),)
+        # by columns, plainly or by heads (3 interleaved groups) where those are candidates
+        assert spec[f"h.{i}.attn.c_attn.weight"] in ((Shard(1),), (Shard(1, groups=3),))
         assert spec[f"h.{i}.mlp.c_fc.weight"] == (Shard(1),)
         assert spec[f"h.{i}.attn.c_proj.weight"] == (Shard(0),)
         assert spec[f"h.{i}.mlp.c_proj.weight"] == (Shard(0),)
