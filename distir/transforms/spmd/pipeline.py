@@ -147,7 +147,11 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
     stages.check()
-    fn = _Pipe(assignment, stages, sched).run(self_contained)
+    pipe = _Pipe(assignment, stages, sched)
+    fn = pipe.run(self_contained)
+    bound = stages.prog.fn.initializers
+    if bound:  # an imported model's weights: the same, or each device's piece of them
+        fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
     verify(fn, num_devices=_Pipe.device_count(assignment, stages.pp))
     return fn
 
@@ -207,6 +211,8 @@ class _Pipe:
         self.pieces: dict[tuple[Value, int], Pieces] = {}
         self.base: dict[tuple[Value, int], Spec] = {}
         self.consts: dict[tuple, Value] = {}
+        self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
+        """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.running: dict[tuple[Value, int], dict[Any, Any]] = {}
         """Running sums over microbatches per device (``_accumulate``)."""
         self.memo: dict[tuple, Any] = {}
@@ -337,6 +343,7 @@ class _Pipe:
                 shp = local_shape(t.shape, spec, mesh)
                 placed = [b.param(f"{p.name}_d{d}", TensorType(t.dtype, shp, d))
                           for d in mesh.devices]
+                self.origin.extend((x, p, spec, mesh, j) for j, x in enumerate(placed))
                 lst = [placed[self.prank[r]] for r in self.all]
                 if self.k > 1 and isinstance(spec[0], Shard):  # the replica's microbatches
                     if spec[0].groups != 1:
@@ -348,6 +355,21 @@ class _Pipe:
                     lst = [parts[self.prank[r]][self.mb[r]] for r in self.all]
                 self.pieces[(p, s)] = {spec: lst}
                 self.base[(p, s)] = spec
+
+    def placed_initializers(self, bound: dict[str, Any]) -> dict[str, np.ndarray]:
+        """The value of each placed parameter whose sequential one is bound (``bound``, by
+        name): its device's piece, by placed name."""
+        out: dict[str, np.ndarray] = {}
+        for x, p, spec, mesh, j in self.origin:
+            arr = bound.get(p.name or "")
+            if arr is None or x.name is None:
+                continue
+            arr = np.asarray(arr)
+            for a, pl in enumerate(spec):
+                if isinstance(pl, Shard):
+                    arr = _block(arr, pl, mesh.shape[a], mesh.coords[j][a])
+            out[x.name] = np.asarray(arr, order="C")
+        return out
 
     def _returns(self, self_contained: bool) -> list[Value]:
         prog, vm = self.prog, self.vmesh
@@ -650,6 +672,15 @@ class _Pipe:
             order = [parts[c * groups + j] for j in range(groups) for c in range(n)]
             out.append(b.op("Concat", *order, axis=dim, name=self.name(v, s, r)))
         return out
+
+
+def _block(arr: np.ndarray, pl: Shard, n: int, c: int) -> np.ndarray:
+    """Block ``c`` of ``n`` of ``arr`` along ``pl.dim`` (of every group, joined)."""
+    d, g = pl.dim, pl.groups
+    shp = arr.shape
+    grouped = arr.reshape(shp[:d] + (g, shp[d] // g) + shp[d + 1:])
+    part = np.split(grouped, n, axis=d + 1)[c]
+    return part.reshape(shp[:d] + (shp[d] // n,) + shp[d + 1:])
 
 
 def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:
