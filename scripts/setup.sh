@@ -18,6 +18,6 @@ if [ ! -f "$stamp" ] || [ pyproject.toml -nt "$stamp" ] \
     || [ scripts/constraints-cpu.txt -nt "$stamp" ]; then
   echo "setting up .venv (first run takes a minute)..." >&2
   .venv/bin/python -m pip install -q --disable-pip-version-check \
-    -c scripts/constraints-cpu.txt -e '.[dev,ray]' >&2
+    -c scripts/constraints-cpu.txt -e '.[dev,ray,verify]' >&2
   touch "$stamp"
 fi
