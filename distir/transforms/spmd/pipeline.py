@@ -451,10 +451,11 @@ class _Pipe:
                 self._after(o, None, other_stages=True)
 
     def _after(self, v: Value, m: int | None, other_stages: bool) -> None:
-        """Right after ``v`` is made (for microbatch ``m``, or once): the redistributions
-        its readers on its stage need (``other_stages`` false), or the transfers to the
-        readers on other stages, so that they overlap later work. A reader that runs once
-        after the microbatches is served after the last one."""
+        """Right after ``v`` is made (for microbatch ``m``, or once), ``other_stages``
+        false: the redistributions its readers need on its own stage, and those made before
+        it is sent to other stages; after the tick's units, ``other_stages`` true: the
+        sends, and the redistributions after them. So communication overlaps later work. A
+        reader that runs once after the microbatches is served after the last one."""
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
         for i, k in self.readers.get(v, ()):
@@ -462,7 +463,7 @@ class _Pipe:
             assert s is not None
             reads = self.assign[s].reads[i]
             rd = reads[k] if reads else None
-            if rd is None or (s != s0) != other_stages:
+            if rd is None or (other_stages and s == s0):
                 continue
             want = rs
             if m is not None and not self.per_mb(i):
@@ -471,8 +472,24 @@ class _Pipe:
                 if m != self.k - 1:
                     continue
                 want = self.all
-            if s != s0 or rd != self.spec(v, s0):
+            if other_stages:
                 self.get(v, s, rd, want)
+            elif s != s0:
+                self.get(v, s0, self._tau(v, s, rd), want)
+            elif rd != self.spec(v, s0):
+                self.get(v, s, rd, want)
+
+    def _tau(self, v: Value, s: int, dst: Spec) -> Spec:
+        """The spec ``v`` is sent to stage ``s`` in (``_moved``), fixed by its first
+        reader there."""
+        key = (v, s)
+        tau = self.base.get(key)
+        if tau is None:
+            tau = _moved(self.spec(v, self.home[v]), dst)
+            if check_spec(self.prog.shape(v), tau, self.vmesh) is not None:
+                tau = self.spec(v, self.home[v])
+            self.base[key] = tau
+        return tau
 
     def _accumulate(self, v: Value, s: int, m: int) -> None:
         """A value partial over the data axis (a weight gradient) that a reader after the
@@ -546,13 +563,7 @@ class _Pipe:
         s0 = self.home[v]
         if s0 == s:
             raise TransformError(f"%{v.name} is read before it is made (stage {s})")
-        src = self.spec(v, s0)
-        tau = self.base.get(key)
-        if tau is None:
-            tau = _moved(src, dst, self.k > 1)
-            if check_spec(prog.shape(v), tau, vm) is not None:
-                tau = src
-            self.base[key] = tau
+        tau = self._tau(v, s, dst)
         got = self.get(v, s0, tau, rs)
         lst = self.pieces.setdefault(key, {}).setdefault(tau, [None] * vm.size)
         for r in rs:
@@ -691,14 +702,14 @@ def _base(v: Value) -> str:
     return v.name if v.name and v.name != "_" else "v"
 
 
-def _moved(src: Spec, dst: Spec, microbatches: bool) -> Spec:
-    """The spec a value crosses stages in: the producer's, but split before it is sent
-    where the reader splits what the producer holds whole (fewer bytes on the wire), and,
-    with microbatches, summed over the data axis first where the reader reads it summed
-    (one send of the sum, not one per microbatch)."""
-    out = list(src)
-    if microbatches and isinstance(src[0], Partial) and not isinstance(dst[0], Partial):
-        out[0] = R
+def _moved(src: Spec, dst: Spec) -> Spec:
+    """The spec a value crosses stages in: the producer's, but summed first where the
+    reader reads it summed (as ``dtp`` all-reduces an input gradient before sending it;
+    with microbatches, one send of the sum, not one per microbatch), and split before it is
+    sent where the reader splits what the producer holds whole (fewer bytes on the
+    wire)."""
+    out = [R if isinstance(x, Partial) and not isinstance(y, Partial) else x
+           for x, y in zip(src, dst, strict=True)]
     taken = {p.dim for p in out if isinstance(p, Shard)}
     for a, (x, y) in enumerate(zip(out, dst, strict=True)):
         if isinstance(x, Replicate) and isinstance(y, Shard) and y.dim not in taken:
