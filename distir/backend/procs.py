@@ -40,8 +40,12 @@ def _read_replies(rank: int, stream: IO[bytes], inbox: queue.Queue) -> None:
 
 def _worker_env() -> dict[str, str]:
     """The launcher's environment, with the directory holding this ``distir`` first on the
-    path (a script may have found it through ``sys.path`` edits the worker never sees)."""
+    path (a script may have found it through ``sys.path`` edits the worker never sees), and
+    PyTorch's allocator on expandable segments unless ``PYTORCH_CUDA_ALLOC_CONF`` says
+    otherwise: near the card's capacity, fixed segments split by a step's large transient
+    tensors left a request unserved with gigabytes free (docs/backend.md)."""
     env = dict(os.environ)
+    env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
     root = os.path.dirname(os.path.dirname(os.path.abspath(distir.__file__)))
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = root if not old else root + os.pathsep + old
