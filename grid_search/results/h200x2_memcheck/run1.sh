@@ -1,5 +1,5 @@
 #!/bin/bash
-# Two H100s: what the card holds outside the allocator (context, cuBLAS, NCCL), then GPT-2
+# Two GPUs (asked for as H100s; two H200s came): what the card holds outside the allocator (context, cuBLAS, NCCL), then GPT-2
 # 350M training configurations predicted near the card's own capacity, run uncapped.
 set -u
 nvidia-smi > "$OUT/nvidia-smi.txt"
