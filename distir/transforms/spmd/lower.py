@@ -30,11 +30,12 @@ from distir.ir.builder import FunctionBuilder
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
+from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.mesh import Partial, R, local_shape, replicated
+from distir.transforms.spmd.mesh import Mesh, Partial, R, local_shape, replicated
 from distir.transforms.spmd.redistribute import Cache, redistribute
 
-__all__ = ["lower"]
+__all__ = ["lower", "split_sizes", "bias_once"]
 
 
 def lower(assignment: LayoutAssignment, *, self_contained: bool = False) -> Function:
@@ -147,12 +148,15 @@ class _Lowering:
                 ins.append(list(self._get(v, s)))
         attrs = dict(op.attrs)
         results: list[list[Value]] = [[] for _ in op.outputs]
+        once = bias_once(op, reads, out.outs)
         for r, d in enumerate(mesh.devices):
             if not op.inputs:
                 attrs["device"] = d
             names = [_names(o, (d,))[0] for o in op.outputs]
-            res = b.op(op.op_type, *(x[r] for x in ins), name=names,
-                       num_results=len(op.outputs), **attrs)
+            args = [x[r] for x in ins]
+            if any(mesh.coords[r][a] for a in once):
+                args = args[:2]
+            res = b.op(op.op_type, *args, name=names, num_results=len(op.outputs), **attrs)
             res = (res,) if len(op.outputs) == 1 else res
             for k, v in enumerate(res):
                 results[k].append(v)
@@ -168,13 +172,37 @@ class _Lowering:
 
     def _shape_operand(self, op: Op, k: int, outs: tuple) -> list[Value]:
         """The local value of a shape operand: the local result shape, or ``Split``'s
-        sizes (unchanged: the rules refuse a split of a sharded axis)."""
-        prog = self.prog
+        local sizes."""
         if op.op_type == "Split":
-            arr = prog.const(op.inputs[k])
-            if arr is None:
-                raise TransformError(f"`{prog.op_text(op)}`: split sizes not known before "
-                                     "running")
-            return self._const(np.asarray(arr), "sizes")
-        shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.mesh)
+            return self._const(split_sizes(self.prog, op, k, outs, self.mesh), "sizes")
+        shp = local_shape(self.prog.shape(op.outputs[0]), outs[0], self.mesh)
         return self._const(np.asarray(shp, dtype=np.int64), "shape")
+
+
+def bias_once(op: Op, reads: tuple, outs: tuple) -> tuple[int, ...]:
+    """The mesh axes on which a ``Gemm`` or ``Conv`` with a partial result (a split
+    contraction) reads its bias whole: only the devices at coordinate 0 of those axes add
+    it, so that the sum holds it once (as ``dtp``'s emitter does)."""
+    if op.op_type not in ("Gemm", "Conv") or len(op.inputs) < 3 or op.inputs[2] is None:
+        return ()
+    bias = reads[2]
+    return tuple(a for a, p in enumerate(outs[0])
+                 if isinstance(p, Partial) and bias is not None and not isinstance(bias[a],
+                                                                                   Partial))
+
+
+def split_sizes(prog: Program, op: Op, k: int, outs: tuple, mesh: Mesh) -> np.ndarray:
+    """``Split``'s sizes operand (input ``k``) on each device: each result's local size
+    along the split axis (a split of an axis held in interleaved groups, ``Shard(d,
+    groups=g)`` with ``g`` the number of results, gives each device its part of each)."""
+    arr = prog.const(op.inputs[k])
+    if arr is None:
+        raise TransformError(f"`{prog.op_text(op)}`: split sizes not known before running")
+    arr = np.asarray(arr)
+    x = op.inputs[0]
+    assert x is not None  # a Split has its data input
+    axis = int(prog.attrs(op).get("axis", 0))
+    axis = axis + len(prog.shape(x)) if axis < 0 else axis
+    local = [local_shape(prog.shape(o), spec, mesh)[axis]
+             for o, spec in zip(op.outputs, outs, strict=True)]
+    return np.asarray(local, dtype=arr.dtype).reshape(arr.shape)

@@ -52,6 +52,7 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.schedule import SCHEDULES, Unit, stage_order, ticks
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
+from distir.transforms.spmd.lower import bias_once, split_sizes
 from distir.transforms.spmd.mesh import (
     Mesh,
     Partial,
@@ -418,14 +419,18 @@ class _Pipe:
         attrs = dict(op.attrs)
         per_mb = self.per_mb(i)
         res: list[list[Value | None]] = [[None] * vm.size for _ in op.outputs]
+        once = bias_once(op, reads, out.outs)
         for r in rs:
             d = self.dev(s, r)
-            key = (i, d, tuple(id(x[r]) for x in ins))
+            args = [x[r] for x in ins]
+            if any(vm.coords[r][a] for a in once):  # the bias added once to the sum
+                args = args[:2]
+            key = (i, d, tuple(id(x) for x in args))
             got = self.memo.get(key)
             if got is None:
                 if not op.inputs:
                     attrs["device"] = d
-                vals = b.op(op.op_type, *(x[r] for x in ins), num_results=len(op.outputs),
+                vals = b.op(op.op_type, *args, num_results=len(op.outputs),
                             name=[self.name(o, s, r, per_mb) for o in op.outputs], **attrs)
                 vals = (vals,) if len(op.outputs) == 1 else tuple(vals)
                 for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
@@ -480,14 +485,20 @@ class _Pipe:
                 self.get(v, s, rd, want)
 
     def _tau(self, v: Value, s: int, dst: Spec) -> Spec:
-        """The spec ``v`` is sent to stage ``s`` in (``_moved``), fixed by its first
-        reader there."""
+        """The spec ``v`` is sent to stage ``s`` in (``_moved`` of what every reader
+        there reads), fixed on first use."""
         key = (v, s)
         tau = self.base.get(key)
         if tau is None:
-            tau = _moved(self.spec(v, self.home[v]), dst)
+            src = self.spec(v, self.home[v])
+            dsts = [dst]
+            for i, k in self.readers.get(v, ()):
+                reads = self.assign[self.stage[i]].reads[i] if self.stage[i] == s else None
+                if reads and reads[k] is not None:
+                    dsts.append(reads[k])  # type: ignore[arg-type]
+            tau = _moved(src, dsts)
             if check_spec(self.prog.shape(v), tau, self.vmesh) is not None:
-                tau = self.spec(v, self.home[v])
+                tau = src
             self.base[key] = tau
         return tau
 
@@ -513,11 +524,7 @@ class _Pipe:
     def _shape_operand(self, op: Op, k: int, outs: tuple, s: int) -> list[Value | None]:
         prog = self.prog
         if op.op_type == "Split":
-            arr = prog.const(op.inputs[k])
-            if arr is None:
-                raise TransformError(f"`{prog.op_text(op)}`: split sizes not known before "
-                                     "running")
-            arr = np.asarray(arr)
+            arr = split_sizes(prog, op, k, outs, self.vmesh)
         else:
             shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.vmesh)
             arr = np.asarray(shp, dtype=np.int64)
@@ -702,17 +709,20 @@ def _base(v: Value) -> str:
     return v.name if v.name and v.name != "_" else "v"
 
 
-def _moved(src: Spec, dst: Spec) -> Spec:
-    """The spec a value crosses stages in: the producer's, but summed first where the
-    reader reads it summed (as ``dtp`` all-reduces an input gradient before sending it;
-    with microbatches, one send of the sum, not one per microbatch), and split before it is
-    sent where the reader splits what the producer holds whole (fewer bytes on the
-    wire)."""
-    out = [R if isinstance(x, Partial) and not isinstance(y, Partial) else x
-           for x, y in zip(src, dst, strict=True)]
+def _moved(src: Spec, dsts: list[Spec]) -> Spec:
+    """The spec a value crosses stages in, for readers that read it as ``dsts``: the
+    producer's, but summed first on an axis no reader reads partial (as ``dtp``
+    all-reduces an input gradient before sending it; with microbatches, one send of the
+    sum, not one per microbatch), and split before it is sent on an axis every reader
+    splits alike where the producer holds it whole (fewer bytes on the wire)."""
+    out: list = [R if isinstance(x, Partial) and not any(isinstance(d[a], Partial)
+                                                         for d in dsts) else x
+                 for a, x in enumerate(src)]
     taken = {p.dim for p in out if isinstance(p, Shard)}
-    for a, (x, y) in enumerate(zip(out, dst, strict=True)):
-        if isinstance(x, Replicate) and isinstance(y, Shard) and y.dim not in taken:
+    for a, x in enumerate(out):
+        y = dsts[0][a]
+        if isinstance(x, Replicate) and isinstance(y, Shard) and y.dim not in taken and all(
+                d[a] == y for d in dsts):
             out[a] = y
             taken.add(y.dim)
     return tuple(out)

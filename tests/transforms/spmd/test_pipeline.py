@@ -18,7 +18,7 @@ from distir.ir import dumps, parse
 from distir.transforms import dtp
 from distir.transforms.plan import Plan, analyze
 from distir.transforms.program import Program
-from distir.transforms.spmd import Mesh, R, Shard, comm_breakdown, lower, propagate
+from distir.transforms.spmd import Mesh, Partial, R, Shard, comm_breakdown, lower, propagate
 from distir.transforms.spmd.compose import compose_dtp, plan_dtp
 from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule, stage_meshes
 from distir.transforms.spmd.stages import partition_stages
@@ -295,3 +295,41 @@ def test_mlp_simulated_time_is_dtps(dp: int, tp: int, pp: int, k: int) -> None:
     ours = distir.simulate(compose_dtp(fn, dp, tp, pp, k), "h100-sxm").latency_s
     ref = distir.simulate(dtp(fn, dp, tp, pp, k), "h100-sxm").latency_s
     assert ours == pytest.approx(ref, rel=1e-9)
+
+
+def _tiny(kind: str) -> distir.Function:
+    from distir.ir.builder import FunctionBuilder
+    from distir.ir.types import DType, TensorType
+
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (4, 8), 0))
+    if kind == "gemm":  # a contraction-split Gemm: its bias must be added once
+        w = b.param("w", TensorType(DType.Float32, (8, 6), 0))
+        c = b.param("c", TensorType(DType.Float32, (6,), 0))
+        return b.ret(b.op("Relu", b.op("Gemm", x, w, c, name="y"), name="z"))
+    w = b.param("w", TensorType(DType.Float32, (8, 12), 0))  # a fused projection, 3 parts
+    y = b.op("MatMul", x, w, name="y")
+    sizes = b.op("Constant", value=np.array([4, 4, 4], dtype=np.int64), device=0, name="n")
+    q, k, v = b.op("Split", y, sizes, axis=1, name=["q", "k", "v"], num_results=3)
+    return b.ret(b.op("Relu", q, name="rq"), b.op("Mul", k, v, name="kv"))
+
+
+def test_contraction_split_gemm_adds_its_bias_once() -> None:
+    fn = _tiny("gemm")
+    prog = Program(fn)
+    a = propagate(prog, Mesh.of(2), {"w": (S0,)})
+    assert a.spec(fn.ops[0].outputs[0]) == (Partial(),)
+    _same(fn, lower(a, self_contained=True))
+    st = partition_stages(prog, 1)
+    _same(fn, lower_pipeline(a, st, self_contained=True))
+
+
+def test_split_sizes_of_a_grouped_shard_are_local() -> None:
+    """``Split`` with explicit sizes of an axis held in 3 interleaved groups: each device
+    splits its own part of each group (sizes / 2)."""
+    fn = _tiny("split")
+    prog = Program(fn)
+    a = propagate(prog, Mesh.of(2), {"w": (Shard(1, groups=3),)})
+    assert a.spec(fn.ops[0].outputs[0]) == (Shard(1, groups=3),)
+    _same(fn, lower(a, self_contained=True))
+    _same(fn, lower_pipeline(a, partition_stages(prog, 1), self_contained=True))
