@@ -73,7 +73,7 @@ def broadcast_marks(ins: tuple, shapes: tuple, rank: int) -> Layout:
     """The layout of a broadcasting elementwise op's result; ``Demand`` for an input that
     must be split like the others (a bias), ``Reject`` for conflicting splits."""
     marks: list[str | None] = [None] * rank
-    groups = 1
+    groups = 0  # the interleaved groups of the first tensor-parallel split seen
     for lay, shp in zip(ins, shapes, strict=True):
         if lay is None or not any(lay.marks):
             continue
@@ -90,11 +90,12 @@ def broadcast_marks(ins: tuple, shapes: tuple, rank: int) -> Layout:
                 raise Reject(f"axis {k} is split as {marks[k]!r} by one input and as {m!r} "
                              "by another")
             if m == T:
-                if groups != 1 and lay.groups != groups:
+                if groups and lay.groups != groups:
                     raise Reject("inputs split the tensor-parallel axis in different groups")
                 groups = lay.groups
     if not any(marks):
         return replicated(rank)
+    groups = groups or 1
     for i, (lay, shp) in enumerate(zip(ins, shapes, strict=True)):
         if shp is None:
             continue

@@ -49,14 +49,17 @@ _XENT = frozenset({"SoftmaxCrossEntropyLoss", "SoftmaxCrossEntropyLossGrad"})
 class NotLocal(Exception):
     """The op cannot run locally on these input placements. ``demand`` is
     ``(input index, mesh axis, placement)`` when a rule says which input placement would
-    make it local (the bias of a column-parallel product)."""
+    make it local (the bias of a column-parallel product). ``groups`` is the number of
+    interleaved groups a split input would need (a ``Split`` into ``g`` equal parts along
+    the split axis runs locally on ``Shard(d, groups=g)``)."""
 
     def __init__(self, message: str, demand: tuple[int, int, Placement] | None = None,
-                 axis: int | None = None) -> None:
+                 axis: int | None = None, groups: int | None = None) -> None:
         super().__init__(message)
         self.message = message
         self.demand = demand
         self.axis = axis
+        self.groups = groups
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,7 +139,7 @@ class OpRules:
         try:
             res = apply_rule(t, lays, shapes, outs, attrs, self._const(op))
         except Reject as e:
-            raise NotLocal(f"{t}: {e.message}", axis=axis) from None
+            raise NotLocal(f"{t}: {e.message}", axis=axis, groups=e.groups) from None
         except Demand as e:
             want = _placement(e.layout)
             raise NotLocal(f"{t}: input {e.index} needs {e.layout}",

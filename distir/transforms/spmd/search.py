@@ -35,6 +35,7 @@ from distir.ir.core import Function, Module, Op, Value
 from distir.ir.types import TensorType
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment, is_constant_op, is_shape_operand
+from distir.transforms.spmd.grouped import grouped_shards
 from distir.transforms.spmd.mesh import (
     Mesh,
     P,
@@ -150,8 +151,13 @@ def _prod(local: tuple[int, ...], whole: tuple[int, ...]) -> int:
     return r
 
 
-def _candidates(shape: tuple[int, ...], mesh: Mesh) -> list[Spec]:
-    per_axis: list[Placement] = [R, P, *(Shard(d) for d in range(len(shape)))]
+def _candidates(shape: tuple[int, ...], mesh: Mesh,
+                grouped: frozenset[tuple[int, int]] = frozenset()) -> list[Spec]:
+    """Every spec a value of ``shape`` may be read as: per mesh axis ``Replicate``,
+    ``Partial``, ``Shard`` of each dimension, and the interleaved ``grouped`` shards
+    ``(dimension, groups)`` that ``grouped_shards`` found for it."""
+    per_axis: list[Placement] = [R, P, *(Shard(d) for d in range(len(shape))),
+                                 *(Shard(d, g) for d, g in sorted(grouped))]
     return [s for s in itertools.product(per_axis, repeat=mesh.ndim)
             if check_spec(shape, s, mesh) is None]
 
@@ -198,6 +204,7 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
         raise ConfigError(f"objective must be 'elements' or 'time', got {objective!r}")
     prog = program_of(fn)
     rules = OpRules(prog, mesh)
+    grouped = grouped_shards(prog, rules)
     costs = _Costs(prog, mesh, hardware)
     pins = resolve_seeds(prog, mesh, fixed or {})
     ops = [i for i in prog.live_ops if not is_constant_op(prog, prog.ops[i])]
@@ -210,7 +217,10 @@ def search_small(fn: Function | Module | Program, mesh: Mesh, *,
     cands: dict[Value, list[Spec]] = {}
     for v in last:
         shp = prog.shape(v)
-        cands[v] = _candidates(shp, mesh)
+        # a value known before running (a ReduceSum's axes) is read whole: split, the
+        # lowering would hand each device a part of the axes list
+        cands[v] = [replicated(mesh)] if prog.const(v) is not None else \
+            _candidates(shp, mesh, grouped.get(v, frozenset()))
     max_flops = max((costs.flops(prog.ops[i]) for i in ops), default=0.0)
     rep = replicated(mesh)
     # a state: ((value id, (spec or None = not placed yet, specs made)), ...) sorted by id;

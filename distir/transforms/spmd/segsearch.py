@@ -23,6 +23,7 @@ from typing import Any
 
 from distir.ir.core import Value
 from distir.transforms.program import Program
+from distir.transforms.spmd.grouped import grouped_shards
 from distir.transforms.spmd.mesh import Mesh, Partial, Spec, local_shape, replicated
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.rules import OpRules
@@ -42,6 +43,7 @@ class SegmentContext:
         self.prog = prog
         self.mesh = mesh
         self.rules = OpRules(prog, mesh)
+        self.grouped = grouped_shards(prog, self.rules)
         self.costs = _Costs(prog, mesh, hardware)
         self.hw = self.costs.hw
         self.max_states = max_states
@@ -56,7 +58,8 @@ class SegmentContext:
         if c is None:
             known = self.prog.const(v) is not None
             c = self.cands[v] = [replicated(self.mesh)] if known else \
-                _candidates(self.prog.shape(v), self.mesh)
+                _candidates(self.prog.shape(v), self.mesh,
+                            self.grouped.get(v, frozenset()))
         return c
 
     def param_bytes(self, v: Value, spec: Spec) -> int:
