@@ -26,7 +26,7 @@ from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Function, Module
-from distir.transforms.program import Program
+from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.spmd.propagate import program_of
 
 __all__ = ["StagePartition", "partition_stages"]
@@ -64,6 +64,8 @@ class StagePartition:
             ph = self.phase[i]
             if ph == "F":
                 forward[s] = True
+            if op.op_type in SHAPE_OPS:  # reads its input's shape only, known before running
+                continue
             for v in op.inputs:
                 j = prog.producer.get(v) if v is not None else None
                 if v is None or j is None or self.phase[j] not in ("F", "B"):

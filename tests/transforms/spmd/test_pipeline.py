@@ -333,3 +333,41 @@ def test_split_sizes_of_a_grouped_shard_are_local() -> None:
     assert a.spec(fn.ops[0].outputs[0]) == (Shard(1, groups=3),)
     _same(fn, lower(a, self_contained=True))
     _same(fn, lower_pipeline(a, partition_stages(prog, 1), self_contained=True))
+
+
+def test_a_value_crosses_stages_summed_unless_read_partial() -> None:
+    from distir.transforms.spmd.pipeline import _moved
+
+    assert _moved((S0, Partial()), [(S0, R)]) == (S0, R)  # summed before the send
+    assert _moved((S0, Partial()), [(S0, R), (S0, Partial())]) == (S0, Partial())
+    assert _moved((R, R), [(S0, R)]) == (S0, R)  # split before the send
+    assert _moved((R, R), [(S0, R), (R, R)]) == (R, R)
+
+
+def test_a_shape_read_on_an_earlier_stage_is_a_constant() -> None:
+    """``Shape`` of a later stage's activation, read on an earlier stage: the shape is known
+    before running, so no value flows backwards (BERT's exported training step at P=4)."""
+    from distir.ir.builder import FunctionBuilder
+    from distir.ir.types import DType, TensorType
+
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (8, 4), 0))
+    w0 = b.param("w0", TensorType(DType.Float32, (4, 4), 0))
+    w1 = b.param("w1", TensorType(DType.Float32, (4, 4), 0))
+    a0 = b.op("Relu", b.op("MatMul", x, w0, name="h0"), name="a0")
+    a1 = b.op("Relu", b.op("MatMul", a0, w1, name="h1"), name="a1")
+    rows = b.op("Gather", b.op("Shape", a1, name="s1"),
+                b.op("Constant", value=np.array(0, dtype=np.int64), device=0, name="zero"),
+                name="rows")
+    col = b.op("Cast", b.op("Unsqueeze", b.op("Range", b.op("Constant", value=np.array(
+        0, dtype=np.int64), device=0, name="lo"), rows, b.op("Constant", value=np.array(
+            1, dtype=np.int64), device=0, name="one"), name="ids"), b.op(
+        "Constant", value=np.array([1], dtype=np.int64), device=0, name="ax"), name="idc"),
+        to=DType.Float32, name="col")
+    fn = b.ret(a1, b.op("Add", a0, col, name="out"))  # read on stage 0
+    prog = Program(fn)
+    st = partition_stages(prog, 2)
+    shape_op = next(i for i, op in enumerate(prog.ops) if op.op_type == "Shape")
+    assert st.stage[shape_op] == 0 and st.stage[prog.producer[a1]] == 1
+    a = propagate(prog, Mesh.of(2), {"x": (S0,)})
+    _same(fn, lower_pipeline(a, st, schedule(st, 2), self_contained=True))
