@@ -236,3 +236,27 @@ def test_errors() -> None:
         optimize_with_substitutions(fn, 2, depth=-1)
     with pytest.raises(ConfigError, match="budget_s 0"):
         optimize_with_substitutions(fn, 2, budget_s=0)
+
+
+@pytest.mark.slow
+def test_search_on_a_gpt2_training_step() -> None:
+    """Substitutions on GPT-2's forward program, each scored as its training step: the
+    plan is no slower than optimize's on the step itself, and computes that step."""
+    from distir.models.gpt2 import GPT2Config
+    from distir.transforms.training import training_step
+
+    fwd = GPT2Config(n_layer=1, d_model=64, n_head=2, vocab_size=64, seq_len=8,
+                     batch_size=2).build()
+    names = [p.name for p in fwd.params if p.name != "input_ids"]
+
+    def derive(f: Function) -> Function:
+        return training_step(f, loss="cross_entropy", optimizer="sgd", lr=0.1, wrt=names,
+                             reduction="mean")
+
+    step = derive(fwd)
+    base = optimize(step, 2, beam=8, max_states=200)
+    r = optimize_with_substitutions(fwd, 2, derive=derive, depth=1, max_candidates=3,
+                                    substitutions=["split_columns"], beam=8, max_states=200)
+    assert r.stats["rewrite_search"]["scored"] == 3
+    assert r.simulation.latency_s <= base.simulation.latency_s
+    _same_step(step, r)
