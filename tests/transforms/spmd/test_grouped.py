@@ -97,13 +97,14 @@ def test_search_small_splits_attention_by_heads() -> None:
 WIDE = GPT2Config(n_layer=1, d_model=2048, n_head=16, vocab_size=64, seq_len=64,
                   batch_size=1)
 """Wide enough that tensor parallelism pays at 2 devices (batch 1: data parallelism cannot
-split much), small enough to search in a few seconds."""
+split much), small enough to search in a few seconds. The searches run unseeded, so the
+plan is the segment search's own, not one of dtp's seeded plans."""
 
 
 @cache
 def _wide() -> tuple[distir.Function, object]:
     step = _step(WIDE)
-    return step, optimize(step, 2, beam=8, max_states=200)
+    return step, optimize(step, 2, beam=8, max_states=200, seeded=False)
 
 
 def test_optimize_rediscovers_megatron_attention_by_heads() -> None:
@@ -133,7 +134,7 @@ def test_optimize_with_groups_is_faster(monkeypatch: pytest.MonkeyPatch) -> None
     got = r.simulation.latency_s  # type: ignore[attr-defined]
     segsearch = sys.modules["distir.transforms.spmd.segsearch"]
     monkeypatch.setattr(segsearch, "grouped_shards", lambda prog, rules: {})
-    old = optimize(step, 2, beam=8, max_states=200)
+    old = optimize(step, 2, beam=8, max_states=200, seeded=False)
     spec = dict(zip((p.name for p in old.assignment.prog.fn.params), old.assignment.params,
                     strict=True))
     assert spec["h.0.attn.c_attn.weight"] != (Shard(1, groups=3),)
