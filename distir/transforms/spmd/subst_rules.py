@@ -48,15 +48,33 @@ def _before(g: Graph, v: Value | None, i: int) -> bool:
 
 # -- fusion of products sharing their left operand, and its inverse -------------------------
 
+def _gemm_key(g: Graph, op: Op) -> tuple | None:
+    """What Gemms must share to fuse: their ``A`` (a matrix), ``transB``, whether they have
+    a bias (a vector of the output width, when they do); alpha = beta = 1, A as is."""
+    if op.op_type != "Gemm" or op.attr("transA", 0) or float(op.attr("alpha", 1.0)) != 1.0 \
+            or float(op.attr("beta", 1.0)) != 1.0:
+        return None
+    t = int(op.attr("transB", 0))
+    ws = g.shape(op.inputs[1])
+    c = op.inputs[2] if len(op.inputs) > 2 else None
+    if ws is None or len(ws) != 2 or g.dtype(op.inputs[0]) != g.dtype(op.inputs[1]):
+        return None
+    if c is not None and g.shape(c) != (ws[0 if t else 1],):
+        return None
+    return ("Gemm", op.inputs[0], t, c is not None)
+
+
 def _find_fuse(g: Graph) -> list[Site]:
-    groups: dict[Value, list[int]] = {}
+    groups: dict[tuple, list[int]] = {}
     for i, op in enumerate(g.ops):
         if product(g, op) is not None:
-            groups.setdefault(op.inputs[0], []).append(i)  # type: ignore[arg-type]
+            groups.setdefault(("MatMul", op.inputs[0]), []).append(i)
+        elif (k := _gemm_key(g, op)) is not None:
+            groups.setdefault(k, []).append(i)
     sites = []
     for ix in groups.values():
         # a weight computed from another member's product would make a cycle
-        ok = [i for i in ix if _before(g, g.ops[i].inputs[1], ix[0])]
+        ok = [i for i in ix if all(_before(g, v, ix[0]) for v in g.ops[i].inputs[1:])]
         if len(ok) >= 2:
             sites.append(Site(tuple(ok)))
     return sites
@@ -66,17 +84,31 @@ def _build_fuse(g: Graph, site: Site, em: Emitter) -> dict[Value, Value]:
     ops = [g.ops[i] for i in site.ops]
     x = ops[0].inputs[0]
     rank = len(g.shape(x) or ())
-    w = em.op("Concat", *(op.inputs[1] for op in ops), hint="w_fused", axis=1)
-    y = em.op("MatMul", x, w, hint="y_fused")
-    sizes = [(g.shape(op.inputs[1]) or (0, 0))[1] for op in ops]
+    if ops[0].op_type == "Gemm":
+        t = int(ops[0].attr("transB", 0))
+        w = em.op("Concat", *(op.inputs[1] for op in ops), hint="w_fused", axis=0 if t else 1)
+        bias = [op.inputs[2] for op in ops if len(op.inputs) > 2 and op.inputs[2] is not None]
+        c = em.op("Concat", *bias, hint="c_fused", axis=0) if bias else None
+        y = em.op("Gemm", x, w, *([c] if c is not None else []), hint="y_fused", transB=t)
+        sizes = [(g.shape(op.inputs[1]) or (0, 0))[0 if t else 1] for op in ops]
+    else:
+        w = em.op("Concat", *(op.inputs[1] for op in ops), hint="w_fused", axis=1)
+        y = em.op("MatMul", x, w, hint="y_fused")
+        sizes = [(g.shape(op.inputs[1]) or (0, 0))[1] for op in ops]
     parts = em.split(y, sizes, rank - 1, "y_part")
     return {op.outputs[0]: p for op, p in zip(ops, parts, strict=True)}
 
 
 def _ex_fuse(d: tuple[int, ...]) -> Function:
     b_, k, n1, n2 = d
-    return example_fn({"x": (b_, k), "w1": (k, n1), "w2": (k, n2), "w3": (k, n1)},
-                      lambda b, p: [b.op("MatMul", p["x"], p[w]) for w in ("w1", "w2", "w3")])
+
+    def body(b: FunctionBuilder, p: dict[str, Value]) -> list[Value]:
+        mm = [b.op("MatMul", p["x"], p[w]) for w in ("w1", "w2", "w3")]
+        gemm = [b.op("Gemm", p["x"], p["v1"], p["c1"], transB=1),
+                b.op("Gemm", p["x"], p["v2"], p["c2"], transB=1)]
+        return mm + gemm
+    return example_fn({"x": (b_, k), "w1": (k, n1), "w2": (k, n2), "w3": (k, n1),
+                       "v1": (n1, k), "c1": (n1,), "v2": (n2, k), "c2": (n2,)}, body)
 
 
 def _find_unfuse(g: Graph) -> list[Site]:
@@ -293,8 +325,9 @@ def _ex_assoc(d: tuple[int, ...]) -> Function:
 
 PRODUCT_RULES: tuple[Substitution, ...] = (
     Substitution(
-        "fuse_products", "products sharing their left operand become one product with the "
-        "weights concatenated by columns (inside the program), then a Split",
+        "fuse_products", "products (MatMul, or Gemm with the same transB and bias or not) "
+        "sharing their left operand become one product with the weights (and biases) "
+        "concatenated inside the program, then a Split",
         _find_fuse, _build_fuse, _ex_fuse, ((4, 6, 3, 5), (2, 3, 8, 8, )), (2, 2, 1, 2),
         inverse="unfuse_product"),
     Substitution(

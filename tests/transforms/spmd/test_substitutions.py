@@ -87,15 +87,20 @@ def test_rewrite_keeps_the_interface() -> None:
     the results are the original's, so the rewritten step is a drop-in replacement."""
     fn = BY_NAME["fuse_products"].examples((4, 6, 3, 5))
     g = Graph(fn)
-    (site,) = BY_NAME["fuse_products"].find(g)
-    new = BY_NAME["fuse_products"].apply(g, site)
+    mm, gemm = BY_NAME["fuse_products"].find(g)  # three MatMuls, two Gemms of one input
+    assert (len(mm.ops), len(gemm.ops)) == (3, 2)
+    new = BY_NAME["fuse_products"].apply(g, mm)
     verify(new)
     assert [p.type for p in new.params] == [p.type for p in fn.params]
     assert len(new.returns) == len(fn.returns)
     assert Counter(o.op_type for o in new.ops) == {"Concat": 1, "MatMul": 1, "Split": 1,
-                                                   "Constant": 1}
+                                                   "Constant": 1, "Gemm": 2}
     assert new.params[0] is not fn.params[0]  # a new function, the original untouched
-    assert len(fn.ops) == 3
+    assert len(fn.ops) == 5
+    new = BY_NAME["fuse_products"].apply(new, BY_NAME["fuse_products"].sites(new)[0])
+    assert Counter(o.op_type for o in new.ops) == {"Concat": 3, "MatMul": 1, "Split": 2,
+                                                   "Constant": 2, "Gemm": 1}
+    assert check_on_inputs(fn, new) < 1e-6
 
 
 def test_structural_hash_ignores_names() -> None:
@@ -130,7 +135,7 @@ def test_inverse_rules_undo() -> None:
     fused = BY_NAME["fuse_products"].apply(fn, BY_NAME["fuse_products"].sites(fn)[0])
     back = BY_NAME["unfuse_product"].apply(fused, BY_NAME["unfuse_product"].sites(fused)[0])
     back = BY_NAME["split_of_concat"].apply(back, BY_NAME["split_of_concat"].sites(back)[0])
-    assert Counter(o.op_type for o in back.ops) == {"MatMul": 3}
+    assert Counter(o.op_type for o in back.ops) == {"MatMul": 3, "Gemm": 2}
     assert check_on_inputs(fn, back) == 0.0
 
 
