@@ -64,7 +64,8 @@ def optimize_with_substitutions(
         return prog, optimize(prog, devices, hardware, **optimize_kwargs)
 
     seq, base = score(start)
-    best = (base.simulation.latency_s, seq, base, ())
+    best: tuple[float, Function, OptimizeResult, tuple[str, ...]] = (
+        base.simulation.latency_s, seq, base, ())
     seen = {structural_hash(start)}
     tick = 0
     queue: list[tuple[float, int, Function, tuple[str, ...]]] = [
