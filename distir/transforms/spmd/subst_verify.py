@@ -136,6 +136,7 @@ def _sym_rules() -> dict[str, Rule]:
         "Add": lambda op, a, ins: (ins[0] + ins[1],),
         "Sub": lambda op, a, ins: (ins[0] - ins[1],),
         "Mul": lambda op, a, ins: (ins[0] * ins[1],),
+        "Div": lambda op, a, ins: (ins[0] / ins[1],),
         "Sum": lambda op, a, ins: (sum(ins[1:], ins[0]),),
         "Identity": lambda op, a, ins: (ins[0],),
         "Concat": lambda op, a, ins: (np.concatenate(ins, axis=ax(a, ins[0])),),

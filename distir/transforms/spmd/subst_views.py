@@ -115,6 +115,52 @@ def _ex_concat_split(d: tuple[int, ...]) -> Function:
     return example_fn({"x": (b_, 2 * n)}, body)
 
 
+# -- a Split through an element-wise binary op --------------------------------------------------
+
+BINARY = frozenset({"Add", "Sub", "Mul", "Div"})
+
+
+def _find_split_binary(g: Graph) -> list[Site]:
+    """``Split(y ∘ c)`` along the last axis, ``c`` of ``y``'s shape or a vector of its last
+    dimension (a bias), ``y ∘ c`` read only by the Split."""
+    sites = []
+    for i, op in enumerate(g.ops):
+        if op.op_type != "Split" or len(op.outputs) < 2:
+            continue
+        b = g.made_by(op.inputs[0], *BINARY)
+        sh = g.shape(op.inputs[0])
+        if b is None or sh is None or not sh or not g.sole_reader(op.inputs[0], i):  # type: ignore[arg-type]
+            continue
+        if _axis(op.attr("axis", 0), len(sh)) != len(sh) - 1:
+            continue
+        shapes = [g.shape(v) for v in b.inputs]
+        if shapes[0] == sh and shapes[1] in (sh, (sh[-1],)):
+            sites.append(Site((g.index(b), i)))
+    return sites
+
+
+def _build_split_binary(g: Graph, site: Site, em: Emitter) -> dict[Value, Value]:
+    b, sp = (g.ops[i] for i in site.ops)
+    y, c = b.inputs
+    assert y is not None and c is not None
+    sizes = [(g.shape(o) or (0,))[-1] for o in sp.outputs]
+    ys = em.split(y, sizes, len(g.shape(y) or ()) - 1, "y_part")
+    cs = em.split(c, sizes, len(g.shape(c) or ()) - 1, "c_part")
+    return {o: em.op(b.op_type, yi, ci, hint="part")
+            for o, yi, ci in zip(sp.outputs, ys, cs, strict=True)}
+
+
+def _ex_split_binary(d: tuple[int, ...]) -> Function:
+    b_, s_, n = d
+
+    def body(b: FunctionBuilder, p: dict[str, Value]) -> list[Value]:
+        q, k, v = b.op("Split", b.op("Add", p["y"], p["c"]), axis=-1, num_outputs=3)
+        u, w = b.op("Split", b.op("Mul", p["y"], p["z"]), axis=2, num_outputs=2) \
+            if (3 * n) % 2 == 0 else (q, k)
+        return [q, k, b.op("Relu", v), u, w]
+    return example_fn({"y": (b_, s_, 3 * n), "c": (3 * n,), "z": (b_, s_, 3 * n)}, body)
+
+
 # -- Transpose of a Transpose -----------------------------------------------------------------
 
 def _perm(g: Graph, op: object) -> tuple[int, ...] | None:
@@ -189,6 +235,12 @@ VIEW_RULES: tuple[Substitution, ...] = (
         "concat_of_split", "a Concat of all of one Split's results, in order, along the "
         "same axis is the Split's input", _find_concat_split, _build_concat_split,
         _ex_concat_split, ((3, 2), (2, 5)), (2, 1)),
+    Substitution(
+        "split_through_binary", "a Split (by the last axis) of an element-wise Add, Sub, Mul "
+        "or Div with a bias vector or a same-shape operand becomes the op on each piece: "
+        "a fused projection's bias no longer stands between its product and the Split",
+        _find_split_binary, _build_split_binary, _ex_split_binary, ((2, 3, 2), (1, 2, 3)),
+        (1, 1, 2)),
     Substitution(
         "transpose_pair", "two Transposes compose into one (or none)",
         _find_transposes, _build_transposes, _ex_transposes, ((2, 3, 4), (5, 2, 3)),

@@ -16,6 +16,7 @@ rule concatenates weights, the ``Concat`` is inside the program). The library:
 ``elementwise_through_concat`` ``f([a b])`` -> ``[f(a) f(b)]`` for element-wise unary ``f``
 ``split_of_concat``            ``Split(Concat(a, b))`` into the same blocks -> ``a, b``
 ``concat_of_split``            ``Concat(Split(x))`` of all the pieces in order -> ``x``
+``split_through_binary``       ``Split(y + bias)`` -> ``Split(y) + Split(bias)`` piece by piece
 ``transpose_pair``             two Transposes -> one (or none)
 ``gemm_as_product``            ``Gemm`` -> ``MatMul`` + bias ``Add`` (the product rules apply)
 =============================  ==============================================================

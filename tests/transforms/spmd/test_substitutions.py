@@ -145,7 +145,7 @@ def test_sites_on_model_builders() -> None:
     gpt = GPT2Config(n_layer=2, d_model=32, n_head=2, vocab_size=64, seq_len=8,
                      batch_size=2).build()
     found = Counter(s.name for s, _ in find_sites(gpt))
-    # c_attn, attn c_proj, c_fc, mlp c_proj per layer, and the tied head (x @ wte^T)
+    # c_attn, attn c_proj, c_fc, mlp c_proj per layer, and the head (lm_head)
     assert found["split_columns"] == found["split_contraction"] == 9
     s, site = next((s, x) for s, x in find_sites(gpt) if s.name == "split_contraction")
     assert check_on_inputs(gpt, s.apply(gpt, site), seeds=(0,)) < 1e-4
