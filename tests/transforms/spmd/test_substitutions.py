@@ -149,6 +149,16 @@ def test_sites_on_model_builders() -> None:
     assert found["split_columns"] == found["split_contraction"] == 9
     s, site = next((s, x) for s, x in find_sites(gpt) if s.name == "split_contraction")
     assert check_on_inputs(gpt, s.apply(gpt, site), seeds=(0,)) < 1e-4
+    # the fused QKV projection: its bias Add split per piece, then the product unfused
+    assert found["split_through_binary"] == 2 and found["unfuse_product"] == 0
+    sub = BY_NAME["split_through_binary"]
+    new = sub.apply(gpt, sub.sites(gpt)[0])
+    sub = BY_NAME["unfuse_product"]
+    (site,) = sub.sites(new)
+    new = sub.apply(new, site)
+    # q, k and v of layer 0 are now three products of one input (which fuse back)
+    assert [len(s.ops) for s in BY_NAME["fuse_products"].sites(new)] == [3]
+    assert check_on_inputs(gpt, new, seeds=(0,)) < 1e-4
 
 
 def test_sites_on_an_onnx_model() -> None:
