@@ -32,10 +32,10 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.mesh import Mesh, Partial, R, local_shape, replicated
+from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, local_shape, replicated
 from distir.transforms.spmd.redistribute import Cache, redistribute
 
-__all__ = ["lower", "split_sizes", "bias_once"]
+__all__ = ["lower", "split_sizes", "bias_once", "local_attrs"]
 
 
 def lower(assignment: LayoutAssignment, *, self_contained: bool = False) -> Function:
@@ -146,7 +146,7 @@ class _Lowering:
             else:
                 assert s is not None
                 ins.append(list(self._get(v, s)))
-        attrs = dict(op.attrs)
+        attrs = local_attrs(op, reads, mesh)
         results: list[list[Value]] = [[] for _ in op.outputs]
         once = bias_once(op, reads, out.outs)
         for r, d in enumerate(mesh.devices):
@@ -177,6 +177,20 @@ class _Lowering:
             return self._const(split_sizes(self.prog, op, k, outs, self.mesh), "sizes")
         shp = local_shape(self.prog.shape(op.outputs[0]), outs[0], self.mesh)
         return self._const(np.asarray(shp, dtype=np.int64), "shape")
+
+
+def local_attrs(op: Op, reads: tuple, mesh: Mesh) -> dict:
+    """``op``'s attributes on each device: a grouped convolution (or its gradient) whose
+    channels are split convolves its own channels' groups (``group`` divided by the mesh
+    axes that split its input's channel axis, as ``dtp``'s ``local_group``)."""
+    attrs = dict(op.attrs)
+    g = int(attrs.get("group", 1) or 1)  # type: ignore[arg-type]
+    if g != 1 and op.op_type in ("Conv", "ConvGrad") and reads and reads[0] is not None:
+        for a, p in enumerate(reads[0]):
+            if isinstance(p, Shard) and p.dim == 1:
+                g //= mesh.shape[a]
+        attrs["group"] = g
+    return attrs
 
 
 def bias_once(op: Op, reads: tuple, outs: tuple) -> tuple[int, ...]:

@@ -52,7 +52,7 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.schedule import SCHEDULES, Unit, stage_order, ticks
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.lower import bias_once, split_sizes
+from distir.transforms.spmd.lower import bias_once, local_attrs, split_sizes
 from distir.transforms.spmd.mesh import (
     Mesh,
     Partial,
@@ -416,7 +416,7 @@ class _Pipe:
             else:
                 assert sp is not None
                 ins.append(self.get(v, s, sp, rs))
-        attrs = dict(op.attrs)
+        attrs = local_attrs(op, reads, vm)
         per_mb = self.per_mb(i)
         res: list[list[Value | None]] = [[None] * vm.size for _ in op.outputs]
         once = bias_once(op, reads, out.outs)

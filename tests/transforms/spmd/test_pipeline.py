@@ -371,3 +371,24 @@ def test_a_shape_read_on_an_earlier_stage_is_a_constant() -> None:
     assert st.stage[shape_op] == 0 and st.stage[prog.producer[a1]] == 1
     a = propagate(prog, Mesh.of(2), {"x": (S0,)})
     _same(fn, lower_pipeline(a, st, schedule(st, 2), self_contained=True))
+
+
+def test_depthwise_conv_split_by_channel_convolves_its_groups() -> None:
+    """A depthwise ``Conv`` (a group per channel) with its channels split: each device
+    convolves its own channels (``group`` 4 -> 2), as ``dtp``'s local group."""
+    from distir.ir.builder import FunctionBuilder
+    from distir.ir.types import DType, TensorType
+
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (2, 4, 6, 6), 0))
+    w = b.param("w", TensorType(DType.Float32, (4, 1, 3, 3), 0))
+    c = b.param("c", TensorType(DType.Float32, (4,), 0))
+    y = b.op("Conv", x, w, c, group=4, kernel_shape=[3, 3], pads=[1, 1, 1, 1], name="y")
+    fn = b.ret(b.op("Relu", y, name="z"))
+    prog = Program(fn)
+    a = propagate(prog, Mesh.of(2), {"x": (S1,)})
+    assert a.params[1] == (S0,) and a.params[2] == (S0,)
+    out = lower(a)
+    assert [op.attrs["group"] for op in out.ops if op.op_type == "Conv"] == [2, 2]
+    _same(fn, lower(a, self_contained=True))
+    _same(fn, lower_pipeline(a, partition_stages(prog, 1), self_contained=True))
