@@ -207,7 +207,10 @@ def build_profile(name: str, base: Hardware | None, machine: dict[str, Any],
         "calibrated": True,
         "comment": comment,
         "device": {"memory_bytes": memory, "peak_flops": peak,
-                   "memory_bandwidth": bandwidth, "launch_overhead": launch},
+                   "memory_bandwidth": bandwidth, "launch_overhead": launch,
+                   # measured apart (calibration.memory_overhead): kept from the base
+                   **({"reserved_bytes": base.reserved_bytes}
+                      if base is not None and base.reserved_bytes else {})},
         "interconnect": {
             "devices_per_node": per_node,
             "intra_node": [{"group_size": s.group_size, "bandwidth": s.bandwidth,
