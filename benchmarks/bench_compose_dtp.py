@@ -6,7 +6,8 @@ every D/T/P/K of a device count, on an MLP and a GPT-2 training step.
     python benchmarks/bench_compose_dtp.py --devices 4 --hardware h100-sxm
 
 Prints one row per configuration: both simulated latencies (ms), their ratio
-(composition / dtp), and the count of each kind of communication op in both programs.
+(composition / dtp), both simulated peak memories (GiB, the most loaded device), and the
+count of each kind of communication op in both programs.
 """
 
 from __future__ import annotations
@@ -55,7 +56,7 @@ def main() -> None:
     args = ap.parse_args()
     n = args.devices
     print(f"{'model':24} {'D':>2} {'T':>2} {'P':>2} {'K':>2} {'dtp ms':>9} {'composed ms':>12} "
-          f"{'ratio':>6}  comm (dtp | composed)")
+          f"{'ratio':>6} {'dtp GiB':>8} {'comp GiB':>8}  comm (dtp | composed)")
     for name, fn in _models().items():
         for dp, tp in itertools.product(range(1, n + 1), repeat=2):
             if n % (dp * tp):
@@ -71,9 +72,13 @@ def main() -> None:
                 except DistIRError as e:
                     print(f"{name:24} {dp:2} {tp:2} {pp:2} {k:2} refused: {e}")
                     continue
-                a = distir.simulate(ref, args.hardware).latency_s * 1e3
-                b = distir.simulate(ours, args.hardware).latency_s * 1e3
-                print(f"{name:24} {dp:2} {tp:2} {pp:2} {k:2} {a:9.3f} {b:12.3f} {b / a:6.3f}  "
+                sa = distir.simulate(ref, args.hardware)
+                sb = distir.simulate(ours, args.hardware)
+                a, b = sa.latency_s * 1e3, sb.latency_s * 1e3
+                ma = max(sa.peak_memory_bytes.values()) / 2**30
+                mb = max(sb.peak_memory_bytes.values()) / 2**30
+                print(f"{name:24} {dp:2} {tp:2} {pp:2} {k:2} {a:9.3f} {b:12.3f} {b / a:6.3f} "
+                      f"{ma:8.3f} {mb:8.3f}  "
                       f"{_kinds(ref)} | {_kinds(ours)}  ({time.time() - t0:.1f} s)",
                       flush=True)
 

@@ -94,6 +94,10 @@ def plan_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int 
         raise TransformError(f"dp={dp} and microbatches={microbatches} need a batch to split, "
                              f"but @{prog.fn.name} has no batch input; name it with "
                              "batch_inputs=[...]")
+    bsz = an.sharding.batch_size
+    if nb > 1 and bsz is not None and bsz % nb:
+        raise TransformError(f"dp·microbatches = {dp}·{microbatches} does not divide the batch "
+                             f"size {bsz} of @{prog.fn.name}")
     seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
     # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
     a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))

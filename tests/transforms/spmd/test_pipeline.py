@@ -246,10 +246,13 @@ def test_same_communication_as_dtp_on_the_mlp() -> None:
         assert comm_breakdown(ours) == comm_breakdown(ref), (dp, tp, pp, k)
 
 
-def test_microbatches_need_a_batch() -> None:
+def test_composition_errors_are_one_line() -> None:
     fn = _mlp()
     with pytest.raises(TransformError, match="microbatches must be a positive"):
         compose_dtp(fn, 1, 1, 2, 0)
+    with pytest.raises(TransformError, match=r"dp·microbatches = 4·8 does not divide the "
+                                             r"batch size 16 of @main$"):
+        compose_dtp(fn, 4, 1, 2, 8)
 
 
 def test_bound_weights_are_placed_per_device() -> None:
