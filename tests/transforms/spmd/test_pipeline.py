@@ -395,3 +395,14 @@ def test_depthwise_conv_split_by_channel_convolves_its_groups() -> None:
     assert [op.attrs["group"] for op in out.ops if op.op_type == "Conv"] == [2, 2]
     _same(fn, lower(a, self_contained=True))
     _same(fn, lower_pipeline(a, partition_stages(prog, 1), self_contained=True))
+
+
+def test_partition_takes_a_hardware_profile() -> None:
+    from distir.analysis.hardware import load_hardware
+    from distir.errors import ConfigError
+
+    prog = Program(_gpt2_step())
+    a = partition_stages(prog, 3, hardware=load_hardware("h200-sxm"))
+    a.check()
+    with pytest.raises(ConfigError, match="nope"):
+        partition_stages(prog, 2, hardware="nope")
