@@ -406,3 +406,17 @@ def test_partition_takes_a_hardware_profile() -> None:
     a.check()
     with pytest.raises(ConfigError, match="nope"):
         partition_stages(prog, 2, hardware="nope")
+
+
+def test_1f1b_holds_fewer_activations_than_gpipe() -> None:
+    """The schedule orders the work: with 1F1B a stage holds at most ``pp - s``
+    microbatches' activations, with GPipe all ``K`` (simulated peak memory, as ``dtp``'s)."""
+    fn = distir.models.mlp(batch_size=1024, input_dim=2048, hidden_dim=2048, output_dim=2048,
+                           num_layers=8)
+    peak = {}
+    for kind in ("gpipe", "1f1b"):
+        sim = distir.simulate(compose_dtp(fn, 1, 1, 4, 8, kind), "h100-sxm")
+        ref = distir.simulate(dtp(fn, 1, 1, 4, 8, kind), "h100-sxm")
+        peak[kind] = max(sim.peak_memory_bytes.values())
+        assert peak[kind] == max(ref.peak_memory_bytes.values())
+    assert peak["1f1b"] < peak["gpipe"]
