@@ -14,6 +14,7 @@ from distir.transforms import dtp
 from distir.transforms.spmd import (
     Mesh,
     Partial,
+    R,
     Shard,
     comm_breakdown,
     communicated_elements,
@@ -97,3 +98,30 @@ def test_search_plan_computes_the_step() -> None:
     for g, w in zip(distir.execute(lower(r.assignment, self_contained=True), ins),
                     distir.execute(seq, ins), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-3)  # float32 sums reordered
+
+
+def test_search_reads_known_values_whole() -> None:
+    """A GPT-2 training step's bias gradients sum over axes ``[0, 1]`` (a known value):
+    the search reads that list whole (split, the lowering gave each device half of it and
+    the lowered program did not type-check), and its plan computes the step."""
+    import numpy as np
+
+    from distir.analysis import random_inputs
+    from distir.models.gpt2 import GPT2Config
+    from distir.transforms.training import training_step
+
+    cfg = GPT2Config(n_layer=1, d_model=16, n_head=2, vocab_size=32, seq_len=8, batch_size=4)
+    fn = cfg.build()
+    names = [p.name for p in fn.params if p.name != "input_ids"]
+    step = training_step(fn, loss="cross_entropy", optimizer="sgd", lr=0.1, wrt=names,
+                         reduction="mean")
+    r = search_small(step, Mesh.of(2), objective="time", max_states=200)
+    a = r.assignment
+    known = [s for op, rd in zip(a.prog.ops, a.reads, strict=True) if rd
+             for v, s in zip(op.inputs, rd, strict=True)
+             if v is not None and s is not None and a.prog.const(v) is not None]
+    assert known and all(s == (R,) for s in known)
+    ins = random_inputs(step, seed=1)
+    for g, w in zip(distir.execute(lower(a, self_contained=True), ins),
+                    distir.execute(step, ins), strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
