@@ -339,7 +339,7 @@ def test_split_sizes_of_a_grouped_shard_are_local() -> None:
 
 
 def test_a_value_crosses_stages_summed_unless_read_partial() -> None:
-    from distir.transforms.spmd.pipeline import _moved
+    from distir.transforms.spmd.stage_values import _moved
 
     assert _moved((S0, Partial()), [(S0, R)]) == (S0, R)  # summed before the send
     assert _moved((S0, Partial()), [(S0, R), (S0, Partial())]) == (S0, Partial())

@@ -1,0 +1,321 @@
+"""Values on pipeline stages: the local pieces of each value on each stage's devices, and
+the ops that place them as their readers read them (``lower_pipeline``'s half that moves
+data; ``pipeline._Pipe`` writes the ops of the program itself).
+
+Pieces are kept per *virtual* rank of the stage mesh whose data axis counts ``dp·K``
+coordinates (``d·K + m``: microbatch ``m`` of replica ``d``, see ``pipeline``). A change of
+placement is a ``redistribute.plan``; its steps run over the ranks asked for (one
+microbatch's, or all), except on the data axis with microbatches, where a sum or a gather
+needs every microbatch's piece (``_data_step``). A value read on another stage crosses by
+``Send``, one per device, to the device of the same coordinates (``_arrive``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from distir.errors import TransformError
+from distir.ir.builder import FunctionBuilder
+from distir.ir.core import Value
+from distir.transforms.program import Program
+from distir.transforms.spmd.assignment import LayoutAssignment
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    Partial,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    check_spec,
+    replicated,
+    spec_str,
+)
+from distir.transforms.spmd.redistribute import Step, plan
+from distir.transforms.spmd.stages import StagePartition
+
+__all__ = ["StageValues", "Pieces", "name_hint"]
+
+Pieces = dict[Spec, list[Value | None]]
+
+
+class StageValues:
+    """The pieces of values on stages, and the ops that move and re-place them."""
+
+    prog: Program
+    st: StagePartition
+    b: FunctionBuilder
+    assign: list[LayoutAssignment]
+    """Each stage's placements on the virtual mesh."""
+    meshes: list[Mesh]
+    vmesh: Mesh
+    k: int
+    mb: list[int]
+    """The microbatch of each virtual rank."""
+    prank: list[int]
+    """The rank in its stage's mesh of each virtual rank's device."""
+    ranks_of: list[list[int]]
+    all: list[int]
+    stage: dict[int, int]
+    home: dict[Value, int]
+    readers: dict[Value, list[tuple[int, int]]]
+    pieces: dict[tuple[Value, int], Pieces]
+    base: dict[tuple[Value, int], Spec]
+    """The spec a value's pieces on a stage were made or received in."""
+    consts: dict[tuple, Value]
+    memo: dict[tuple, Any]
+    """Ops already written, by their inputs' identities: a copy shared by a device's
+    microbatches is written once."""
+    running: dict[tuple[Value, int], dict[Any, Any]]
+    """Running sums over microbatches per device (``_accumulate``)."""
+
+    # -- devices and names -----------------------------------------------------------------
+    def dev(self, s: int, r: int) -> int:
+        return self.meshes[s].devices[self.prank[r]]
+
+    def name(self, v: Value | str, s: int, r: int, per_mb: bool = True) -> str:
+        base = v if isinstance(v, str) else (v.name if v.name and v.name != "_" else "v")
+        if not isinstance(v, str) and v.name == "_":
+            return "_"
+        mb = f"_mb{self.mb[r]}" if self.k > 1 and per_mb else ""
+        return f"{base}{mb}_d{self.dev(s, r)}"
+
+    def const(self, arr: np.ndarray, device: int, hint: str) -> Value:
+        key = (device, arr.dtype.str, arr.shape, arr.tobytes())
+        c = self.consts.get(key)
+        if c is None:
+            c = self.consts[key] = self.b.op("Constant", value=arr, device=device,
+                                             name=f"{hint}_d{device}")
+        return c
+
+    def spec(self, v: Value, s: int) -> Spec:
+        """The spec ``v`` is produced with (a parameter: as placed on stage ``s``)."""
+        if v in self.prog.param_set:
+            return self.assign[s].spec(v)
+        return self.assign[self.home[v]].spec(v)
+
+    def _tau(self, v: Value, s: int, dst: Spec) -> Spec:
+        """The spec ``v`` is sent to stage ``s`` in (``_moved`` of what every reader
+        there reads), fixed on first use."""
+        key = (v, s)
+        tau = self.base.get(key)
+        if tau is None:
+            src = self.spec(v, self.home[v])
+            dsts = [dst]
+            for i, k in self.readers.get(v, ()):
+                reads = self.assign[self.stage[i]].reads[i] if self.stage[i] == s else None
+                if reads and reads[k] is not None:
+                    dsts.append(reads[k])  # type: ignore[arg-type]
+            tau = _moved(src, dsts)
+            if check_spec(self.prog.shape(v), tau, self.vmesh) is not None:
+                tau = src
+            self.base[key] = tau
+        return tau
+
+    def _accumulate(self, v: Value, s: int, m: int) -> None:
+        """A value partial over the data axis (a weight gradient) that a reader after the
+        microbatches reads summed: add microbatch ``m``'s piece to each device's running
+        sum now, so the sums are complete when the last microbatch's piece is made."""
+        key = (v, s)
+        base = self.base[key]
+        if not isinstance(base[0], Partial):
+            return
+        run = self.running.setdefault(key, {})
+        if run.get("m", -1) >= m:
+            return
+        run["m"] = m
+        lst = self.pieces[key][base]
+        for r in self.ranks_of[m]:
+            x = lst[r]
+            j = self.prank[r]
+            run[j] = x if m == 0 else self.b.op("Add", run[j], x,
+                                                name=f"{name_hint(v)}_d{self.dev(s, r)}")
+
+    # -- values on stages ------------------------------------------------------------------
+    def get(self, v: Value, s: int, dst: Spec, rs: list[int]) -> list[Value | None]:
+        """The pieces of ``v`` on stage ``s``'s devices placed as ``dst``, for the virtual
+        ranks ``rs`` (other entries may be ``None``)."""
+        key = (v, s)
+        if key not in self.pieces or not _has(self.pieces[key].get(self.base[key]), rs):
+            self._arrive(v, s, dst, rs)
+        cache = self.pieces[key]
+        if _has(cache.get(dst), rs):
+            return cache[dst]
+        cur_spec = self.base[key]
+        for step in plan(cur_spec, dst):
+            nxt = cache.setdefault(step.after, [None] * self.vmesh.size)
+            if not _has(nxt, rs):
+                self._step(v, s, step, cache[step.before], nxt, rs)
+        return cache[dst]
+
+    def _arrive(self, v: Value, s: int, dst: Spec, rs: list[int]) -> None:
+        """Make ``v`` available on stage ``s`` for ``rs``: constants on its devices, else a
+        ``Send`` of each piece from the producing stage (split first where ``dst`` splits
+        what the producer holds whole)."""
+        prog, vm = self.prog, self.vmesh
+        key = (v, s)
+        i = prog.producer.get(v)
+        if i is not None and not self.assign[self.home[v]].reads[i]:  # known before running
+            arr = prog.const(v)
+            if arr is None:
+                raise TransformError(f"`{prog.op_text(prog.ops[i])}`: its result is not known "
+                                     "before running")
+            lst: list[Value | None] = [self.const(np.asarray(arr), self.dev(s, r), name_hint(v))
+                                       for r in self.all]
+            self.pieces[key] = {replicated(vm): lst}
+            self.base[key] = replicated(vm)
+            return
+        if i is None:
+            raise TransformError(f"parameter %{v.name} is not placed on stage {s}")
+        s0 = self.home[v]
+        if s0 == s:
+            raise TransformError(f"%{v.name} is read before it is made (stage {s})")
+        tau = self._tau(v, s, dst)
+        got = self.get(v, s0, tau, rs)
+        lst = self.pieces.setdefault(key, {}).setdefault(tau, [None] * vm.size)
+        for r in rs:
+            if lst[r] is None:
+                x = got[r]
+                d = self.dev(s, r)
+                mk = ("send", id(x), d)
+                y = self.memo.get(mk)
+                if y is None:
+                    y = self.memo[mk] = self.b.op("Send", x, device=d, name=self.name(v, s, r))
+                lst[r] = y
+
+    def _step(self, v: Value, s: int, step: object, cur: list[Value | None],
+              nxt: list[Value | None], rs: list[int]) -> None:
+        assert isinstance(step, Step)
+        vm, b, k = self.vmesh, self.b, self.k
+        base = name_hint(v)
+        if step.kind == "split":
+            n = vm.shape[step.axis]
+            for r in rs:
+                if nxt[r] is not None:
+                    continue
+                x = cur[r]
+                c = vm.coords[r][step.axis]
+                mk: tuple = ("split", id(x), step.axis, step.dim, step.groups)
+                parts = self.memo.get(mk)
+                if parts is None:
+                    parts = b.op("Split", x, axis=step.dim, num_outputs=n * step.groups,
+                                 name=[f"{base}_d{self.dev(s, r)}"] * (n * step.groups))
+                    self.memo[mk] = parts  # type: ignore[assignment]
+                keep = [parts[g * n + c] for g in range(step.groups)]  # type: ignore[index]
+                nxt[r] = keep[0] if step.groups == 1 else b.op(
+                    "Concat", *keep, axis=step.dim, name=self.name(v, s, r))
+            return
+        op_type = {"allgather": "MPIAllgather", "allreduce": "MPIAllreduce",
+                   "reduce_scatter": "MPIReduceScatter"}[step.kind]
+        extra = {} if step.kind == "allreduce" else {"axis": step.dim}
+        if step.axis == 0 and k > 1:
+            self._data_step(v, s, step, op_type, extra, cur, nxt, rs)
+            return
+        want = set(rs)
+        for g in vm.groups(step.axis):
+            if not want.issuperset(g) or all(nxt[r] is not None for r in g):
+                continue
+            xs = [cur[r] for r in g]
+            ck: tuple = ("coll", op_type, step.dim, tuple(id(x) for x in xs))
+            outs = self.memo.get(ck)
+            if outs is None:
+                if len(g) == 1:
+                    outs = tuple(xs)
+                else:
+                    res = b.op(op_type, *xs, num_results=len(g),
+                               name=[self.name(v, s, r) for r in g], **extra)
+                    if step.groups != 1:
+                        res = self._regroup(v, s, g, list(res), step.dim, step.groups)
+                    outs = tuple(res)
+                self.memo[ck] = outs
+            for r, y in zip(g, outs, strict=True):
+                nxt[r] = y
+
+    def _data_step(self, v: Value, s: int, step: object, op_type: str, extra: dict,
+                   cur: list[Value | None], nxt: list[Value | None], rs: list[int]) -> None:
+        """A change on the data axis with ``K > 1`` microbatches: needs every microbatch's
+        piece; the ``K`` pieces of a device are added (or concatenated) first, then the
+        collective runs over the ``dp`` replicas."""
+        assert isinstance(step, Step)
+        vm, b, k = self.vmesh, self.b, self.k
+        if set(rs) != set(self.all) or any(x is None for x in cur):
+            raise TransformError(
+                f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
+                f"{spec_str(step.before)}: that needs every microbatch inside the pipeline "
+                f"(stage {s}), which {k} microbatches cannot do; use one microbatch")
+        if step.groups != 1:
+            raise TransformError(f"%{v.name} is split in groups along the data axis: cannot "
+                                 "gather it over microbatches")
+        dp = vm.shape[0] // k
+        for g in vm.groups(0):  # virtual coordinate d*K + m along the data axis
+            per: list[Value] = []
+            for d in range(dp):
+                own = [cur[r] for r in g[d * k:(d + 1) * k]]
+                name = f"{name_hint(v)}_d{self.dev(s, g[d * k])}"
+                run = self.running.get((v, s))
+                if step.kind == "allgather":
+                    per.append(b.op("Concat", *own, axis=step.dim, name=name))
+                elif run is not None and run["m"] == k - 1 and step.before == self.base[
+                        (v, s)]:
+                    per.append(run[self.prank[g[d * k]]])
+                else:
+                    acc = own[0]
+                    for x in own[1:]:
+                        acc = b.op("Add", acc, x, name=name)
+                    per.append(acc)  # type: ignore[arg-type]
+            if dp > 1:
+                res = b.op(op_type, *per, num_results=dp,
+                           name=[f"{name_hint(v)}_d{self.dev(s, g[d * k])}" for d in range(dp)],
+                           **extra)
+                per = list(res)
+            for d in range(dp):
+                mine = g[d * k:(d + 1) * k]
+                if step.kind == "reduce_scatter":
+                    parts = b.op("Split", per[d], axis=step.dim, num_outputs=k,
+                                 name=[self.name(v, s, r) for r in mine])
+                    for r, y in zip(mine, parts, strict=True):
+                        nxt[r] = y
+                else:
+                    for r in mine:
+                        nxt[r] = per[d]
+
+    def _regroup(self, v: Value, s: int, g: tuple[int, ...], cur: list[Value], dim: int,
+                 groups: int) -> list[Value]:
+        """Device-major blocks of a gathered grouped shard back in group-major order."""
+        n, b = len(g), self.b
+        out = []
+        for r, x in zip(g, cur, strict=True):
+            parts = b.op("Split", x, axis=dim, num_outputs=n * groups,
+                         name=[self.name(v, s, r)] * (n * groups))
+            order = [parts[c * groups + j] for j in range(groups) for c in range(n)]
+            out.append(b.op("Concat", *order, axis=dim, name=self.name(v, s, r)))
+        return out
+
+
+def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:
+    return lst is not None and all(lst[r] is not None for r in rs)
+
+
+def name_hint(v: Value) -> str:
+    """A base for the names of ``v``'s local pieces."""
+    return v.name if v.name and v.name != "_" else "v"
+
+
+def _moved(src: Spec, dsts: list[Spec]) -> Spec:
+    """The spec a value crosses stages in, for readers that read it as ``dsts``: the
+    producer's, but summed first on an axis no reader reads partial (as ``dtp``
+    all-reduces an input gradient before sending it; with microbatches, one send of the
+    sum, not one per microbatch), and split before it is sent on an axis every reader
+    splits alike where the producer holds it whole (fewer bytes on the wire)."""
+    out: list = [R if isinstance(x, Partial) and not any(isinstance(d[a], Partial)
+                                                         for d in dsts) else x
+                 for a, x in enumerate(src)]
+    taken = {p.dim for p in out if isinstance(p, Shard)}
+    for a, x in enumerate(out):
+        y = dsts[0][a]
+        if isinstance(x, Replicate) and isinstance(y, Shard) and y.dim not in taken and all(
+                d[a] == y for d in dsts):
+            out[a] = y
+            taken.add(y.dim)
+    return tuple(out)
