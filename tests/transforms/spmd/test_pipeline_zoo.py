@@ -1,4 +1,4 @@
-"""``compose_dtp`` on the zoo's imported models (torchscript exports), inference programs
+"""``compose_dtp`` on the zoo's imported models (both torch exporters), inference programs
 and training steps: every configuration gives the sequential program's results (reference
 executor); none is refused. Slow (exports, numpy execution):
 ``pytest tests/transforms/spmd -m slow``."""
@@ -28,19 +28,24 @@ def _check(fn: distir.Function, ins: list) -> None:
                                        err_msg=f"D{dp} T{tp} P{pp} K{k}")
 
 
+EXPORTERS = ("torchscript", "dynamo")
+
+
 @pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", [s.name for s in SPECS])
-def test_inference_equals_sequential(name: str) -> None:
-    m, _ = zoo_analysis(name, "torchscript")
+def test_inference_equals_sequential(name: str, exporter: str) -> None:
+    m, _ = zoo_analysis(name, exporter)
     _check(m.entry, zoo_inputs(name))
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("exporter", EXPORTERS)
 @pytest.mark.parametrize("name", [s.name for s in SPECS])
-def test_training_step_equals_sequential(name: str) -> None:
+def test_training_step_equals_sequential(name: str, exporter: str) -> None:
     from distir.analysis import random_inputs
     from distir.transforms import training_step
 
-    m, _ = zoo_analysis(name, "torchscript")
+    m, _ = zoo_analysis(name, exporter)
     step = training_step(m.entry, loss="cross_entropy", optimizer="sgd")
     _check(step, random_inputs(step, seed=0))
