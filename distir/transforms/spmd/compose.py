@@ -11,7 +11,8 @@ that prints and checks on its own:
    see ``pipeline``) -> ``LayoutAssignment``;
 3. ``partition_stages(fn, pp)`` -> ``StagePartition`` (``dtp``'s cost-balanced cuts);
 4. ``schedule(stages, K, kind)`` -> ``Schedule`` (GPipe or 1F1B ticks);
-5. ``lower_pipeline`` -> the verified program.
+5. ``lower_pipeline`` -> the verified program (equal units of the schedule as calls of
+   stage functions, ``outline``).
 
 ``plan_dtp`` returns the passes' outputs (``Composed``); ``compose_dtp`` the program.
 """
@@ -43,9 +44,9 @@ class Composed:
     stages: StagePartition
     sched: Schedule
 
-    def lower(self, self_contained: bool = False) -> Function:
+    def lower(self, self_contained: bool = False, stage_functions: bool = True) -> Function:
         return lower_pipeline(self.assignment, self.stages, self.sched,
-                              self_contained=self_contained)
+                              self_contained=self_contained, stage_functions=stage_functions)
 
     def dumps(self) -> str:
         return (self.assignment.dumps() + "\n" + self.stages.dumps() + "\n"
@@ -109,8 +110,9 @@ def plan_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int 
 def compose_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int = 1,
                 microbatches: int = 1, schedule_kind: str = "1f1b", *,
                 self_contained: bool = False, hardware: Any = "h100-sxm",
-                batch_inputs: Sequence[str] | None = None) -> Function:
+                batch_inputs: Sequence[str] | None = None, stage_functions: bool = True,
+                ) -> Function:
     """``dtp``'s configuration as a composition of passes (see the module docstring); the
     devices are numbered as ``dtp`` numbers them. Verified."""
     return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
-                    batch_inputs=batch_inputs).lower(self_contained)
+                    batch_inputs=batch_inputs).lower(self_contained, stage_functions)

@@ -6,7 +6,8 @@ microbatches.
 - ``lower_pipeline(assignment, stages, sched, self_contained=False)`` -> a verified SPMD
   ``Function``: every op of stage ``s`` runs on that stage's sub-mesh, values crossing
   stages are moved with ``Send`` (redistributed first or after where the layouts differ),
-  in the schedule's order.
+  in the schedule's order; units of the schedule that are equal (a stage's microbatches
+  after the first, as a rule) are calls of one stage function (``outline``).
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner
@@ -52,6 +53,7 @@ from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import bias_once, local_attrs, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
+from distir.transforms.spmd.outline import outline
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.stage_values import StageValues, name_hint
 from distir.transforms.spmd.stages import StagePartition
@@ -62,15 +64,19 @@ __all__ = ["Schedule", "schedule", "lower_pipeline", "stage_meshes"]
 
 def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
                    stages: StagePartition, sched: Schedule | None = None, *,
-                   self_contained: bool = False) -> Function:
+                   self_contained: bool = False, stage_functions: bool = True) -> Function:
     """The program of ``assignment`` cut in ``stages`` and run in ``sched`` (default: one
-    microbatch, GPipe); verified. See the module docstring."""
+    microbatch, GPipe); verified. See the module docstring. With ``stage_functions``, the
+    units of a stage and phase that are equal (microbatches after the first, as a rule)
+    are calls of one function (``outline``)."""
     sched = sched or schedule(stages)
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
     stages.check()
     pipe = _Pipe(assignment, stages, sched)
     fn = pipe.run(self_contained)
+    if stage_functions:
+        fn = outline(fn, pipe.runs)
     bound = stages.prog.fn.initializers
     if bound:  # an imported model's weights: the same, or each device's piece of them
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
@@ -128,6 +134,8 @@ class _Pipe(StageValues):
         self.ranks_of = [[r for r in range(vm.size) if self.mb[r] == m] for m in range(k)]
         self.all = list(range(vm.size))
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
+        self.runs: list[tuple[str, int, int]] = []
+        """The op range of each unit of the schedule (``outline``)."""
         self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
         """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.stage = {i: s for i, s in enumerate(st.stage) if s is not None}
@@ -186,11 +194,14 @@ class _Pipe(StageValues):
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
+                start = len(self.b.ops)
                 for i in units[(kind, s)]:
                     self._op(i, self.ranks_of[m])
                     for o in prog.ops[i].outputs:
                         self._after(o, m, other_stages=False)
                     made.append((i, m))
+                phase = "fwd" if kind == "F" else "bwd"
+                self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
                 for o in prog.ops[i].outputs:
                     self._after(o, m, other_stages=True)

@@ -1,0 +1,124 @@
+"""Outlining: repeated runs of ops become calls of one function.
+
+``outline(fn, runs, name)`` takes a flat program and contiguous op ranges (``runs``: the
+schedule's units, one per stage, phase and microbatch, see ``pipeline``) and replaces every
+range whose ops equal another's up to the values they read from outside it (the
+*externals*, numbered in order of first use) by a call of one function written once: its
+parameters are the externals, untyped (one function serves every microbatch), its
+results the values of the range that any of its copies hands to later ops. The result is
+the same computation (the reference executor and the simulator treat a call as its
+inlined ops), so a pipeline with ``K`` microbatches writes each stage's work about once
+instead of ``K`` times, as ``dtp``'s stage functions do.
+
+Two ranges are equal when their ops agree one by one in type, attributes, callee, number of
+results and wiring (each input the same earlier result of the range, or the same
+external); names do not matter. A range with no equal is left as it is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from distir.ir.core import CALL, Function, Op, Value
+
+__all__ = ["outline"]
+
+Run = tuple[str, int, int]
+"""``(label, start, end)``: the ops ``start .. end-1`` of the program; the label names the
+function (``stage1_bwd``)."""
+
+
+def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
+    """The canonical form of ``ops[start:end]`` and its externals."""
+    where: dict[Value, tuple[int, int]] = {}
+    ext: dict[Value, int] = {}
+    form = []
+    for j in range(start, end):
+        op = ops[j]
+        refs: list[tuple] = []
+        for v in op.inputs:
+            if v is None:
+                refs.append(())
+            elif v in where:
+                refs.append(where[v])
+            else:
+                refs.append((ext.setdefault(v, len(ext)),))
+        form.append((op.op_type, op.attrs_key, id(op.callee), len(op.outputs), tuple(refs)))
+        for k, o in enumerate(op.outputs):
+            where[o] = (j - start, k)
+    return tuple(form), list(ext)
+
+
+def outline(fn: Function, runs: Sequence[Run]) -> Function:
+    """``fn`` with the equal ``runs`` (two or more of one form) replaced by calls; the
+    runs must not overlap. Returns a new function; ``fn`` is not changed."""
+    ops = fn.ops
+    used_after: dict[Value, int] = {}  # the last op index reading each value
+    for j, op in enumerate(ops):
+        for v in op.inputs:
+            if v is not None:
+                used_after[v] = j
+    for v in fn.returns:
+        used_after[v] = len(ops)
+    classes: dict[tuple, list[tuple[str, int, int, list[Value]]]] = {}
+    for label, start, end in runs:
+        if end - start < 2:
+            continue
+        form, ext = _shape(ops, start, end)
+        classes.setdefault(form, []).append((label, start, end, ext))
+    calls: dict[int, tuple[int, Op]] = {}  # start -> (end, call)
+    count: dict[str, int] = {}
+    for members in classes.values():
+        if len(members) < 2:
+            continue
+        label, t0, t1, text = members[0]
+        # the results any copy hands on: (op offset, result index)
+        keep: list[tuple[int, int]] = []
+        for _, start, end, _ in members:
+            for j in range(start, end):
+                for k, o in enumerate(ops[j].outputs):
+                    if used_after.get(o, -1) >= end and (j - start, k) not in keep:
+                        keep.append((j - start, k))
+        keep.sort()
+        labels = sorted({m[0] for m in members})
+        if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
+            heads = [x.rsplit("_", 1) for x in labels]
+            if all(len(h) == 2 and h[1] == heads[0][1] for h in heads):
+                label = "_".join([heads[0][0]] + [h[0].lstrip("stage") for h in heads[1:]]
+                                 + [heads[0][1]])
+        n = count[label] = count.get(label, 0) + 1
+        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text, keep)
+        for _, start, end, ext in members:
+            outs = [ops[start + j].outputs[k] for j, k in keep]
+            calls[start] = (end, Op(CALL, ext, None, outs, callee=callee))
+    if not calls:
+        return fn
+    out: list[Op] = []
+    j = 0
+    while j < len(ops):
+        got = calls.get(j)
+        if got is not None:
+            out.append(got[1])
+            j = got[0]
+        else:
+            out.append(ops[j])
+            j += 1
+    new = Function(fn.name, fn.params, out, fn.returns, fn.return_types)
+    new.initializers = dict(fn.initializers)
+    return new
+
+
+def _function(name: str, body: list[Op], ext: list[Value], keep: list[tuple[int, int]],
+              ) -> Function:
+    """The function of one run: parameters for its externals (untyped), its ops copied,
+    the ``keep`` results returned."""
+    env: dict[Value, Value] = {v: Value(v.name) for v in ext}
+    params = [env[v] for v in ext]
+    ops = []
+    for op in body:
+        outs = [Value(o.name) for o in op.outputs]
+        ops.append(Op(op.op_type, [None if v is None else env[v] for v in op.inputs],
+                      dict(op.attrs) or None, outs, callee=op.callee))
+        env.update(zip(op.outputs, outs, strict=True))
+    rets = [ops[j].outputs[k] for j, k in keep]
+    return Function(name, params, ops, rets)
