@@ -51,6 +51,20 @@ def grouped_shards(prog: Program, rules: OpRules) -> Facts:
     facts: dict[Value, set[tuple[int, int]]] = {}
     work: list[Op] = []
     queued: set[Op] = set()
+    memo: dict[tuple, tuple[list[Spec | None], Outcome] | NotLocal] = {}
+    sigs: dict[Op, tuple] = {}
+
+    def run(op: Op, k: int, a: int, p: Placement) -> tuple[list[Spec | None], Outcome] | NotLocal:
+        # the rules read op kinds, attributes, shapes and known values only: repeated layers
+        # share one probe
+        sig = sigs.get(op)
+        if sig is None:
+            sig = sigs[op] = _signature(prog, op)
+        key = (sig, k, a, p)
+        hit = memo.get(key)
+        if hit is None:
+            hit = memo[key] = _run(rules, op, k, a, p)
+        return hit
 
     def add(v: Value, d: int, g: int) -> None:
         if g <= 1 or (d, g) in facts.get(v, ()):
@@ -81,10 +95,10 @@ def grouped_shards(prog: Program, rules: OpRules) -> Facts:
                 continue
             for a in axes:
                 for d in range(len(prog.shape(v))):  # type: ignore[arg-type]
-                    got = _run(rules, op, k, a, Shard(d))
+                    got = run(op, k, a, Shard(d))
                     if isinstance(got, NotLocal) and got.groups and got.groups > 1:
                         g = got.groups
-                        again = _run(rules, op, k, a, Shard(d, g))
+                        again = run(op, k, a, Shard(d, g))
                         if not isinstance(again, NotLocal):
                             learn(op, again[0], again[1], a)
     while work:  # 2. closure through readers and producers
@@ -95,7 +109,7 @@ def grouped_shards(prog: Program, rules: OpRules) -> Facts:
                 continue
             for d, g in sorted(facts.get(v, ())):  # type: ignore[arg-type]
                 for a in axes:
-                    got = _run(rules, op, k, a, Shard(d, g))
+                    got = run(op, k, a, Shard(d, g))
                     if not isinstance(got, NotLocal):
                         learn(op, got[0], got[1], a)
         for j, o in enumerate(op.outputs):  # backward: what makes a grouped result
@@ -106,7 +120,7 @@ def grouped_shards(prog: Program, rules: OpRules) -> Facts:
                             continue
                         for dd in range(len(prog.shape(v))):  # type: ignore[arg-type]
                             for gg in (1, g):
-                                got = _run(rules, op, k, a, Shard(dd, gg))
+                                got = run(op, k, a, Shard(dd, gg))
                                 if not isinstance(got, NotLocal) and \
                                         got[1].outs[j][a] == Shard(d, g):
                                     learn(op, got[0], got[1], a)
@@ -118,6 +132,19 @@ def _placeable(prog: Program, op: Op, k: int) -> bool:
     not a value known before running)."""
     v = op.inputs[k]
     return v is not None and not is_shape_operand(op, k) and prog.const(v) is None
+
+
+def _signature(prog: Program, op: Op) -> tuple:
+    """What the rules read of ``op``: its kind, attributes, the shapes of its inputs and
+    results and the inputs' known values."""
+    ins: list[tuple | None] = []
+    for v in op.inputs:
+        if v is None:
+            ins.append(None)
+            continue
+        c = prog.const(v)
+        ins.append((prog.shape(v), None if c is None else (str(c.dtype), c.tobytes())))
+    return (op.op_type, op.attrs_key, tuple(ins), tuple(prog.shape(o) for o in op.outputs))
 
 
 def _one(ndim: int, axis: int, p: Placement) -> Spec:
