@@ -227,18 +227,17 @@ def _mesh_remote(fn: Any, mesh: Any, hw: Any, batch_size: int | None,
 class RayMeshes(RayExecutor):
     """``optimize``'s meshes as Ray tasks, one per mesh (``distir optimize --executor
     ray``): each task builds the program's view, searches its mesh and lowers and
-    simulates that mesh's plans (``mapping.mesh_candidates``), exactly as the local loop
-    does, so the candidates and the plan chosen are the same. The sequential function is
-    put in the object store once. ``address``, ``workers`` (the most meshes at once) and
-    the code shipping are ``RayExecutor``'s. With a budget, the meshes not finished when it
-    is spent are dropped (the first mesh always counts)."""
+    simulates that mesh's plans and its seeded ones (``mapping.mesh_candidates``), as the
+    local loop does, so without a budget the candidates and the plan chosen are the same.
+    The sequential function is put in the object store once. ``address``, ``workers``
+    (the most meshes at once) and the code shipping are ``RayExecutor``'s. A budget is a
+    deadline every task checks between segments (tasks run at once, not in the local
+    loop's order)."""
 
     def map_meshes(self, fn: Any, meshes: list[Any], hw: Any, batch_size: int | None,
                    opts: dict[str, Any], deadline: float | None,
                    ) -> Iterator[tuple[list[Any], dict[str, Any]]]:
         """``(candidates, stats)`` of every mesh, in the order of ``meshes``."""
-        import time
-
         ray = _import_ray()
         connected = self._connect(ray)
         pending: dict[Any, int] = {}
@@ -247,23 +246,20 @@ class RayMeshes(RayExecutor):
             task = ray.remote(_mesh_remote).options(num_cpus=1)
             fn_ref = ray.put(fn)
             results: dict[int, Any] = {}
-            nxt = 0
-            while len(results) < len(meshes):
+            nxt = released = 0
+            while released < len(meshes):
                 while nxt < len(meshes) and len(pending) < workers:
-                    pending[task.remote(fn_ref, meshes[nxt], hw, batch_size, opts)] = nxt
+                    # without seeded plans the first mesh is searched to the end
+                    due = deadline if opts.get("seeded", True) or nxt else None
+                    pending[task.remote(fn_ref, meshes[nxt], hw, batch_size,
+                                        dict(opts, deadline=due))] = nxt
                     nxt += 1
-                timeout = None
-                if deadline is not None and 0 in results:
-                    timeout = max(0.0, deadline - time.perf_counter())
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=timeout)
-                if not ready:  # the budget is spent: keep what finished, in order
-                    break
+                ready, _ = ray.wait(list(pending), num_returns=1)
                 for ref in ready:
                     results[pending.pop(ref)] = ray.get(ref)
-            for k in range(len(meshes)):
-                if k not in results:
-                    break
-                yield results[k]
+                while released in results:
+                    yield results.pop(released)
+                    released += 1
         finally:
             for ref in pending:
                 ray.cancel(ref)

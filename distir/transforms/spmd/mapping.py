@@ -79,6 +79,10 @@ class OptimizeResult:
     stats: dict[str, Any] = field(default_factory=dict)
 
 
+class OverBudget(ConfigError):
+    """A mesh's search ran past the deadline (``optimize``'s ``budget_s``)."""
+
+
 def meshes_for(devices: int) -> list[Mesh]:
     """``(N,)`` and every 2-D mesh ``(a, N/a)`` with ``1 < a < N``."""
     if devices < 1:
@@ -90,9 +94,11 @@ def meshes_for(devices: int) -> list[Mesh]:
 
 def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
                 prune: float = 1.05, max_states: int = 2000, top_k: int = 4,
-                stats: dict[str, Any] | None = None) -> list[Candidate]:
+                stats: dict[str, Any] | None = None,
+                deadline: float | None = None) -> list[Candidate]:
     """The ``top_k`` cheapest plans of ``prog`` on ``mesh`` by the estimate (not yet
-    simulated); see the module docstring."""
+    simulated); see the module docstring. ``deadline`` (``time.time()`` seconds): raises
+    ``OverBudget`` when a segment would start after it."""
     ctx = SegmentContext(prog, mesh, hardware, max_states)
     dec = decompose(prog)
     cap = float(ctx.hw.memory_bytes)
@@ -105,6 +111,9 @@ def search_mesh(prog: Program, mesh: Mesh, hardware: Any, *, beam: int = 64,
     n = len(dec.segments)
     peak = 1
     for j, seg in enumerate(dec.segments):
+        if deadline is not None and time.time() > deadline:
+            raise OverBudget(f"search on mesh {mesh} stopped at the budget after {j} of "
+                             f"{n} segments")
         after = dec.boundaries[j] if j < n - 1 else ()
         made_here = set(seg.made_out)
         reads_here = set(seg.ext)
@@ -190,7 +199,9 @@ def optimize(fn: Function | Module | Program, devices: int, hardware: Any = "h10
              seeded: bool = True, executor: Any = None) -> OptimizeResult:
     """The fastest per-op placement plan of ``fn`` over ``devices`` devices that fits
     ``hardware``'s memory (see the module docstring). ``meshes`` overrides the meshes
-    tried; ``budget_s`` stops trying further meshes once spent (the first always runs).
+    tried. ``budget_s``: once spent, no further segment is searched (the mesh being searched
+    and those not yet searched keep their seeded plans only); with ``seeded``, meshes are
+    searched in order of their fastest seeded plan.
     ``seeded``: also simulate, on every mesh, the plans that ``propagate`` gives from
     ``dtp``'s seeds (``spmd/seeds.py``: ``D{N}`` and ``T{N}`` on ``(N,)``, ``D{a} T{b}`` on
     ``(a, b)``), so the result is never slower than those. ``executor``: where the meshes
@@ -200,36 +211,49 @@ def optimize(fn: Function | Module | Program, devices: int, hardware: Any = "h10
     from distir.analysis.hardware import load_hardware
 
     t0 = time.perf_counter()
+    deadline = None if budget_s is None else time.time() + budget_s
     hw = load_hardware(hardware)
     prog = program_of(fn)
     todo = list(meshes or meshes_for(devices))
     for mesh in todo:
         if mesh.size != devices:
             raise ConfigError(f"mesh {mesh} has {mesh.size} devices, not {devices}")
-    opts: dict[str, Any] = dict(beam=beam, prune=prune, max_states=max_states, top_k=top_k,
-                                seeded=seeded)
-    found: list[Candidate] = []
-    stats: dict[str, Any] = {"meshes": []}
+    opts: dict[str, Any] = dict(beam=beam, prune=prune, max_states=max_states, top_k=top_k)
+    per_mesh: list[tuple[list[Candidate], dict[str, Any]]] = []
     if executor is None:
         analysis: list[Any] = []
-        for mesh in todo:
-            if budget_s is not None and found and time.perf_counter() - t0 > budget_s:
-                break
-            cands, st = mesh_candidates(prog, mesh, hw, batch_size, analysis, **opts)
-            found += cands
-            stats["meshes"].append(st)
+        seeds = [seeded_candidates(prog, m, hw, batch_size, analysis) if seeded else []
+                 for m in todo]
+        # the meshes whose dtp plans are fastest are searched first: with a budget, the
+        # search's time goes where it most likely pays
+        order = sorted(range(len(todo)), key=lambda k: min(
+            (c.simulated_s for c in seeds[k] if c.fits), default=math.inf)) \
+            if seeded else list(range(len(todo)))
+        found: dict[int, tuple[list[Candidate], dict[str, Any]]] = {}
+        for i, k in enumerate(order):
+            # without seeded plans the first mesh is searched to the end: a plan is needed
+            cands, st = mesh_candidates(prog, todo[k], hw, batch_size, None, seeded=False,
+                                        deadline=deadline if seeded or i else None, **opts)
+            merged = _merge(cands, seeds[k])
+            if merged:
+                st["best_simulated_s"] = min(c.simulated_s for c in merged)
+            found[k] = (merged, st)
+        per_mesh = [found[k] for k in range(len(todo))]
     else:
-        for cands, st in executor.map_meshes(prog.fn, todo, hw, batch_size, opts,
-                                             None if budget_s is None else t0 + budget_s):
-            found += cands
-            stats["meshes"].append(st)
-    fits = sorted((c for c in found if c.fits), key=lambda c: c.simulated_s)
-    if not fits:
+        per_mesh = list(executor.map_meshes(prog.fn, todo, hw, batch_size,
+                                            dict(opts, seeded=seeded), deadline))
+    ranked_all: list[tuple[tuple, Candidate]] = []
+    stats: dict[str, Any] = {"meshes": []}
+    for k, (cands, st) in enumerate(per_mesh):
+        stats["meshes"].append(st)
+        for n, c in enumerate(cands):
+            ranked_all.append(((not c.fits, c.simulated_s, k, n), c))
+    ranked = tuple(c for _, c in sorted(ranked_all, key=lambda x: x[0]))
+    if not ranked or not ranked[0].fits:
         raise ConfigError(f"optimize: no plan over {devices} devices fits {hw.name}'s "
                           f"memory ({hw.memory_bytes / 2**30:.0f} GiB per device)")
-    best = fits[0]
+    best = ranked[0]
     assert best.program is not None
-    ranked = tuple(sorted(found, key=lambda c: (not c.fits, c.simulated_s)))
     return OptimizeResult(best.program, best.sim, best.assignment, best.assignment.mesh,
                           ranked, time.perf_counter() - t0, stats)
 
@@ -238,40 +262,63 @@ def _same_plan(a: LayoutAssignment, b: LayoutAssignment) -> bool:
     return a.params == b.params and a.reads == b.reads
 
 
+def _merge(searched: list[Candidate], seeded: list[Candidate]) -> list[Candidate]:
+    """The searched plans, then the seeded ones that no searched plan equals."""
+    return searched + [c for c in seeded
+                       if not any(_same_plan(c.assignment, s.assignment) for s in searched)]
+
+
+def _simulated(a: LayoutAssignment, est: float, origin: str, hw: Any,
+               batch_size: int | None) -> Candidate:
+    from distir.analysis.simulator import simulate
+    from distir.transforms.spmd.lower import lower
+
+    program = lower(a)
+    return Candidate(a, est, program, simulate(program, hw, batch_size), origin)
+
+
+def seeded_candidates(prog: Program, mesh: Mesh, hw: Any, batch_size: int | None,
+                      analysis: list[Any] | None = None) -> list[Candidate]:
+    """``dtp``'s plans on ``mesh`` (``seeds.dtp_plans``), lowered and simulated.
+    ``analysis``: a list holding ``analyze(prog.fn)`` once computed (shared between
+    meshes)."""
+    from distir.transforms.spmd.seeds import dtp_plans
+
+    if analysis is None:
+        analysis = []
+    if not analysis:
+        from distir.transforms.plan import analyze
+
+        analysis.append(analyze(prog.fn))
+    return [_simulated(a, math.nan, label, hw, batch_size)
+            for label, a in dtp_plans(prog, mesh, analysis[0])]
+
+
 def mesh_candidates(prog: Program, mesh: Mesh, hw: Any, batch_size: int | None,
                     analysis: list[Any] | None = None, *, beam: int = 64,
                     prune: float = 1.05, max_states: int = 2000, top_k: int = 4,
-                    seeded: bool = True) -> tuple[list[Candidate], dict[str, Any]]:
-    """One mesh's share of ``optimize``: the ``top_k`` plans of the search and (with
-    ``seeded``) ``dtp``'s seeded plans, each lowered and simulated, in that order (a seeded
-    plan equal to a searched one is not repeated), and the mesh's stats. ``analysis``: a
-    list holding ``analyze(prog.fn)`` once computed (shared between meshes)."""
-    from distir.analysis.simulator import simulate
-    from distir.transforms.spmd.lower import lower
-    from distir.transforms.spmd.seeds import dtp_plans
-
+                    seeded: bool = True, deadline: float | None = None,
+                    ) -> tuple[list[Candidate], dict[str, Any]]:
+    """One mesh's share of ``optimize``: the ``top_k`` plans of the search, then (with
+    ``seeded``) ``dtp``'s seeded plans that no searched plan equals, each lowered and
+    simulated; and the mesh's stats. Past ``deadline`` (``time.time()`` seconds) the
+    search stops and only the seeded plans remain (the stats say so)."""
     st: dict[str, Any] = {"mesh": str(mesh)}
-    plans: list[tuple[LayoutAssignment, float, str]] = []
-    try:
-        plans += [(c.assignment, c.estimate_s, "search")
-                  for c in search_mesh(prog, mesh, hw, beam=beam, prune=prune,
-                                       max_states=max_states, top_k=top_k, stats=st)]
-    except ConfigError as e:
-        st["error"] = str(e)
-    if seeded:
-        if analysis is None:
-            analysis = []
-        if not analysis:
-            from distir.transforms.plan import analyze
-
-            analysis.append(analyze(prog.fn))
-        for label, a in dtp_plans(prog, mesh, analysis[0]):
-            if not any(_same_plan(a, b) for b, _, _ in plans):
-                plans.append((a, math.nan, label))
-    out: list[Candidate] = []
-    for a, est, origin in plans:
-        program = lower(a)
-        out.append(Candidate(a, est, program, simulate(program, hw, batch_size), origin))
+    searched: list[Candidate] = []
+    if deadline is not None and time.time() > deadline:
+        st["search"] = "skipped: the budget was spent"
+    else:
+        try:
+            searched = [_simulated(c.assignment, c.estimate_s, "search", hw, batch_size)
+                        for c in search_mesh(prog, mesh, hw, beam=beam, prune=prune,
+                                             max_states=max_states, top_k=top_k, stats=st,
+                                             deadline=deadline)]
+        except OverBudget as e:
+            st["search"] = str(e)
+        except ConfigError as e:
+            st["error"] = str(e)
+    out = _merge(searched, seeded_candidates(prog, mesh, hw, batch_size, analysis)
+                 if seeded else [])
     if out:
         st["best_simulated_s"] = min(c.simulated_s for c in out)
     return out, st
