@@ -319,7 +319,7 @@ class _Pipe(StageValues):
         for r in rs:
             d = self.dev(s, r)
             args = [x[r] for x in ins]
-            if any(vm.coords[r][a] for a in once):  # the bias added once to the sum
+            if any(vm.coords[r][ax] for ax in once):  # the bias added once to the sum
                 args = args[:2]
             key = (i, d, tuple(id(x) for x in args))
             got = self.memo.get(key)
