@@ -8,6 +8,9 @@ rules); a parameter is placed as its first reader reads it, at no cost (it is lo
 placed). The search walks the ops in order keeping, per *state* (the spec of every value
 still to be read), the cheapest plan reaching it; states are merged exactly, and only if
 more than ``max_states`` remain after an op are the cheapest kept (``exact=False``).
+A value may be read ``Replicate``, ``Partial``, ``Shard`` of any dimension, and in
+interleaved groups (``Shard(d, groups=g)``) where ``grouped.py`` finds that the rules carry
+them (attention split by heads); a value known before running only whole.
 
 Costs are additive estimates: a read's redistribution costs its communicated elements
 (``cost.py``'s convention) and ``Hardware.comm_time``; an op costs its local compute time
