@@ -1,0 +1,244 @@
+"""Matrix products with a transposed operand, and the embedding gradient's scatter-add: the
+``matmul_tn``, ``matmul_nt`` and ``scatter_add_repeated`` families of a profile.
+
+The ``matmul`` fit is measured on ``a @ b`` with both operands contiguous (the layout cuBLAS
+calls NN). A training step runs most of its products otherwise: the backend lowers
+``MatMulGrad`` of a weight (``distir/backend/ops_train.py``) as
+
+- ``da = torch.matmul(dy, b.t())``: ``b`` a contiguous ``(k, n)`` weight read transposed
+  (layout NT), an ``(R x n) @ (n x k)`` product; the tied language-model head
+  ``x @ wte.t()`` (``wte`` a contiguous ``(50257, d)`` table) is the same layout;
+- ``db = torch.mm(a.reshape(-1, k).t(), dy.reshape(-1, n))``: the activations read
+  transposed (layout TN), a ``(k x R) @ (R x n)`` product whose reduction runs over all
+  ``R`` rows of the batch and sequence.
+
+Each is timed here as the backend calls it, per dtype, over transformer and MLP shapes:
+rows ``R`` (batch x sequence) 2^11 to 2^16, widths 768 to 8192 (pairs of the widths of
+``WIDTHS``, e.g. 1024 x 3072 for an attention's fused projection, 1024 x 4096 for an MLP),
+and language-model shapes with a vocabulary of 50257 (``x @ w.t()`` and the head's
+gradient products). A row carries the product's ``m``, ``n``, ``k`` as the cost rules name
+them: ``(m x k) @ (k x n)``; for ``matmul_tn`` ``m`` is the weight's input width, ``n`` its
+output width and ``k`` the rows ``R``; for ``matmul_nt`` ``m = R``.
+
+``scatter_add_repeated``: ``ScatterND`` with ``reduction="add"`` of ``R`` rows of width
+``d`` into a ``(V, d)`` table (the embedding gradient), through the backend's own lowering
+(``data.clone()`` then ``index_put_(..., accumulate=True)``), with the indices the backend
+draws for integer inputs when it measures a step (``distir/backend/worker.py``: integers in
+[0, 8)). CUDA's accumulating ``index_put_`` sorts the indices and adds each run of equal
+indices serially, so its time grows with the rows per distinct index: with 8 distinct
+indices a GPT-2 batch of 32 x 1024 tokens takes milliseconds where distinct indices take
+about a tenth of one. The same shapes with indices drawn over the whole table are measured
+too, as rows of the existing ``scatter_add`` family (``calibration/bench_train.py``'s,
+fitted by bytes). A row's ``m`` is ``R``, ``n`` the width ``d``, ``k`` the table's rows
+``V``; ``bytes`` every input and result of the op, as the cost rule counts them.
+
+Held out: one product shape in four; the 1.5 x 2^k row counts of the scatter-adds.
+
+    python -m calibration.bench_matmul_grad -o matmul_grad.csv [--quick] [--cpu]
+
+writes the rows in the measurements-CSV format, to merge into a profile's measurements and
+refit with ``python -m calibration --fit-only`` (``calibration/README.md``). About a minute
+and a half on one H100; seconds on a CPU with ``--quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
+
+__all__ = ["LAYOUTS", "WIDTHS", "VOCAB", "product_shapes", "scatter_shapes",
+           "bench_layouts", "bench_scatter", "main"]
+
+LAYOUTS = ("matmul_tn", "matmul_nt")
+"""``matmul_tn``: ``a.t() @ dy`` (a weight's gradient); ``matmul_nt``: ``x @ w.t()`` (an
+input's gradient, a tied LM head)."""
+
+WIDTHS = (768, 1024, 1536, 2048, 3072, 4096, 6144, 8192)
+"""The layer widths of the sweep (GPT-2 small to 1.6B, their 3x and 4x projections, MLPs)."""
+
+VOCAB = 50257
+"""GPT-2's vocabulary: the LM head's unaligned width."""
+
+MAX_FLOPS = 1.1e12
+"""The largest product of the sweep (FLOPs), as the ``matmul`` sweep; LM-head shapes in 16
+bits may reach ``MAX_LM_FLOPS``."""
+MAX_LM_FLOPS = 3.5e12
+MAX_TENSOR_BYTES = 1 << 30
+
+
+def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int = 0,
+                   ) -> list[tuple[int, int, int]]:
+    """``count`` distinct ``(rows, k_in, n_out)`` of a layer ``y = x @ w``, ``x`` of ``rows x
+    k_in``, drawn from the rows 2^11 to 2^16 and pairs of ``WIDTHS``, each product at most
+    ``MAX_FLOPS``; then LM-head shapes (``n_out = VOCAB``, or ``k_in = VOCAB`` for the
+    head's input gradient), on a GPU only. Small sizes with ``quick`` or on a CPU."""
+    rng = random.Random(seed + (0 if layout == "matmul_tn" else 1))
+    if quick or not cuda:
+        rows_ax = [64, 128, 256] if quick else [256, 512, 1024, 2048]
+        widths = [32, 48, 64, 96] if quick else [64, 128, 256, 384, 512]
+        max_flops = 5e7 if quick else 2e9
+    else:
+        rows_ax = [1 << e for e in range(11, 17)]
+        widths = list(WIDTHS)
+        max_flops = MAX_FLOPS
+    shapes: dict[tuple[int, int, int], None] = {}
+    tries = 0
+    while len(shapes) < count and tries < 100 * count:
+        tries += 1
+        s = (rng.choice(rows_ax), rng.choice(widths), rng.choice(widths))
+        if 2.0 * s[0] * s[1] * s[2] <= max_flops:
+            shapes[s] = None
+    out = list(shapes)
+    rng.shuffle(out)
+    if cuda and not quick:
+        for r in (8192, 32768):  # a transformer layer's products: attention, fused QKV, MLP
+            for d in (768, 1024, 2048):
+                for s in ((d, d), (d, 3 * d), (d, 4 * d), (4 * d, d)):
+                    if (r, *s) not in shapes and 2.0 * r * s[0] * s[1] <= max_flops:
+                        out.append((r, *s))
+        for r in (2048, 8192, 32768):
+            for d in (768, 1024, 2048):
+                if 2.0 * r * d * VOCAB <= MAX_LM_FLOPS:
+                    # tn: the head's weight gradient; nt: the gradient of the head's input
+                    # through an untied (d, VOCAB) weight
+                    out.append((r, d, VOCAB))
+                    if layout == "matmul_nt":  # the tied head x @ wte.t()
+                        out.append((r, VOCAB, d))
+    return out
+
+
+def _layout_case(layout: str, rows: int, k_in: int, n_out: int, tdt: Any, device: Any,
+                 ) -> tuple[Callable[[], Any], tuple[int, int, int]]:
+    """The call the backend makes and its ``(m, n, k)``."""
+    import torch
+
+    if layout == "matmul_tn":  # db = a^T @ dy: (k_in x rows) @ (rows x n_out)
+        a = torch.randn(rows, k_in, device=device, dtype=tdt)
+        dy = torch.randn(rows, n_out, device=device, dtype=tdt)
+        return (lambda: torch.mm(a.t(), dy)), (k_in, n_out, rows)
+    # da = dy @ b.t(): (rows x n_out) @ (n_out x k_in), b a contiguous (k_in, n_out); and x
+    # @ w.t() with w a contiguous (n, k): the same call
+    x = torch.randn(rows, n_out, device=device, dtype=tdt)
+    w = torch.randn(k_in, n_out, device=device, dtype=tdt)
+    return (lambda: torch.matmul(x, w.t())), (rows, k_in, n_out)
+
+
+def bench_layouts(device: Any, dtypes: list[str], quick: bool, timer: Timer,
+                  log: Callable[[str], None], count: int) -> Iterator[Row]:
+    """Time both layouts for every shape and dtype; one shape in four is held out."""
+    import torch
+
+    cuda = device.type == "cuda"
+    for layout in LAYOUTS:
+        shapes = product_shapes(layout, quick, cuda, count)
+        for dt in dtypes:
+            tdt = getattr(torch, TORCH_DTYPES[dt])
+            size = torch.empty((), dtype=tdt).element_size()
+            done = 0
+            for i, (rows, k_in, n_out) in enumerate(shapes):
+                m, n, k = (k_in, n_out, rows) if layout == "matmul_tn" else (rows, k_in, n_out)
+                flops = 2.0 * m * n * k
+                if VOCAB in (k_in, n_out) and (dt == "Float32" and flops > MAX_FLOPS):
+                    continue
+                call, _ = _layout_case(layout, rows, k_in, n_out, tdt, device)
+                secs, reps = timer.time(call)
+                del call
+                yield Row(layout, "mm(a.t(), dy)" if layout == "matmul_tn" else
+                          "matmul(x, w.t())", dt, secs, m, n, k,
+                          (m * k + k * n + m * n) * size, flops, 1, reps, str(device),
+                          _split(i))
+                done += 1
+            log(f"{layout} {dt}: {done} shapes")
+
+
+def scatter_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int, str]]:
+    """``(rows, width, table, split)``: updates of ``rows x width`` into a ``table x width``
+    table; rows from 2^11 to 2^16 (1.5 x 2^k held out), widths 768, 1024, 2048, tables of
+    GPT-2's vocabulary and of 8192 rows. Small with ``quick`` or on a CPU."""
+    if quick or not cuda:
+        return [(r, w, t, s) for r, s in size_ladder(6, 8 if quick else 10)
+                for w in (16, 64) for t in (100, 1000)]
+    return [(r, w, t, s) for r, s in size_ladder(11, 16) for w in (768, 1024, 2048)
+            for t in (VOCAB, 8192)]
+
+
+def bench_scatter(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int, str]],
+                  timer: Timer, log: Callable[[str], None]) -> Iterator[Row]:
+    """Time ``ScatterND(reduction="add")`` through the backend's lowering, with indices in
+    [0, 8) (``scatter_add_repeated``) and over the whole table (``scatter_add``)."""
+    import torch
+
+    from calibration.bench_train import DeviceTimer, _compile, _inputs, _nbytes, _one_op
+    from distir.ir import DType
+
+    dtimer = DeviceTimer(timer)
+    for dt in dtypes:
+        ddt = DType[dt]
+        count = 0
+        for rows, width, table, split in shapes:
+            if max(rows, table) * width * ddt.itemsize > MAX_TENSOR_BYTES:
+                continue
+            fn = _one_op("ScatterND", [("data", ddt, (table, width)),
+                                       ("idx", DType.Int64, (rows, 1)),
+                                       ("upd", ddt, (rows, width))], 1, reduction="add")
+            kernel = _compile(fn, device)
+            nbytes = _nbytes(fn)
+            for fam, bound in (("scatter_add_repeated", 8), ("scatter_add", table)):
+                args = _inputs(fn, {"idx": min(bound, table)}, device)
+                with torch.inference_mode():
+                    secs, reps = dtimer.time(lambda k=kernel, a=args: k(*a))
+                yield Row(fam, f"ScatterND add idx<{min(bound, table)}", dt, secs, rows,
+                          width, table, bytes=nbytes, flops=float(rows * width), reps=reps,
+                          device=str(device), split=split)
+                count += 1
+                del args
+            del kernel
+        log(f"scatter_add {dt}: {count} measurements")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m calibration.bench_matmul_grad",
+                                 description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("-o", "--output", required=True, help="the measurements CSV to write")
+    ap.add_argument("--quick", action="store_true", help="small sizes (seconds on a CPU)")
+    ap.add_argument("--cpu", action="store_true", help="measure the CPU even with CUDA")
+    ap.add_argument("--shapes", type=int, default=0,
+                    help="random product shapes per layout (default 64 on a GPU, 12 else)")
+    args = ap.parse_args(argv)
+    import time
+    from pathlib import Path
+
+    import torch
+
+    from calibration.calibrate import _machine, write_measurements
+
+    cuda = torch.cuda.is_available() and not args.cpu
+    device = torch.device("cuda", 0) if cuda else torch.device("cpu")
+    timer = Timer(device, target_s=0.01 if cuda else 0.002, trials=3)
+    dtypes = ["Float16", "BFloat16", "Float32"] if cuda else ["Float32"]
+    count = args.shapes or (64 if cuda and not args.quick else 12)
+
+    def log(s: str) -> None:
+        print(s, file=sys.stderr, flush=True)
+
+    t0 = time.perf_counter()
+    rows = [r.as_dict() for r in bench_layouts(device, dtypes, args.quick, timer, log, count)]
+    rows += [r.as_dict() for r in bench_scatter(device, dtypes,
+                                                scatter_shapes(args.quick, cuda), timer, log)]
+    machine = _machine(cuda)
+    wall = time.perf_counter() - t0
+    machine.update(command="python -m calibration.bench_matmul_grad", wall_s=wall,
+                   gpu_seconds=wall if cuda else 0.0)
+    write_measurements(Path(args.output), rows, machine)
+    print(f"wrote {len(rows)} measurements to {args.output} in {wall:.1f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
