@@ -45,7 +45,9 @@ def optimize_with_substitutions(
     search's wall time and ``stats`` extended by ``substitutions`` (the rules applied, in
     order, each ``"name at ops"``), ``sequential`` (the rewritten sequential program that
     was distributed, after ``derive``) and ``rewrite_search`` (graphs scored, the
-    unrewritten program's simulated seconds, whether the budget stopped it).
+    unrewritten program's simulated seconds, whether the budget or ``max_candidates``
+    stopped it, and ``trace``: every scored graph's simulated seconds and rewrites, in
+    the order scored).
     ``substitutions`` names the rules to try (all by default); ``optimize_kwargs`` go to
     ``optimize`` (``meshes``, ``beam``, ``max_states``, ``top_k``, ``batch_size``)."""
     if depth < 0 or max_candidates < 1 or prune < 1.0:
@@ -71,6 +73,7 @@ def optimize_with_substitutions(
     queue: list[tuple[float, int, Function, tuple[str, ...]]] = [
         (best[0], tick, start, ())]
     scored, stopped = 1, False
+    trace: list[tuple[float, tuple[str, ...]]] = [(best[0], ())]
     while queue and not stopped:
         cost, _, g, applied = heapq.heappop(queue)
         if len(applied) >= depth or cost > prune * best[0]:
@@ -96,6 +99,7 @@ def optimize_with_substitutions(
             scored += 1
             c = res.simulation.latency_s
             steps = (*applied, f"{sub.name} at {site.describe(graph)}")
+            trace.append((c, steps))
             if c < best[0]:
                 best = (c, prog, res, steps)
             if c <= prune * best[0]:
@@ -105,5 +109,5 @@ def optimize_with_substitutions(
     stats = dict(res.stats)
     stats.update(substitutions=list(steps), sequential=prog,
                  rewrite_search={"scored": scored, "baseline_s": base.simulation.latency_s,
-                                 "stopped_early": stopped})
+                                 "stopped_early": stopped, "trace": trace})
     return dataclasses.replace(res, seconds=time.perf_counter() - t0, stats=stats)

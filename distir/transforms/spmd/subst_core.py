@@ -296,17 +296,21 @@ def _rebuild(fn: Function, order: list[Op], repl: dict[Value, Value],
 
 
 def structural_hash(fn: Function) -> str:
-    """A digest of ``fn``'s structure: parameter types, op types, attributes and wiring,
-    values numbered by definition; names take no part."""
-    num: dict[Value, int] = {}
-    h = hashlib.blake2b(digest_size=16)
-    for p in fn.params:
-        num[p] = len(num)
-        h.update(repr(p.type).encode())
+    """A digest of what ``fn`` computes, structurally: each value is digested from its op's
+    type, attributes, result index and its inputs' digests (a parameter from its position
+    and type), and the function from its results'. Names and the order of independent ops
+    take no part, so two rewrites applied in either order give one digest."""
+    memo: dict[Value, bytes] = {}
+    for k, p in enumerate(fn.params):
+        memo[p] = hashlib.blake2b(repr(("param", k, p.type)).encode(), digest_size=16).digest()
     for op in fn.ops:
-        ins = tuple(-1 if v is None else num[v] for v in op.inputs)
-        h.update(repr((op.op_type, op.attrs_key, ins, len(op.outputs))).encode())
-        for v in op.outputs:
-            num[v] = len(num)
-    h.update(repr(tuple(num[v] for v in fn.returns)).encode())
+        h = hashlib.blake2b(repr((op.op_type, op.attrs_key)).encode(), digest_size=16)
+        for v in op.inputs:
+            h.update(b"-" if v is None else memo[v])
+        base = h.digest()
+        for k, v in enumerate(op.outputs):
+            memo[v] = hashlib.blake2b(base + bytes([k % 256]), digest_size=16).digest()
+    h = hashlib.blake2b(digest_size=16)
+    for v in fn.returns:
+        h.update(memo[v])
     return h.hexdigest()

@@ -112,6 +112,29 @@ def test_structural_hash_ignores_names() -> None:
     assert structural_hash(a) != structural_hash(distir.models.mlp(4, 8, 8, 2, num_layers=3))
 
 
+def test_structural_hash_ignores_the_order_of_rewrites() -> None:
+    """Two rewrites at independent sites, applied in either order: one digest (the op
+    orders differ), so the search scores that program once."""
+    step = distir.models.mlp(8, 8, 8, 8, num_layers=2)
+    sub = BY_NAME["split_columns"]
+
+    def at(fn: Function, w: int) -> Function:  # split the product of weight w
+        (site,) = [s for s in sub.sites(fn) if fn.ops[s.ops[0]].inputs[1] is fn.params[w]]
+        return sub.apply(fn, site)
+
+    a = at(at(step, 0), 1)
+    b = at(at(step, 1), 0)
+    assert structural_hash(a) == structural_hash(b)
+    assert structural_hash(a) != structural_hash(step)
+    # independent ops in another order: one digest
+    p = {"x": (2, 2), "y": (2, 2)}
+    c = example_fn(p, lambda b, v: [b.op("Relu", v["x"]), b.op("Tanh", v["y"])])
+    d = example_fn(p, lambda b, v: list(reversed([b.op("Tanh", v["y"]),
+                                                   b.op("Relu", v["x"])])))
+    assert [o.op_type for o in c.ops] != [o.op_type for o in d.ops]
+    assert structural_hash(c) == structural_hash(d)
+
+
 def test_megatron_pair_as_a_sequence() -> None:
     """Unity Fig. 10: column split, activation through the Concat, row split: two
     independent halves summed, equal to the original (forward, and a training step whose
