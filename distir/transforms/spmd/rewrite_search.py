@@ -38,7 +38,7 @@ def optimize_with_substitutions(
         substitutions: list[str] | tuple[str, ...] | None = None,
         derive: Callable[[Function], Function] | None = None, depth: int = 2,
         prune: float = 1.05, budget_s: float | None = 120.0, max_candidates: int = 64,
-        **optimize_kwargs: Any) -> OptimizeResult:
+        reuse_mesh: bool = False, **optimize_kwargs: Any) -> OptimizeResult:
     """The fastest plan over the program and its rewrites (see the module docstring).
 
     Returns ``optimize``'s ``OptimizeResult`` for the best graph, with ``seconds`` the whole
@@ -49,7 +49,10 @@ def optimize_with_substitutions(
     stopped it, and ``trace``: every scored graph's simulated seconds and rewrites, in
     the order scored).
     ``substitutions`` names the rules to try (all by default); ``optimize_kwargs`` go to
-    ``optimize`` (``meshes``, ``beam``, ``max_states``, ``top_k``, ``batch_size``)."""
+    ``optimize`` (``meshes``, ``beam``, ``max_states``, ``top_k``, ``batch_size``).
+    ``reuse_mesh`` scores the rewritten programs only on the mesh of the unrewritten
+    program's best plan (faster by the number of meshes; a rewrite that would be best on
+    another mesh is missed)."""
     if depth < 0 or max_candidates < 1 or prune < 1.0:
         raise ConfigError(f"optimize_with_substitutions: depth {depth}, max_candidates "
                           f"{max_candidates}, prune {prune}: give depth >= 0, "
@@ -66,6 +69,8 @@ def optimize_with_substitutions(
         return prog, optimize(prog, devices, hardware, **optimize_kwargs)
 
     seq, base = score(start)
+    if reuse_mesh:
+        optimize_kwargs = {**optimize_kwargs, "meshes": [base.mesh]}
     best: tuple[float, Function, OptimizeResult, tuple[str, ...]] = (
         base.simulation.latency_s, seq, base, ())
     seen = {structural_hash(start)}

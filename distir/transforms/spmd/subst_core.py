@@ -15,7 +15,7 @@ from __future__ import annotations
 import hashlib
 import heapq
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from distir.errors import TransformError
@@ -163,7 +163,6 @@ class Substitution:
     shapes: tuple[tuple[int, ...], ...]
     z3_shape: tuple[int, ...] | None = None
     inverse: str | None = None
-    tags: tuple[str, ...] = field(default=())
 
     def sites(self, fn: Function | Graph) -> list[Site]:
         return self.find(fn if isinstance(fn, Graph) else Graph(fn))

@@ -229,7 +229,8 @@ def _same_step(original: Function, r: object) -> None:
 def test_search_no_worse_than_without_substitutions() -> None:
     step = distir.models.mlp(64, 128, 128, 128, num_layers=2)
     base = optimize(step, 2, beam=8, max_states=200)
-    r = optimize_with_substitutions(step, 2, depth=1, beam=8, max_states=200)
+    r = optimize_with_substitutions(step, 2, depth=1, beam=8, max_states=200,
+                                    reuse_mesh=True)
     assert r.simulation.latency_s <= base.simulation.latency_s
     # the step itself, and each of its two products split by columns or by contraction
     assert r.stats["rewrite_search"]["scored"] == 5
