@@ -198,9 +198,9 @@ def test_sites_on_an_onnx_model() -> None:
     assert names["gemm_as_product"] == 2 and names["split_columns"] == 1
 
 
-def test_sites_on_a_zoo_model() -> None:
-    """Hugging Face BERT exported by torch (two layers): query, key and value are three
-    products of one normalized input per layer; fused, the model computes the same."""
+@pytest.fixture(scope="module")
+def zoo_bert() -> Function:
+    """Hugging Face BERT (two layers, hidden 32) exported by torch, imported."""
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     from tests.zoo.export import ExportFailed, exported
@@ -210,7 +210,13 @@ def test_sites_on_a_zoo_model() -> None:
         path = exported(ZOO["bert"], "torchscript").path
     except ExportFailed as e:
         pytest.skip(f"export failed: {e}")
-    fn = distir.import_onnx(path, dims={"batch": 2, "seq": 8}).entry
+    return distir.import_onnx(path, dims={"batch": 2, "seq": 8}).entry
+
+
+def test_sites_on_a_zoo_model(zoo_bert: Function) -> None:
+    """Query, key and value are three products of one normalized input per layer; fused,
+    the model computes the same."""
+    fn = zoo_bert
     sites = BY_NAME["fuse_products"].sites(fn)
     assert [len(s.ops) for s in sites] == [3, 3]
     new = BY_NAME["fuse_products"].apply(fn, sites[1])
@@ -219,9 +225,26 @@ def test_sites_on_a_zoo_model() -> None:
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+def test_search_fuses_a_zoo_models_projections(zoo_bert: Function) -> None:
+    """On the imported BERT (inference, one device) the search fuses query, key and value
+    in both layers: one product's fixed cost instead of three, by the fitted h100-sxm
+    cost model (850.8 -> 776.0 µs when measured)."""
+    r = optimize_with_substitutions(zoo_bert, 1, depth=2, substitutions=["fuse_products"],
+                                    beam=8, max_states=200)
+    assert len(r.stats["substitutions"]) == 2
+    assert r.simulation.latency_s < 0.95 * r.stats["rewrite_search"]["baseline_s"]
+    _same_step(zoo_bert, r)
+
+
 def _same_step(original: Function, r: object) -> None:
+    """The plan found (lowered self-contained) computes ``original``'s results; bound
+    weights are passed by name where the lowered program does not bind them."""
     ins = random_inputs(original, seed=0)
-    got = distir.execute(lower(r.assignment, self_contained=True), list(ins))  # type: ignore[attr-defined]
+    free = [p.name for p in original.params if p.name not in original.initializers]
+    by_name = {**original.initializers, **dict(zip(free, ins, strict=True))}
+    plan = lower(r.assignment, self_contained=True)  # type: ignore[attr-defined]
+    args = [by_name[p.name] for p in plan.params if p.name not in plan.initializers]
+    got = distir.execute(plan, args)
     for g, w in zip(got, distir.execute(original, list(ins)), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
 
