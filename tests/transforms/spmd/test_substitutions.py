@@ -150,6 +150,11 @@ def test_megatron_pair_as_a_sequence() -> None:
     assert MEGATRON == ("split_columns", "elementwise_through_concat", "concat_lhs_product")
     with pytest.raises(TransformError, match="no MatMul -> element-wise -> MatMul chain"):
         megatron_pair(example_fn({"x": (2, 2)}, lambda b, p: [b.op("Relu", p["x"])]))
+    pytest.importorskip("z3")
+    small = example_fn({"x": (2, 2), "w1": (2, 4), "w2": (4, 2)},
+                       lambda b, p: [b.op("MatMul", b.op("Gelu", b.op("MatMul", p["x"], p["w1"])),
+                                          p["w2"])])
+    assert prove_equal(small, megatron_pair(small)) is None  # the whole sequence, for any f
 
 
 def test_inverse_rules_undo() -> None:
