@@ -22,12 +22,16 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
 - optionally, fitted regressions per op family (``fits``): ``matmul`` by dtype (features
   ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``bmm`` by dtype (batched products whose two
   operands are both batched, as attention runs them: ``bmm_features``), ``elementwise``
-  (feature ``bytes``), the kernels ``softmax``, ``layernorm``, ``gelu`` and ``copy`` (a
-  permuted tensor made contiguous) under ``any`` (feature ``bytes``), and each collective
-  (``allreduce``, ``allgather``, ``reduce_scatter``, ``broadcast``, ``send``, ...) by group
-  size (feature ``bytes``). A fitted family replaces the analytic formula for it; a profile
-  without ``bmm`` folds batches into ``m`` of the ``matmul`` model, one without a kernel
-  family uses ``elementwise`` (``copy``: costs nothing, a view).
+  (feature ``bytes``), ``matmul_tn`` and ``matmul_nt`` by dtype (products with an operand
+  read transposed, as a weight's gradient runs them: ``layout_matmul_time``),
+  ``scatter_add_repeated`` by dtype (``scatter_features``), the kernels ``softmax``,
+  ``layernorm``, ``gelu`` and ``copy`` (a permuted tensor made contiguous) under ``any``
+  (feature ``bytes``), and each collective (``allreduce``, ``allgather``,
+  ``reduce_scatter``, ``broadcast``, ``send``, ...) by group size (feature ``bytes``). A
+  fitted family replaces the analytic formula for it; a profile without ``bmm`` folds
+  batches into ``m`` of the ``matmul`` model, one without ``matmul_tn`` / ``matmul_nt``
+  prices those products by ``matmul``, one without a kernel family uses ``elementwise``
+  (``copy``: costs nothing, a view).
 
 Profiles are found by name in ``calibration/profiles/NAME.json`` beside the ``distir``
 package (the repository checkout, or site-packages where both are installed), in the
@@ -58,7 +62,7 @@ from distir.errors import ConfigError, Loc
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
-           "matmul_features", "bmm_features", "KERNEL_FAMILIES"]
+           "matmul_features", "bmm_features", "scatter_features", "KERNEL_FAMILIES"]
 
 FORMAT = "distir-hardware/1"
 
@@ -232,6 +236,14 @@ def matmul_features(m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
     return {"m": float(m), "n": float(n), "k": float(k), "flops": 2.0 * m * n * k,
             "bytes": float((m * k + k * n + m * n) * itemsize), "mn": float(m * n),
             "mk": float(m * k), "kn": float(k * n)}
+
+
+def scatter_features(rows: int, width: int, table: int, nbytes: float) -> dict[str, float]:
+    """The features a ``scatter_add_repeated`` fit may use: ``rows`` updates of ``width``
+    elements added into a ``table x width`` table, ``updates`` (``rows * width`` elements)
+    and ``bytes`` (every input and result, as the cost rules count them)."""
+    return {"rows": float(rows), "width": float(width), "table": float(table),
+            "updates": float(rows * width), "bytes": float(nbytes)}
 
 
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
@@ -417,6 +429,28 @@ class Hardware:
         if f is not None:
             return max(f(bmm_features(batch, m, n, k, itemsize)), self.launch_overhead)
         return self.matmul_time(batch * m, n, k, dtype, itemsize)
+
+    def layout_matmul_time(self, layout: str, m: int, n: int, k: int, dtype: str,
+                           itemsize: int) -> float:
+        """An (m x k) @ (k x n) product with an operand read transposed, as the backend runs
+        a weight's gradient: ``layout`` ``matmul_tn`` (``a.t() @ dy``, the reduction ``k``
+        over the rows of a batch) or ``matmul_nt`` (``dy @ b.t()``, ``x @ w.t()``). The
+        profile's fit of that family for ``dtype`` (measured on aligned and unaligned shapes
+        alike, ``calibration/bench_matmul_grad.py``), else ``matmul_time``."""
+        f = self._fits.get((layout, dtype))
+        if f is None:
+            return self.matmul_time(m, n, k, dtype, itemsize)
+        return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
+
+    def fitted_kernel_time(self, family: str, dtype: str,
+                           features: Mapping[str, float]) -> float | None:
+        """A kernel of ``family`` by its fit for ``dtype`` (``_kernel_fit``'s order: the
+        dtype's own, the same-width one's, ``any``, Float32's) on named ``features``,
+        floored at ``launch_overhead``; ``None`` without a fit."""
+        f = self._kernel_fit(family, dtype)
+        if f is None:
+            return None
+        return max(f(features), self.launch_overhead)
 
     def has_kernel_fit(self, family: str, dtype: str | None = None) -> bool:
         """Whether the profile fits the kernel family (``KERNEL_FAMILIES``): for ``dtype``

@@ -40,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
-from distir.analysis.hardware import Hardware
+from distir.analysis.hardware import Hardware, scatter_features
 from distir.ir.types import TensorType, Type
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Split", "Slice",
@@ -122,12 +122,35 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
         t = norm_time(hw, family, ins[0], nbytes, flops, dt)
         if t is not None:
             return OpCost(t, flops, nbytes)
+    if family == "scatter_add":
+        t = _scatter_add_repeated(hw, ins, nbytes, dt)
+        if t is not None:
+            return OpCost(t, flops, nbytes)
     if family is not None:
         return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
     if op_type in _ELEMENTWISE and broadcasts(ins, outs) and \
             hw.has_kernel_fit("elementwise_bcast", dt):
         return OpCost(hw.kernel_time("elementwise_bcast", nbytes, flops, dt), flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+
+
+def _scatter_add_repeated(hw: Hardware, ins: tuple, nbytes: float, dt: str) -> float | None:
+    """An adding ``ScatterND`` by the profile's ``scatter_add_repeated`` fit (``None``
+    without one): ``rows`` index tuples of depth ``q`` into ``data``, each adding a slice
+    of ``width`` elements; ``table`` is the number of addressable slices."""
+    data, idx = ins[0], ins[1]
+    if not (isinstance(data, TensorType) and isinstance(idx, TensorType)) or idx.rank < 1:
+        return None
+    q = idx.shape[-1]
+    if not 1 <= q <= data.rank:
+        return None
+    rows = idx.numel // q if q else 0
+    table = 1
+    for d in data.shape[:q]:
+        table *= d
+    width = data.numel // table if table else 0
+    return hw.fitted_kernel_time("scatter_add_repeated", dt,
+                                 scatter_features(rows, width, table, nbytes))
 
 
 def copies_batch_axes(rank: int, perm: tuple[int, ...] | list[int] | None) -> bool:
@@ -166,18 +189,23 @@ def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
 
 
 def _products(hw: Hardware, dims: list[tuple[int, ...]], t: TensorType,
-              extra_bytes: float = 0.0) -> OpCost:
+              extra_bytes: float = 0.0, layouts: tuple[str | None, ...] = ()) -> OpCost:
     """The cost of the matrix products ``dims`` in ``t``'s dtype, each ``(m, n, k)`` (one
     product) or ``(batch, m, n, k)`` (a batched product, both operands batched), plus a
-    memory-bound kernel over ``extra_bytes`` when there are any."""
+    memory-bound kernel over ``extra_bytes`` when there are any. ``layouts[i]``, where
+    given and not ``None``, names the family of product ``i``'s operand layout
+    (``matmul_tn``, ``matmul_nt``: ``Hardware.layout_matmul_time``)."""
     dt, size = t.dtype.value, t.dtype.itemsize
     secs = flops = nbytes = 0.0
-    for d in dims:
+    for i, d in enumerate(dims):
         batch, (m, n, k) = (1, d) if len(d) == 3 else (d[0], d[1:])
         if m == 0 or n == 0 or batch == 0:
             continue
+        layout = layouts[i] if i < len(layouts) else None
         if batch > 1:
             secs += hw.bmm_time(batch, m, n, k, dt, size)
+        elif layout is not None:
+            secs += hw.layout_matmul_time(layout, m, n, k, dt, size)
         else:
             secs += hw.matmul_time(m, n, k, dt, size)
         flops += 2.0 * batch * m * n * k
@@ -215,15 +243,24 @@ def matmul(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
 def matmul_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                 hw: Hardware) -> OpCost:
     """da = dy @ b^T and db = a^T @ dy (summed over broadcast batches when b is shared);
-    a result the program never uses (``None`` in ``outs``) is not computed."""
-    batch, m, k, n, b_batched = _matmul_dims(ins[0], ins[1])
+    a result the program never uses (``None`` in ``outs``) is not computed. With a 2-D
+    ``b`` (a weight) the backend runs ``torch.matmul(dy, b.t())`` and ``torch.mm(a^T,
+    dy)`` over the folded rows: the profile's ``matmul_nt`` and ``matmul_tn`` fits where it
+    has them (module docstring)."""
+    a, b = ins[0], ins[1]
+    batch, m, k, n, b_batched = _matmul_dims(a, b)
     da: tuple[int, ...]
     db: tuple[int, ...]
+    layouts: tuple[str | None, str | None] = (None, None)
     if b_batched and batch > 1:
         da, db = (batch, m, k, n), (batch, k, n, m)
     else:
         da, db = (batch * m, k, n), (k, n, batch * m)
-    return _products(hw, [d for d, o in zip((da, db), outs) if o is not None], ins[0])
+        if a.rank >= 2 and b.rank == 2:
+            layouts = ("matmul_nt", "matmul_tn")
+    need = [i for i, o in enumerate(outs[:2]) if o is not None]
+    return _products(hw, [(da, db)[i] for i in need], a,
+                     layouts=tuple(layouts[i] for i in need))
 
 
 @COST_RULES.register("Gemm")

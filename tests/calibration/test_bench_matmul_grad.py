@@ -1,0 +1,76 @@
+"""``calibration.bench_matmul_grad``: a CPU smoke run of the benchmark (rows in the
+measurements-CSV format, with each family's ``m``, ``n``, ``k`` as the cost rules name
+them), and the fitting of its families on synthetic rows with known laws."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from calibration.bench_matmul_grad import main, product_shapes
+from calibration.calibrate import read_measurements
+from calibration.fit import PER_DTYPE, fit_key, fit_rows
+from distir.analysis.hardware import matmul_features, scatter_features
+
+
+def test_quick_cpu_run_writes_the_families(tmp_path: Path) -> None:
+    out = tmp_path / "mg.csv"
+    assert main(["-o", str(out), "--quick", "--cpu", "--shapes", "3"]) == 0
+    rows, meta = read_measurements(out)
+    assert meta["command"] == "python -m calibration.bench_matmul_grad"
+    fams = {r["family"] for r in rows}
+    assert fams == {"matmul_tn", "matmul_nt", "scatter_add", "scatter_add_repeated"}
+    quick_rows = {64, 128, 256}
+    for r in rows:
+        assert r["seconds"] > 0 and r["dtype"] == "Float32"
+        if r["family"] == "matmul_tn":  # (k_in x R) @ (R x n_out): the reduction is R
+            assert r["k"] in quick_rows and r["flops"] == 2.0 * r["m"] * r["n"] * r["k"]
+        elif r["family"] == "matmul_nt":  # (R x n_out) @ (n_out x k_in)
+            assert r["m"] in quick_rows
+        else:  # m rows of width n into a table of k rows
+            assert r["op"].startswith("ScatterND add")
+            # data and result, updates (float32) and the int64 indices
+            assert r["bytes"] == (2 * r["k"] + r["m"]) * r["n"] * 4 + 8 * r["m"]
+    assert {r["split"] for r in rows} == {"train", "test"}
+
+
+def test_gpu_sweep_holds_the_transformer_and_lm_head_shapes() -> None:
+    tn = product_shapes("matmul_tn", False, True, 8)
+    nt = product_shapes("matmul_nt", False, True, 8)
+    assert (32768, 1024, 4096) in tn and (32768, 1024, 50257) in tn
+    assert (32768, 50257, 1024) in nt  # the tied head x @ wte.t()
+    assert all(2.0 * r * a * b <= 3.5e12 for r, a, b in tn + nt)
+
+
+def _rows(family: str, dtype: str, law, n: int = 40) -> list[dict]:
+    rng = random.Random(0)
+    rows = []
+    for i in range(n):
+        m, nn, k = (rng.choice((256, 512, 1024, 2048, 4096)) for _ in range(3))
+        x = matmul_features(m, nn, k, 2)
+        if family == "scatter_add_repeated":
+            x = scatter_features(m, nn, k, 2 * (2 * k + m) * nn + 8 * m)
+        rows.append({"family": family, "op": family, "dtype": dtype, "m": m, "n": nn, "k": k,
+                     "bytes": int(x["bytes"]), "flops": 2.0 * m * nn * k, "group_size": 1,
+                     "seconds": law(x) * (1 + rng.uniform(-0.02, 0.02)), "reps": 1,
+                     "device": "synthetic", "split": "test" if i % 4 == 3 else "train"})
+    return rows
+
+
+@pytest.mark.parametrize("family", ["matmul_tn", "matmul_nt", "scatter_add_repeated"])
+def test_the_families_are_fitted_per_dtype(family: str) -> None:
+    assert family in PER_DTYPE
+    if family == "scatter_add_repeated":
+        def law(x: dict) -> float:
+            return 5e-6 + x["rows"] * 1.3e-10 + x["bytes"] / 3e12
+    else:
+        def law(x: dict) -> float:
+            return 8e-6 + x["flops"] / 6e14 + x["bytes"] / 3e12
+    rows = _rows(family, "Float16", law) + _rows(family, "Float32", law)
+    assert {fit_key(r) for r in rows} == {"Float16", "Float32"}
+    reps = {(r.family, r.key): r for r in fit_rows(rows)}
+    assert set(reps) == {(family, "Float16"), (family, "Float32")}
+    rep = reps[(family, "Float16")]
+    assert rep.median_ape is not None and rep.median_ape < 0.1
