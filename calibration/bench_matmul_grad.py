@@ -35,9 +35,11 @@ fitted by bytes). A row's ``m`` is ``R``, ``n`` the width ``d``, ``k`` the table
 Held out: one product shape in four; the 1.5 x 2^k row counts of the scatter-adds.
 
     python -m calibration.bench_matmul_grad -o matmul_grad.csv [--quick] [--cpu]
+    python -m calibration.bench_matmul_grad --merge matmul_grad.csv PROFILE.measurements.csv
 
-writes the rows in the measurements-CSV format, to merge into a profile's measurements and
-refit with ``python -m calibration --fit-only`` (``calibration/README.md``). About a minute
+writes the rows in the measurements-CSV format; ``--merge`` adds those of the three families
+to a profile's measurements, to refit with ``python -m calibration --fit-only``
+(``calibration/README.md``). About a minute
 and a half on one H100; seconds on a CPU with ``--quick``.
 """
 
@@ -51,8 +53,8 @@ from typing import Any
 
 from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
 
-__all__ = ["LAYOUTS", "WIDTHS", "VOCAB", "product_shapes", "scatter_shapes",
-           "bench_layouts", "bench_scatter", "main"]
+__all__ = ["LAYOUTS", "WIDTHS", "VOCAB", "MERGED", "product_shapes", "scatter_shapes",
+           "bench_layouts", "bench_scatter", "merge", "main"]
 
 LAYOUTS = ("matmul_tn", "matmul_nt")
 """``matmul_tn``: ``a.t() @ dy`` (a weight's gradient); ``matmul_nt``: ``x @ w.t()`` (an
@@ -201,16 +203,56 @@ def bench_scatter(device: Any, dtypes: list[str], shapes: list[tuple[int, int, i
         log(f"scatter_add {dt}: {count} measurements")
 
 
+MERGED = (*LAYOUTS, "scatter_add_repeated")
+"""The families ``merge`` adds to a profile's measurements; the table-wide ``scatter_add``
+rows are for comparison (``bench_train``'s rows of that family stay the fitted ones)."""
+
+
+def merge(bench_csv: str, measurements_csv: str) -> int:
+    """Append the ``MERGED`` rows of ``bench_csv`` to ``measurements_csv`` (replacing its
+    earlier rows of those families) and name the benchmark in its header's ``command``;
+    returns the number of rows added."""
+    from pathlib import Path
+
+    from calibration.calibrate import read_measurements, write_measurements
+
+    new, meta_new = read_measurements(bench_csv)
+    old, meta = read_measurements(measurements_csv)
+    add = [r for r in new if r["family"] in MERGED]
+    note = (f"{', '.join(MERGED)} rows from `{meta_new.get('command')}` on one "
+            f"{meta_new.get('device_name')} ({float(meta_new.get('wall_s', 0.0)):.1f} s)")
+    if note not in str(meta.get("command", "")):
+        meta["command"] = f"{meta.get('command', '')}; {note}".lstrip("; ")
+        meta["gpu_seconds"] = (float(meta.get("gpu_seconds", 0.0))
+                               + float(meta_new.get("gpu_seconds", 0.0)))
+    rows = [r for r in old if r["family"] not in MERGED] + add
+    path = Path(measurements_csv)
+    crlf = b"\r\n" in path.read_bytes()[:1 << 16]
+    write_measurements(path, rows, meta)
+    if not crlf:  # keep the file's line endings (the csv module writes CRLF)
+        path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n"))
+    return len(add)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m calibration.bench_matmul_grad",
                                  description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("-o", "--output", required=True, help="the measurements CSV to write")
+    ap.add_argument("-o", "--output", help="the measurements CSV to write")
+    ap.add_argument("--merge", nargs=2, metavar=("BENCH_CSV", "MEASUREMENTS_CSV"),
+                    help="measure nothing: append the rows of matmul_tn, matmul_nt and "
+                         "scatter_add_repeated of BENCH_CSV to a profile's MEASUREMENTS_CSV")
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds on a CPU)")
     ap.add_argument("--cpu", action="store_true", help="measure the CPU even with CUDA")
     ap.add_argument("--shapes", type=int, default=0,
                     help="random product shapes per layout (default 64 on a GPU, 12 else)")
     args = ap.parse_args(argv)
+    if args.merge:
+        added = merge(*args.merge)
+        print(f"merged {added} measurements into {args.merge[1]}")
+        return 0
+    if not args.output:
+        ap.error("give -o FILE (or --merge BENCH_CSV MEASUREMENTS_CSV)")
     import time
     from pathlib import Path
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from calibration.bench_matmul_grad import main, product_shapes
-from calibration.calibrate import read_measurements
+from calibration.calibrate import read_measurements, write_measurements
 from calibration.fit import PER_DTYPE, fit_key, fit_rows
 from distir.analysis.hardware import matmul_features, scatter_features
 
@@ -74,3 +74,22 @@ def test_the_families_are_fitted_per_dtype(family: str) -> None:
     assert set(reps) == {(family, "Float16"), (family, "Float32")}
     rep = reps[(family, "Float16")]
     assert rep.median_ape is not None and rep.median_ape < 0.1
+
+
+def test_merge_adds_the_three_families_once(tmp_path: Path) -> None:
+    bench = tmp_path / "mg.csv"
+    assert main(["-o", str(bench), "--quick", "--cpu", "--shapes", "2"]) == 0
+    base = tmp_path / "p.measurements.csv"
+    row = {"family": "scatter_add", "op": "ScatterND", "dtype": "Float32", "m": 8, "n": 4,
+           "k": 16, "bytes": 1000, "flops": 32.0, "group_size": 1, "seconds": 1e-5,
+           "reps": 1, "device": "cpu", "split": "train"}
+    write_measurements(base, [row], {"command": "python -m calibration"})
+    base.write_bytes(base.read_bytes().replace(b"\r\n", b"\n"))
+    for _ in range(2):  # idempotent: the second merge replaces the first one's rows
+        assert main(["--merge", str(bench), str(base)]) == 0
+    rows, meta = read_measurements(base)
+    bench_rows, _ = read_measurements(bench)
+    want = [r for r in bench_rows if r["family"] != "scatter_add"]
+    assert rows == [row | {"bytes": 1000}, *want]
+    assert meta["command"].count("bench_matmul_grad") == 1
+    assert b"\r\n" not in base.read_bytes()
