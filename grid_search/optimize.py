@@ -49,7 +49,8 @@ def optimize_workload(w: Workload, devices: int, *, hardware: str = "h100-sxm",
 def report(res: Any, title: str, top: int = 8) -> str:
     """A text table of the simulated plans, fastest first, and the search's counts."""
     lines = [title, f"search: {res.seconds:.1f} s; per mesh: " + "; ".join(
-        ", ".join(f"{k} {v}" for k, v in m.items() if k != "best_simulated_s")
+        ", ".join(str(v) if k in ("search", "error") else f"{k} {v}"
+                  for k, v in m.items() if k != "best_simulated_s")
         for m in res.stats.get("meshes", []))]
     lines.append(f"{'mesh':>6} {'plan':>8} {'simulated ms':>13} {'estimate ms':>12} "
                  f"{'peak GiB':>9} fits")
