@@ -1,5 +1,6 @@
 """Matrix products with a transposed operand, and the embedding gradient's scatter-add: the
-``matmul_tn``, ``matmul_nt`` and ``scatter_add_repeated`` families of a profile.
+``matmul_tn``, ``matmul_nt``, ``bmm_nt``, ``bmm_tn`` and ``scatter_add_repeated`` families
+of a profile.
 
 The ``matmul`` fit is measured on ``a @ b`` with both operands contiguous (the layout cuBLAS
 calls NN). A training step runs most of its products otherwise: the backend lowers
@@ -20,6 +21,13 @@ gradient products). A row carries the product's ``m``, ``n``, ``k`` as the cost 
 them: ``(m x k) @ (k x n)``; for ``matmul_tn`` ``m`` is the weight's input width, ``n`` its
 output width and ``k`` the rows ``R``; for ``matmul_nt`` ``m = R``.
 
+``bmm_nt`` and ``bmm_tn``: the same two calls on batched operands (both batched: an
+attention's ``MatMulGrad``, lowered as ``torch.matmul(dy, b.mT)`` and ``torch.matmul(a.mT,
+dy)``), over the products of an attention's gradients (``batched_shapes``), with the
+operands contiguous; the ``bmm`` fit is measured on ``a @ b``, and on one H100 the scores'
+gradient products ``(T x T) @ (T x hd)^T`` and ``(T x hd)^T @ (T x T)`` ran 1.7 times
+longer than it predicts.
+
 ``scatter_add_repeated``: ``ScatterND`` with ``reduction="add"`` of ``R`` rows of width
 ``d`` into a ``(V, d)`` table (the embedding gradient), through the backend's own lowering
 (``data.clone()`` then ``index_put_(..., accumulate=True)``), with the indices the backend
@@ -33,6 +41,7 @@ fitted by bytes). A row's ``m`` is ``R``, ``n`` the width ``d``, ``k`` the table
 ``V``; ``bytes`` every input and result of the op, as the cost rule counts them.
 
 Held out: one product shape in four; the 1.5 x 2^k row counts of the scatter-adds.
+``--only layouts|batched|scatter`` measures a part.
 
     python -m calibration.bench_matmul_grad -o matmul_grad.csv [--quick] [--cpu]
     python -m calibration.bench_matmul_grad --merge matmul_grad.csv PROFILE.measurements.csv
@@ -53,8 +62,9 @@ from typing import Any
 
 from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
 
-__all__ = ["LAYOUTS", "WIDTHS", "VOCAB", "MERGED", "product_shapes", "scatter_shapes",
-           "bench_layouts", "bench_scatter", "merge", "main"]
+__all__ = ["LAYOUTS", "BATCHED", "WIDTHS", "VOCAB", "MERGED", "product_shapes",
+           "batched_shapes", "scatter_shapes", "bench_layouts", "bench_batched",
+           "bench_scatter", "merge", "main"]
 
 LAYOUTS = ("matmul_tn", "matmul_nt")
 """``matmul_tn``: ``a.t() @ dy`` (a weight's gradient); ``matmul_nt``: ``x @ w.t()`` (an
@@ -158,6 +168,63 @@ def bench_layouts(device: Any, dtypes: list[str], quick: bool, timer: Timer,
             log(f"{layout} {dt}: {done} shapes")
 
 
+BATCHED = ("bmm_nt", "bmm_tn")
+"""Batched products (both operands batched: attention) with an operand read transposed, as
+``MatMulGrad``'s general lowering runs them on contiguous operands: ``bmm_nt``
+``torch.matmul(dy, b.mT)``, ``bmm_tn`` ``torch.matmul(a.mT, dy)``."""
+
+
+def batched_shapes(layout: str, quick: bool, cuda: bool) -> list[tuple[int, int, int, int]]:
+    """``(batch, m, n, k)`` of the products an attention's gradients make, sequence ``T``
+    and head width ``hd``: for ``bmm_nt`` ``(T, hd, T)`` (the scores' ``da``) and ``(T, T,
+    hd)`` (the context's ``da``), for ``bmm_tn`` ``(hd, T, T)`` and ``(T, hd, T)``; batch
+    (batch x heads) 12 to 512, ``T`` 256 to 2048, ``hd`` 64 and 128, at most 1 GiB a
+    float32 operand. Small with ``quick`` or on a CPU."""
+    if quick or not cuda:
+        batches, seqs, heads = (2, 4), (16, 32), (8,)
+    else:
+        batches, seqs, heads = (12, 32, 64, 128, 256, 512), (256, 512, 1024, 2048), (64, 128)
+    out = []
+    for b in batches:
+        for t in seqs:
+            for hd in heads:
+                for m, n, k in (((t, hd, t), (t, t, hd)) if layout == "bmm_nt"
+                                else ((hd, t, t), (t, hd, t))):
+                    if b * max(m * n, m * k, k * n) * 4 <= MAX_TENSOR_BYTES:
+                        out.append((b, m, n, k))
+    return out
+
+
+def bench_batched(device: Any, dtypes: list[str], quick: bool, timer: Timer,
+                  log: Callable[[str], None]) -> Iterator[Row]:
+    """Time both batched layouts for every shape and dtype; one shape in four held out. A
+    row's ``m``, ``n``, ``k`` are per product and its batch is ``flops / (2mnk)``, as the
+    ``bmm`` rows."""
+    import torch
+
+    cuda = device.type == "cuda"
+    for layout in BATCHED:
+        shapes = batched_shapes(layout, quick, cuda)
+        for dt in dtypes:
+            tdt = getattr(torch, TORCH_DTYPES[dt])
+            size = torch.empty((), dtype=tdt).element_size()
+            for i, (b, m, n, k) in enumerate(shapes):
+                if layout == "bmm_nt":  # dy (b, m, k) @ w.mT, w (b, n, k)
+                    x = torch.randn(b, m, k, device=device, dtype=tdt)
+                    y = torch.randn(b, n, k, device=device, dtype=tdt)
+                    secs, reps = timer.time(lambda x=x, y=y: torch.matmul(x, y.mT))
+                else:  # a.mT @ dy: a (b, k, m), dy (b, k, n)
+                    x = torch.randn(b, k, m, device=device, dtype=tdt)
+                    y = torch.randn(b, k, n, device=device, dtype=tdt)
+                    secs, reps = timer.time(lambda x=x, y=y: torch.matmul(x.mT, y))
+                del x, y
+                yield Row(layout, "matmul(dy, b.mT)" if layout == "bmm_nt" else
+                          "matmul(a.mT, dy)", dt, secs, m, n, k,
+                          b * (m * k + k * n + m * n) * size, 2.0 * b * m * n * k, 1, reps,
+                          str(device), _split(i))
+            log(f"{layout} {dt}: {len(shapes)} shapes")
+
+
 def scatter_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int, str]]:
     """``(rows, width, table, split)``: updates of ``rows x width`` into a ``table x width``
     table; rows from 2^11 to 2^16 (1.5 x 2^k held out), widths 768, 1024, 2048, tables of
@@ -203,7 +270,7 @@ def bench_scatter(device: Any, dtypes: list[str], shapes: list[tuple[int, int, i
         log(f"scatter_add {dt}: {count} measurements")
 
 
-MERGED = (*LAYOUTS, "scatter_add_repeated")
+MERGED = (*LAYOUTS, *BATCHED, "scatter_add_repeated")
 """The families ``merge`` adds to a profile's measurements; the table-wide ``scatter_add``
 rows are for comparison (``bench_train``'s rows of that family stay the fitted ones)."""
 
@@ -219,13 +286,15 @@ def merge(bench_csv: str, measurements_csv: str) -> int:
     new, meta_new = read_measurements(bench_csv)
     old, meta = read_measurements(measurements_csv)
     add = [r for r in new if r["family"] in MERGED]
-    note = (f"{', '.join(MERGED)} rows from `{meta_new.get('command')}` on one "
+    fams = [f for f in MERGED if any(r["family"] == f for r in add)]
+    names = ", ".join(fams[:-1]) + (" and " if len(fams) > 1 else "") + fams[-1] if fams else ""
+    note = (f"{names} rows from `{meta_new.get('command')}` on one "
             f"{meta_new.get('device_name')} ({float(meta_new.get('wall_s', 0.0)):.1f} s)")
     if note not in str(meta.get("command", "")):
         meta["command"] = f"{meta.get('command', '')}; {note}".lstrip("; ")
         meta["gpu_seconds"] = (float(meta.get("gpu_seconds", 0.0))
                                + float(meta_new.get("gpu_seconds", 0.0)))
-    rows = [r for r in old if r["family"] not in MERGED] + add
+    rows = [r for r in old if r["family"] not in fams] + add
     path = Path(measurements_csv)
     crlf = b"\r\n" in path.read_bytes()[:1 << 16]
     write_measurements(path, rows, meta)
@@ -244,6 +313,9 @@ def main(argv: list[str] | None = None) -> int:
                          "scatter_add_repeated of BENCH_CSV to a profile's MEASUREMENTS_CSV")
     ap.add_argument("--quick", action="store_true", help="small sizes (seconds on a CPU)")
     ap.add_argument("--cpu", action="store_true", help="measure the CPU even with CUDA")
+    ap.add_argument("--only", choices=("layouts", "batched", "scatter"), action="append",
+                    help="measure only these parts (repeatable; default all): the products "
+                         "with a transposed operand, their batched forms, the scatter-adds")
     ap.add_argument("--shapes", type=int, default=0,
                     help="random product shapes per layout (default 64 on a GPU, 12 else)")
     args = ap.parse_args(argv)
@@ -269,14 +341,22 @@ def main(argv: list[str] | None = None) -> int:
     def log(s: str) -> None:
         print(s, file=sys.stderr, flush=True)
 
+    parts = args.only or ["layouts", "batched", "scatter"]
     t0 = time.perf_counter()
-    rows = [r.as_dict() for r in bench_layouts(device, dtypes, args.quick, timer, log, count)]
-    rows += [r.as_dict() for r in bench_scatter(device, dtypes,
-                                                scatter_shapes(args.quick, cuda), timer, log)]
+    rows = []
+    if "layouts" in parts:
+        rows += [r.as_dict() for r in bench_layouts(device, dtypes, args.quick, timer, log,
+                                                    count)]
+    if "batched" in parts:
+        rows += [r.as_dict() for r in bench_batched(device, dtypes, args.quick, timer, log)]
+    if "scatter" in parts:
+        rows += [r.as_dict() for r in bench_scatter(
+            device, dtypes, scatter_shapes(args.quick, cuda), timer, log)]
     machine = _machine(cuda)
     wall = time.perf_counter() - t0
-    machine.update(command="python -m calibration.bench_matmul_grad", wall_s=wall,
-                   gpu_seconds=wall if cuda else 0.0)
+    command = "python -m calibration.bench_matmul_grad" + "".join(
+        f" --only {p}" for p in args.only or ())
+    machine.update(command=command, wall_s=wall, gpu_seconds=wall if cuda else 0.0)
     write_measurements(Path(args.output), rows, machine)
     print(f"wrote {len(rows)} measurements to {args.output} in {wall:.1f} s")
     return 0

@@ -21,7 +21,8 @@ def test_quick_cpu_run_writes_the_families(tmp_path: Path) -> None:
     rows, meta = read_measurements(out)
     assert meta["command"] == "python -m calibration.bench_matmul_grad"
     fams = {r["family"] for r in rows}
-    assert fams == {"matmul_tn", "matmul_nt", "scatter_add", "scatter_add_repeated"}
+    assert fams == {"matmul_tn", "matmul_nt", "bmm_nt", "bmm_tn", "scatter_add",
+                    "scatter_add_repeated"}
     quick_rows = {64, 128, 256}
     for r in rows:
         assert r["seconds"] > 0 and r["dtype"] == "Float32"
@@ -29,6 +30,8 @@ def test_quick_cpu_run_writes_the_families(tmp_path: Path) -> None:
             assert r["k"] in quick_rows and r["flops"] == 2.0 * r["m"] * r["n"] * r["k"]
         elif r["family"] == "matmul_nt":  # (R x n_out) @ (n_out x k_in)
             assert r["m"] in quick_rows
+        elif r["family"] in ("bmm_nt", "bmm_tn"):  # per product; batch 2 or 4
+            assert r["flops"] / (2.0 * r["m"] * r["n"] * r["k"]) in (2, 4)
         else:  # m rows of width n into a table of k rows
             assert r["op"].startswith("ScatterND add")
             # data and result, updates (float32) and the int64 indices
