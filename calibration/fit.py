@@ -1,15 +1,15 @@
 """Fitting: per-family regressions with scikit-learn, chosen by cross-validated error.
 
 For every family and key (``matmul``, ``matmul_unaligned``, ``matmul_tn``, ``matmul_nt``,
-``bmm`` and ``scatter_add_repeated`` per dtype; ``elementwise`` and the kernel
-families ``softmax``, ``layernorm``, ``gelu``, ``copy`` under ``any``; each collective per
-group size) the candidate models are fitted on the training rows, 5-fold cross-validated, and
-the one with the lowest score wins — the mean of the median absolute percentage error (APE)
-over all validation points and over the large ones (matmuls of at least 1 GFLOP, other
-kernels and collectives of at least 1 MiB), which dominate a step's time; it is refitted on
-all training rows and scored on the held-out rows. The shipped model is exactly the one scored:
-predictions go through ``distir.analysis.hardware.FitModel``, the evaluator the simulator
-uses.
+``bmm``, ``bmm_nt``, ``bmm_tn`` and ``scatter_add_repeated`` per dtype; ``elementwise`` and
+the kernel families ``softmax``, ``layernorm``, ``gelu``, ``copy`` under ``any``; each
+collective per group size) the candidate models are fitted on the training rows, 5-fold
+cross-validated, and the one with the lowest score wins — the mean of the median absolute
+percentage error (APE) over all validation points and over the large ones (matmuls of at
+least 1 GFLOP, other kernels and collectives of at least 1 MiB), which dominate a step's
+time; it is refitted on all training rows and scored on the held-out rows. The shipped
+model is exactly the one scored: predictions go through
+``distir.analysis.hardware.FitModel``, the evaluator the simulator uses.
 
 Candidates:
 - ``linear``: ``t = a + sum(c_i x_i)`` with ``c_i >= 0``, weighted by ``1 / t^2`` so that the
@@ -49,8 +49,13 @@ MATMULS = ("matmul", "matmul_unaligned", "matmul_tn", "matmul_nt")
 """Families of single products, features ``hardware.matmul_features``: contiguous operands
 (aligned or not), and an operand read transposed (``calibration.bench_matmul_grad``)."""
 
+BMMS = ("bmm", "bmm_nt", "bmm_tn")
+"""Families of batched products (both operands batched), features
+``hardware.bmm_features``: contiguous operands, and one read transposed."""
+
 LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
          "matmul_tn": ("flops", 1e9), "matmul_nt": ("flops", 1e9),
+         "bmm_nt": ("flops", 1e9), "bmm_tn": ("flops", 1e9),
          "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20)),
          "conv": ("flops", 1e9), "conv_dgrad": ("flops", 1e9), "conv_wgrad": ("flops", 1e9)}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
@@ -64,7 +69,7 @@ CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
 
-PER_DTYPE = (*MATMULS, "bmm", *CONV, "softmax", "layernorm", "gelu", "copy",
+PER_DTYPE = (*MATMULS, *BMMS, *CONV, "softmax", "layernorm", "gelu", "copy",
              "elementwise_bcast", "scatter_add_repeated")
 """Families fitted per dtype (the memory-bound kernel families too: half-precision softmax,
 layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones);
@@ -142,7 +147,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
-    if row["family"] == "bmm":
+    if row["family"] in BMMS:
         m, n, k = int(row["m"]), int(row["n"]), int(row["k"])
         batch = max(int(round(float(row["flops"]) / (2.0 * m * n * k))), 1)
         x = bmm_features(batch, m, n, k, 1)
@@ -300,7 +305,7 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "loglog2(rows, width, table)": _loglog(("rows", "width", "table"), 2),
                 "linear(rows, bytes) x trees(rows, width, table)":
                     _boosted(("rows", "bytes"), ("rows", "width", "table"))}
-    if family == "bmm":
+    if family in BMMS:
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
                 "linear(flops, mn, mk, kn)": _linear(("flops", "mn", "mk", "kn")),
                 "loglog2(batch, m, n, k)": _loglog(("batch", "m", "n", "k"), 2),

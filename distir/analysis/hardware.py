@@ -23,15 +23,16 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
   ``m``, ``n``, ``k``, ``flops``, ``bytes``), ``bmm`` by dtype (batched products whose two
   operands are both batched, as attention runs them: ``bmm_features``), ``elementwise``
   (feature ``bytes``), ``matmul_tn`` and ``matmul_nt`` by dtype (products with an operand
-  read transposed, as a weight's gradient runs them: ``layout_matmul_time``),
+  read transposed, as a weight's gradient runs them: ``layout_matmul_time``), ``bmm_nt``
+  and ``bmm_tn`` by dtype (their batched forms: ``layout_bmm_time``),
   ``scatter_add_repeated`` by dtype (``scatter_features``), the kernels ``softmax``,
   ``layernorm``, ``gelu`` and ``copy`` (a permuted tensor made contiguous) under ``any``
   (feature ``bytes``), and each collective (``allreduce``, ``allgather``,
   ``reduce_scatter``, ``broadcast``, ``send``, ...) by group size (feature ``bytes``). A
   fitted family replaces the analytic formula for it; a profile without ``bmm`` folds
   batches into ``m`` of the ``matmul`` model, one without ``matmul_tn`` / ``matmul_nt``
-  prices those products by ``matmul``, one without a kernel family uses ``elementwise``
-  (``copy``: costs nothing, a view).
+  (``bmm_nt`` / ``bmm_tn``) prices those products by ``matmul`` (``bmm``), one without a
+  kernel family uses ``elementwise`` (``copy``: costs nothing, a view).
 
 Profiles are found by name in ``calibration/profiles/NAME.json`` beside the ``distir``
 package (the repository checkout, or site-packages where both are installed), in the
@@ -441,6 +442,18 @@ class Hardware:
         if f is None:
             return self.matmul_time(m, n, k, dtype, itemsize)
         return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
+
+    def layout_bmm_time(self, layout: str, batch: int, m: int, n: int, k: int, dtype: str,
+                        itemsize: int) -> float:
+        """``batch`` products ``(m x k) @ (k x n)``, both operands batched, one read
+        transposed, as ``MatMulGrad``'s general lowering runs an attention's gradient:
+        ``layout`` ``bmm_nt`` (``torch.matmul(dy, b.mT)``) or ``bmm_tn``
+        (``torch.matmul(a.mT, dy)``). The profile's fit of that family for ``dtype``
+        (``calibration/bench_matmul_grad.py``), else ``bmm_time``."""
+        f = self._fits.get((layout, dtype))
+        if f is None:
+            return self.bmm_time(batch, m, n, k, dtype, itemsize)
+        return max(f(bmm_features(batch, m, n, k, itemsize)), self.launch_overhead)
 
     def fitted_kernel_time(self, family: str, dtype: str,
                            features: Mapping[str, float]) -> float | None:

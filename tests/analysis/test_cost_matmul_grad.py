@@ -1,7 +1,8 @@
 """Cost rules of the products with a transposed operand (``matmul_tn``, ``matmul_nt``: a
-weight's ``MatMulGrad``) and of the repeated-index scatter-add (``scatter_add_repeated``:
-``ScatterND`` adding into its data), on a tiny made-up profile with hand-computed times;
-and profiles without these families keep the older costs."""
+weight's ``MatMulGrad``; ``bmm_nt``, ``bmm_tn``: an attention's) and of the repeated-index
+scatter-add (``scatter_add_repeated``: ``ScatterND`` adding into its data), on a tiny
+made-up profile with hand-computed times; and profiles without these families keep the
+older costs."""
 
 from __future__ import annotations
 
@@ -66,18 +67,31 @@ def test_only_the_used_gradient_is_priced() -> None:
     assert _costs(only_a, NEW)["da"] == pytest.approx(T_NT)
 
 
-def test_batched_gradients_and_forward_products_keep_their_fits() -> None:
-    batched = """
+BATCHED = """
 func @main(%a: Tensor[Float16, (4, 16, 8), 0], %b: Tensor[Float16, (4, 8, 16), 0],
            %dy: Tensor[Float16, (4, 16, 16), 0]) {
   %da, %db = MatMulGrad(%a, %b, %dy)
   %y = MatMul(%a, %b)
   return %da, %db, %y
 }"""
-    new, old = _costs(batched, NEW), _costs(batched, OLD)
-    assert new["da"] == pytest.approx(old["da"])
-    assert new["da"] == pytest.approx(2 * (5e-5 + 4e-13 * 2.0 * 4 * 16 * 16 * 8))
-    assert new["y"] == pytest.approx(old["y"])
+BNT = FitModel("linear", ("flops", "batch"), intercept=6e-5, coef=(5e-13, 1e-7))
+BTN = FitModel("linear", ("flops", "mn"), intercept=7e-5, coef=(6e-13, 1e-10))
+
+
+def test_batched_gradients_use_the_batched_layout_fits() -> None:
+    flops = 2.0 * 4 * 16 * 16 * 8  # every product here: batch 4, 16 x 16 x 8 in some order
+    # without bmm_nt / bmm_tn: two bmm products, as before
+    assert _costs(BATCHED, NEW)["da"] == pytest.approx(2 * (5e-5 + 4e-13 * flops))
+    both = Hardware(**BASE, fits=(*NEW.fits, ("bmm_nt", "Float16", BNT),
+                                  ("bmm_tn", "Float16", BTN)))
+    c = _costs(BATCHED, both)
+    # da = dy @ b^T: (16 x 16) @ (16 x 8) per batch; db = a^T @ dy: (8 x 16) @ (16 x 16),
+    # whose results hold 4 * 8 * 16 elements
+    assert c["da"] == pytest.approx(6e-5 + 5e-13 * flops + 1e-7 * 4
+                                    + 7e-5 + 6e-13 * flops + 1e-10 * 4 * 8 * 16)
+    # a forward product keeps bmm
+    assert c["y"] == pytest.approx(_costs(BATCHED, OLD)["y"])
+    assert c["y"] == pytest.approx(5e-5 + 4e-13 * 2.0 * 4 * 16 * 16 * 8)
 
 
 SCATTER_ADD = """
@@ -127,7 +141,7 @@ def test_the_families_round_trip_through_a_profile_file(tmp_path: Path) -> None:
 
 def test_the_shipped_h100_profile_fits_the_new_families() -> None:
     hw = load_hardware("h100-sxm")
-    for fam in ("matmul_tn", "matmul_nt", "scatter_add_repeated"):
+    for fam in ("matmul_tn", "matmul_nt", "bmm_nt", "bmm_tn", "scatter_add_repeated"):
         for dt in ("Float16", "BFloat16", "Float32"):
             assert hw.fit(fam, dt) is not None, (fam, dt)
     # profiles without them are unchanged: the analytic dgx2 prices a weight gradient as

@@ -62,7 +62,7 @@ def _rows(family: str, dtype: str, law, n: int = 40) -> list[dict]:
     return rows
 
 
-@pytest.mark.parametrize("family", ["matmul_tn", "matmul_nt", "scatter_add_repeated"])
+@pytest.mark.parametrize("family", ["matmul_tn", "bmm_tn", "scatter_add_repeated"])
 def test_the_families_are_fitted_per_dtype(family: str) -> None:
     assert family in PER_DTYPE
     if family == "scatter_add_repeated":

@@ -8,6 +8,19 @@
   ``torch.matmul`` does); when both operands are batched (attention's ``[B, H, T, hd] @
   [B, H, hd, T]``) the product is one batched kernel, ``Hardware.bmm_time``: the profile's
   ``bmm`` fit, else the folded product.
+- ``MatMulGrad`` runs its products with an operand read transposed (``da = dy @ b^T``,
+  ``db = a^T @ dy``), which cuBLAS runs at other speeds than ``a @ b``: the profile's
+  ``matmul_nt`` / ``matmul_tn`` fits for a 2-D ``b`` (a weight: ``Hardware.
+  layout_matmul_time``) and ``bmm_nt`` / ``bmm_tn`` with both operands batched
+  (``Hardware.layout_bmm_time``), each falling back to ``matmul`` / ``bmm``
+  (``calibration/bench_matmul_grad.py``). A ``MatMul`` keeps ``matmul`` even when its
+  operand is a ``Transpose``'s view (the tied LM head ``x @ wte^T``, 1.5 times slower on an
+  H100 than ``matmul`` predicts): a rule sees its op's types and attributes only, and no
+  type says that an operand is a transposed view.
+- An adding ``ScatterND`` (the embedding gradient) uses the profile's
+  ``scatter_add_repeated`` fit where it has one: the backend's accumulating ``index_put_``
+  adds each run of equal indices serially, and it was measured with the indices the
+  backend draws when it measures a step (integers in [0, 8)); else ``scatter_add``.
 - Every other kernel is memory-bound: ``Hardware.memory_time(bytes, flops)`` with ``bytes``
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
   per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions,
@@ -203,7 +216,8 @@ def _products(hw: Hardware, dims: list[tuple[int, ...]], t: TensorType,
             continue
         layout = layouts[i] if i < len(layouts) else None
         if batch > 1:
-            secs += hw.bmm_time(batch, m, n, k, dt, size)
+            secs += (hw.bmm_time(batch, m, n, k, dt, size) if layout is None
+                     else hw.layout_bmm_time(layout, batch, m, n, k, dt, size))
         elif layout is not None:
             secs += hw.layout_matmul_time(layout, m, n, k, dt, size)
         else:
@@ -246,7 +260,8 @@ def matmul_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     a result the program never uses (``None`` in ``outs``) is not computed. With a 2-D
     ``b`` (a weight) the backend runs ``torch.matmul(dy, b.t())`` and ``torch.mm(a^T,
     dy)`` over the folded rows: the profile's ``matmul_nt`` and ``matmul_tn`` fits where it
-    has them (module docstring)."""
+    has them; with both operands batched (attention) ``torch.matmul(dy, b.mT)`` and
+    ``torch.matmul(a.mT, dy)``: its ``bmm_nt`` and ``bmm_tn`` fits (module docstring)."""
     a, b = ins[0], ins[1]
     batch, m, k, n, b_batched = _matmul_dims(a, b)
     da: tuple[int, ...]
@@ -254,6 +269,7 @@ def matmul_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     layouts: tuple[str | None, str | None] = (None, None)
     if b_batched and batch > 1:
         da, db = (batch, m, k, n), (batch, k, n, m)
+        layouts = ("bmm_nt", "bmm_tn")
     else:
         da, db = (batch * m, k, n), (k, n, batch * m)
         if a.rank >= 2 and b.rank == 2:
