@@ -64,7 +64,7 @@ from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
 
 __all__ = ["LAYOUTS", "BATCHED", "WIDTHS", "VOCAB", "MERGED", "product_shapes",
            "batched_shapes", "scatter_shapes", "bench_layouts", "bench_batched",
-           "bench_scatter", "merge", "main"]
+           "bench_scatter", "bench_all", "merge", "main"]
 
 LAYOUTS = ("matmul_tn", "matmul_nt")
 """``matmul_tn``: ``a.t() @ dy`` (a weight's gradient); ``matmul_nt``: ``x @ w.t()`` (an
@@ -180,8 +180,10 @@ def batched_shapes(layout: str, quick: bool, cuda: bool) -> list[tuple[int, int,
     hd)`` (the context's ``da``), for ``bmm_tn`` ``(hd, T, T)`` and ``(T, hd, T)``; batch
     (batch x heads) 12 to 512, ``T`` 256 to 2048, ``hd`` 64 and 128, at most 1 GiB a
     float32 operand. Small with ``quick`` or on a CPU."""
-    if quick or not cuda:
+    if quick:
         batches, seqs, heads = (2, 4), (16, 32), (8,)
+    elif not cuda:
+        batches, seqs, heads = (2, 4, 8), (32, 64, 128), (16, 32)
     else:
         batches, seqs, heads = (12, 32, 64, 128, 256, 512), (256, 512, 1024, 2048), (64, 128)
     out = []
@@ -229,17 +231,21 @@ def scatter_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int, str]]:
     """``(rows, width, table, split)``: updates of ``rows x width`` into a ``table x width``
     table; rows from 2^11 to 2^16 (1.5 x 2^k held out), widths 768, 1024, 2048, tables of
     GPT-2's vocabulary and of 8192 rows. Small with ``quick`` or on a CPU."""
-    if quick or not cuda:
-        return [(r, w, t, s) for r, s in size_ladder(6, 8 if quick else 10)
-                for w in (16, 64) for t in (100, 1000)]
+    if quick:
+        return [(r, 16, 100, s) for r, s in size_ladder(6, 9)]
+    if not cuda:
+        return [(r, w, t, s) for r, s in size_ladder(6, 10) for w in (16, 64)
+                for t in (100, 1000)]
     return [(r, w, t, s) for r, s in size_ladder(11, 16) for w in (768, 1024, 2048)
             for t in (VOCAB, 8192)]
 
 
 def bench_scatter(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int, str]],
-                  timer: Timer, log: Callable[[str], None]) -> Iterator[Row]:
+                  timer: Timer, log: Callable[[str], None],
+                  spread: bool = True) -> Iterator[Row]:
     """Time ``ScatterND(reduction="add")`` through the backend's lowering, with indices in
-    [0, 8) (``scatter_add_repeated``) and over the whole table (``scatter_add``)."""
+    [0, 8) (``scatter_add_repeated``) and, with ``spread``, over the whole table (rows of
+    ``scatter_add``, for comparison)."""
     import torch
 
     from calibration.bench_train import DeviceTimer, _compile, _inputs, _nbytes, _one_op
@@ -257,7 +263,8 @@ def bench_scatter(device: Any, dtypes: list[str], shapes: list[tuple[int, int, i
                                        ("upd", ddt, (rows, width))], 1, reduction="add")
             kernel = _compile(fn, device)
             nbytes = _nbytes(fn)
-            for fam, bound in (("scatter_add_repeated", 8), ("scatter_add", table)):
+            for fam, bound in (("scatter_add_repeated", 8), ("scatter_add", table))[
+                    :2 if spread else 1]:
                 args = _inputs(fn, {"idx": min(bound, table)}, device)
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda k=kernel, a=args: k(*a))
@@ -301,6 +308,18 @@ def merge(bench_csv: str, measurements_csv: str) -> int:
     if not crlf:  # keep the file's line endings (the csv module writes CRLF)
         path.write_bytes(path.read_bytes().replace(b"\r\n", b"\n"))
     return len(add)
+
+
+def bench_all(device: Any, dtypes: list[str], quick: bool, timer: Timer,
+              log: Callable[[str], None], shapes: int | None = None) -> Iterator[Row]:
+    """Every family ``merge`` adds (``MERGED``), as ``distir calibrate`` measures them:
+    ``shapes`` random product shapes per layout (default 64 on a GPU, 12 else)."""
+    cuda = device.type == "cuda"
+    count = shapes or (6 if quick else 64 if cuda else 12)
+    yield from bench_layouts(device, dtypes, quick, timer, log, count)
+    yield from bench_batched(device, dtypes, quick, timer, log)
+    yield from bench_scatter(device, dtypes, scatter_shapes(quick, cuda), timer, log,
+                             spread=False)
 
 
 def main(argv: list[str] | None = None) -> int:

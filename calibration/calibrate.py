@@ -5,7 +5,8 @@
 (``bench_broadcast``); attention's batched matmuls,
 softmax, layer norm, GELU, permuted copies; the training kernels through the backend's
 lowerings: convolutions forward and backward, normalization and softmax gradients,
-cross entropy, Adam, scatter-add, reductions, pools) and ``comm`` (every local GPU, or
+cross entropy, Adam, scatter-add, reductions, pools; ``bench_matmul_grad``'s products with a
+transposed operand and repeated-index scatter-adds) and ``comm`` (every local GPU, or
 gloo processes on a CPU), fits them (``fit``), and writes
 
 - ``OUTPUT`` (``NAME.json``): the profile, in the format of ``distir.analysis.hardware``;
@@ -450,6 +451,13 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), Float32")
         rows.extend(r.as_dict() for r in bench_train.bench_convs(device, ["Float32"], convs,
                                                                  timer, log))
+        from calibration.bench_matmul_grad import bench_all
+
+        if use_cuda:
+            torch.cuda.empty_cache()
+        log("products with a transposed operand (matmul_tn, matmul_nt, bmm_nt, bmm_tn) and "
+            f"repeated-index scatter-adds, {len(dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0
