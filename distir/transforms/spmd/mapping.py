@@ -314,9 +314,9 @@ def mesh_candidates(prog: Program, mesh: Mesh, hw: Any, batch_size: int | None,
                                              max_states=max_states, top_k=top_k, stats=st,
                                              deadline=deadline)]
         except OverBudget as e:
-            st["search"] = str(e)
+            st["search"] = e.message
         except ConfigError as e:
-            st["error"] = str(e)
+            st["error"] = e.message
     out = _merge(searched, seeded_candidates(prog, mesh, hw, batch_size, analysis)
                  if seeded else [])
     if out:
