@@ -17,7 +17,10 @@ dropped.
 Plans are scored by an additive time estimate (``segsearch``'s); the ``top_k`` cheapest
 final plans of every mesh are lowered (``lower``) and simulated (``distir.simulate``);
 the fastest whose simulated peak memory fits the card wins. Plans whose parameters alone
-exceed the card are dropped during the search.
+exceed the card are dropped during the search. Beside them, every mesh's ``dtp`` plans
+(``seeds.dtp_plans``: ``dtp``'s seeds propagated) are simulated too, so the result is
+never slower than those. A budget is a deadline checked before each segment; a mesh
+whose search it stops keeps its seeded plans.
 """
 
 from __future__ import annotations
