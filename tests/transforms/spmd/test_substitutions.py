@@ -192,7 +192,8 @@ def test_sites_on_model_builders() -> None:
 def test_sites_on_an_onnx_model() -> None:
     """AlexNet as shipped with ONNX (its three fully connected layers are Gemms): each is
     rewritten as a product and a bias, whose product the other rules then split."""
-    onnx = pytest.importorskip("onnx")
+    import onnx
+
     path = os.path.join(os.path.dirname(onnx.__file__), "backend", "test", "data", "light",
                         "light_bvlc_alexnet.onnx")
     fn = distir.import_onnx(path).entry
@@ -206,8 +207,6 @@ def test_sites_on_an_onnx_model() -> None:
 @pytest.fixture(scope="module")
 def zoo_bert() -> Function:
     """Hugging Face BERT (two layers, hidden 32) exported by torch, imported."""
-    pytest.importorskip("torch")
-    pytest.importorskip("transformers")
     from tests.zoo.export import ExportFailed, exported
     from tests.zoo.models import BY_NAME as ZOO
 
