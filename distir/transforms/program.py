@@ -127,6 +127,22 @@ class Program:
         i = self.producer.get(v)
         return None if i is None else self.ops[i]
 
+    def is_zeros(self, v: Value | None) -> bool:
+        """Whether ``v`` is all zeros: a zero constant, ``ConstantOfShape`` of zero (or
+        without a value), or one expanded."""
+        c = self.const(v)
+        if c is not None:
+            return not np.any(c)
+        op = self.producer_op(v) if v is not None else None
+        if op is None:
+            return False
+        if op.op_type == "Expand":
+            return self.is_zeros(op.inputs[0])
+        if op.op_type == "ConstantOfShape":
+            val = op.attrs.get("value")
+            return val is None or not np.any(val.array)  # type: ignore[union-attr]
+        return False
+
 
 class _Named(Namer):
     """A namer that, once every value of the function is defined, prints each value with

@@ -13,8 +13,6 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
-import numpy as np
-
 from distir.ir.core import Op, Value
 from distir.transforms.layout import B, Demand, Layout, Reject, replicated
 from distir.transforms.layout_rules import apply_rule
@@ -109,25 +107,9 @@ class Propagation:
         if op.op_type in _LOCAL_GATHERS and ins[0] is not None and ins[1] is not None and \
                 ins[1].marks and ins[1].marks[0] == B and op.inputs[1] not in self.local_index:
             self._check_gather(op, ins[0])
-        elif op.op_type == "ScatterND" and hit[0][1] and not self._zeros(op.inputs[0]):
+        elif op.op_type == "ScatterND" and hit[0][1] and not self.prog.is_zeros(op.inputs[0]):
             raise Reject("ScatterND adds split updates into a tensor that is not zeros")
         return hit
-
-    def _zeros(self, v: Value | None) -> bool:
-        """Whether ``v`` is all zeros: a zero constant, or one expanded."""
-        prog = self.prog
-        c = prog.const(v)
-        if c is not None:
-            return not np.any(c)
-        op = prog.producer_op(v) if v is not None else None
-        if op is None:
-            return False
-        if op.op_type == "Expand":
-            return self._zeros(op.inputs[0])
-        if op.op_type == "ConstantOfShape":
-            val = op.attrs.get("value")
-            return val is None or not np.any(val.array)  # type: ignore[union-attr]
-        return False
 
     def _check_gather(self, op: Op, data: Layout) -> None:
         """A gather along the split batch axis needs indices made from local shapes."""

@@ -126,6 +126,10 @@ class OpRules:
             except (Reject, Demand) as e:
                 raise NotLocal(f"{t}: {e}", axis=axis) from None
             return tuple(P for _ in res), []
+        if t == "ScatterND" and _adds_split_rows_into_zeros(self.prog, op, pl, shapes, attrs):
+            # each device adds its own rows into its zeros: the sum over devices is the
+            # whole result (an embedding's gradient under a split batch, as dtp does)
+            return (P,), []
         if t in _XENT and isinstance(pl[0], Shard) and pl[0].dim == len(shapes[0]) - 1:
             # dtp lowers a class-split cross entropy with its own collectives (maxima,
             # sums of exp); a local op on split logits would be wrong
@@ -193,6 +197,19 @@ class OpRules:
             if hit:
                 out.append(k)
         return out
+
+
+def _adds_split_rows_into_zeros(prog: Program, op: Op, pl: list[Placement | None],
+                                shapes: tuple, attrs: dict[str, Any]) -> bool:
+    """A ``ScatterND`` with ``reduction="add"`` of updates and indices split alike along a
+    leading (sample) axis into whole zeros."""
+    if attrs.get("reduction") != "add" or len(pl) != 3 or isinstance(pl[0], Shard):
+        return False
+    idx, upd = pl[1], pl[2]
+    if not (isinstance(idx, Shard) and isinstance(upd, Shard)) or idx != upd or \
+            idx.groups != 1 or idx.dim >= len(shapes[1]) - 1:
+        return False
+    return prog.is_zeros(op.inputs[0])
 
 
 def _layout(p: Placement, rank: int) -> Layout:
