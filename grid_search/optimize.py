@@ -32,9 +32,13 @@ PLAN_COLUMNS = ["rank", "mesh", "plan", "simulated_ms", "estimate_ms",
 
 def optimize_workload(w: Workload, devices: int, *, hardware: str = "h100-sxm",
                       batch_size: int | None = None, budget_s: float | None = None,
+                      substitutions: list[str] | None = None, depth: int = 2,
                       **kw: Any) -> tuple[Any, int]:
     """``(OptimizeResult, batch size)`` of ``w``'s step at ``batch_size`` (default: the
-    workload's first default batch) over ``devices`` devices."""
+    workload's first default batch) over ``devices`` devices. With ``substitutions`` (rule
+    names; an empty list: all of them), the rewrites of the step are searched too
+    (``optimize_with_substitutions``, to ``depth`` rewrites, within ``budget_s``, default
+    120 s, each rewrite's placement search unbounded)."""
     from distir.transforms.spmd.mapping import optimize
 
     if devices < 1:
@@ -43,6 +47,12 @@ def optimize_workload(w: Workload, devices: int, *, hardware: str = "h100-sxm",
         raise ConfigError(f"--budget {budget_s}: give a positive number of seconds")
     batch = batch_size or default_batches(w)[0]
     fn = w.prepared([batch]).build(batch)
+    if substitutions is not None:
+        from distir.transforms.spmd.rewrite_search import optimize_with_substitutions
+
+        return optimize_with_substitutions(
+            fn, devices, hardware, substitutions=substitutions or None, depth=depth,
+            budget_s=budget_s or 120.0, batch_size=batch, **kw), batch
     return optimize(fn, devices, hardware, batch_size=batch, budget_s=budget_s, **kw), batch
 
 

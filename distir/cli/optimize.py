@@ -39,6 +39,12 @@ def register(sub: argparse._SubParsersAction) -> None:
     g.add_argument("--no-seeds", action="store_true",
                    help="do not add dtp's data/tensor plans (propagated seeds) to the "
                    "candidates")
+    g.add_argument("--substitutions", nargs="*", metavar="RULE",
+                   help="also search rewrites of the step (docs/substitutions.md): the "
+                        "rules named, or all of them when none is named; --budget then "
+                        "bounds the rewrite search (default 120 s)")
+    g.add_argument("--depth", type=int, default=2,
+                   help="with --substitutions: rewrites applied in sequence (default 2)")
     e = p.add_argument_group("where the meshes are searched")
     e.add_argument("--executor", default="local", choices=["local", "ray"],
                    help="here, one mesh after another (default), or one Ray task per mesh "
@@ -100,6 +106,12 @@ def run(args: argparse.Namespace) -> int:
                     ("--top-k", args.top_k), ("--top", args.top)):
         if n < 1:
             raise ConfigError(f"{flag} {n}: need at least 1")
+    if args.depth < 0:
+        raise ConfigError(f"--depth {args.depth}: give 0 or more rewrites")
+    if args.substitutions:
+        from distir.transforms.spmd.substitutions import by_name
+
+        by_name(args.substitutions)  # an unknown rule: one line naming the known ones
     if args.run_top < 0:
         raise ConfigError(f"--run-top {args.run_top}: give a number of plans (0: none)")
     executor = None
@@ -113,8 +125,14 @@ def run(args: argparse.Namespace) -> int:
                                    batch_size=args.batch_size, budget_s=args.budget,
                                    beam=args.beam, max_states=args.max_states,
                                    top_k=args.top_k, seeded=not args.no_seeds,
-                                   executor=executor)
+                                   executor=executor, substitutions=args.substitutions,
+                                   depth=args.depth)
     sim = res.simulation
+    if args.substitutions is not None:
+        applied = res.stats.get("substitutions") or ()
+        rs = res.stats.get("rewrite_search", {})
+        print(f"substitutions: {', '.join(applied) if applied else 'none applied'} "
+              f"({rs.get('scored', '?')} rewritten programs scored)")
     print(report(res, f"{w.name} (batch {batch}) on {args.devices} x {args.hardware}: best "
                  f"{sim.latency_s * 1e3:.3f} ms on mesh {res.mesh} ({res.candidates[0].origin})",
                  top=args.top))

@@ -137,3 +137,20 @@ def test_cli(tmp_path: object, capsys: pytest.CaptureFixture[str]) -> None:
     assert "unknown model 'nope'" in capsys.readouterr().err
     assert main(["optimize", "--model", "mlp-1b", "--devices", "8", "--budget", "0"]) == 1
     assert "--budget 0.0: give a positive number" in capsys.readouterr().err
+
+
+def test_cli_substitutions(capsys: pytest.CaptureFixture[str]) -> None:
+    """``--substitutions`` searches the step's rewrites too and says which it applied; an
+    unknown rule is one line naming the known ones."""
+    from distir.cli import main
+
+    mlp = ["optimize", "--model", "mlp", "--num-layers", "2", "--width", "128",
+           "--batch-size", "64", "--devices", "2"]
+    assert main([*mlp, "--substitutions", "split_columns", "--depth", "1",
+                 "--budget", "30"]) == 0
+    text = capsys.readouterr().out
+    assert "substitutions: " in text and "rewritten programs scored" in text
+    assert main([*mlp, "--substitutions", "nope"]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "unknown substitution 'nope'" in err and "fuse_products" in err
+    assert "\n" not in err
