@@ -22,7 +22,7 @@ import os
 import socket
 import sys
 import uuid
-from collections.abc import Generator, Sequence
+from collections.abc import Generator, Iterator, Sequence
 from typing import Any, Protocol, cast
 
 from distir.errors import ConfigError
@@ -236,23 +236,32 @@ class RayExecutor:
             task = ray.remote(_evaluate_remote).options(num_cpus=1)
             token = uuid.uuid4().hex
             context = [ray.put((workload, hardware))]
-            done: dict[int, dict[str, Any]] = {}
-            submitted = released = 0
-            while released < len(configs):
-                while submitted < len(configs) and submitted - released < ahead:
-                    pending[task.remote(token, context, configs[submitted])] = submitted
-                    submitted += 1
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    done[pending.pop(ref)] = ray.get(ref)
-                while released in done:
-                    yield done.pop(released)
-                    released += 1
+            yield from in_order(ray, task, [(token, context, c) for c in configs], ahead,
+                                pending)
         finally:
             for ref in pending:
                 ray.cancel(ref)
             if connected:
                 ray.shutdown()
+
+
+def in_order(ray: Any, task: Any, calls: Sequence[tuple], window: int,
+             pending: dict[Any, int]) -> Iterator[Any]:
+    """The results of ``task.remote(*call)`` for each of ``calls``, in that order, with at
+    most ``window`` calls submitted beyond the next result to yield. ``pending`` (the
+    caller's, to cancel on clean-up) holds the refs submitted and not yet collected."""
+    done: dict[int, Any] = {}
+    submitted = released = 0
+    while released < len(calls):
+        while submitted < len(calls) and submitted - released < window:
+            pending[task.remote(*calls[submitted])] = submitted
+            submitted += 1
+        ready, _ = ray.wait(list(pending), num_returns=1)
+        for ref in ready:
+            done[pending.pop(ref)] = ray.get(ref)
+        while released in done:
+            yield done.pop(released)
+            released += 1
 
 
 def make_executor(kind: str, *, workers: int | None = None,

@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from distir.errors import ConfigError
-from grid_search.executors import RayExecutor, _import_ray
+from grid_search.executors import RayExecutor, _import_ray, in_order
 from grid_search.models import Workload, default_batches
 
 __all__ = ["optimize_workload", "report", "run_top_plans", "PLAN_COLUMNS", "save_plans",
@@ -256,21 +256,11 @@ class RayMeshes(RayExecutor):
             workers = self.workers or max(1, int(ray.cluster_resources().get("CPU", 1)))
             task = ray.remote(_mesh_remote).options(num_cpus=1)
             fn_ref = ray.put(fn)
-            results: dict[int, Any] = {}
-            nxt = released = 0
-            while released < len(meshes):
-                while nxt < len(meshes) and len(pending) < workers:
-                    # without seeded plans the first mesh is searched to the end
-                    due = deadline if opts.get("seeded", True) or nxt else None
-                    pending[task.remote(fn_ref, meshes[nxt], hw, batch_size,
-                                        dict(opts, deadline=due))] = nxt
-                    nxt += 1
-                ready, _ = ray.wait(list(pending), num_returns=1)
-                for ref in ready:
-                    results[pending.pop(ref)] = ray.get(ref)
-                while released in results:
-                    yield results.pop(released)
-                    released += 1
+            # without seeded plans the first mesh is searched to the end
+            calls = [(fn_ref, m, hw, batch_size,
+                      dict(opts, deadline=deadline if opts.get("seeded", True) or i else None))
+                     for i, m in enumerate(meshes)]
+            yield from in_order(ray, task, calls, workers, pending)
         finally:
             for ref in pending:
                 ray.cancel(ref)
