@@ -109,10 +109,19 @@ def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
     for d in dims:
         if 2.0 * d ** 3 <= max_flops:
             shapes[(d, d, d)] = None
+    return sample_shapes(rng, (dims, dims, dims), n, max_flops, shapes)
+
+
+def sample_shapes(rng: random.Random, axes: tuple[list[int], list[int], list[int]], n: int,
+                  max_flops: float, shapes: dict[tuple[int, int, int], None] | None = None,
+                  ) -> list[tuple[int, int, int]]:
+    """Up to ``n`` distinct products ``(a, b, c)`` (``shapes`` first), each axis drawn from
+    its list, of at most ``max_flops`` (``2abc``) FLOPs, shuffled."""
+    shapes = {} if shapes is None else shapes
     tries = 0
     while len(shapes) < n and tries < 100 * n:
         tries += 1
-        s = (rng.choice(dims), rng.choice(dims), rng.choice(dims))
+        s = (rng.choice(axes[0]), rng.choice(axes[1]), rng.choice(axes[2]))
         if 2.0 * s[0] * s[1] * s[2] <= max_flops:
             shapes[s] = None
     out = list(shapes)

@@ -60,7 +60,7 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
+from calibration.bench import TORCH_DTYPES, Row, Timer, _split, sample_shapes, size_ladder
 
 __all__ = ["LAYOUTS", "BATCHED", "WIDTHS", "VOCAB", "MERGED", "product_shapes",
            "batched_shapes", "scatter_shapes", "bench_layouts", "bench_batched",
@@ -98,15 +98,8 @@ def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int =
         rows_ax = [1 << e for e in range(11, 17)]
         widths = list(WIDTHS)
         max_flops = MAX_FLOPS
-    shapes: dict[tuple[int, int, int], None] = {}
-    tries = 0
-    while len(shapes) < count and tries < 100 * count:
-        tries += 1
-        s = (rng.choice(rows_ax), rng.choice(widths), rng.choice(widths))
-        if 2.0 * s[0] * s[1] * s[2] <= max_flops:
-            shapes[s] = None
-    out = list(shapes)
-    rng.shuffle(out)
+    out = sample_shapes(rng, (rows_ax, widths, widths), count, max_flops)
+    shapes = set(out)
     if cuda and not quick:
         for r in (8192, 32768):  # a transformer layer's products: attention, fused QKV, MLP
             for d in (768, 1024, 2048):
