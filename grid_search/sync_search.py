@@ -52,6 +52,7 @@ from distir.transforms.synchronize import (
     resolve,
     servers,
     synchronize,
+    with_updates_inlined,
 )
 
 __all__ = ["SyncSearchResult", "sync_search", "builder_strategies", "bucketing_plan", "describe",
@@ -202,7 +203,7 @@ def sync_search(fn: Function | Module, hardware: str | Hardware = "h200-sxm", *,
         raise ConfigError(f"sync_search: need alpha >= 1, beta >= 1, patience >= 1, "
                           f"max_evals >= 1 and samples >= 0, got alpha={alpha}, beta={beta}, "
                           f"patience={patience}, max_evals={max_evals}, samples={samples}")
-    f = fn.entry if isinstance(fn, Module) else fn
+    f = with_updates_inlined(fn.entry if isinstance(fn, Module) else fn)
     hw = hardware if isinstance(hardware, Hardware) else load_hardware(hardware)
     t0 = time.perf_counter()
     grads = gradients(f)

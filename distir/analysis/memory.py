@@ -111,20 +111,26 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     resolve = memo.resolve
     annotated = False
     alias: dict[Value, Value] = {}  # call results that are an argument's storage
+    # Per callee's facts, the results that alias (``(i, j, dup)``): most results do not.
+    aliasing: dict[int, tuple[tuple[int, int | None, int | None], ...]] = {}
     for op in fn.ops:
         if op.callee is None:
             continue
         cl = liveness(op.callee if resolve is None else resolve(op.callee), memo)
-        for i, v in enumerate(op.outputs):
-            j = cl.return_param[i]
+        pairs = aliasing.get(id(cl))
+        if pairs is None:
+            pairs = aliasing[id(cl)] = tuple(
+                (i, j, d) for i, (j, d) in enumerate(zip(cl.return_param, cl.return_dup))
+                if j is not None or d is not None)
+        outs = op.outputs
+        for i, j, dup in pairs:
+            v = outs[i]
             arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
             if arg is not None:
                 alias[v] = alias.get(arg, arg)
-            else:
-                dup = cl.return_dup[i]
-                if dup is not None:
-                    first = op.outputs[dup]
-                    alias[v] = alias.get(first, first)
+            elif dup is not None:
+                first = outs[dup]
+                alias[v] = alias.get(first, first)
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
     live: set[Value | None] = set(kept)  # storages used later, or returned (None: an
@@ -152,7 +158,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             sig = sigs.setdefault(sig, sig)
             ins = op.inputs
             if alias:
-                ins = tuple(u if u is None else alias.get(u, u) for u in ins)
+                ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
             if live.issuperset(ins):  # nothing dies here (None counts as live)
                 infos[op] = (sig, (), (), free_out, (), _NO_DROP)
                 continue
@@ -184,8 +190,8 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             annotated = True
         cl = liveness(op.callee if resolve is None else resolve(op.callee), memo, dropped)
         skip = cl.unused_params
-        roots = [None if u is None else alias.get(u, u) for u in op.inputs] if alias \
-            else op.inputs
+        get = alias.get
+        roots = list(map(get, op.inputs, op.inputs)) if alias else op.inputs  # type: ignore
         # The positions of the arguments not live after the call, by C-level scans (calls
         # pass thousands of arguments, of which few die here, such as a microbatch's
         # activation). Never None: None is in ``live``.

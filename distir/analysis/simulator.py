@@ -90,17 +90,48 @@ class CostFallbackWarning(UserWarning):
 class _TopBases(dict):
     """Clock vectors of the entry function: every device starts at the root symbol."""
 
+    def initial(self, d: int) -> dict[int, float]:
+        return _ROOT_VEC
+
     def __missing__(self, d: int) -> dict[int, float]:
         self[d] = _ROOT_VEC
         return _ROOT_VEC
 
 
 class _EntryBases(dict):
-    """Clock vectors of a callee: each device starts at its own entry symbol."""
+    """Clock vectors of a callee: each device (or communication stream) starts at an entry
+    symbol: its own, or, where the call found clocks equal (``sym``: key -> the first key
+    of its class, see ``Simulator._classes``), one symbol for the class."""
+
+    def __init__(self, sym: dict[int, int] | None = None) -> None:
+        super().__init__()
+        self.sym = sym or {}
+        self._start: dict[int, dict[int, float]] = {}
+
+    def initial(self, d: int) -> dict[int, float]:
+        s = self.sym.get(d, d)
+        v = self._start.get(s)
+        if v is None:
+            v = self._start[s] = {s: 0.0}
+        return v
 
     def __missing__(self, d: int) -> dict[int, float]:
-        v = self[d] = {d: 0.0}
+        v = self[d] = self.initial(d)
         return v
+
+
+def entry_keys(args: Sequence[Any]) -> tuple[int, ...]:
+    """The clock keys a call on ``args`` starts from: each device of the arguments in
+    order of first appearance, then its communication stream."""
+    seen: dict[int, None] = {}
+    for a in args:
+        if a is not None:
+            for d in type_of(a).devices:
+                seen[d] = None
+    out: list[int] = []
+    for d in seen:
+        out += (d, comm_key(d))
+    return tuple(out)
 
 
 class CallSummary:
@@ -187,6 +218,7 @@ class Simulator(TypeInterpreter):
         self._device_free: dict[int, bool] = {}
         self._renamed: dict[tuple[int, int], Any] = {}  # (id(value), device) -> renamed
         self._placed: dict[int, tuple[Any, tuple]] = {}  # id(value) -> (value, placed bytes)
+        self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
         self._new_state(top=True, owned=())
 
     def _rep(self, fn: Function) -> Function:
@@ -205,10 +237,12 @@ class Simulator(TypeInterpreter):
         return hit[1]
 
     # -- state -----------------------------------------------------------------------
-    def _new_state(self, top: bool, owned: tuple[bool, ...]) -> None:
+    def _new_state(self, top: bool, owned: tuple[bool, ...],
+                   sym: dict[int, int] | None = None) -> None:
         """Fresh clocks, memory and events, for the entry function (``top``: one clock
-        symbol for all devices) or a callee (one symbol per device)."""
-        self._base: dict[int, dict[int, float]] = _TopBases() if top else _EntryBases()
+        symbol for all devices) or a callee (one symbol per device, or per class of
+        devices whose clocks are equal at the call: ``sym``)."""
+        self._base: _TopBases | _EntryBases = _TopBases() if top else _EntryBases(sym)
         self._shift: defaultdict[int, float] = defaultdict(float)
         self._mem: defaultdict[int, int] = defaultdict(int)
         self._peak: defaultdict[int, int] = defaultdict(int)
@@ -407,11 +441,13 @@ class Simulator(TypeInterpreter):
             callee = rep if rep is not None else self._rep(callee)
         # The callee by identity too (functions compare by structure); ``_callees`` keeps
         # each summarized one alive so that its id is not reused.
-        key = (id(callee), tuple(map(id, args)), given, drop, waiting)
+        ids = tuple(map(id, args))
+        cls = self._classes(args, ids)
+        key = (id(callee), ids, given, drop, waiting, cls)
         s = self._summaries.get(key)
         if s is None:
             self._callees[id(callee)] = callee
-            s = self._summaries[key] = self._summary(callee, args, given, drop, waiting)
+            s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls)
         self._apply(s, op, waiting)
         mem = self._mem
         nbytes = self._bytes
@@ -479,8 +515,32 @@ class Simulator(TypeInterpreter):
             self._costs[key] = c
         return c
 
+    def _classes(self, args: tuple, ids: tuple[int, ...]) -> tuple[int, ...]:
+        """The clock classes of a call: for each of its entry keys (``entry_keys``), the
+        index of its class, keys being in one class when their clocks are the same vector
+        object with the same shift (devices synchronized by a collective or a call, or
+        untouched so far). A class is one entry symbol in the callee's summary, which is
+        exact (``x + max(a, b) == max(x + a, x + b)``, rounding being monotone) and keeps
+        the callee's clock vectors as wide as the classes, not the devices: a replica's
+        whole pipeline schedule in one call (``dtp``'s ``@replica``) spans 2 x its devices
+        of keys but few classes. Part of the summary's key."""
+        keys = self._entry_keys.get(ids)
+        if keys is None:
+            keys = self._entry_keys[ids] = entry_keys(args)
+        base, shift = self._base, self._shift
+        initial = base.initial
+        seen: dict[tuple[int, float], int] = {}
+        out = []
+        for k in keys:
+            v = base.get(k)
+            if v is None:
+                v = initial(k)
+            out.append(seen.setdefault((id(v), shift.get(k, 0.0)), len(seen)))
+        return tuple(out)
+
     def _summary(self, callee: Function, args: tuple, given: tuple[bool, ...],
-                 drop: frozenset[int], waiting: tuple[int, ...]) -> CallSummary:
+                 drop: frozenset[int], waiting: tuple[int, ...],
+                 cls: tuple[int, ...]) -> CallSummary:
         """A new call key's summary: the summary of the call on canonical devices, renamed
         to this call's (made once per canonical call), where renaming is exact; else the
         callee simulated on these arguments."""
@@ -488,14 +548,14 @@ class Simulator(TypeInterpreter):
             sigma = canonical_devices(args, self.hw.devices_per_node)
             if sigma is not None:
                 cargs = tuple(self._rename_value(a, sigma) for a in args)
-                ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting)
+                ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting, cls)
                 cs = self._summaries.get(ckey)
                 if cs is None:
                     cs = self._summaries[ckey] = self._summarize(callee, cargs, given, drop,
-                                                                 waiting)
+                                                                 waiting, cls)
                 inv = {c: d for d, c in sigma.items()}
                 return rename_summary(cs, inv, lambda v: self._rename_value(v, inv))
-        return self._summarize(callee, args, given, drop, waiting)
+        return self._summarize(callee, args, given, drop, waiting, cls)
 
     def _rename_value(self, v: Any, m: dict[int, int]) -> Any:
         """``v`` on the devices ``m`` gives its own, interned (so identities stand for
@@ -514,12 +574,20 @@ class Simulator(TypeInterpreter):
         return self._canon.setdefault(r, r)
 
     def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
-                   drop: frozenset[int], waiting: tuple[int, ...]) -> CallSummary:
-        """Simulate ``callee`` once with symbolic entry clocks and relative memory, owning
-        the arguments ``given`` and freeing the results ``drop`` inside; the arguments
-        ``waiting`` are pending, each ready at its own symbol ``arg_key(i)``."""
+                   drop: frozenset[int], waiting: tuple[int, ...],
+                   cls: tuple[int, ...]) -> CallSummary:
+        """Simulate ``callee`` once with symbolic entry clocks (one per clock class
+        ``cls`` of its entry keys) and relative memory, owning the arguments ``given`` and
+        freeing the results ``drop`` inside; the arguments ``waiting`` are pending, each
+        ready at its own symbol ``arg_key(i)``."""
         saved = self._save()
-        self._new_state(top=False, owned=given)
+        first: dict[int, int] = {}
+        sym = {}
+        for k, c in zip(entry_keys(args), cls, strict=True):
+            r = first.setdefault(c, k)
+            if r != k:
+                sym[k] = r
+        self._new_state(top=False, owned=given, sym=sym)
         self._drop = drop
         for i in waiting:
             self._pending[callee.params[i]] = (type_of(args[i]).devices[0], {arg_key(i): 0.0})

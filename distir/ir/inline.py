@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from distir._util import no_gc
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["inline_calls"]
+__all__ = ["inline_calls", "inline_top_calls"]
 
 
 def inline_calls(fn: Function) -> Function:
@@ -29,6 +31,58 @@ def inline_calls(fn: Function) -> Function:
 
     with no_gc():
         rets = inline(fn, list(fn.params))
+    out = Function(fn.name, fn.params, ops, rets, fn.return_types)  # type: ignore[arg-type]
+    out.initializers = dict(fn.initializers)
+    return out
+
+
+def inline_top_calls(fn: Function, which: Callable[[Function], bool]) -> Function:
+    """``fn`` with each of its own calls of a function ``which`` accepts replaced by that
+    function's ops (one level: what the callee calls stays a call); ``fn`` itself when
+    there is none. Consecutive calls of one function (``dtp``'s per-replica functions)
+    are written out op by op, interleaved: the callee's first op for each call, then its
+    second, ..., as ``dtp`` writes the replicas' copies of an op together. Parameters,
+    names and declared types are kept as in ``inline_calls``."""
+    if not any(op.callee is not None and which(op.callee) for op in fn.ops):
+        return fn
+    ops: list[Op] = []
+    env: dict[Value, Value | None] = {}
+
+    def args(op: Op, table: dict[Value, Value | None]) -> list[Value | None]:
+        return [None if v is None else table.get(v, v) for v in op.inputs]
+
+    with no_gc():
+        i, n = 0, len(fn.ops)
+        while i < n:
+            op = fn.ops[i]
+            callee = op.callee
+            if callee is None or not which(callee):
+                ops.append(Op(op.op_type, args(op, env), dict(op.attrs) or None, op.outputs,
+                              callee=callee))
+                i += 1
+                continue
+            j = i + 1
+            while j < n and fn.ops[j].callee is callee:
+                j += 1
+            calls = fn.ops[i:j]
+            inner = [dict(zip(callee.params, args(c, env))) for c in calls]
+            # A result the callee makes is the call's own result value (its name too).
+            made = {o for cop in callee.ops for o in cop.outputs}
+            own: list[dict[Value, Value]] = [{} for _ in calls]
+            for r, v in enumerate(callee.returns):
+                if v in made:
+                    for c, m in zip(calls, own):
+                        m.setdefault(v, c.outputs[r])
+            for cop in callee.ops:
+                for table, m in zip(inner, own):
+                    outs = [m.get(v) or Value(v.name, v.type) for v in cop.outputs]
+                    ops.append(Op(cop.op_type, args(cop, table), dict(cop.attrs) or None,
+                                  outs, callee=cop.callee))
+                    table.update(zip(cop.outputs, outs))
+            for c, table in zip(calls, inner):
+                env.update(zip(c.outputs, (table.get(r, r) for r in callee.returns)))
+            i = j
+        rets = [env.get(v, v) for v in fn.returns]
     out = Function(fn.name, fn.params, ops, rets, fn.return_types)  # type: ignore[arg-type]
     out.initializers = dict(fn.initializers)
     return out

@@ -107,8 +107,8 @@ _A = AttrSpec
 _VARIADIC = (1, None)
 _DISTIR_OPS = [
     # Communication (synchronous across the devices they touch).
-    _op("Send", "comm", (1, 1), (1, 1), (_A("device", "device", True),),
-        doc="the value, moved to `device`"),
+    _op("Send", "comm", (1, 2), (1, 1), (_A("device", "device"),),
+        doc="the value, moved to `device`, or to the device of the second input"),
     _op("MPIAllreduce", "comm", _VARIADIC, _VARIADIC, (), "inputs",
         doc="n sums, one on each input's device"),
     _op("MPIAllreduceBucket", "comm", _VARIADIC, _VARIADIC, (_A("tensors", "int", True),),

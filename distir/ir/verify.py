@@ -209,6 +209,9 @@ def _check_schema(fn: Function, op: Op, schema: OpSchema, num_devices: int | Non
         if spec.required and spec.name not in op.attrs:
             raise _err(fn, f"{op.op_type} needs attribute {spec.name} "
                        f"({_KIND_WORDS[spec.kind]})", op)
+    if op.op_type == "Send" and ("device" in op.attrs) == (n == 2):
+        raise _err(fn, "Send takes its destination once: device=D, or a second input "
+                   "whose device is the destination", op)
     m = len(op.outputs)
     lo, hi = schema.expected_outputs(n, op.attrs)
     if m < lo or (hi is not None and m > hi):

@@ -20,6 +20,12 @@ schedule, gradient reduction and the updates.
    pass, as PyTorch's DistributedDataParallel does;
 6. returns the results (or, self-contained, gathers them on device 0).
 
+With ``dp > 1``, what every replica does alike on its own devices (the schedule up to the
+first unit reduced early, and the updates) is written once, for replica 0, as a function
+(``@replica``, ``@update``) that ``@main`` calls once per replica (``_per_replica``): its
+transfers name their destination by a value on that device (``Send(%x, %w)``), so it
+names no device and the simulator summarizes one call for all replicas.
+
 Values are named ``{name}[_s{stage}][_mb{m}][_dp{d}][_tp{t}]``: the stage suffix marks a
 copy sent to another stage (or a value needed on several), the others appear only when
 ``K``, ``dp`` or ``tp`` exceed 1, e.g. ``%dw1_mb3_tp1``.
@@ -27,13 +33,19 @@ copy sent to another stage (or a value needed on several), the others appear onl
 
 from __future__ import annotations
 
+import itertools
 import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from functools import partial
 
+from distir.analysis.renaming import device_free
 from distir.ir.core import CALL, Function, Op, Value
+from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
 from distir.transforms.hoist import BuilderBase
 from distir.transforms.layout import B, T
+from distir.transforms.plan import Plan
 from distir.transforms.program import SHAPE_OPERANDS
 from distir.transforms.schedule import ticks
 from distir.transforms.stages import StageFunction
@@ -44,6 +56,11 @@ __all__ = ["MainBuilder"]
 
 class MainBuilder(BuilderBase):
     """Builds ``@main`` for a plan and its stage functions."""
+
+    def __init__(self, plan: Plan, groups: dict[tuple[int, str], StageFunction]) -> None:
+        super().__init__(plan, groups)
+        self._outlined: list[_Replica] = []
+        """The functions written per replica (``_per_replica``), in order."""
 
     # -- the program --------------------------------------------------------------------------
     def split_microbatches(self) -> None:
@@ -93,19 +110,36 @@ class MainBuilder(BuilderBase):
         return out
 
     def run_schedule(self) -> None:
+        """The units of the schedule, tick by tick, and the transfers after each tick.
+
+        With ``dp > 1``, the ticks before the first unit whose gradients are reduced early
+        (all of them in inference) are written once, for replica 0, as the function
+        ``@replica``, which ``@main`` calls once per replica (``_per_replica``)."""
         plan = self.plan
-        env, acc = self.env, self.acc
-        started: set[tuple[int, int, str]] = set()
-        templates: dict[tuple[int, bool, int], list] = {}
-        bases = {id(g): [base_name(v) for v in g.outputs] for g in self.groups.values()}
+        self._started: set[tuple[int, int, str]] = set()
+        self._templates: dict[tuple[int, bool, int], list] = {}
+        self._bases = {id(g): [base_name(v) for v in g.outputs] for g in self.groups.values()}
+        order = ticks(plan.schedule, plan.pp, plan.k, plan.training)
+        n = self._replica_ticks(order)
+        if n and self._per_replica("replica", lambda: self._run_ticks(order[:n], range(1))):
+            for _, s, kind in list(self._started):
+                self._started.update((r, s, kind) for r in range(plan.dp))
+        else:
+            n = 0
+            self._started.clear()
+        self._run_ticks(order[n:], range(plan.dp))
+
+    def _run_ticks(self, order: list, replicas: range) -> None:
+        env, acc, started, templates = self.env, self.acc, self._started, self._templates
+        bases = self._bases
         unrolled: list[list[Value]] = []
-        for tick in ticks(plan.schedule, plan.pp, plan.k, plan.training):
+        for tick in order:
             done: list[tuple[StageFunction, int]] = []
             for kind, s, m in tick:
                 g = self.groups.get((s, kind))
                 if g is None:
                     continue
-                for d in range(plan.dp):
+                for d in replicas:
                     first = (d, s, kind) not in started
                     started.add((d, s, kind))
                     use_acc = not first and g.acc is not None
@@ -123,7 +157,7 @@ class MainBuilder(BuilderBase):
                             args.extend(env[(e[1], m, d, s)])
                         else:
                             args.extend(acc[(e[1], d, s)])
-                    if plan.dp > 1 and kind == "B" and m == plan.k - 1 and g.reduced:
+                    if self._reduced_early(g, kind, m):
                         unrolled.append(args)  # the stage's last unit: see _reduce_early
                         continue
                     name = self.namer(None, m, d)
@@ -138,8 +172,165 @@ class MainBuilder(BuilderBase):
             for g, m in done:
                 for v, stages in g.send_to.items():
                     for s2 in stages:
-                        for d in range(plan.dp):
+                        for d in replicas:
                             self.send(v, env[(v, m, d, g.stage)], m, d, s2)
+
+    def _reduced_early(self, g: StageFunction, kind: str, m: int) -> bool:
+        """Whether a unit is a stage's last backward unit, written out in ``@main`` with
+        its gradients' allreduces (``_reduce_early``)."""
+        return self.plan.dp > 1 and kind == "B" and m == self.plan.k - 1 and bool(g.reduced)
+
+    # -- one replica's schedule as a function ----------------------------------------------------
+    def _replica_ticks(self, order: list) -> int:
+        """How many leading ticks ``@replica`` holds: those before the first unit reduced
+        early; 0 (no replica function) with one replica, or when a stage the schedule
+        sends to has no value of its own on some rank to name the destination by."""
+        plan = self.plan
+        if plan.dp == 1:
+            return 0
+        if plan.pp > 1 and self._stage_anchors() is None:
+            return 0
+        for i, tick in enumerate(order):
+            for kind, s, m in tick:
+                g = self.groups.get((s, kind))
+                if g is not None and self._reduced_early(g, kind, m):
+                    return i
+        return len(order)
+
+    def _stage_anchors(self) -> dict[tuple[int, int], Value] | None:
+        """``(stage, rank) -> a value replica 0 holds there before the schedule runs`` (a
+        weight shard or a batch-independent value a unit of that stage takes): inside
+        ``@replica``, a ``Send`` to that rank names its destination by this value, so
+        that the function is generic over devices."""
+        plan = self.plan
+        out: dict[tuple[int, int], Value] = {}
+        for (s, _), g in self.groups.items():
+            if (s, 0) in out:
+                continue
+            for e in self._template(g, g.inputs, 0):
+                if type(e) is list and len(e) == plan.tp:
+                    for t, v in enumerate(e):
+                        out[(s, t)] = v
+                    break
+        if len(out) < plan.pp * plan.tp:
+            return None
+        return out
+
+    def _per_replica(self, name: str, emit: Callable[[], None]) -> bool:
+        """Write replica 0's ops (``emit``: appends them to ``self.ops`` and records their
+        results in ``env``/``acc``, reading replica 0's values) as the function ``@name``,
+        which ``@main`` calls once per replica; ``False``, and nothing written, when the
+        ops are not generic over devices (an op names a device) or read a value that is
+        not replica 0's copy of a per-replica one.
+
+        Every replica runs the same ops on its own devices, so one function serves all:
+        its parameters are the replica's values it reads (weight shards, microbatches,
+        batch-independent values), its sends name their destination by a parameter on
+        that device (``Send(%x, %w)``), and it returns the values ``@main`` reads later.
+        The simulator summarizes one call and renames it for the others
+        (``distir.analysis.renaming``), so the program's size no longer grows with the
+        replicas. Each device runs the same ops in the same order as when every replica's
+        ops are written out in ``@main``.
+
+        The results are found by use: the entries ``emit`` made in ``env`` and ``acc``
+        are taken out, and reading one for any replica afterwards (``_ReplicaEntries``)
+        makes that replica's result of the call; ``build`` writes the calls with the
+        results read, where ``emit``'s ops would have been."""
+        plan = self.plan
+        # Replica 0's values as the function's own (fresh: the values of @main may carry
+        # its declared types), each with where replica d finds its copy.
+        fresh: dict[Value, Value] = {}
+        where: dict[Value, tuple[str, tuple, int]] = {}
+        saved: list[tuple[dict, tuple, list[Value], list[Value]]] = []
+        tables: tuple[tuple[dict, int, str], ...] = (
+            (self.env, 2, "env"), (self.hoisted, 1, "hoisted"), (self.acc, 1, "acc"))
+        for table, at, kind in tables:
+            for key, vals in table.items():
+                if key[at] != 0:
+                    continue
+                new = []
+                for t, x in enumerate(vals):
+                    f = fresh.get(x)
+                    if f is None:
+                        f = fresh[x] = Value(_generic_name(x.name))
+                        where[f] = (kind, key, t)
+                    new.append(f)
+                saved.append((table, key, vals, new))
+                dict.__setitem__(table, key, new)
+        sizes = [len(table) for table, _, _ in tables]
+        self._anchors = self._stage_anchors() if plan.pp > 1 else None
+        main_ops, self.ops = self.ops, []
+
+        def constant(attr: DenseAttr, key: tuple, hint: str) -> list[Value]:
+            # A constant the ops need and @main has not made: made in @main, before the
+            # calls, for every replica; the function takes replica 0's.
+            self.outline = None  # (named as @main's values)
+            for d in range(plan.dp):
+                outside.add(key[:1] + (d,) + key[2:])
+                self._constants(attr, key[:1] + (d,) + key[2:], hint, main_ops)
+            self.outline = constant
+            new = []
+            for t, x in enumerate(self.hoisted[key]):
+                f = fresh[x] = Value(_generic_name(x.name))
+                where[f] = ("hoisted", key, t)
+                new.append(f)
+            saved.append((self.hoisted, key, self.hoisted[key], new))
+            dict.__setitem__(self.hoisted, key, new)
+            return new
+
+        outside: set[tuple] = set()
+        self.outline = constant
+        try:
+            emit()
+        finally:
+            self.outline = None
+        body, self.ops = self.ops, main_ops
+        self._anchors = None
+        for k in [k for k in self._templates if k[2] == 0]:
+            del self._templates[k]
+        # What ``emit`` made: new entries, and entries it replaced (running sums).
+        made: list[list[tuple]] = [list(itertools.islice(table, n, None))
+                                   for (table, _, _), n in zip(tables, sizes)]
+        made[1] = [k for k in made[1] if k not in outside]
+        for table, key, vals, new in saved:
+            if table[key] is new:
+                dict.__setitem__(table, key, vals)
+            else:
+                made[[t[0] for t in tables].index(table)].append(key)
+        used = set(itertools.chain.from_iterable(op.inputs for op in body))
+        used.discard(None)
+        defined = {o for op in body for o in op.outputs}
+        fn = Function(name, [f for f in where if f in used], body, ())
+        if not body or not used <= defined | where.keys() or not device_free(fn, {}):
+            for (table, _, _), keys in zip(tables, made):  # undo: written out instead
+                for k in keys:
+                    dict.pop(table, k, None)
+            for table, key, vals, _ in saved:
+                dict.__setitem__(table, key, vals)
+            return False
+        for k in made[1]:  # batch-independent values computed inside: again outside
+            del self.hoisted[k]
+        inner = _ReplicaResults(self, where)
+        env = self.env if isinstance(self.env, _ReplicaEntries) else _ReplicaEntries(
+            self.env, 2)
+        acc = self.acc if isinstance(self.acc, _ReplicaEntries) else _ReplicaEntries(
+            self.acc, 1)
+        self.env, self.acc = env, acc
+        for table, keys in ((env, made[0]), (acc, made[2])):
+            for k in keys:
+                table.made[k] = (inner, dict.pop(table, k))
+        calls = [Op(CALL, [self._on_replica(where[p], d) for p in fn.params], None, (),
+                    callee=fn) for d in range(plan.dp)]
+        self._outlined.append(_Replica(fn, calls, len(self.ops), inner))
+        return True
+
+    def _on_replica(self, place: tuple[str, tuple, int], d: int) -> Value:
+        """Replica ``d``'s copy of a value replica 0 holds at ``place``."""
+        kind, key, t = place
+        if kind == "env":
+            return self.env[key[:2] + (d,) + key[3:]][t]
+        table = self.hoisted if kind == "hoisted" else self.acc
+        return table[key[:1] + (d,) + key[2:]][t]
 
     def _bind_outputs(self, g: StageFunction, outs: list[Value], m: int, d: int) -> None:
         """Record the results of one unit of ``g`` on replica ``d``: running sums in
@@ -219,12 +410,20 @@ class MainBuilder(BuilderBase):
                 self.env[(v, None, d, s)] = blocks[d]
 
     def updates(self) -> None:
+        """The updates (and whatever else follows the gradients' reduction) on every
+        replica: with ``dp > 1``, written once as ``@update`` and called per replica
+        (``_per_replica``)."""
+        if self.plan.dp > 1 and self._per_replica("update", lambda: self._updates(range(1))):
+            return
+        self._updates(range(self.plan.dp))
+
+    def _updates(self, replicas: range) -> None:
         plan, prog = self.plan, self.prog
         for i in prog.live_ops:
             if plan.kind(i) != POST:
                 continue
             op, s = prog.ops[i], plan.stage[i]
-            for d in range(plan.dp):
+            for d in replicas:
                 local: dict[Value, list[Value]] = {}
                 for k, x in enumerate(op.inputs):
                     if x is not None and (op.op_type, k) not in SHAPE_OPERANDS:
@@ -275,7 +474,29 @@ class MainBuilder(BuilderBase):
         return out
 
     def build(self, name: str, returns: list[Value]) -> Function:
+        for rep in reversed(self._outlined):  # the calls, with the results @main reads
+            res = rep.results
+            if not res.rets:  # nothing it computes is read
+                continue
+            rep.fn.returns = tuple(res.rets)
+            for d, c in enumerate(rep.calls):
+                outs = res.outs[d]
+                c.outputs = tuple(outs[j] if j in outs else Value(
+                    _on_replica_name(x.name, d)) for j, x in enumerate(res.rets))
+            self.ops[rep.at:rep.at] = rep.calls
         return Function(name, self.params, self.ops, returns)
+
+
+def _on_replica_name(name: str | None, d: int) -> str:
+    """Replica ``d``'s name in ``@main`` for a value a function written per replica
+    returns (named there without the replica: ``{base}[_s{s}][_mb{m}][_tp{t}]``)."""
+    base, rank = re.fullmatch(r"(.*?)(_tp\d+)?", name or "v").groups()  # type: ignore
+    return f"{base}_dp{d}{rank or ''}"
+
+
+def _generic_name(name: str | None) -> str | None:
+    """The name inside a function written per replica of replica 0's value ``name``."""
+    return None if name is None else re.sub(r"_dp0(?=(_tp\d+)?$)", "", name)
 
 
 def _replica_name(name: str, m: int | None, d: int) -> str:
@@ -283,3 +504,68 @@ def _replica_name(name: str, m: int | None, d: int) -> str:
     ``m``), in ``@main``'s naming: ``{base}[_mb{m}]_dp{d}[_tp{t}]``."""
     base, rank = re.fullmatch(r"(.*?)(_tp\d+)?", name).groups()  # type: ignore[union-attr]
     return base + ("" if m is None else f"_mb{m}") + f"_dp{d}" + (rank or "")
+
+
+class _ReplicaResults:
+    """The results of ``@replica``'s calls that ``@main`` reads, made on first read: one
+    result per inner value read (``rets``), one output value per replica (``outs``)."""
+
+    def __init__(self, mb: MainBuilder, where: dict[Value, tuple[str, tuple, int]]) -> None:
+        self.mb = mb
+        self.where = where
+        self.rets: list[Value] = []
+        self.index: dict[Value, int] = {}
+        self.outs: list[dict[int, Value]] = [{} for _ in range(mb.plan.dp)]
+
+    def value(self, x: Value, d: int) -> Value:
+        """Replica ``d``'s copy, in ``@main``, of ``x``: a value of ``@replica`` (then
+        one of the call's results) or one it reads (then replica ``d``'s own)."""
+        place = self.where.get(x)
+        if place is not None:
+            return self.mb._on_replica(place, d)
+        j = self.index.get(x)
+        if j is None:
+            j = self.index[x] = len(self.rets)
+            self.rets.append(x)
+        out = self.outs[d].get(j)
+        if out is None:
+            out = self.outs[d][j] = Value(_on_replica_name(x.name, d))
+        return out
+
+
+class _ReplicaEntries(dict):
+    """``env`` or ``acc`` once functions are written per replica: the entries a
+    function's ops made for replica 0 (``made``: its results object and the function's
+    values) are given to each replica on first read, as the results of its call. ``at``:
+    the position of the replica in a key."""
+
+    def __init__(self, table: dict, at: int) -> None:
+        super().__init__(table)
+        self.at = at
+        self.made: dict[tuple, tuple[_ReplicaResults, list[Value]]] = {}
+
+    def __missing__(self, key: tuple) -> list[Value]:
+        at = self.at
+        d = key[at]
+        hit = self.made.get(key[:at] + (0,) + key[at + 1:])
+        if hit is None:
+            raise KeyError(key)
+        results, vals = hit
+        value = results.value
+        out = self[key] = [value(x, d) for x in vals]
+        return out
+
+    def get(self, key: tuple, default: object = None) -> object:  # type: ignore[override]
+        try:
+            return self[key]
+        except KeyError:
+            return default
+
+
+@dataclass
+class _Replica:
+    fn: Function
+    calls: list[Op]
+    at: int
+    """Where in ``@main`` the calls go: where the replicas' ticks would have been."""
+    results: _ReplicaResults

@@ -48,6 +48,10 @@ class BuilderBase:
         self.hoisted: dict[tuple[int, int, int], list[Value]] = {}
         self.acc: dict[tuple[Value, int, int], list[Value]] = {}
         self.early: set[Value] = set()  # gradients reduced inside the schedule
+        # Inside @replica (compose.py), the value that names each (stage, rank)'s device.
+        self._anchors: dict[tuple[int, int], Value] | None = None
+        # Inside a function written per replica (compose.py): makes a new constant.
+        self.outline: Callable[[DenseAttr, tuple, str], list[Value]] | None = None
         self.home: dict[Value, int] = {}
         for i in self.prog.live_ops:
             if plan.kind(i) != HOIST:
@@ -63,7 +67,7 @@ class BuilderBase:
         plan = self.plan
         suffix = (f"_s{s}" if s is not None else "") + (
             f"_mb{m}" if m is not None and plan.k > 1 else "") + (
-            f"_dp{d}" if plan.dp > 1 else "")
+            f"_dp{d}" if plan.dp > 1 and self.outline is None else "")
         ends = [f"{suffix}_tp{t}" for t in range(plan.tp)] if plan.tp > 1 else [suffix]
         return lambda b: [b + e for e in ends]
 
@@ -141,9 +145,13 @@ class BuilderBase:
     def send(self, v: Value, src: list[Value], m: int | None, d: int, s: int) -> list[Value]:
         names = self.namer(s, m, d)(base_name(v))
         vals = []
+        anchors = self._anchors
         for t, x in enumerate(src):
             y = Value(names[t])
-            self.ops.append(Op("Send", [x], {"device": self.plan.device(d, s, t)}, [y]))
+            if anchors is not None:  # inside @replica: to where a value of rank t is
+                self.ops.append(Op("Send", [x, anchors[(s, t)]], None, [y]))
+            else:
+                self.ops.append(Op("Send", [x], {"device": self.plan.device(d, s, t)}, [y]))
             vals.append(y)
         self.env[(v, m, d, s)] = vals
         return vals
@@ -153,14 +161,23 @@ class BuilderBase:
         key = (self.plan.const_key(attr), d, s)
         vals = self.hoisted.get(key)
         if vals is None:
-            names = self.namer(s if self.plan.pp > 1 else None, None, d)(hint)
-            vals = []
-            for t in range(self.plan.tp):
-                y = Value(names[t])
-                self.ops.append(Op("Constant", [], {"value": attr,
-                                                    "device": self.plan.device(d, s, t)}, [y]))
-                vals.append(y)
-            self.hoisted[key] = vals
+            if self.outline is not None:  # inside a function written per replica
+                return self.outline(attr, key, hint)
+            vals = self._constants(attr, key, hint, self.ops)
+        return vals
+
+    def _constants(self, attr: DenseAttr, key: tuple, hint: str, ops: list[Op]) -> list[Value]:
+        """``Constant``s of ``attr`` on the ranks of ``key``'s replica and stage, appended
+        to ``ops`` and recorded as hoisted."""
+        _, d, s = key
+        names = self.namer(s if self.plan.pp > 1 else None, None, d)(hint)
+        vals = []
+        for t in range(self.plan.tp):
+            y = Value(names[t])
+            ops.append(Op("Constant", [], {"value": attr,
+                                           "device": self.plan.device(d, s, t)}, [y]))
+            vals.append(y)
+        self.hoisted[key] = vals
         return vals
 
     def hoist(self, v: Value, d: int, s: int) -> list[Value]:

@@ -57,13 +57,14 @@ from distir.transforms.sync.plan import (
     resolve,
     servers,
     split_groups,
+    with_updates_inlined,
 )
 from distir.transforms.sync.powersgd import state_names
 from distir.transforms.sync.rewrite import Rewrite
 
 __all__ = ["OPTIMIZERS", "BUILDERS", "Gradient", "VarSync", "gradients", "resolve",
            "synchronize", "dumps_strategy", "servers", "split_groups", "state_names",
-           "DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES"]
+           "DDP_BUCKET_BYTES", "DDP_FIRST_BUCKET_BYTES", "with_updates_inlined"]
 
 
 def synchronize(fn: Function | Module, strategy: Mapping[str, Any] | Sequence[VarSync],
@@ -72,7 +73,7 @@ def synchronize(fn: Function | Module, strategy: Mapping[str, Any] | Sequence[Va
     ``strategy``: a strategy dict (module docstring) or a resolved plan, one ``VarSync``
     per gradient in readiness order. Raises ``TransformError`` for a strategy that does
     not fit the program."""
-    f = fn.entry if isinstance(fn, Module) else fn
+    f = with_updates_inlined(fn.entry if isinstance(fn, Module) else fn)
     grads = gradients(f)
     if isinstance(strategy, Mapping):
         plan = resolve(grads, strategy)

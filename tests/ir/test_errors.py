@@ -154,8 +154,13 @@ CASES = [
         r"unknown attribute 'alpha' for Relu \(it takes: none\)", VerifyError),
     Bad("unknown_attribute_lists_known", fn("  %y = Softmax(%x, axes=1)\n  return %y\n"), 2, 8,
         r"unknown attribute 'axes' for Softmax \(it takes: axis\)", VerifyError),
-    Bad("missing_required_attribute", fn("  %y = Send(%x)\n  return %y\n"), 2, 8,
-        r"Send needs attribute device \(a device number\)", VerifyError),
+    Bad("missing_required_attribute", fn("  %y = Cast(%x)\n  return %y\n"), 2, 8,
+        r"Cast needs attribute to \(a dtype \(Float32, Int64, \.\.\.\)\)", VerifyError),
+    Bad("send_without_destination", fn("  %y = Send(%x)\n  return %y\n"), 2, 8,
+        r"Send takes its destination once: device=D, or a second input whose device is "
+        r"the destination", VerifyError),
+    Bad("send_two_destinations", fn("  %y = Send(%x, %x, device=1)\n  return %y\n"), 2, 8,
+        r"Send takes its destination once: .*", VerifyError),
     Bad("wrong_attribute_kind_device", fn('  %y = Send(%x, device="1")\n  return %y\n'), 2, 8,
         r"attribute device of Send must be a device number", VerifyError),
     Bad("wrong_attribute_kind_float", fn('  %y = SGDOptimizer(%x, %x, lr="fast")\n'

@@ -79,6 +79,9 @@ def test_each_gradient_is_reduced_right_after_its_last_part(cfg: tuple) -> None:
     # The first gradient is reduced before the backward of the layers below it has run.
     first = replica_sums[0]
     assert any(op.op_type == "MatMulGrad" for op in ops[first:])
-    # No replica-sum is left to the end, after the updates started.
-    updates = [i for i, op in enumerate(ops) if op.op_type == "SGDOptimizer"]
+    # No replica-sum is left to the end, after the updates started (the updates are
+    # one @update function, called once per replica).
+    updates = [i for i, op in enumerate(ops) if op.op_type == "SGDOptimizer" or (
+        op.callee is not None and op.callee.name == "update")]
+    assert len(updates) == dp
     assert max(replica_sums) < min(updates)

@@ -93,9 +93,18 @@ def _concat_shape(op_type: str, ts: list[TensorType], axis_attr: int) -> tuple[i
 @TYPE_RULES.register("Send")
 def send(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     t = type_of(args[0])
-    d = attrs["device"]
     if not isinstance(t, (TensorType, ScalarType)):
         raise TypeInferenceError(f"Send moves a tensor or a scalar, got {t}")
+    d = attrs.get("device")
+    if (d is None) == (len(args) < 2):
+        raise TypeInferenceError("Send takes its destination once: either device=D or a "
+                                 "second input whose device is the destination")
+    if d is None:
+        to = type_of(args[1])
+        if not isinstance(to, (TensorType, ScalarType)):
+            raise TypeInferenceError(f"Send's second input names the destination by its "
+                                     f"device; it must be a tensor or a scalar, got {to}")
+        d = to.device
     if t.device == d:
         raise PlacementError(f"the value is already on device {d}; a Send must move it to "
                              "another device: remove the Send or change device=")

@@ -15,6 +15,7 @@ from distir.analysis.api import type_env
 from distir.analysis.values import type_of
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Op, Value
+from distir.ir.inline import inline_top_calls
 from distir.ir.types import DType, TensorType
 
 __all__ = ["OPTIMIZERS", "BUILDERS", "Gradient", "VarSync", "gradients", "resolve",
@@ -132,7 +133,20 @@ def servers(gr: Gradient, p: VarSync) -> tuple[int, ...]:
 # -- finding the gradients --------------------------------------------------------------
 
 def _entry(fn: Function | Module) -> Function:
-    return fn.entry if isinstance(fn, Module) else fn
+    return with_updates_inlined(fn.entry if isinstance(fn, Module) else fn)
+
+
+def _updates_in(fn: Function) -> bool:
+    return any(op.op_type in OPTIMIZERS or (op.callee is not None and _updates_in(op.callee))
+               for op in fn.ops)
+
+
+def with_updates_inlined(fn: Function) -> Function:
+    """``fn`` with its calls of functions that update weights (``dtp``'s per-replica
+    ``@update``) written out, so that each gradient's all-reduce and the updates reading
+    it are in the entry function; ``fn`` itself when it has none. A caller that finds
+    gradients and rewrites them inlines once and passes the result to both."""
+    return inline_top_calls(fn, _updates_in)
 
 
 def gradients(fn: Function | Module) -> tuple[Gradient, ...]:
