@@ -25,7 +25,7 @@ pending-argument symbols ``arg_key(i)`` are positions and stay.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 from distir.analysis.values import Concrete, type_of
@@ -73,7 +73,7 @@ def device_free(fn: Function, memo: dict[int, bool]) -> bool:
     return ok
 
 
-def canonical_devices(args: Sequence[Any], per_node: int) -> dict[int, int] | None:
+def canonical_devices(args: Iterable[Any], per_node: int) -> dict[int, int] | None:
     """The renaming (actual device -> canonical device) of a call's arguments, or ``None``
     when it is the identity. Nodes (``device // per_node``) are numbered in order of first
     appearance, and so are devices within each node: calls whose arguments are equal up to

@@ -124,7 +124,9 @@ def entry_keys(args: Sequence[Any]) -> tuple[int, ...]:
     """The clock keys a call on ``args`` starts from: each device of the arguments in
     order of first appearance, then its communication stream."""
     seen: dict[int, None] = {}
-    for a in args:
+    # Each distinct argument once, in order of first appearance (arguments are interned:
+    # equal ones are one object), by C-level passes.
+    for a in dict(zip(map(id, args), args)).values():
         if a is not None:
             for d in type_of(a).devices:
                 seen[d] = None
@@ -545,9 +547,11 @@ class Simulator(TypeInterpreter):
         to this call's (made once per canonical call), where renaming is exact; else the
         callee simulated on these arguments."""
         if self._rename and device_free(callee, self._device_free):
-            sigma = canonical_devices(args, self.hw.devices_per_node)
+            uniq = dict(zip(map(id, args), args))  # arguments are interned
+            sigma = canonical_devices(uniq.values(), self.hw.devices_per_node)
             if sigma is not None:
-                cargs = tuple(self._rename_value(a, sigma) for a in args)
+                ren = {i: self._rename_value(a, sigma) for i, a in uniq.items()}
+                cargs = tuple(map(ren.__getitem__, map(id, args)))
                 ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting, cls)
                 cs = self._summaries.get(ckey)
                 if cs is None:

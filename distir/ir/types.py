@@ -61,13 +61,18 @@ class DType(enum.Enum):
     def from_np(dtype: _NpDType | type) -> DType:
         """The DType of a numpy dtype; raises ``KeyError`` for one outside the spec."""
         d = np.dtype(dtype)
-        if d.name == "bfloat16":
-            return DType.BFloat16
-        return _FROM_NP[d.name]
+        hit = _BY_NP_DTYPE.get(d)
+        if hit is None:
+            hit = DType.BFloat16 if d.name == "bfloat16" else _FROM_NP[d.name]
+            _BY_NP_DTYPE[d] = hit
+        return hit
 
     def __repr__(self) -> str:
         return f"DType.{self.value}"
 
+
+_BY_NP_DTYPE: dict[np.dtype, DType] = {}
+"""``DType.from_np`` by numpy dtype (a dtype's ``name`` is slow to compute)."""
 
 _ITEMSIZE = {
     DType.Bool: 1,

@@ -495,8 +495,14 @@ def _on_replica_name(name: str | None, d: int) -> str:
 
 
 def _generic_name(name: str | None) -> str | None:
-    """The name inside a function written per replica of replica 0's value ``name``."""
-    return None if name is None else re.sub(r"_dp0(?=(_tp\d+)?$)", "", name)
+    """The name inside a function written per replica of replica 0's value ``name``:
+    without its ``_dp0`` (``{base}[_s{s}][_mb{m}]_dp0[_tp{t}]``)."""
+    if name is None:
+        return None
+    head, sep, tail = name.rpartition("_dp0")
+    if sep and (not tail or (tail[:3] == "_tp" and tail[3:].isdigit())):
+        return head + tail
+    return name
 
 
 def _replica_name(name: str, m: int | None, d: int) -> str:

@@ -21,7 +21,7 @@ import numpy as np
 
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
-from distir.ir.types import DenseAttr, TensorType
+from distir.ir.types import DenseAttr, DType, TensorType
 from distir.transforms.compose import MainBuilder
 from distir.transforms.emit import base_name
 from distir.transforms.layout import B, T
@@ -34,20 +34,32 @@ def placed_params(mb: MainBuilder) -> dict[Value, tuple[Value, int, int]]:
     part of, with its replica and rank (see ``placed_initializers``)."""
     plan, sh = mb.plan, mb.plan.sh
     origin: dict[Value, tuple[Value, int, int]] = {}
+    # One object per type (layers repeat their shapes), by dtype then (shape, device).
+    by_dtype: dict[DType, dict[tuple, TensorType]] = {}
     for p in mb.prog.fn.params:
         stages = mb.param_stages.get(p)
         if not stages:
             continue
         t0 = mb.prog.type(p)
+        types = by_dtype.get(t0.dtype)
+        if types is None:
+            types = by_dtype[t0.dtype] = {}
         shape = plan.local_shape(p, per_replica=p in sh.data)
+        base = base_name(p)
         for s in stages:
+            tag = mb.stage_tag(p, s)
             for d in range(plan.dp):
-                names = mb.namer(mb.stage_tag(p, s), None, d)(base_name(p))
-                vals = [Value(n, TensorType(t0.dtype, shape, plan.device(d, s, t)))
-                        for t, n in enumerate(names)]
+                vals = []
+                for t, n in enumerate(mb.namer(tag, None, d)(base)):
+                    key = (shape, plan.device(d, s, t))
+                    ty = types.get(key)
+                    if ty is None:
+                        ty = types[key] = TensorType(t0.dtype, *key)
+                    v = Value(n, ty)
+                    vals.append(v)
+                    origin[v] = (p, d, t)
                 mb.params.extend(vals)
                 mb.env[(p, None, d, s)] = vals
-                origin.update((v, (p, d, t)) for t, v in enumerate(vals))
     return origin
 
 
