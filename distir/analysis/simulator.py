@@ -80,6 +80,11 @@ def arg_key(i: int) -> int:
 
 
 _NEG = float("-inf")
+
+KEEP_INPUTS = 200_000
+"""A shared simulator keeps, after the program that first calls it, a function whose ops
+take at most this many inputs in all (stage and layer functions); a larger one is
+summarized again by each program that calls it (see ``Simulator._forget_large``)."""
 _ROOT_VEC: dict[int, float] = {ROOT: 0.0}
 
 
@@ -221,6 +226,7 @@ class Simulator(TypeInterpreter):
         self._renamed: dict[tuple[int, int], Any] = {}  # (id(value), device) -> renamed
         self._placed: dict[int, tuple[Any, tuple]] = {}  # id(value) -> (value, placed bytes)
         self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
+        self._new_reps: list[Function] = []  # representatives new in this program
         self._new_state(top=True, owned=())
 
     def _rep(self, fn: Function) -> Function:
@@ -229,7 +235,28 @@ class Simulator(TypeInterpreter):
         if rep is None:
             assert self._reps is not None
             rep = self._rep_of[id(fn)] = self._reps.setdefault(fn, fn)
+            if rep is fn:
+                self._new_reps.append(fn)
         return rep
+
+    def _forget_large(self) -> None:
+        """Drop the representatives first seen in the program just simulated whose ops
+        take more than ``KEEP_INPUTS`` inputs, with their summaries: a data-parallel
+        replica's whole schedule (``dtp``'s ``@replica``) is shared by the replicas of
+        one program but rarely recurs in another, and keeping one per configuration
+        would make a search's memory grow with its configurations."""
+        assert self._reps is not None
+        drop = {id(f): f for f in self._new_reps
+                if sum(map(len, (op.inputs for op in f.ops))) > KEEP_INPUTS}
+        self._new_reps.clear()
+        if not drop:
+            return
+        for f in drop.values():
+            del self._reps[f]
+            self._callees.pop(id(f), None)
+            self._device_free.pop(id(f), None)
+        for k in [k for k in self._summaries if k[0] in drop]:
+            del self._summaries[k]
 
     def _bytes(self, v: Any) -> tuple:
         """``placed_bytes`` of an abstract value, cached by identity (values are interned)."""
@@ -695,9 +722,11 @@ class Simulator(TypeInterpreter):
         """Forget what only the program just simulated used: its function objects (by id)
         and their liveness, keeping the representatives' (so a long search holds only
         what distinct functions need)."""
+        self._entry_keys.clear()
         if self._reps is None:
             return
         self._rep_of.clear()
+        self._forget_large()
         keep = {id(f) for f in self._reps}
         facts = self._live_memo.facts
         for k in [k for k in facts if k[0] not in keep]:

@@ -50,3 +50,27 @@ def test_without_sharing_equal_functions_are_summarized_apart() -> None:
     n = len(sim._summaries)
     sim.simulate_function(_random_program(3))
     assert n > 0 and len(sim._summaries) == 2 * n
+
+
+def test_large_functions_are_not_kept_between_programs(monkeypatch: pytest.MonkeyPatch,
+                                                       ) -> None:
+    """A function larger than ``KEEP_INPUTS`` (dtp's ``@replica``) is shared by the calls of
+    one program, then forgotten with its summaries; the next programs' figures are still
+    those of fresh simulations, and the small (stage and layer) functions stay shared."""
+    import distir.analysis.simulator as simulator
+    from distir.models import mlp
+    from distir.transforms import analyze, dtp
+
+    seq = analyze(mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=4, num_layers=4))
+    fn = dtp(seq, 2, 1, 2, 4)
+    (rep,) = {id(op.callee): op.callee for op in fn.ops
+              if op.callee is not None and op.callee.name == "replica"}.values()
+    size = sum(len(op.inputs) for op in rep.ops)
+    monkeypatch.setattr(simulator, "KEEP_INPUTS", size - 1)
+    sim = Simulator(HW, share_equal_functions=True)
+    for cfg in [(2, 1, 2, 4), (2, 1, 2, 4), (2, 2, 2, 4)]:
+        fn = dtp(seq, *cfg)
+        assert_same(sim.simulate_function(fn, 16), simulate(fn, HW, 16))
+        kept = {f.name for f in sim._reps or ()}
+        assert "replica" not in kept and {"stage0_fwd", "stage1_bwd"} <= kept
+        assert all(sim._callees.get(k[0]) is not None for k in sim._summaries)
