@@ -81,6 +81,11 @@ def arg_key(i: int) -> int:
 
 _NEG = float("-inf")
 
+KEEP_RECORDS = 200_000
+"""A shared simulator clears its op records (and costs, renamed values, byte counts) after
+a program once it holds more than this many: a 1,024-GPU program makes ~100,000 of its
+own, which no other configuration reuses."""
+
 KEEP_INPUTS = 200_000
 """A shared simulator keeps, after the program that first calls it, a function whose ops
 take at most this many inputs in all (stage and layer functions); a larger one is
@@ -723,6 +728,15 @@ class Simulator(TypeInterpreter):
         and their liveness, keeping the representatives' (so a long search holds only
         what distinct functions need)."""
         self._entry_keys.clear()
+        if len(self._recs) > KEEP_RECORDS:
+            # Records of one program's top-level ops are mostly its own (their arguments
+            # name its devices): beyond this many, start afresh. Records are keyed by
+            # their arguments themselves, so dropping them is exact.
+            self._recs.clear()
+            self._rec_by_id.clear()
+            self._costs.clear()
+            self._placed.clear()
+            self._renamed.clear()
         if self._reps is None:
             return
         self._rep_of.clear()

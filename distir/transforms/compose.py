@@ -318,7 +318,10 @@ class MainBuilder(BuilderBase):
         self.env, self.acc = env, acc
         for table, keys in ((env, made[0]), (acc, made[2])):
             for k in keys:
-                table.made[k] = (inner, dict.pop(table, k))
+                vals = dict.__getitem__(table, k)
+                # (An entry only read, as an earlier function's result, stays as it is.)
+                if all(x in defined or x in where for x in vals):
+                    table.made[k] = (inner, dict.pop(table, k))
         calls = [Op(CALL, [self._on_replica(where[p], d) for p in fn.params], None, (),
                     callee=fn) for d in range(plan.dp)]
         self._outlined.append(_Replica(fn, calls, len(self.ops), inner))

@@ -55,8 +55,9 @@ def test_without_sharing_equal_functions_are_summarized_apart() -> None:
 def test_large_functions_are_not_kept_between_programs(monkeypatch: pytest.MonkeyPatch,
                                                        ) -> None:
     """A function larger than ``KEEP_INPUTS`` (dtp's ``@replica``) is shared by the calls of
-    one program, then forgotten with its summaries; the next programs' figures are still
-    those of fresh simulations, and the small (stage and layer) functions stay shared."""
+    one program, then forgotten with its summaries, and op records beyond ``KEEP_RECORDS``
+    are dropped; the next programs' figures are still those of fresh simulations, and the
+    small (stage and layer) functions stay shared."""
     import distir.analysis.simulator as simulator
     from distir.models import mlp
     from distir.transforms import analyze, dtp
@@ -67,6 +68,7 @@ def test_large_functions_are_not_kept_between_programs(monkeypatch: pytest.Monke
               if op.callee is not None and op.callee.name == "replica"}.values()
     size = sum(len(op.inputs) for op in rep.ops)
     monkeypatch.setattr(simulator, "KEEP_INPUTS", size - 1)
+    monkeypatch.setattr(simulator, "KEEP_RECORDS", 0)  # op records dropped after each
     sim = Simulator(HW, share_equal_functions=True)
     for cfg in [(2, 1, 2, 4), (2, 1, 2, 4), (2, 2, 2, 4)]:
         fn = dtp(seq, *cfg)
