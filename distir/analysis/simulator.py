@@ -86,7 +86,7 @@ KEEP_RECORDS = 200_000
 a program once it holds more than this many: a 1,024-GPU program makes ~100,000 of its
 own, which no other configuration reuses."""
 
-KEEP_INPUTS = 200_000
+KEEP_INPUTS = 20_000
 """A shared simulator keeps, after the program that first calls it, a function whose ops
 take at most this many inputs in all (stage and layer functions); a larger one is
 summarized again by each program that calls it (see ``Simulator._forget_large``)."""
@@ -232,6 +232,7 @@ class Simulator(TypeInterpreter):
         self._placed: dict[int, tuple[Any, tuple]] = {}  # id(value) -> (value, placed bytes)
         self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
         self._new_reps: list[Function] = []  # representatives new in this program
+        self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
 
     def _rep(self, fn: Function) -> Function:
@@ -482,6 +483,8 @@ class Simulator(TypeInterpreter):
         if s is None:
             self._callees[id(callee)] = callee
             s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls)
+            if s.rename is not None:
+                self._renamed_keys.append(key)
         self._apply(s, op, waiting)
         mem = self._mem
         nbytes = self._bytes
@@ -728,6 +731,15 @@ class Simulator(TypeInterpreter):
         and their liveness, keeping the representatives' (so a long search holds only
         what distinct functions need)."""
         self._entry_keys.clear()
+        # The last function run's liveness (keyed by its ops) and the op hook bound to it
+        # would keep the whole program alive until the next one.
+        self._lv = {}
+        self.__dict__.pop("eval_op", None)
+        # Summaries renamed to this program's devices are cheap to make again (the
+        # canonical ones stay); their keys hold every argument's id.
+        for k in self._renamed_keys:
+            self._summaries.pop(k, None)
+        self._renamed_keys.clear()
         if len(self._recs) > KEEP_RECORDS:
             # Records of one program's top-level ops are mostly its own (their arguments
             # name its devices): beyond this many, start afresh. Records are keyed by
