@@ -4,7 +4,9 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
 (format ``distir-hardware/1``, documented in ``calibration/README.md``) holding:
 
 - the device: memory capacity (bytes), peak FLOP/s per dtype, memory bandwidth (bytes/s),
-  kernel launch overhead (s);
+  kernel launch overhead (s); optionally ``host_dispatch``, the host's time to issue one
+  op by op type (s, ``"*"`` for the others; measured by ``python -m
+  calibration.bench_dispatch``), which makes the simulator model each device's host;
 - the interconnect: devices per node, and link bandwidth (bytes/s, the per-device "bus
   bandwidth" of NCCL's tests) and latency (s per step) by group size, within a node and
   across nodes; optionally ``overlap_slowdown``, the compute time lost per second of an
@@ -354,13 +356,23 @@ class Hardware:
     """Device memory a run's tensors cannot use (the CUDA context, library handles,
     communicator buffers), measured by ``python -m calibration.memory_overhead``; a program
     fits when its peak is at most ``usable_memory_bytes``."""
+    host_dispatch: tuple[tuple[str, float], ...] = ()
+    """Seconds the host spends issuing one op, by op type (``"*"``: any other type),
+    measured by ``python -m calibration.bench_dispatch``; empty: the host is not modelled
+    (it always keeps ahead of the device). See ``host_seconds``."""
     _peak: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
                                     repr=False)
     _fits: dict[tuple[str, str], FitModel] = field(default_factory=dict, compare=False,
                                                    hash=False, repr=False)
+    _host: dict[str, float] = field(default_factory=dict, compare=False, hash=False,
+                                    repr=False)
 
     def __post_init__(self) -> None:
         self._peak.update(self.peak_flops)
+        self._host.update(self.host_dispatch)
+        if any(not (x >= 0.0) for _, x in self.host_dispatch):
+            raise ConfigError(f"profile {self.name}: device.host_dispatch times must be "
+                              "seconds >= 0")
         self._fits.update({(fam, key): m for fam, key, m in self.fits})
         if not self.intra_node:
             raise ConfigError(f"profile {self.name}: interconnect.intra_node needs an entry")
@@ -385,7 +397,8 @@ class Hardware:
         if not isinstance(nodes, int) or nodes < 1:
             raise ConfigError(f"profile {self.name}: a machine has at least 1 node, got "
                               f"{nodes!r}")
-        return replace(self, nodes=nodes, name=f"{self.name}@{nodes}", _peak={}, _fits={})
+        return replace(self, nodes=nodes, name=f"{self.name}@{nodes}", _peak={}, _fits={},
+                       _host={})
 
     # -- compute ---------------------------------------------------------------------
     def peak(self, dtype: str) -> float:
@@ -394,6 +407,17 @@ class Hardware:
         if p is None:
             p = self._peak.get("Float32") or max(self._peak.values())
         return p
+
+    @property
+    def models_host(self) -> bool:
+        """Whether the simulator models each device's host issuing its ops."""
+        return bool(self.host_dispatch)
+
+    def host_seconds(self, op_type: str) -> float:
+        """The host's time to issue one op of ``op_type``: its measured figure, else the
+        profile's ``"*"``, else 0."""
+        h = self._host.get(op_type)
+        return self._host.get("*", 0.0) if h is None else h
 
     def fit(self, family: str, key: str) -> FitModel | None:
         return self._fits.get((family, key))
@@ -581,6 +605,8 @@ class Hardware:
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
+                **({"host_dispatch": dict(self.host_dispatch)} if self.host_dispatch
+                   else {}),
             },
             "interconnect": {
                 "devices_per_node": self.devices_per_node,
@@ -618,6 +644,8 @@ class Hardware:
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),
+                host_dispatch=tuple((str(k), float(v)) for k, v in
+                                    (dev.get("host_dispatch") or {}).items()),
                 devices_per_node=int(net.get("devices_per_node", 1 << 30)),
                 intra_node=tuple(_link(x) for x in net["intra_node"]),
                 inter_node=tuple(_link(x) for x in net.get("inter_node", ())),

@@ -19,8 +19,8 @@ only on which of them are the same and which share a node:
   appearance among the arguments, and devices within each node likewise, so a renaming
   between two calls with equal canonical arguments keeps "same device" and "same node".
 
-Clock symbols renamed: a device ``d``, its communication stream ``comm_key(d)``; the
-pending-argument symbols ``arg_key(i)`` are positions and stay.
+Clock symbols renamed: a device ``d``, its communication stream ``comm_key(d)`` and its host
+``host_key(d)``; the pending-argument symbols ``arg_key(i)`` are positions and stay.
 """
 
 from __future__ import annotations
@@ -120,13 +120,19 @@ def rename_value(v: Any, m: dict[int, int]) -> Any:
 
 
 def rename_key(k: int, m: dict[int, int]) -> int:
-    """A clock symbol renamed: device ``d`` (>= 0) and its stream ``-2 - d``; the
-    pending-argument symbols (far below) stay."""
+    """A clock symbol renamed: device ``d`` (>= 0), its stream ``-2 - d`` and its host
+    ``-(1 << 30) - d``; the pending-argument symbols (far below) stay."""
     if k >= 0:
         return m[k]
-    if k > -(1 << 40):
+    if k > _HOST0:
         return -2 - m[-2 - k]
+    if k > _ARG0:
+        return _HOST0 - m[_HOST0 - k]
     return k
+
+
+_HOST0 = -(1 << 30)  # (simulator.host_key)
+_ARG0 = -(1 << 40)  # (simulator.arg_key)
 
 
 def rename_summary(s: CallSummary, m: dict[int, int],

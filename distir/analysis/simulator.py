@@ -71,6 +71,15 @@ def comm_key(d: int) -> int:
     return -2 - d
 
 
+_HOST0 = -(1 << 30)
+
+
+def host_key(d: int) -> int:
+    """The clock key (and entry symbol) of device ``d``'s host, where the profile models
+    host dispatch (``Hardware.host_dispatch``)."""
+    return _HOST0 - d
+
+
 _ARG0 = -(1 << 40)
 
 
@@ -130,9 +139,10 @@ class _EntryBases(dict):
         return v
 
 
-def entry_keys(args: Sequence[Any]) -> tuple[int, ...]:
+def entry_keys(args: Sequence[Any], host: bool = False) -> tuple[int, ...]:
     """The clock keys a call on ``args`` starts from: each device of the arguments in
-    order of first appearance, then its communication stream."""
+    order of first appearance, then its communication stream (and its host, with
+    ``host``)."""
     seen: dict[int, None] = {}
     # Each distinct argument once, in order of first appearance (arguments are interned:
     # equal ones are one object), by C-level passes.
@@ -141,8 +151,12 @@ def entry_keys(args: Sequence[Any]) -> tuple[int, ...]:
             for d in type_of(a).devices:
                 seen[d] = None
     out: list[int] = []
-    for d in seen:
-        out += (d, comm_key(d))
+    if host:
+        for d in seen:
+            out += (d, comm_key(d), _HOST0 - d)
+    else:
+        for d in seen:
+            out += (d, comm_key(d))
     return tuple(out)
 
 
@@ -183,7 +197,8 @@ class CallSummary:
 #   2 seconds, 3 bytes its results take on that device, 4 devices, 5 ((device, bytes), ...)
 #   of the results, 6 ((device, bytes), ...) per input, 7 detail: (OpCost, input types,
 #   result types, ((device, bytes), ...) per result), 8 for an asynchronous collective the
-#   device of each result, else None
+#   device of each result, else None, 9 the seconds each of its devices' host spends
+#   issuing it (0 where the profile does not model the host)
 _Rec = tuple
 
 
@@ -207,6 +222,7 @@ class Simulator(TypeInterpreter):
         super().__init__(check_annotations=check_annotations)
         load_cost_rules()
         self.hw = load_hardware(hardware)
+        self._host = self.hw.models_host
         self.fallback = fallback
         self.uncosted: dict[str, None] = {}
         self._recs: dict[tuple, _Rec] = {}
@@ -371,6 +387,7 @@ class Simulator(TypeInterpreter):
         pending = self._pending
         none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
         wait = self._wait
+        gate = self._gate if self._host else None
 
         def eval_op(op: Op, args: tuple) -> tuple:
             if pending and not none_pending(op.inputs):
@@ -383,6 +400,8 @@ class Simulator(TypeInterpreter):
             events_append((op, rec))
             d = rec[1]
             if d >= 0:  # the common case: one device, results on it
+                if gate is not None:
+                    gate(d, rec[9])
                 shift[d] += rec[2]
                 b = rec[3]
                 if b:
@@ -412,6 +431,42 @@ class Simulator(TypeInterpreter):
 
         return eval_op
 
+    def _gate(self, d: int, h: float) -> None:
+        """Device ``d``'s host issues an op (``h`` seconds), which cannot start on the
+        device before: the device's clock becomes the larger of its own and its host's."""
+        base = self._base
+        shift = self._shift
+        hk = _HOST0 - d
+        sh = shift[hk] + h
+        shift[hk] = sh
+        bh = base[hk]
+        bd = base[d]
+        sd = shift[d]
+        if bh is bd:
+            if sh > sd:
+                shift[d] = sh
+            return
+        up: dict[int, float] | None = None
+        for k, x in bh.items():
+            x += sh
+            y = bd.get(k)
+            if y is None or x > y + sd:
+                if up is None:
+                    up = {}
+                up[k] = x
+        if up is None:  # the device is behind its host: nothing changes
+            return
+        if len(up) == len(bh) and all(k in bh for k in bd):
+            # The host is later in every term: the device waits for it exactly (sharing
+            # the host's vector keeps the next ops on the cheap path above).
+            base[d] = bh
+            shift[d] = sh
+            return
+        m = {k: v + sd for k, v in bd.items()}
+        m.update(up)
+        base[d] = m
+        shift[d] = 0.0
+
     def _sync(self, rec: _Rec, op: Op) -> None:
         """An op on several devices: it starts when all are free and ends on all together.
         An asynchronous collective runs on their communication clocks instead (it starts
@@ -421,6 +476,12 @@ class Simulator(TypeInterpreter):
         devs = rec[4]
         async_devs = rec[8]
         keys = devs if async_devs is None else (*devs, *map(comm_key, devs))
+        h = rec[9]
+        if self._host:  # each device's host issues it, then it may start
+            hosts = tuple(_HOST0 - d for d in devs)
+            for k in hosts:
+                shift[k] += h
+            keys = (*keys, *hosts)
         m: dict[int, float] = {}
         for d in keys:
             sh = shift[d]
@@ -527,7 +588,8 @@ class Simulator(TypeInterpreter):
             one = -1
             async_devs = tuple(t.devices[0] for t in out_types)
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
-               (cost, in_types, out_types, per_out), async_devs)
+               (cost, in_types, out_types, per_out), async_devs,
+               self.hw.host_seconds(op.op_type) if self._host else 0.0)
         self._rec_by_id[id(rec)] = rec
         return rec
 
@@ -563,7 +625,7 @@ class Simulator(TypeInterpreter):
         of keys but few classes. Part of the summary's key."""
         keys = self._entry_keys.get(ids)
         if keys is None:
-            keys = self._entry_keys[ids] = entry_keys(args)
+            keys = self._entry_keys[ids] = entry_keys(args, self._host)
         base, shift = self._base, self._shift
         initial = base.initial
         seen: dict[tuple[int, float], int] = {}
@@ -622,7 +684,7 @@ class Simulator(TypeInterpreter):
         saved = self._save()
         first: dict[int, int] = {}
         sym = {}
-        for k, c in zip(entry_keys(args), cls, strict=True):
+        for k, c in zip(entry_keys(args, self._host), cls, strict=True):
             r = first.setdefault(c, k)
             if r != k:
                 sym[k] = r

@@ -31,13 +31,15 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
     order, calls expanded: the clocks are replayed exactly as the simulator ran them (an
     op starts when all its devices are free and ends on all of them together; an
     asynchronous collective runs on the devices' communication clocks, and the first op
-    to read one of its results waits for it)."""
+    to read one of its results waits for it; where the profile models host dispatch, no
+    op starts before each of its devices' hosts has issued it)."""
     from collections import defaultdict
 
     from distir.analysis.renaming import rename_detail
     from distir.analysis.simulator import comm_key
 
     clock: defaultdict[int, float] = defaultdict(float)
+    host: defaultdict[int, float] = defaultdict(float)  # where the profile models hosts
     out: list[tuple] = []
 
     def wait(inputs: list, pending: dict) -> None:
@@ -64,19 +66,22 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
                 continue
             if pending:
                 wait(head.inputs, pending)
-            devs, secs, detail, adevs = rec[4], rec[2], rec[7], rec[8]
+            devs, secs, detail, adevs, h = rec[4], rec[2], rec[7], rec[8], rec[9]
             if m is not None:
                 devs = tuple(m[d] for d in devs)
                 detail = rename_detail(detail, m)
                 if adevs is not None:
                     adevs = tuple(m[d] for d in adevs)
+            if h:  # each device's host issues the op, which starts no earlier
+                for d in devs:
+                    host[d] += h
             if adevs is None:
-                start = max(clock[d] for d in devs)
+                start = max(max(clock[d], host[d]) for d in devs)
                 end = start + secs
                 for d in devs:
                     clock[d] = end
             else:
-                start = max(max(clock[d], clock[comm_key(d)]) for d in devs)
+                start = max(max(clock[d], clock[comm_key(d)], host[d]) for d in devs)
                 end = start + secs
                 for d in devs:
                     clock[comm_key(d)] = end

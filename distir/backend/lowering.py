@@ -22,6 +22,7 @@ the simulator's overlap semantics, see ``ASYNC_OPS``).
 from __future__ import annotations
 
 import importlib
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -211,8 +212,12 @@ class CompiledProgram:
         self.failed_at: str | None = None
         """Where the last run failed (the op), or ``None``."""
 
-    def run(self, inputs: list[Any]) -> list[Any]:
+    def run(self, inputs: list[Any], host_clock: list[float] | None = None) -> list[Any]:
+        """``host_clock``, when given, receives ``time.perf_counter()`` as each op starts on
+        the host and once more at the end: the host's dispatch time per op is the
+        difference of neighbours (``calibration.bench_dispatch``)."""
         env: list[Any] = [None] * self.n_slots
+        tick = host_clock.append if host_clock is not None else None
         for s, x in zip(self.params, inputs):
             env[s] = x
         limit_op = self.limit_op
@@ -220,6 +225,8 @@ class CompiledProgram:
         base = self.progress_base
         works: dict[int, tuple[Any, int]] = {}  # slot -> (work handle, step) of its op
         for i, st in enumerate(self.steps):
+            if tick is not None:
+                tick(time.perf_counter())
             try:
                 if i == limit_op:
                     raise SimulatedOOM("the live tensors would exceed the memory limit")
@@ -262,6 +269,8 @@ class CompiledProgram:
         except _WaitFailed as e:
             env.clear()
             raise e.__cause__ from None  # type: ignore[misc]
+        if tick is not None:
+            tick(time.perf_counter())
         return [env[j] for j in self.returns]
 
     def _wait(self, pw: tuple[Any, int]) -> None:
