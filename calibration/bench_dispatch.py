@@ -17,8 +17,9 @@ The default programs are tiny training steps and inference programs of the build
 ``--steps`` host-timed steps follow ``--warmup`` untimed ones; the median per op is kept.
 
 Fit (anywhere): the mean host time per op type (each op's own figure being its median over
-the timed steps), and the mean over all ops as the default for types not measured, written as a profile derived from another (``"base"``)
-that adds ``device.host_dispatch`` (seconds; see ``distir.analysis.hardware``)::
+the timed steps), and the mean over all ops as the default for types not measured, written
+as a profile derived from another (``"base"``) that adds ``device.host_dispatch``
+(seconds; see ``distir.analysis.hardware``)::
 
     python -m calibration.bench_dispatch fit dispatch.csv --profile h200-sxm -o PROFILE.json
 

@@ -1,0 +1,92 @@
+"""The host dispatch benchmark (``calibration.bench_dispatch``): the backend's host clock,
+the fit, the profile it writes, and a gloo run on CPU processes."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from calibration.bench_dispatch import fit_table, main
+from distir.analysis.hardware import load_hardware
+from distir.analysis.projection import project
+from distir.backend.lowering import compile_program
+from distir.backend.worker import random_tensor
+from distir.models import mlp
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def test_host_clock_ticks_once_per_op_and_at_the_end() -> None:
+    fn = mlp(batch_size=4, input_dim=8, hidden_dim=8, output_dim=4, num_layers=2)
+    prog = project(fn).programs[0]
+    compiled = compile_program(prog, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
+    clock: list[float] = []
+    a = compiled.run(inputs, host_clock=clock)
+    assert len(clock) == len(compiled.steps) + 1
+    assert clock == sorted(clock)
+    b = compiled.run(inputs)  # the clock changes nothing else
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def _rows(*items: tuple[str, float]) -> list[dict[str, str]]:
+    return [{"op_type": t, "host_s": str(s)} for t, s in items]
+
+
+def test_fit_takes_means_and_folds_receives_into_sends() -> None:
+    t = fit_table(_rows(("Add", 1e-5), ("Add", 3e-5), ("Send", 4e-5), ("Recv", 6e-5),
+                        ("MatMul", 2e-5)))
+    assert t["Add"] == pytest.approx(2e-5)
+    assert t["Send"] == pytest.approx(5e-5) and "Recv" not in t
+    assert t["*"] == pytest.approx(3.2e-5)
+
+
+def test_fit_writes_a_profile_derived_from_its_base(tmp_path: Path) -> None:
+    data = tmp_path / "d.csv"
+    with open(data, "w", newline="") as f:
+        w = csv.DictWriter(f, ["program", "rank", "op", "op_type", "comm", "host_s"])
+        w.writeheader()
+        for i, (t, s) in enumerate([("Add", 1e-5), ("Add", 3e-5), ("MatMul", 5e-5)]):
+            w.writerow({"program": "p", "rank": 0, "op": i, "op_type": t, "comm": 0,
+                        "host_s": s})
+    out = tmp_path / "prof" / "mine.json"
+    out.parent.mkdir()
+    assert main(["fit", str(data), "--profile", "h100-sxm", "-o", str(out)]) == 0
+    hw = load_hardware(str(out))
+    assert hw.name == "h100-sxm-host" and hw.models_host
+    assert hw.host_seconds("Add") == pytest.approx(2e-5)
+    assert hw.host_seconds("Gemm") == pytest.approx(3e-5)  # the mean over every op
+    base = load_hardware("h100-sxm")
+    assert hw.memory_bytes == base.memory_bytes and hw.fits == base.fits
+    # A base given as a path is written relative to the new profile's folder.
+    out2 = tmp_path / "prof" / "other.json"
+    src = ROOT / "calibration" / "profiles" / "h100-sxm-datasheet.json"
+    assert main(["fit", str(data), "--profile", str(src), "--name", "x",
+                 "-o", str(out2)]) == 0
+    assert load_hardware(str(out2)).peak("Float16") == load_hardware(str(src)).peak("Float16")
+
+
+@pytest.mark.slow
+def test_gloo_run_measures_every_op_of_every_rank(tmp_path: Path) -> None:
+    out = tmp_path / "d.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "-m", "calibration.bench_dispatch", "measure", "--backend", "gloo",
+         "--workloads", "mlp-2-16", "--max-devices", "2", "--max-microbatches", "2",
+         "--steps", "2", "--warmup", "1", "-o", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = list(csv.DictReader(open(out)))
+    programs = {x["program"] for x in rows}
+    assert "mlp-2-16 b4 D2 T1 P1 K1" in programs and len(programs) >= 4
+    assert {x["rank"] for x in rows} == {"0", "1"}
+    assert all(float(x["host_s"]) > 0 for x in rows)
+    assert any(x["op_type"] == "MPIAllreduce" for x in rows)
