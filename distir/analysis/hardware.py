@@ -57,7 +57,7 @@ import pickle
 import sys
 from array import array
 from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from itertools import chain, combinations_with_replacement, repeat
 from operator import add, itemgetter, sub
 from pathlib import Path
@@ -880,8 +880,10 @@ def _derived(data: Mapping[str, Any], source: str) -> Hardware:
         base = load_hardware(rel if ref.endswith(".json") and rel.is_file() else ref)
     finally:
         _DERIVING.discard(source)
-    # the base's fits are kept as they are, not printed and parsed again
-    merged = replace(base, fits=(), _peak={}, _fits={}).to_json()
+    # the base's fits are kept as they are, not printed and parsed again: the rest comes
+    # from a copy without fits, with fresh private caches (not the base's dicts)
+    caches: dict[str, Any] = {f.name: {} for f in fields(Hardware) if f.name.startswith("_")}
+    merged = replace(base, fits=(), **caches).to_json()
     for fam, key, m in base.fits:
         merged["fits"].setdefault(fam, {})[key] = m
     for sec in ("device", "interconnect", "fits"):
