@@ -41,7 +41,9 @@ package (the repository checkout, or site-packages where both are installed), in
 folders of ``$DISTIR_PROFILE_PATH``, or by a path to a ``.json`` file. ``distir`` reads the
 files; it never imports the ``calibration`` package. A profile is parsed once per process,
 and once per file version across processes: the validated ``Hardware`` is pickled in the
-user's cache folder (``cache_dir()``) and later loads read that.
+user's cache folder (``cache_dir()``) and later loads read that. A boosted fit's trees are
+held as byte arrays (``Trees``) and decoded on the fit's first evaluation, so a load costs
+no more than reading the file and a process decodes only the fits its cost rules use.
 
 All times are seconds, sizes bytes, rates per second. ``Hardware`` and ``FitModel`` are
 frozen and hashable: cost rules are memoized per profile.
@@ -55,15 +57,17 @@ import math
 import os
 import pickle
 import sys
-from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field, replace
-from itertools import combinations_with_replacement
+from array import array
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field, fields, replace
+from itertools import chain, combinations_with_replacement, repeat
+from operator import add, itemgetter, sub
 from pathlib import Path
-from typing import Any
+from typing import Any, cast, overload
 
 from distir.errors import ConfigError, Loc
 
-__all__ = ["FORMAT", "COLLECTIVES", "FitModel", "LinkSpec", "Hardware", "load_hardware",
+__all__ = ["FORMAT", "COLLECTIVES", "FitModel", "Trees", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
            "matmul_features", "bmm_features", "scatter_features", "KERNEL_FAMILIES"]
 
@@ -74,6 +78,149 @@ FIT_KINDS = ("linear", "loglog", "piecewise", "boosted")
 Node = tuple[int, float, int, int, float]
 """A regression-tree node ``(feature, threshold, left, right, value)``; a leaf has feature
 -1 and its value; an inner node sends ``log x[feature] <= threshold`` left."""
+
+
+_TreeLists = tuple[list[int], list[int], list[float], list[int], list[int], list[float]]
+"""``Trees.lists()``: ``(roots, feature, threshold, left, right, value)``."""
+
+
+class Trees(Sequence[tuple[Node, ...]]):
+    """The regression trees of a ``boosted`` fit, stored compactly: one byte string holding
+    the nodes of all trees as arrays, a field per array (``threshold`` and ``value`` as
+    float64, then the root of each tree, ``feature``, ``left`` and ``right`` as int32, child
+    indices counted from the first tree's root; native byte order). Immutable; equal to,
+    and hashed as, the tuple of node tuples it holds (``tuple(trees)``, each node
+    ``(feature, threshold, left, right, value)`` with indices within its tree).
+
+    Why: a calibrated profile holds tens of thousands of nodes. As tuples they pickle as
+    that many Python objects (16 ms to unpickle ``h100-sxm``); as one byte string a fit
+    unpickles in microseconds. The Python lists that evaluation walks (``lists``) are
+    built on a fit's first evaluation, so the fits no cost rule asks for are never
+    decoded."""
+
+    __slots__ = ("_blob", "_num_trees", "_lists", "_hash")
+
+    def __init__(self, trees: Iterable[Sequence[Any]] = ()) -> None:
+        roots: list[int] = []
+        base: list[int] = []  # each node's tree's root
+        nodes: list[Sequence[Any]] = []
+        for tree in trees:
+            roots.append(len(nodes))
+            nodes.extend(tree)
+            base.extend(repeat(roots[-1], len(nodes) - roots[-1]))
+        if set(map(len, nodes)) - {5}:
+            raise ValueError("a tree node is (feature, threshold, left, right, value)")
+        f, thr, lo, hi, v = (list(map(itemgetter(k), nodes)) for k in range(5))
+        try:  # ``array`` converts and checks: an int field given 1.5 is a TypeError
+            arrays = (array("d", thr), array("d", v), array("i", roots), array("i", f),
+                      array("i", map(add, lo, base)), array("i", map(add, hi, base)))
+        except OverflowError as e:
+            raise ValueError(f"a tree node index is out of range ({e})") from None
+        self._set(b"".join(a.tobytes() for a in arrays), len(roots))
+
+    def _set(self, blob: bytes, num_trees: int) -> None:
+        self._blob = blob
+        self._num_trees = num_trees
+        self._lists: _TreeLists | None = None
+        self._hash: int | None = None
+
+    @property
+    def num_nodes(self) -> int:
+        return (len(self._blob) - 4 * self._num_trees) // 28
+
+    def lists(self) -> _TreeLists:
+        """``(roots, feature, threshold, left, right, value)`` as Python lists, indices
+        global (``feature[roots[t]]`` is tree ``t``'s root); built on the first call."""
+        got = self._lists
+        if got is None:
+            roots, feature, left, right = self._structure()
+            mv, n = memoryview(self._blob), self.num_nodes
+            threshold = cast(list[float], mv[:8 * n].cast("d").tolist())
+            value = cast(list[float], mv[8 * n:16 * n].cast("d").tolist())
+            got = self._lists = (roots, feature, threshold, left, right, value)
+        return got
+
+    def _structure(self) -> tuple[list[int], list[int], list[int], list[int]]:
+        """``(roots, feature, left, right)`` of ``lists``, without decoding the floats or
+        keeping the lists when ``lists`` was not built (what validation reads)."""
+        if self._lists is not None:
+            roots, feature, _, left, right, _ = self._lists
+            return roots, feature, left, right
+        n, t = self.num_nodes, self._num_trees
+        mv = memoryview(self._blob)
+        ints = 16 * n + 4 * t  # where the int32 arrays after ``roots`` begin
+        return (mv[16 * n:ints].cast("i").tolist(), mv[ints:ints + 4 * n].cast("i").tolist(),
+                mv[ints + 4 * n:ints + 8 * n].cast("i").tolist(),
+                mv[ints + 8 * n:].cast("i").tolist())
+
+    @property
+    def decoded(self) -> bool:
+        """Whether ``lists`` has been built (the fit was evaluated, printed or compared)."""
+        return self._lists is not None
+
+    def _bounds(self, t: int) -> tuple[int, int]:
+        roots = self.lists()[0]
+        return roots[t], roots[t + 1] if t + 1 < len(roots) else len(self.lists()[1])
+
+    def __len__(self) -> int:
+        return self._num_trees
+
+    def __iter__(self) -> Iterator[tuple[Node, ...]]:
+        return (self[t] for t in range(len(self)))
+
+    @overload
+    def __getitem__(self, t: int) -> tuple[Node, ...]: ...
+
+    @overload
+    def __getitem__(self, t: slice) -> tuple[tuple[Node, ...], ...]: ...
+
+    def __getitem__(self, t: int | slice) -> Any:
+        if isinstance(t, slice):
+            return tuple(self[i] for i in range(len(self))[t])
+        return tuple(self._nodes(range(len(self))[t]))
+
+    def _nodes(self, t: int) -> Iterator[Node]:
+        """Tree ``t``'s nodes, indices within the tree."""
+        s, e = self._bounds(t)
+        _, feature, threshold, left, right, value = self.lists()
+        return zip(feature[s:e], threshold[s:e], map(sub, left[s:e], repeat(s)),
+                   map(sub, right[s:e], repeat(s)), value[s:e])
+
+    def to_json(self) -> list[list[list[float]]]:
+        """The trees as JSON lists (``FitModel.to_json``)."""
+        roots, feature, threshold, left, right, value = self.lists()
+        ends = [*roots[1:], len(feature)]
+        base = list(chain.from_iterable(map(repeat, roots, map(sub, ends, roots))))
+        nodes = list(map(list, zip(feature, threshold, map(sub, left, base),
+                                   map(sub, right, base), value)))
+        return [nodes[s:e] for s, e in zip(roots, ends)]
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Trees):
+            # the bytes decide unless a float differs only in bits (0.0 and -0.0)
+            return self._blob == other._blob or (self._num_trees == other._num_trees
+                                                 and self.lists() == other.lists())
+        if isinstance(other, tuple):
+            return tuple(self) == other
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        if self._hash is None:
+            self._hash = hash(tuple(self))
+        return self._hash
+
+    def __repr__(self) -> str:
+        return f"Trees({len(self)} trees, {self.num_nodes} nodes)"
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (_trees_from_blob, (self._blob, self._num_trees))
+
+
+def _trees_from_blob(blob: bytes, num_trees: int) -> Trees:
+    """Unpickle a ``Trees`` (the compiled profile cache, written by this very module)."""
+    t = Trees.__new__(Trees)
+    t._set(blob, num_trees)
+    return t
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +240,8 @@ class FitModel:
       ``t = base(x) * exp(sum(tree(log x[tree_features]) for tree in trees))``: gradient
       boosted regression trees on the logarithm of the residual (the learning rate is
       folded into the leaf values). Outside the calibrated range the trees' corrections
-      stay constant, so the base sets how time scales.
+      stay constant, so the base sets how time scales. ``trees`` may be given as any
+      sequence of sequences of nodes; it is stored as ``Trees``.
     """
 
     kind: str
@@ -106,7 +254,7 @@ class FitModel:
     xs: tuple[float, ...] = ()
     ts: tuple[float, ...] = ()
     tree_features: tuple[str, ...] = ()
-    trees: tuple[tuple[Node, ...], ...] = ()
+    trees: Sequence[tuple[Node, ...]] = ()
     _memo: dict[tuple[float, ...], float] = field(default_factory=dict, compare=False,
                                                   hash=False, repr=False)
 
@@ -115,12 +263,21 @@ class FitModel:
             raise ConfigError(f"fit kind '{self.kind}' is not one of {', '.join(FIT_KINDS)}")
         if self.kind in ("linear", "boosted") and len(self.coef) != len(self.features):
             raise ConfigError(f"a {self.kind} fit needs one coefficient per feature")
+        trees = self.trees
+        if not isinstance(trees, Trees):
+            try:
+                trees = Trees(trees)
+            except (TypeError, ValueError) as err:
+                raise ConfigError(f"a fit has malformed trees ({err})") from None
+            object.__setattr__(self, "trees", trees)
         if self.kind == "boosted":
             n = len(self.tree_features)
-            for tree in self.trees:
-                for f, _, left, right, _ in tree:
-                    if f >= n or (f >= 0 and not (0 <= left < len(tree)
-                                                  and 0 <= right < len(tree))):
+            roots, feature, left, right = trees._structure()
+            for s, e in zip(roots, [*roots[1:], len(feature)]):
+                if s == e:
+                    raise ConfigError("a boosted fit has an empty tree")
+                for f, lo, hi in zip(feature[s:e], left[s:e], right[s:e]):
+                    if f >= n or (f >= 0 and not (s <= lo < e and s <= hi < e)):
                         raise ConfigError("a boosted fit has a malformed tree node")
         if self.kind == "loglog":
             if len(self.coef) != len(_monomials(len(self.features), self.degree)):
@@ -156,15 +313,14 @@ class FitModel:
         if kind == "boosted":
             base = max(self.intercept + sum(c * v for c, v in zip(self.coef, vals)), 1e-12)
             z = [math.log(max(float(x[f]), 1e-30)) for f in self.tree_features]
+            roots, feature, threshold, left, right, value = cast(Trees, self.trees).lists()
             corr = 0.0
-            for tree in self.trees:
-                i = 0
-                while True:
-                    f, thr, left, right, value = tree[i]
-                    if f < 0:
-                        corr += value
-                        break
-                    i = left if z[f] <= thr else right
+            for i in roots:
+                f = feature[i]
+                while f >= 0:
+                    i = left[i] if z[f] <= threshold[i] else right[i]
+                    f = feature[i]
+                corr += value[i]
             return base * math.exp(corr)
         if kind == "loglog":
             scale = 1.0
@@ -207,7 +363,7 @@ class FitModel:
         d.update(intercept=self.intercept, coef=list(self.coef))
         if self.kind == "boosted":
             d.update(tree_features=list(self.tree_features),
-                     trees=[[list(node) for node in tree] for tree in self.trees])
+                     trees=cast(Trees, self.trees).to_json())
         if self.kind == "loglog":
             d.update(degree=self.degree, lo=list(self.lo), hi=list(self.hi))
         return d
@@ -225,8 +381,7 @@ class FitModel:
                 xs=tuple(float(v) for v in d.get("xs", ())),
                 ts=tuple(float(v) for v in d.get("ts", ())),
                 tree_features=tuple(d.get("tree_features", ())),
-                trees=tuple(tuple((int(n[0]), float(n[1]), int(n[2]), int(n[3]), float(n[4]))
-                                  for n in tree) for tree in d.get("trees", ())))
+                trees=Trees(d.get("trees", ())))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{where}: malformed fit ({type(e).__name__}: {e}); see "
                               "calibration/README.md for the format") from None
@@ -633,7 +788,7 @@ class Hardware:
             fits: list[tuple[str, str, FitModel]] = []
             for fam, by_key in (d.get("fits") or {}).items():
                 for key, m in by_key.items():
-                    fits.append((fam, str(key),
+                    fits.append((fam, str(key), m if isinstance(m, FitModel) else
                                  FitModel.from_json(m, f"{source}: fits.{fam}.{key}")))
             return Hardware(
                 name=str(d["name"]),
@@ -753,7 +908,12 @@ def _derived(data: Mapping[str, Any], source: str) -> Hardware:
         base = load_hardware(rel if ref.endswith(".json") and rel.is_file() else ref)
     finally:
         _DERIVING.discard(source)
-    merged = base.to_json()
+    # the base's fits are kept as they are, not printed and parsed again: the rest comes
+    # from a copy without fits, with fresh private caches (not the base's dicts)
+    caches: dict[str, Any] = {f.name: {} for f in fields(Hardware) if f.name.startswith("_")}
+    merged = replace(base, fits=(), **caches).to_json()
+    for fam, key, m in base.fits:
+        merged["fits"].setdefault(fam, {})[key] = m
     for sec in ("device", "interconnect", "fits"):
         extra = data.get(sec) or {}
         if not isinstance(extra, Mapping):
@@ -768,11 +928,12 @@ def _derived(data: Mapping[str, Any], source: str) -> Hardware:
 
 
 # -- the compiled profile cache ------------------------------------------------------------
-# Parsing a calibrated profile (half a megabyte of JSON, hundreds of fitted trees) costs
-# 10-20 ms; unpickling the validated ``Hardware`` costs 2. The pickle lives in the user's
-# cache folder, named by a hash of the profile's resolved path, its mtime and size, this
-# module's own mtime (a change to the classes invalidates it) and the Python version. A
-# cache that cannot be read or written is skipped silently: it only saves time.
+# Parsing a calibrated profile (0.5-2 MB of JSON, thousands of fitted trees) costs 15-60 ms;
+# unpickling the validated ``Hardware`` 0.5-2.5 ms, its trees being byte strings (``Trees``).
+# The pickle lives in the user's cache folder, named by a hash of the profile's resolved
+# path, its mtime and size, this module's own mtime (a change to the classes invalidates
+# it), the Python version and the byte order. A cache that cannot be read or written is
+# skipped silently: it only saves time.
 
 
 def cache_dir() -> Path | None:
@@ -794,7 +955,8 @@ def _compiled_path(path: Path, st: os.stat_result) -> Path | None:
         me = os.stat(__file__).st_mtime_ns
     except OSError:
         me = 0
-    ident = f"{path.resolve()}|{st.st_mtime_ns}|{st.st_size}|{me}|{sys.version}"
+    ident = (f"{path.resolve()}|{st.st_mtime_ns}|{st.st_size}|{me}|{sys.version}|"
+             f"{sys.byteorder}")  # ``Trees`` are stored in the native byte order
     digest = hashlib.sha256(ident.encode()).hexdigest()[:32]
     return d / f"profile-{path.stem}-{digest}.pickle"
 

@@ -4,13 +4,16 @@ changed, corrupt or disabled cache falls back to the JSON."""
 from __future__ import annotations
 
 import json
+import math
 import os
+import pickle
 from pathlib import Path
 
 import pytest
 
 from distir.analysis import hardware
 from distir.analysis.hardware import Hardware, load_hardware
+from distir.errors import ConfigError
 
 
 @pytest.fixture
@@ -82,3 +85,54 @@ def test_an_unwritable_cache_is_skipped(profile: Path, tmp_path: Path,
     blocker.write_text("x", encoding="utf-8")
     monkeypatch.setenv("DISTIR_CACHE_DIR", str(blocker / "sub"))  # a folder under a file
     assert load_hardware(profile).name == load_hardware("h100-sxm").name
+
+
+def test_a_cached_profile_costs_what_the_parsed_one_does(profile: Path, tmp_path: Path,
+                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    parsed = load_hardware(profile)
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    cached = load_hardware(profile)
+    assert cached is not parsed and cached == parsed
+    for (fam, key, a), (fam2, key2, b) in zip(parsed.fits, cached.fits, strict=True):
+        assert (fam, key) == (fam2, key2) and a == b
+        for scale in (1.0, 37.0, 1e3, 1e6, 1e9):
+            x = {f: scale * (i + 1) for i, f in enumerate(sorted({*a.features,
+                                                                  *a.tree_features}))}
+            assert a(x) == b(x)  # bit-identical, not approximately equal
+    assert cached.to_json() == parsed.to_json()
+
+
+def test_a_cached_profile_decodes_only_the_fits_it_uses(profile: Path, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    load_hardware(profile)
+    monkeypatch.setattr(hardware, "_CACHE", {})
+    hw = load_hardware(profile)
+    boosted = {(fam, key): m for fam, key, m in hw.fits if m.kind == "boosted"}
+    assert len(boosted) > 10
+    assert not any(m.trees.decoded for m in boosted.values())
+    hw.matmul_time(512, 512, 512, "Float16", 2)
+    used = {k for k, m in boosted.items() if m.trees.decoded}
+    assert used == {("matmul", "Float16")}
+
+
+def test_trees_are_their_node_tuples() -> None:
+    nodes = (((0, 1.5, 1, 2, 0.0), (-1, 0.0, 0, 0, -0.25), (-1, 0.0, 0, 0, 0.5)),
+             ((-1, 0.0, 0, 0, 0.125),))
+    t = hardware.Trees(nodes)
+    assert len(t) == 2 and t[1] == nodes[1] and t[-1] == nodes[1] and t[:1] == nodes[:1]
+    assert tuple(t) == nodes and t == nodes and hash(t) == hash(nodes)
+    assert t == hardware.Trees([list(map(list, tree)) for tree in nodes])
+    again = pickle.loads(pickle.dumps(t))
+    assert again == t and not again.decoded
+    assert t.to_json() == [[list(n) for n in tree] for tree in nodes]
+    m = hardware.FitModel("boosted", ("m",), coef=(1e-9,), tree_features=("m",),
+                          trees=nodes)
+    assert m.trees == t
+    assert m({"m": 2.0}) == 2e-9 * math.exp(-0.25 + 0.125)  # log 2 <= 1.5: left leaf
+    assert m({"m": 10.0}) == 1e-8 * math.exp(0.5 + 0.125)
+    with pytest.raises(ConfigError, match="malformed tree node"):
+        hardware.FitModel("boosted", ("m",), coef=(1.0,), tree_features=("m",),
+                          trees=(((0, 1.0, 1, 5, 0.0), (-1, 0.0, 0, 0, 0.0)),))
+    with pytest.raises(ConfigError, match="malformed trees"):
+        hardware.FitModel("boosted", ("m",), coef=(1.0,), tree_features=("m",),
+                          trees=(((0, 1.0, 1),),))
