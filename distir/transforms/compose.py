@@ -34,7 +34,6 @@ copy sent to another stage (or a value needed on several), the others appear onl
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
@@ -490,11 +489,19 @@ class MainBuilder(BuilderBase):
         return Function(name, self.params, self.ops, returns)
 
 
+def _split_rank(name: str) -> tuple[str, str]:
+    """``name`` as (base, ``_tp{t}`` suffix or ``""``)."""
+    head, sep, tail = name.rpartition("_tp")
+    if sep and tail.isdigit():
+        return head, sep + tail
+    return name, ""
+
+
 def _on_replica_name(name: str | None, d: int) -> str:
     """Replica ``d``'s name in ``@main`` for a value a function written per replica
     returns (named there without the replica: ``{base}[_s{s}][_mb{m}][_tp{t}]``)."""
-    base, rank = re.fullmatch(r"(.*?)(_tp\d+)?", name or "v").groups()  # type: ignore
-    return f"{base}_dp{d}{rank or ''}"
+    base, rank = _split_rank(name or "v")
+    return f"{base}_dp{d}{rank}"
 
 
 def _generic_name(name: str | None) -> str | None:
@@ -511,8 +518,8 @@ def _generic_name(name: str | None) -> str | None:
 def _replica_name(name: str, m: int | None, d: int) -> str:
     """The name of replica ``d``'s copy of a stage function's value ``name`` (microbatch
     ``m``), in ``@main``'s naming: ``{base}[_mb{m}]_dp{d}[_tp{t}]``."""
-    base, rank = re.fullmatch(r"(.*?)(_tp\d+)?", name).groups()  # type: ignore[union-attr]
-    return base + ("" if m is None else f"_mb{m}") + f"_dp{d}" + (rank or "")
+    base, rank = _split_rank(name)
+    return base + ("" if m is None else f"_mb{m}") + f"_dp{d}" + rank
 
 
 class _ReplicaResults:
