@@ -160,14 +160,31 @@ def fit_table(rows: list[dict[str, Any]]) -> dict[str, float]:
 
 def cmd_fit(args: argparse.Namespace) -> int:
     from distir.analysis.hardware import FORMAT, load_hardware
+    from distir.errors import ConfigError
 
-    with open(args.csv, encoding="utf-8") as f:
-        rows = list(csv.DictReader(f))
+    try:
+        with open(args.csv, encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        print(f"error: {args.csv}: {e.strerror}", file=sys.stderr)
+        return 2
     if not rows:
         print(f"error: {args.csv} holds no measurements", file=sys.stderr)
         return 2
-    table = fit_table(rows)
-    base = load_hardware(args.profile)  # (checks the name)
+    if not {"op_type", "host_s"} <= rows[0].keys():
+        print(f"error: {args.csv}: not a bench_dispatch measurement file (it needs the "
+              "columns op_type and host_s; write one with `measure`)", file=sys.stderr)
+        return 2
+    try:
+        table = fit_table(rows)
+    except ValueError as e:
+        print(f"error: {args.csv}: a host_s is not a number ({e})", file=sys.stderr)
+        return 2
+    try:
+        base = load_hardware(args.profile)  # (checks the name)
+    except ConfigError as e:
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
     out = Path(args.out)
     ref = args.profile
     if ref.endswith(".json"):  # a path: relative to the new profile's folder
@@ -209,7 +226,13 @@ def main(argv: list[str] | None = None) -> int:
     f.add_argument("--name", help="the new profile's name (default: BASE-host)")
     f.add_argument("-o", "--out", required=True)
     args = p.parse_args(argv)
-    return cmd_measure(args) if args.cmd == "measure" else cmd_fit(args)
+    from distir.errors import DistIRError
+
+    try:
+        return cmd_measure(args) if args.cmd == "measure" else cmd_fit(args)
+    except DistIRError as e:  # a bad workload name or option: one line, no traceback
+        print(f"error: {e.message}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -90,3 +90,20 @@ def test_gloo_run_measures_every_op_of_every_rank(tmp_path: Path) -> None:
     assert {x["rank"] for x in rows} == {"0", "1"}
     assert all(float(x["host_s"]) > 0 for x in rows)
     assert any(x["op_type"] == "MPIAllreduce" for x in rows)
+
+
+def test_fit_refuses_bad_input_in_one_line(tmp_path: Path,
+                                           capsys: pytest.CaptureFixture) -> None:
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    out = str(tmp_path / "o.json")
+    assert main(["fit", str(bad), "--profile", "h100-sxm", "-o", out]) == 2
+    assert "not a bench_dispatch measurement file" in capsys.readouterr().err
+    assert main(["fit", str(tmp_path / "none.csv"), "--profile", "h100-sxm", "-o", out]) == 2
+    assert "none.csv" in capsys.readouterr().err
+    good = tmp_path / "g.csv"
+    good.write_text("op_type,host_s\nAdd,1e-5\n")
+    assert main(["fit", str(good), "--profile", "no-such-profile", "-o", out]) == 2
+    err = capsys.readouterr().err
+    assert "unknown hardware profile" in err and len(err.strip().splitlines()) == 1
+    assert not Path(out).exists()
