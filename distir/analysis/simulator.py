@@ -167,13 +167,14 @@ class CallSummary:
     the events (for traces) and the number of ops."""
 
     __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops",
-                 "pending", "rename")
+                 "pending", "rename", "host")
 
     def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
                  compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
                  net: dict[int, int], events: list, n_ops: int,
                  pending: tuple[tuple[int, int, dict[int, float]], ...] = (),
-                 rename: dict[int, int] | None = None) -> None:
+                 rename: dict[int, int] | None = None,
+                 host: dict[int, float] | None = None) -> None:
         self.fn = fn
         self.outs = outs
         self.vecs = vecs
@@ -189,6 +190,9 @@ class CallSummary:
         self.rename = rename
         """``None``, or for a summary renamed from another call's (``distir.analysis.
         renaming``): the devices of ``events`` (canonical) -> this call's devices."""
+        self.host = host or {}
+        """Seconds each device's host spends issuing the call's ops (where the profile
+        models host dispatch)."""
 
 
 # A record of one op evaluated on given argument values, memoized by ((op type, attributes,
@@ -330,11 +334,13 @@ class Simulator(TypeInterpreter):
             base[d] = m
             shift[d] = 0.0
 
-    def _busy(self) -> tuple[dict[int, float], dict[int, float], int]:
-        """Compute and communication seconds per device and the op count of the current
-        state's events: each distinct record's cost times its count, plus the calls'."""
+    def _busy(self) -> tuple[dict[int, float], dict[int, float], dict[int, float], int]:
+        """Compute, communication and host seconds per device and the op count of the
+        current state's events: each distinct record's cost times its count, plus the
+        calls'."""
         comp: defaultdict[int, float] = defaultdict(float)
         comm: defaultdict[int, float] = defaultdict(float)
+        host: defaultdict[int, float] = defaultdict(float)
         counts = Counter(map(id, map(itemgetter(1), self._events)))
         n = len(self._events) - len(self._calls)
         by_id = self._rec_by_id
@@ -345,13 +351,19 @@ class Simulator(TypeInterpreter):
                 t = rec[2] * c
                 for d in rec[4]:
                     busy[d] += t
+                if rec[9]:
+                    h = rec[9] * c
+                    for d in rec[4]:
+                        host[d] += h
         for s in self._calls:
             for d, t in s.compute.items():
                 comp[d] += t
             for d, t in s.comm.items():
                 comm[d] += t
+            for d, t in s.host.items():
+                host[d] += t
             n += s.n_ops
-        return dict(comp), dict(comm), n
+        return dict(comp), dict(comm), dict(host), n
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
@@ -703,13 +715,13 @@ class Simulator(TypeInterpreter):
                 sh = shift[d]
                 v = {k: x + sh for k, x in base[d].items()}
                 vecs[d] = same.setdefault(frozenset(v.items()), v)
-            comp, comm, n = self._busy()
+            comp, comm, host, n = self._busy()
             pend = self._pending
             left = tuple((i, *pend[r]) for i, r in enumerate(callee.returns) if r in pend)
             return CallSummary(callee, outs, vecs, comp, comm,
                                {d: p for d, p in self._peak.items() if p},
                                {d: x for d, x in self._mem.items() if x}, self._events, n,
-                               left)
+                               left, host=host)
         finally:
             self._restore(saved)
 
@@ -850,7 +862,7 @@ class Simulator(TypeInterpreter):
         devices = sorted(d for d in clocks | set(mem) if d >= 0)
         # The step ends when every device's compute and communication clocks have.
         latency = max((base[k][ROOT] + shift[k] for k in clocks), default=0.0)
-        comp_d, comm_d, n_ops = self._busy()
+        comp_d, comm_d, host_d, n_ops = self._busy()
         comp = {d: comp_d.get(d, 0.0) for d in devices}
         comm = {d: comm_d.get(d, 0.0) for d in devices}
         busy = {d: comp[d] + comm[d] for d in devices}
@@ -860,7 +872,9 @@ class Simulator(TypeInterpreter):
             idle_s={d: max(latency - busy[d], 0.0) for d in devices},
             peak_memory_bytes={d: peak.get(d, 0) for d in devices},
             batch_size=batch_size, num_ops=n_ops,
-            uncosted_ops=tuple(sorted(self.uncosted)), _events=self._events)
+            uncosted_ops=tuple(sorted(self.uncosted)),
+            host_s={d: host_d.get(d, 0.0) for d in devices} if self._host else {},
+            _events=self._events)
         self._new_state(top=True, owned=())
         return sim
 
@@ -874,7 +888,9 @@ class Simulation:
     busy, floored at 0 (an all-reduce that overlaps compute counts in both),
     ``peak_memory_bytes`` (liveness peak, see ``distir.analysis.memory``).
     ``throughput`` is ``batch_size / latency_s`` samples/s when a batch size was given.
-    ``num_ops`` counts the ops simulated, those inside calls included.
+    ``num_ops`` counts the ops simulated, those inside calls included. ``host_s``: where
+    the profile models host dispatch, the seconds each device's host spends issuing its
+    ops (a device whose ``host_s`` nears the latency is host-bound); empty otherwise.
     """
 
     hardware: Hardware
@@ -889,6 +905,7 @@ class Simulation:
     batch_size: int | None = None
     num_ops: int = 0
     uncosted_ops: tuple[str, ...] = ()
+    host_s: dict[int, float] = field(default_factory=dict)
     _events: list = field(default_factory=list, repr=False)
 
     @property
@@ -946,6 +963,7 @@ class Simulation:
             "compute_s": per(self.compute_s),
             "comm_s": per(self.comm_s),
             "idle_s": per(self.idle_s),
+            **({"host_s": per(self.host_s)} if self.host_s else {}),
             "peak_memory_bytes": per(self.peak_memory_bytes),
             "memory_capacity_bytes": self.hardware.usable_memory_bytes,
             "out_of_memory_devices": list(self.out_of_memory),

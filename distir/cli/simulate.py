@@ -86,13 +86,16 @@ def format_report(sim: object) -> str:
     if sim.throughput is not None:
         lines.append(f"throughput  {sim.throughput:,.1f} samples/s (batch {sim.batch_size})")
     lines.append("")
-    head = ("device", "busy", "compute", "comm", "idle", "peak memory", "of capacity")
+    host = sim.host_s  # (only where the profile models host dispatch)
+    head = ("device", "busy", "compute", "comm", "idle", *(("host",) if host else ()),
+            "peak memory", "of capacity")
     rows = [head]
     cap = hw.usable_memory_bytes
     for d in sim.devices:
         peak = sim.peak_memory_bytes[d]
         rows.append((str(d), _time(sim.busy_s[d]), _time(sim.compute_s[d]),
-                     _time(sim.comm_s[d]), _time(sim.idle_s[d]), _bytes(peak),
+                     _time(sim.comm_s[d]), _time(sim.idle_s[d]),
+                     *((_time(host[d]),) if host else ()), _bytes(peak),
                      f"{100.0 * peak / cap:.1f}%" + (" OUT OF MEMORY" if peak > cap else "")))
     widths = [max(len(r[i]) for r in rows) for i in range(len(head))]
     for r in rows:

@@ -49,6 +49,8 @@ func @main(%x: {T.format(0)}) {{
                              ("Relu", 7.5, 8.5, (0,))]
     assert sim.latency_s == 8.5
     assert sim.busy_s[0] == 3.0  # busy counts the device's kernels only
+    assert sim.host_s == {0: 7.5} and sim.to_dict()["host_s"] == {"0": 7.5}
+    assert sim_text(text).host_s == {}  # not modelled: not reported
 
 
 def test_the_host_runs_ahead_of_long_kernels() -> None:
@@ -132,14 +134,18 @@ RENAMING_HW = with_host(renaming.HW, star=0.9, Relu=0.31, Exp=1.7, Add=0.55, Sen
 @pytest.mark.parametrize("seed", range(40))
 def test_random_programs_memoized_equal_inlined_with_hosts(seed: int) -> None:
     fn = calls._random_program(seed)
-    assert_same(simulate(fn, CALLS_HW), simulate(inline_calls(fn), CALLS_HW))
+    a, b = simulate(fn, CALLS_HW), simulate(inline_calls(fn), CALLS_HW)
+    assert_same(a, b)
+    assert a.host_s == pytest.approx(b.host_s, rel=1e-12)
 
 
 @pytest.mark.parametrize("seed", range(30))
 def test_random_programs_renamed_equal_inlined_with_hosts(seed: int) -> None:
     fn = renaming._random_program(seed)
     got = Simulator(RENAMING_HW).simulate_function(fn)
-    renaming.assert_same_trace(got, simulate(inline_calls(fn), RENAMING_HW))
+    flat = simulate(inline_calls(fn), RENAMING_HW)
+    renaming.assert_same_trace(got, flat)
+    assert got.host_s == pytest.approx(flat.host_s, rel=1e-12)
     renaming.assert_same_trace(
         got, Simulator(RENAMING_HW, rename_devices=False).simulate_function(fn))
 
