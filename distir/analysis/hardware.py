@@ -984,4 +984,22 @@ def _store_compiled(path: Path, st: os.stat_result, hw: Hardware) -> None:
             pickle.dump(hw, f, protocol=pickle.HIGHEST_PROTOCOL)
         os.replace(tmp, cp)  # atomic: concurrent workers never read a partial file
     except OSError:
+        return
+    _prune_compiled(cp.parent, path.stem)
+
+
+KEEP_COMPILED = 8
+"""Compiled entries kept per profile name (the newest): each edit of a profile, of this
+module or a new Python makes a new one, and the folder would otherwise only grow."""
+
+
+def _prune_compiled(folder: Path, stem: str) -> None:
+    """Delete all but the ``KEEP_COMPILED`` newest compiled entries of profiles named
+    ``stem`` (a process that loses a race for one just parses the JSON)."""
+    try:
+        entries = sorted(folder.glob(f"profile-{stem}-*.pickle"),
+                         key=lambda p: p.stat().st_mtime_ns, reverse=True)
+        for old in entries[KEEP_COMPILED:]:
+            old.unlink(missing_ok=True)
+    except OSError:
         pass

@@ -136,3 +136,26 @@ def test_trees_are_their_node_tuples() -> None:
     with pytest.raises(ConfigError, match="malformed trees"):
         hardware.FitModel("boosted", ("m",), coef=(1.0,), tree_features=("m",),
                           trees=(((0, 1.0, 1),),))
+
+
+def test_old_entries_of_a_profile_are_pruned(profile: Path, tmp_path: Path,
+                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each version of a profile makes an entry; only the newest ``KEEP_COMPILED`` of one
+    profile name stay, and other profiles' entries are untouched."""
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    olds = []
+    for i in range(hardware.KEEP_COMPILED + 3):
+        p = cache / f"profile-mine-{i:032x}.pickle"
+        p.write_bytes(b"stale")
+        os.utime(p, ns=(10**9 * (i + 1), 10**9 * (i + 1)))  # long ago, oldest first
+        olds.append(p)
+    other = cache / f"profile-other-{0:032x}.pickle"
+    other.write_bytes(b"x")
+    os.utime(other, ns=(10**9, 10**9))
+    load_hardware(profile)
+    left = sorted(cache.glob("profile-mine-*.pickle"))
+    assert len(left) == hardware.KEEP_COMPILED
+    assert olds[-1] in left and olds[0] not in left  # the newest stale ones stay
+    assert len([p for p in left if p not in olds]) == 1  # with the new entry
+    assert other.exists()
