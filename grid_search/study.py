@@ -65,6 +65,27 @@ def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule:
                                       c.microbatches))
 
 
+def _selected(configs: list, wanted: list[str]) -> list:
+    """The configurations of the space named ``D,T,P,K`` in ``wanted`` (every batch size);
+    a name that is not ``D,T,P,K`` or that the space lacks is a ``ConfigError``."""
+    keys = []
+    for text in wanted:
+        parts = text.split(",")
+        if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
+            raise ConfigError(f"--configs {text}: expected D,T,P,K (four positive integers, "
+                              "e.g. 2,1,2,4)")
+        keys.append(tuple(int(x) for x in parts))
+    have = {(c.dp, c.tp, c.pp, c.microbatches) for c in configs}
+    missing = [k for k in keys if k not in have]
+    if missing:
+        d, t, p, k = missing[0]
+        raise ConfigError(f"--configs {d},{t},{p},{k} is not in the space measured (see "
+                          "--max-devices, --min-devices, --max-microbatches); without "
+                          "--configs every configuration of the space runs")
+    wanted_set = set(keys)
+    return [c for c in configs if (c.dp, c.tp, c.pp, c.microbatches) in wanted_set]
+
+
 def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margin: float,
                          max_configs: int) -> dict[Any, int]:
     """The configurations whose predicted peak memory (bytes, the busiest device's, on
@@ -108,6 +129,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     schedule = "1f1b" if w.training else "gpipe"
     configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule,
                        args.min_devices)
+    if args.configs:
+        configs = _selected(configs, args.configs)
     limit = args.memory_limit
     predicted: dict[Any, int] = {}
     if args.memory_check:
@@ -382,6 +405,9 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--max-devices", type=int, required=True)
     m.add_argument("--max-microbatches", type=int, default=128)
     m.add_argument("--min-devices", type=int, default=1)
+    m.add_argument("--configs", nargs="+", metavar="D,T,P,K",
+                   help="only these configurations of the space (at every batch size), "
+                   "e.g. to measure again the ones a study missed")
     m.add_argument("--backend", default=None)
     m.add_argument("--steps", type=int, default=5)
     m.add_argument("--warmup", type=int, default=2)

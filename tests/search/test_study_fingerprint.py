@@ -119,3 +119,24 @@ def test_rows_without_a_fingerprint_are_compared_with_a_warning(
     text = (tmp_path / "study.md").read_text(encoding="utf-8")
     assert "Programs: 0 row(s)" in text and "record no program fingerprint" in text
     assert len(_read(tmp_path / "study.csv")) == 4
+
+
+def test_measure_runs_only_the_configurations_named(tmp_path: Path) -> None:
+    out = tmp_path / "some.csv"
+    assert main(["measure", "--model", "mlp-2-32", "--dtype", "Float32", "--batch-sizes", "16",
+                 "--max-devices", "2", "--max-microbatches", "2", "--backend", "gloo",
+                 "--steps", "1", "--warmup", "0", "--configs", "2,1,1,1", "1,1,2,2",
+                 "-o", str(out)]) == 0
+    got = {(r["dp"], r["tp"], r["pp"], r["microbatches"]) for r in _read(out)}
+    assert got == {("2", "1", "1", "1"), ("1", "1", "2", "2")}
+
+
+@pytest.mark.parametrize("bad, says", [("2,1", "expected D,T,P,K"),
+                                       ("8,1,1,1", "is not in the space measured")])
+def test_measure_refuses_bad_configs_in_one_line(bad: str, says: str, tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture) -> None:
+    assert main(["measure", "--model", "mlp-2-32", "--dtype", "Float32", "--batch-sizes", "16",
+                 "--max-devices", "2", "--backend", "gloo", "--configs", bad,
+                 "-o", str(tmp_path / "x.csv")]) == 1
+    err = capsys.readouterr().err
+    assert says in err and len(err.strip().splitlines()) == 1
