@@ -217,6 +217,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         sim = distir.simulate(fn, hardware=args.hardware, batch_size=b)
         per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
+        if sim.host_s:  # the profile models host dispatch: the busiest host's time
+            r["host_s"] = max(sim.host_s.values())
         r["throughput"] = b / sim.latency_s
         r["peak_memory_bytes"] = max(per)
         cap = int(float(r.get("memory_limit_bytes") or 0)) or \
@@ -271,23 +273,31 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"/ {best(None)} |")
     lines += [""] + fidelity_table(rows)
     n_summary = len(lines)
+    # Where the profile models host dispatch, the busiest host's simulated time: a step
+    # whose host time nears its latency is host-bound.
+    host = any(r.get("host_s", "") != "" for r in rows)
+    extra = " host ms |" if host else ""
     lines += ["", "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
-              "measured GiB |", "|---|---|---|---|---|---|---|---|---|---|"]
+              "measured GiB |" + extra, "|---|---|---|---|---|---|---|---|---|---|"
+              + ("---|" if host else "")]
     for r in rows:
         if r.get("latency_s") == "":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
-                         f"{r['microbatches']} | refused | {r.get('measured_status')} | | | |")
+                         f"{r['microbatches']} | refused | {r.get('measured_status')} | | | |"
+                         + (" |" if host else ""))
             continue
+        h = f" {float(r['host_s']) * 1e3:.2f} |" if host and r.get("host_s", "") != "" else \
+            (" |" if host else "")
         if r.get("measured_status") != "ok":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                          f"{r['microbatches']} | {float(r['latency_s']) * 1e3:.2f} | "
-                         f"{r.get('measured_status')} | | | |")
+                         f"{r.get('measured_status')} | | | |" + h)
             continue
         p, m = float(r["latency_s"]), float(r["measured_latency_s"])
         lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                      f"{r['microbatches']} | {p * 1e3:.2f} | {m * 1e3:.2f} | "
                      f"{(p - m) / m * 100:+.1f}% | {float(r['peak_memory_bytes']) / 2**30:.2f} | "
-                     f"{float(r['measured_peak_memory_bytes']) / 2**30:.2f} |")
+                     f"{float(r['measured_peak_memory_bytes']) / 2**30:.2f} |" + h)
     with open(base + ".md", "w", encoding="utf-8") as f:
         f.write("\n".join(lines) + "\n")
     print("\n".join(lines[:n_summary]))

@@ -140,3 +140,24 @@ def test_measure_refuses_bad_configs_in_one_line(bad: str, says: str, tmp_path: 
                  "-o", str(tmp_path / "x.csv")]) == 1
     err = capsys.readouterr().err
     assert says in err and len(err.strip().splitlines()) == 1
+
+
+def test_compare_shows_the_host_time_where_the_profile_models_it(measured: Path,
+                                                                 tmp_path: Path) -> None:
+    import json
+
+    prof = tmp_path / "host.json"
+    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
+                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    out = tmp_path / "cmp"
+    assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", str(prof),
+                 "-o", str(out)]) == 0
+    text = (tmp_path / "cmp.md").read_text()
+    assert "| host ms |" in text
+    rows = _read(tmp_path / "cmp.csv")
+    # At 1 ms per op the steps are host-bound: the busiest host's time is the latency.
+    assert all(float(r["host_s"]) == pytest.approx(float(r["latency_s"]), rel=0.05)
+               for r in rows)
+    assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "plain")]) == 0
+    assert "host ms" not in (tmp_path / "plain.md").read_text()
