@@ -45,25 +45,6 @@ GPT2_SIZES = {"seq_len": 64, "vocab_size": 2048}
 """The default GPT-2 workloads' sequence and vocabulary: small, so that the GPU keeps up."""
 
 
-def _configs(max_devices: int, world: int, max_k: int) -> list[tuple[int, int, int, int]]:
-    """(dp, tp, pp, k) with dp * tp * pp a power of two <= min(max_devices, world)."""
-    n = min(max_devices, world)
-    out = []
-    d = 1
-    while d <= n:
-        for dp in _divisors(d):
-            for tp in _divisors(d // dp):
-                pp = d // dp // tp
-                for k in ([1] if pp == 1 else [k for k in (2, 4, 8) if k <= max_k]):
-                    out.append((dp, tp, pp, k))
-        d *= 2
-    return out
-
-
-def _divisors(n: int) -> list[int]:
-    return [i for i in range(1, n + 1) if n % i == 0]
-
-
 def _host_times(compiled: Any, inputs: list[Any], steps: int, warmup: int,
                 sync: Any) -> list[float]:
     """The median host time of each op over ``steps`` runs, after ``warmup`` untimed ones;
@@ -90,6 +71,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from distir.errors import DistIRError
     from distir.transforms import analyze, dtp
     from grid_search.models import workload
+    from grid_search.space import enumerate_space, powers_of_two
 
     sess = TorchrunSession(args.backend)
     runner, rank, world = sess.runner, sess.rank, sess.world_size
@@ -102,7 +84,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
             name.split("-")[1].isdigit() else {}
         w = workload(name, dtype=args.dtype, **sizes)
         seq = analyze(w.build(args.batch_size))
-        for dp, tp, pp, k in only or _configs(args.max_devices, world, args.max_microbatches):
+        space = [(c.dp, c.tp, c.pp, c.microbatches) for c in enumerate_space(
+            w.name, powers_of_two(1, min(args.max_devices, world))[-1], [args.batch_size],
+            fewer_devices=True, max_microbatches=args.max_microbatches)]
+        for dp, tp, pp, k in only or space:
             label = f"{w.name} b{args.batch_size} D{dp} T{tp} P{pp} K{k}"
             try:
                 fn = dtp(seq, dp=dp, tp=tp, pp=pp, microbatches=k,
