@@ -119,6 +119,13 @@ def rename_value(v: Any, m: dict[int, int]) -> Any:
     return rename_type(v, m)
 
 
+HOST_KEY0 = -(1 << 30)
+"""Clock keys at or below this are hosts' (``simulator.host_key``: ``HOST_KEY0 - d``)."""
+ARG_KEY0 = -(1 << 40)
+"""Clock keys at or below this are pending arguments' (``simulator.arg_key``)."""
+_HOST0, _ARG0 = HOST_KEY0, ARG_KEY0
+
+
 def rename_key(k: int, m: dict[int, int]) -> int:
     """A clock symbol renamed: device ``d`` (>= 0), its stream ``-2 - d`` and its host
     ``-(1 << 30) - d``; the pending-argument symbols (far below) stay."""
@@ -130,9 +137,6 @@ def rename_key(k: int, m: dict[int, int]) -> int:
         return _HOST0 - m[_HOST0 - k]
     return k
 
-
-_HOST0 = -(1 << 30)  # (simulator.host_key)
-_ARG0 = -(1 << 40)  # (simulator.arg_key)
 
 
 def rename_summary(s: CallSummary, m: dict[int, int],

@@ -49,6 +49,8 @@ from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.renaming import (
+    ARG_KEY0,
+    HOST_KEY0,
     canonical_devices,
     device_free,
     rename_summary,
@@ -71,7 +73,7 @@ def comm_key(d: int) -> int:
     return -2 - d
 
 
-_HOST0 = -(1 << 30)
+_HOST0 = HOST_KEY0
 
 
 def host_key(d: int) -> int:
@@ -80,7 +82,7 @@ def host_key(d: int) -> int:
     return _HOST0 - d
 
 
-_ARG0 = -(1 << 40)
+_ARG0 = ARG_KEY0
 
 
 def arg_key(i: int) -> int:
