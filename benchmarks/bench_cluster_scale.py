@@ -48,7 +48,7 @@ def _rss_mib(who: int = resource.RUSAGE_SELF) -> float:
 
 def one(devices: int, hardware: str) -> None:
     from distir.analysis.simulator import Simulator
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
     from grid_search import workload
     from grid_search.models import default_batches
 
@@ -56,7 +56,7 @@ def one(devices: int, hardware: str) -> None:
     (batch,) = default_batches(w)
     dp, tp, pp, k = CONFIGS[devices]
     t0 = time.perf_counter()
-    an = analyze(w.build(batch))
+    an = w.analyze(batch)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
     fn = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, schedule="1f1b")

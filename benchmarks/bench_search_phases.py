@@ -36,7 +36,7 @@ def phases(every: int, gc_pause: bool, hardware: str) -> None:
     from distir.analysis.hardware import load_hardware
     from distir.analysis.simulator import Simulator
     from distir.errors import DistIRError
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
     from distir.transforms.plan import Analysis
     from grid_search import enumerate_space, workload
     from grid_search.space import Config
@@ -52,7 +52,7 @@ def phases(every: int, gc_pause: bool, hardware: str) -> None:
         t0 = clock()
         an = models.get(c.batch_size)
         if an is None:
-            an = models[c.batch_size] = analyze(w.build(c.batch_size))
+            an = models[c.batch_size] = w.analyze(c.batch_size)
         t1 = clock()
         try:
             fn = dtp(an, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
@@ -82,10 +82,10 @@ def warm(hardware: str) -> None:
     from distir.analysis.hardware import load_hardware
     from distir.analysis.memory import Memo, liveness
     from distir.analysis.simulator import Simulator
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
     from grid_search import workload
 
-    an = analyze(workload("gpt2-175b").build(1024))
+    an = workload("gpt2-175b").analyze(1024)
     gc.disable()
     for cfg in [(1, 8, 2, 64), (2, 2, 4, 32), (1, 1, 16, 128), (16, 1, 1, 1)]:
         sim = Simulator(load_hardware(hardware), share_equal_functions=True)

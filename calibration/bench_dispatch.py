@@ -69,7 +69,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from distir.backend.launch import TorchrunSession, make_tasks, prepare
     from distir.backend.lowering import compile_program
     from distir.errors import DistIRError
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
     from grid_search.models import workload
     from grid_search.space import enumerate_space, powers_of_two
 
@@ -83,7 +83,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         sizes = GPT2_SIZES if args.small and name.startswith("gpt2-") and \
             name.split("-")[1].isdigit() else {}
         w = workload(name, dtype=args.dtype, **sizes)
-        seq = analyze(w.build(args.batch_size))
+        seq = w.analyze(args.batch_size)
         space = [(c.dp, c.tp, c.pp, c.microbatches) for c in enumerate_space(
             w.name, powers_of_two(1, min(args.max_devices, world))[-1], [args.batch_size],
             fewer_devices=True, max_microbatches=args.max_microbatches)]

@@ -34,7 +34,9 @@ class UserModel:
     a function given in memory); ``dims`` bind the ONNX model's symbolic dimensions;
     ``batch_dim`` is the symbolic dimension at axis 0 of the batch input (None when that
     axis has a fixed size: then only ``own_batch`` can be searched); ``batch_input`` is the
-    parameter that carries the batch, ``named`` whether the user named it."""
+    parameter that carries the batch, ``named`` whether the user named it. ``weights`` are
+    the parameters whose initializers the search's functions leave out (``_for_search``):
+    the transform is told they are weights, as the initializers told it before."""
 
     path: str | None
     dims: tuple[tuple[str, int], ...]
@@ -42,6 +44,7 @@ class UserModel:
     batch_input: str
     own_batch: int
     named: bool = False
+    weights: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -74,6 +77,15 @@ class Workload:
         """The parameters the user named as carrying the batch (``--batch-input``)."""
         src = self.source
         return (src.batch_input,) if src is not None and src.named else ()
+
+    def analyze(self, batch_size: int) -> Any:
+        """``distir.transforms.analyze`` of ``build(batch_size)``, told the batch input the
+        user named and the weights whose values the built function leaves out."""
+        from distir.transforms import analyze
+
+        src = self.source
+        return analyze(self.build(batch_size), batch_inputs=list(self.batch_inputs) or None,
+                       weights=src.weights if src is not None else ())
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -403,8 +415,11 @@ def _user(label: str, fn: Function, path: str | None, dims: tuple[tuple[str, int
     own = t.shape[0] if isinstance(t, TensorType) and t.rank >= 1 else 1
     weights = sum(int(np.asarray(a).size) for a in fn.initializers.values()
                   if np.issubdtype(np.asarray(a).dtype, np.floating))
-    source = UserModel(path, dims, batch_dim, str(x.name), own, batch_input is not None)
+    full = _trained(fn, train, where)
+    step = _for_search(full)
+    left_out = tuple(sorted(set(full.initializers) - set(step.initializers)))
+    source = UserModel(path, dims, batch_dim, str(x.name), own, batch_input is not None,
+                       left_out)
     name = label if train is None else f"{label}+{train.label}"
-    step = _for_search(_trained(fn, train, where))
     return Workload(name, "user", {"weights": weights}, train=train, source=source,
                     functions={own: step})

@@ -101,9 +101,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                 try:
                     seq = models.get(c.batch_size)
                     if seq is None:
-                        from distir.transforms import analyze
-
-                        seq = models[c.batch_size] = analyze(workload.build(c.batch_size))
+                        seq = models[c.batch_size] = workload.analyze(c.batch_size)
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
                     row["program_fingerprint"] = program_fingerprint(fn)

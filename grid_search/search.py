@@ -68,17 +68,6 @@ def _init_worker(workload: Workload, hardware: Any, token: str = "") -> None:
     _STATE.simulator = None
 
 
-def _analyze(fn: Any, batch_inputs: tuple[str, ...]) -> Any:
-    """``analyze(fn)``, told the user's batch inputs where the transform takes them."""
-    import inspect
-
-    from distir.transforms import analyze
-
-    if batch_inputs and "batch_inputs" in inspect.signature(analyze).parameters:
-        return analyze(fn, batch_inputs=list(batch_inputs))  # type: ignore[call-arg]
-    return analyze(fn)
-
-
 def _model(batch: int) -> Any:
     """The sequential model at this batch size, analysed once for every configuration."""
     assert _STATE.workload is not None and _STATE.models is not None
@@ -86,7 +75,7 @@ def _model(batch: int) -> Any:
     if an is None:
         w = _STATE.workload
         try:
-            an = _analyze(w.build(batch), w.batch_inputs)
+            an = w.analyze(batch)
         except DistIRError as e:
             an = e
         _STATE.models[batch] = an

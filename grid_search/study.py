@@ -93,14 +93,14 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
     turn from above and below the limit, at most ``max_configs``; with their peaks."""
     import distir
     from distir.errors import TransformError
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
 
     models: dict[int, Any] = {}
     sides: tuple[list, list] = ([], [])  # (above, below): (distance, order, config, peak)
     for i, c in enumerate(configs):
         seq = models.get(c.batch_size)
         if seq is None:
-            seq = models[c.batch_size] = analyze(w.build(c.batch_size))
+            seq = models[c.batch_size] = w.analyze(c.batch_size)
         try:
             fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                      schedule=c.schedule)
@@ -175,7 +175,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import distir
     from distir.errors import TransformError
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
     from grid_search.real import accuracy, program_fingerprint
 
     with open(args.measured, newline="", encoding="utf-8") as f:
@@ -190,7 +190,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for line, r in enumerate(rows, start=2):  # line 1 of the file is the header
         b = int(r["batch_size"])
         if b not in models:
-            models[b] = analyze(w.build(b))
+            models[b] = w.analyze(b)
         try:
             fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
                      microbatches=int(r["microbatches"]), schedule=r["schedule"])
@@ -311,11 +311,11 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     import distir
     from distir.analysis.explain import explain, format_table, write_perfetto
-    from distir.transforms import analyze, dtp
+    from distir.transforms import dtp
 
     w = workload(args.model, dtype=args.dtype)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
-    fn = dtp(analyze(w.build(args.batch_size)), dp=args.dp, tp=args.tp, pp=args.pp,
+    fn = dtp(w.analyze(args.batch_size), dp=args.dp, tp=args.tp, pp=args.pp,
              microbatches=args.microbatches, schedule=schedule)
     out = args.out
     os.makedirs(out, exist_ok=True)

@@ -51,18 +51,21 @@ class Analysis:
         return self.prog.fn
 
 
-def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None) -> Analysis:
+def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None,
+            weights: Sequence[str] = ()) -> Analysis:
     """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration.
 
     ``batch_inputs`` names the parameters whose axis 0 is the batch; by default they are
-    found from the function (see ``Sharding``)."""
+    found from the function (see ``Sharding``). ``weights`` names parameters that are
+    weights although no initializer binds them (a function whose large initializers were
+    left out, as the grid search's are): they are never batch inputs."""
     if isinstance(fn, Module):
         fn = fn.entry
     if isinstance(batch_inputs, str):
         batch_inputs = [batch_inputs]
     with no_gc():
         prog = Program(fn)
-        sh = Sharding(prog, batch_inputs)
+        sh = Sharding(prog, batch_inputs, weights)
         st = Structure(prog, sh)
         return Analysis(prog, sh, st, StagePartition(st))
 

@@ -25,6 +25,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
+from distir.errors import TransformError
 from distir.ir.core import Op, Value
 from distir.transforms.batch_inputs import find_batch_inputs
 from distir.transforms.layout import B, Layout, Reject, T, replicated
@@ -45,17 +46,18 @@ class Sharding(TensorPass):
     ``Program`` under D and T; ``batch_size`` is the size of the split batch axis
     (``None`` if none). ``for_tp(tp)`` gives the layouts for ``tp`` ranks."""
 
-    def __init__(self, prog: Program, batch_inputs: Sequence[str] | None = None) -> None:
+    def __init__(self, prog: Program, batch_inputs: Sequence[str] | None = None,
+                 weights: Sequence[str] = ()) -> None:
         super().__init__(prog)
         self.batch_size: int | None = None
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
-        self._find_roles(batch_inputs)
+        self._find_roles(batch_inputs, weights)
         self._batch_pass()
         self._start_tensor()
 
     # -- roles -----------------------------------------------------------------------------
-    def _find_roles(self, batch_inputs: Sequence[str] | None) -> None:
+    def _find_roles(self, batch_inputs: Sequence[str] | None, weights: Sequence[str]) -> None:
         prog = self.prog
         params = prog.fn.params
         for i in prog.live_ops:
@@ -64,7 +66,12 @@ class Sharding(TensorPass):
                 v = op.inputs[k]
                 if v in prog.param_set:
                     self.trained.add(v)
-        bound = set(prog.fn.initializers)
+        names = {p.name for p in params}
+        unknown = [w for w in weights if w not in names]
+        if unknown:
+            raise TransformError(f"weight %{unknown[0]} is not a parameter of "
+                                 f"@{prog.fn.name}")
+        bound = set(prog.fn.initializers).union(weights)
         self.bound = frozenset(p for p in params if p.name in bound)
         chosen, self.batch_size = find_batch_inputs(prog, batch_inputs, self.trained,
                                                     self.bound)

@@ -52,12 +52,24 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(x).argmax(-1)
 
+    class Wide(torch.nn.Module):
+        """Weights over CONCRETE_LIMIT elements, which the search's functions leave out."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc1 = torch.nn.Linear(96, 96)
+            self.fc2 = torch.nn.Linear(96, 96)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc2(torch.relu(self.fc1(x)))
+
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("models")
     x = torch.zeros(4, 3, 16)
     return {"mlp": _export(MLP(), x, d / "mlp.onnx", {0: "batch"}),
             "fixed": _export(MLP(), x, d / "fixed.onnx", {}),
-            "argmax": _export(ArgMax(), x, d / "argmax.onnx", {0: "batch"})}
+            "argmax": _export(ArgMax(), x, d / "argmax.onnx", {0: "batch"}),
+            "wide": _export(Wide(), torch.zeros(4, 3, 96), d / "wide.onnx", {0: "batch"})}
 
 
 def _check_rows(rows: list[dict], configs: list) -> None:
@@ -104,6 +116,31 @@ def test_weights_do_not_travel_to_the_workers(models) -> None:
     assert distir.dumps(fn) == distir.dumps(full)
     a, b = distir.simulate(fn), distir.simulate(full)
     assert (a.latency_s, a.peak_memory_bytes) == (b.latency_s, b.peak_memory_bytes)
+
+
+@pytest.mark.parametrize("train", [None, TrainOptions("mse", "sgd", 0.1)])
+def test_weights_left_out_are_still_weights_to_the_transform(models, train) -> None:
+    """The search's functions lose their large initializers; without being told, the
+    transform took the unbound weights for inputs and refused every D and K (the batch
+    inputs are the unbound parameters sharing the commonest first dimension: 96 here)."""
+    w = workload(models["wide"], dims={"batch": 8}, train=train)
+    assert w.source is not None and len(w.source.weights) >= 2
+    assert not set(w.source.weights) & set(w.build(8).initializers)
+    an = w.analyze(8)
+    assert {p.name for p in an.sharding.data} == {"x"} | ({"target"} if train else set())
+    configs = list(enumerate_space(w.name, 4, [8], max_microbatches=2, schedules=("gpipe",)))
+    rows = run_search(w, configs, hardware="h100-sxm", progress=None).rows
+    _check_rows(rows, configs)
+    assert {r["status"] for r in rows} == {"ok"}, [r["reason"] for r in rows]
+
+
+def test_a_weight_named_to_the_transform_must_be_a_parameter(models) -> None:
+    from distir.errors import TransformError
+    from distir.transforms import analyze
+
+    fn = workload(models["wide"], dims={"batch": 8}).build(8)
+    with pytest.raises(TransformError, match="weight %nope is not a parameter"):
+        analyze(fn, weights=["nope"])
 
 
 @pytest.mark.parametrize("loss, optimizer", [("mse", "sgd"), ("cross_entropy", "adam")])
