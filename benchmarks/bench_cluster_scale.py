@@ -4,7 +4,9 @@ For each device count, one Megatron-style configuration (tensor parallelism with
 16 pipeline stages, the rest data parallel) of the ``gpt3-175b-train`` preset (96 layers,
 d 12288, sequence 2048, Adam, 1,536 sequences per step) is transformed and simulated on
 an H100 cluster profile (``h100-sxm-ib``: 8 GPUs per node, 400 Gb/s InfiniBand between
-nodes, the link figures from datasheets): wall time of ``dtp``, of the first simulation
+nodes, the link figures from datasheets), as the search does it (``dtp_replica``: one
+data-parallel replica written and simulated for all; ``--every-replica``: ``dtp``, the
+program of every replica): wall time of the transform, of the first simulation
 (cold caches) and of a second one (the summaries reused), the ops simulated (calls
 expanded), the statements of the entry function and the peak resident memory of this
 process.
@@ -46,9 +48,9 @@ def _rss_mib(who: int = resource.RUSAGE_SELF) -> float:
     return resource.getrusage(who).ru_maxrss / 1024
 
 
-def one(devices: int, hardware: str) -> None:
+def one(devices: int, hardware: str, every: bool) -> None:
     from distir.analysis.simulator import Simulator
-    from distir.transforms import dtp
+    from distir.transforms import dtp, dtp_replica
     from grid_search import workload
     from grid_search.models import default_batches
 
@@ -59,7 +61,8 @@ def one(devices: int, hardware: str) -> None:
     an = w.analyze(batch)
     t_build = time.perf_counter() - t0
     t0 = time.perf_counter()
-    fn = dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k, schedule="1f1b")
+    fn = (dtp if every else dtp_replica)(an, dp=dp, tp=tp, pp=pp, microbatches=k,
+                                         schedule="1f1b")
     t_dtp = time.perf_counter() - t0
     sim = Simulator(hardware, share_equal_functions=True)
     t0 = time.perf_counter()
@@ -68,9 +71,11 @@ def one(devices: int, hardware: str) -> None:
     t0 = time.perf_counter()
     sim.simulate_function(fn, batch)
     t_warm = time.perf_counter() - t0
+    main = fn if every else fn.fn
     print(f"{devices:5d} devices D{dp}/T{tp}/P{pp}/K{k}: build+analyze {t_build:6.2f} s, "
-          f"dtp {t_dtp:6.2f} s, simulate {t_cold:6.2f} s (again {t_warm:6.2f} s); "
-          f"{s.num_ops:,} ops, {len(fn.ops):,} statements in @{fn.name}; "
+          f"{'dtp' if every else 'dtp_replica'} {t_dtp:6.2f} s, simulate {t_cold:6.2f} s "
+          f"(again {t_warm:6.2f} s); {s.num_ops:,} ops, {len(main.ops):,} statements in "
+          f"@{main.name}; "
           f"latency {s.latency_s:.2f} s; peak RSS {_rss_mib():,.0f} MiB", flush=True)
 
 
@@ -99,6 +104,10 @@ def main() -> None:
     ap.add_argument("--hardware", default="h100-sxm-ib")
     ap.add_argument("--search", type=int, default=None, metavar="N")
     ap.add_argument("--workers", type=int, default=os.cpu_count() or 1)
+    ap.add_argument("--every-replica", action="store_true",
+                    help="one configuration: write and simulate the program of every "
+                    "data-parallel replica (dtp), not replica 0's for all (dtp_replica, "
+                    "what the search does)")
     args = ap.parse_args()
     print(f"# {platform.processor() or platform.machine()}, {os.cpu_count()} cores, "
           f"Python {platform.python_version()}, {args.hardware}")
@@ -106,7 +115,7 @@ def main() -> None:
         search(args.search, args.hardware, args.workers)
         return
     for n in args.devices:
-        one(n, args.hardware)
+        one(n, args.hardware, args.every_replica)
 
 
 if __name__ == "__main__":

@@ -102,8 +102,9 @@ def evaluate(cfg: Config) -> dict[str, Any]:
 
 
 def _evaluate(cfg: Config) -> dict[str, Any]:
+    from distir.analysis.replicas import replicas_run_alike
     from distir.analysis.simulator import Simulator
-    from distir.transforms import dtp
+    from distir.transforms import dtp, dtp_replica
 
     row: dict[str, Any] = {k: "" for k in COLUMNS}
     row.update(cfg.as_row())
@@ -113,13 +114,19 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
     step = "the transform"
     try:
         seq = _model(cfg.batch_size)
-        fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
-                 schedule=cfg.schedule)
-        step = "the simulator"
         if _STATE.simulator is None:
             _STATE.simulator = Simulator(_STATE.hardware, share_equal_functions=True)
+        sync = _STATE.workload is not None and _STATE.workload.sync and cfg.dp > 1
+        # One replica written and simulated for all (exact: distir.analysis.replicas),
+        # where the replicas run alike; the synchronisation search rewrites every one.
+        one = (cfg.dp > 1 and not sync and
+               replicas_run_alike(_STATE.simulator.hw, cfg.dp, cfg.tp * cfg.pp))
+        fn = (dtp_replica if one else dtp)(
+            seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
+            schedule=cfg.schedule)
+        step = "the simulator"
         note = ""
-        if _STATE.workload is not None and _STATE.workload.sync and cfg.dp > 1:
+        if sync:
             from grid_search.sync_search import searched_step
 
             step = "the synchronisation search"

@@ -24,8 +24,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
-from itertools import compress
-from operator import not_
+from itertools import compress, repeat
+from operator import attrgetter, is_not, not_
 from typing import Any
 
 from distir.ir.core import Function, Op, Value
@@ -54,6 +54,7 @@ OpLiveness = tuple
 """
 
 _NO_DROP: frozenset[int] = frozenset()
+_TYPE = attrgetter("type")
 
 
 @dataclass(frozen=True, slots=True)
@@ -182,11 +183,11 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                          _NO_DROP)
             continue
         sig = sigs.setdefault((op.op_type, akey, len(outs)), (op.op_type, akey, len(outs)))
-        if alias:
-            dropped = frozenset(i for i, v in enumerate(outs) if alias.get(v, v) not in live)
-        else:
-            dropped = frozenset(i for i, v in enumerate(outs) if v not in live)
-        if any(v.type is not None for v in outs):
+        # (C-level passes: a stage call has hundreds of results and thousands of inputs.)
+        out_roots = list(map(alias.get, outs, outs)) if alias else outs
+        dropped = frozenset(compress(range(len(outs)),
+                                     map(not_, map(live.__contains__, out_roots))))
+        if not annotated and any(map(is_not, map(_TYPE, outs), repeat(None))):
             annotated = True
         cl = liveness(op.callee if resolve is None else resolve(op.callee), memo, dropped)
         skip = cl.unused_params
@@ -198,6 +199,15 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         gone = list(compress(range(len(roots)), map(not_, map(live.__contains__, roots))))
         if not gone:  # no argument dies here
             infos[op] = (sig, (), (), (), (), dropped)
+            continue
+        dead = list(map(roots.__getitem__, gone))
+        if len(set(dead)) == len(dead) and skip.isdisjoint(gone) and \
+                cl.returned_params.isdisjoint(gone):
+            # The common case (a microbatch's activations, each passed once): every
+            # argument that dies here is handed over, as the loop below would find.
+            live.update(dead)
+            infos[op] = (sig, (), (), (), tuple(zip(gone, map(param_index.get, dead,
+                                                              repeat(-1)))), dropped)
             continue
         # Each storage first dies at its first position not an unused parameter of the
         # callee (untouched arguments are no use); one passed twice is not handed over.

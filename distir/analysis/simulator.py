@@ -56,6 +56,7 @@ from distir.analysis.renaming import (
     rename_summary,
     rename_value,
 )
+from distir.analysis.replicas import ReplicaProgram
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op, Value
@@ -788,18 +789,25 @@ class Simulator(TypeInterpreter):
             mem[d] += n
 
     # -- entry point ---------------------------------------------------------------------
-    def simulate_function(self, fn: Function | Module, batch_size: int | None = None, *,
+    def simulate_function(self, fn: Function | Module | ReplicaProgram,
+                          batch_size: int | None = None, *,
                           input_types: Sequence[Type | None] | None = None) -> Simulation:
         """``simulate(fn, ...)`` on this simulator: its caches (op records, costs, call
         summaries; with ``share_equal_functions``, across equal functions of different
         programs) serve every program it simulates. No warning for uncosted ops: they
-        are listed in ``Simulation.uncosted_ops``."""
+        are listed in ``Simulation.uncosted_ops``. A ``ReplicaProgram`` is simulated once
+        and its figures expanded to every replica (``distir.analysis.replicas``)."""
         from distir.analysis.api import _input_values
 
         if isinstance(fn, Module):
             fn = fn.entry
         if batch_size is not None and batch_size <= 0:
             raise SimulationError(f"batch size must be positive, got {batch_size}")
+        if isinstance(fn, ReplicaProgram):
+            fn.check(self.hw)
+            one = self.simulate(fn.fn, _input_values(fn.fn, input_types),
+                                batch_size=batch_size)
+            return fn.expand(one)
         return self.simulate(fn, _input_values(fn, input_types), batch_size=batch_size)
 
     def _end_program(self) -> None:
@@ -908,6 +916,9 @@ class Simulation:
     num_ops: int = 0
     uncosted_ops: tuple[str, ...] = ()
     host_s: dict[int, float] = field(default_factory=dict)
+    replicas: tuple[int, int] | None = None
+    """For a ``ReplicaProgram``'s simulation, ``(replicas, stride)``: the figures are every
+    replica's, the events replica 0's, repeated by ``events()``."""
     _events: list = field(default_factory=list, repr=False)
 
     @property
@@ -938,7 +949,12 @@ class Simulation:
         order, calls expanded (``detail`` is ``(OpCost, input types, result types, ...)``)."""
         from distir.analysis.trace import expand_events
 
-        return expand_events(self._events, self.function, self.hardware.overlap_slowdown)
+        evs = expand_events(self._events, self.function, self.hardware.overlap_slowdown)
+        if self.replicas is None:
+            return evs
+        from distir.analysis.replicas import expand_replica_events
+
+        return expand_replica_events(evs, *self.replicas)
 
     def write_trace(self, path: str) -> None:
         """Write the timeline as Chrome trace JSON (one track per device; opens in
@@ -973,12 +989,15 @@ class Simulation:
         }
 
 
-def simulate(fn: Function | Module, hardware: Hardware | str = "h100-sxm",
+def simulate(fn: Function | Module | ReplicaProgram, hardware: Hardware | str = "h100-sxm",
              batch_size: int | None = None, *,
              input_types: Sequence[Type | None] | None = None,
              fallback: bool = False) -> Simulation:
     """Simulate one step of ``fn`` (a module's entry function) on ``hardware`` (a profile
     name, a path to a profile file, or a ``Hardware``).
+
+    A ``ReplicaProgram`` (``dtp_replica``: one of several identical data-parallel
+    replicas) is simulated as the program of every replica.
 
     ``input_types`` override the parameters' declared types (as in ``infer_types``);
     ``batch_size`` gives ``Simulation.throughput``. An op without a cost rule is a

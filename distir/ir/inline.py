@@ -36,20 +36,26 @@ def inline_calls(fn: Function) -> Function:
     return out
 
 
-def inline_top_calls(fn: Function, which: Callable[[Function], bool]) -> Function:
+def inline_top_calls(fn: Function, which: Callable[[Function], bool], *,
+                     consume: bool = False) -> Function:
     """``fn`` with each of its own calls of a function ``which`` accepts replaced by that
     function's ops (one level: what the callee calls stays a call); ``fn`` itself when
     there is none. Consecutive calls of one function (``dtp``'s per-replica functions)
     are written out op by op, interleaved: the callee's first op for each call, then its
     second, ..., as ``dtp`` writes the replicas' copies of an op together. Parameters,
-    names and declared types are kept as in ``inline_calls``."""
+    names and declared types are kept as in ``inline_calls``.
+
+    ``consume``: ``fn`` and the functions inlined are not used afterwards, so the result
+    may take over their ops and values (ops that read no inlined result are kept as they
+    are, and the values a function called once makes are its copy's): for a builder that
+    writes a function only to write it out again."""
     if not any(op.callee is not None and which(op.callee) for op in fn.ops):
         return fn
     ops: list[Op] = []
     env: dict[Value, Value | None] = {}
 
     def args(op: Op, table: dict[Value, Value | None]) -> list[Value | None]:
-        return [None if v is None else table.get(v, v) for v in op.inputs]
+        return list(map(table.get, op.inputs, op.inputs))  # (None is never a key)
 
     with no_gc():
         i, n = 0, len(fn.ops)
@@ -57,8 +63,11 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool]) -> Functio
             op = fn.ops[i]
             callee = op.callee
             if callee is None or not which(callee):
-                ops.append(Op(op.op_type, args(op, env), dict(op.attrs) or None, op.outputs,
-                              callee=callee))
+                if consume and env.keys().isdisjoint(op.inputs):
+                    ops.append(op)
+                else:
+                    ops.append(Op(op.op_type, args(op, env), dict(op.attrs) or None,
+                                  op.outputs, callee=callee))
                 i += 1
                 continue
             j = i + 1
@@ -73,14 +82,29 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool]) -> Functio
                 if v in made:
                     for c, m in zip(calls, own):
                         m.setdefault(v, c.outputs[r])
-            for cop in callee.ops:
-                for table, m in zip(inner, own):
-                    outs = [m.get(v) or Value(v.name, v.type) for v in cop.outputs]
-                    ops.append(Op(cop.op_type, args(cop, table), dict(cop.attrs) or None,
-                                  outs, callee=cop.callee))
-                    table.update(zip(cop.outputs, outs))
+            if consume and len(calls) == 1:  # the callee's ops and values are the copy's
+                table, m = inner[0], own[0]
+                table.update(m)
+                for cop in callee.ops:
+                    if table.keys().isdisjoint(cop.inputs) and \
+                            m.keys().isdisjoint(cop.outputs):
+                        ops.append(cop)
+                    else:
+                        ops.append(Op(cop.op_type, args(cop, table), dict(cop.attrs) or None,
+                                      list(map(m.get, cop.outputs, cop.outputs)),
+                                      callee=cop.callee))
+            else:
+                for cop in callee.ops:
+                    for table, m in zip(inner, own):
+                        outs = [m.get(v) or Value(v.name, v.type) for v in cop.outputs]
+                        ops.append(Op(cop.op_type, args(cop, table), dict(cop.attrs) or None,
+                                      outs, callee=cop.callee))
+                        table.update(zip(cop.outputs, outs))
             for c, table in zip(calls, inner):
-                env.update(zip(c.outputs, (table.get(r, r) for r in callee.returns)))
+                for o, r in zip(c.outputs, callee.returns):
+                    x = table.get(r, r)
+                    if x is not o:
+                        env[o] = x
             i = j
         rets = [env.get(v, v) for v in fn.returns]
     out = Function(fn.name, fn.params, ops, rets, fn.return_types)  # type: ignore[arg-type]

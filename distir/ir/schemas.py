@@ -116,6 +116,11 @@ _DISTIR_OPS = [
         "members one after another, each member one tensor per device (the same devices in "
         "the same order, one dtype); result i is the sum of input i's member, on input i's "
         "device"),
+    _op("ReplicaAllreduce", "comm", (1, 1), (1, 1), (_A("devices", "devices", True),),
+        doc="in a program that writes one of several identical replicas (dtp's "
+        "`replicas_written=1`), this replica's part of an all-reduce over `devices` (the "
+        "input's device and its copies on the other replicas): the sum, on the input's "
+        "device; timed as `MPIAllreduce` over `devices`, not executable"),
     _op("MPIAllgather", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),), "inputs",
         doc="n copies of the concatenation along `axis`"),
     _op("MPIReduceScatter", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),),
@@ -185,8 +190,8 @@ SCHEMAS.update({s.name: s for s in _DISTIR_OPS})
 
 COMM_OPS = frozenset(s.name for s in _DISTIR_OPS if s.domain == "comm")
 
-ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket", "MPIReduceScatter",
-                       "MPIAllgather"})
+ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket", "ReplicaAllreduce",
+                       "MPIReduceScatter", "MPIAllgather"})
 """Collectives (the all-reduces, bucketed or not, reduce-scatter and all-gather) that run
 on each device's communication stream, overlapping the compute ops after them until the
 first op that reads their result (distir's extension of the spec's execution semantics;

@@ -10,7 +10,8 @@ The pieces, each usable alone:
 - ``Layout`` and ``LAYOUT_RULES``: how values are split, op by op;
 - ``stage_order`` / ``ticks``: the GPipe and 1F1B schedules;
 - ``build_stage_functions``, ``MainBuilder``: the per-stage functions and ``@main``;
-- ``dtp``: all of the above, composed;
+- ``dtp``: all of the above, composed; ``dtp_replica``: its program written for one
+  data-parallel replica, for simulation (``distir.analysis.replicas``);
 - ``grad`` (reverse-mode autodiff by the VJP rules of ``distir.transforms.vjp``) and
   ``training_step`` (a forward program made into a training step): docs/autodiff.md.
 """
@@ -18,7 +19,7 @@ The pieces, each usable alone:
 from __future__ import annotations
 
 from distir.transforms.compose import MainBuilder
-from distir.transforms.dtp import dtp
+from distir.transforms.dtp import dtp, dtp_replica
 from distir.transforms.grad import grad
 from distir.transforms.layout import Layout
 from distir.transforms.layout_rules import LAYOUT_RULES
@@ -30,6 +31,6 @@ from distir.transforms.structure import Structure
 from distir.transforms.synchronize import synchronize
 from distir.transforms.training import training_step
 
-__all__ = ["dtp", "analyze", "Analysis", "Plan", "Layout", "LAYOUT_RULES", "Sharding",
-           "Structure", "SCHEDULES", "stage_order", "ticks", "build_stage_functions",
+__all__ = ["dtp", "dtp_replica", "analyze", "Analysis", "Plan", "Layout", "LAYOUT_RULES",
+           "Sharding", "Structure", "SCHEDULES", "stage_order", "ticks", "build_stage_functions",
            "MainBuilder", "grad", "training_step", "synchronize"]

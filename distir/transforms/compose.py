@@ -40,6 +40,7 @@ from functools import partial
 
 from distir.analysis.renaming import device_free
 from distir.ir.core import CALL, Function, Op, Value
+from distir.ir.inline import inline_top_calls
 from distir.ir.types import DenseAttr
 from distir.transforms.emit import Emitter, base_name
 from distir.transforms.hoist import BuilderBase
@@ -71,7 +72,7 @@ class MainBuilder(BuilderBase):
             axis = sh.layout[p].axis(B)
             assert axis is not None  # a batch input is split along its batch axis
             for s in self.param_stages[p]:
-                for d in range(plan.dp):
+                for d in range(plan.written):
                     whole = self.env[(p, None, d, s)]
                     if plan.k == 1:
                         self.env[(p, 0, d, s)] = whole
@@ -122,11 +123,11 @@ class MainBuilder(BuilderBase):
         n = self._replica_ticks(order)
         if n and self._per_replica("replica", lambda: self._run_ticks(order[:n], range(1))):
             for _, s, kind in list(self._started):
-                self._started.update((r, s, kind) for r in range(plan.dp))
+                self._started.update((r, s, kind) for r in range(plan.written))
         else:
             n = 0
             self._started.clear()
-        self._run_ticks(order[n:], range(plan.dp))
+        self._run_ticks(order[n:], range(plan.written))
 
     def _run_ticks(self, order: list, replicas: range) -> None:
         env, acc, started, templates = self.env, self.acc, self._started, self._templates
@@ -264,7 +265,7 @@ class MainBuilder(BuilderBase):
             # A constant the ops need and @main has not made: made in @main, before the
             # calls, for every replica; the function takes replica 0's.
             self.outline = None  # (named as @main's values)
-            for d in range(plan.dp):
+            for d in range(plan.written):
                 outside.add(key[:1] + (d,) + key[2:])
                 self._constants(attr, key[:1] + (d,) + key[2:], hint, main_ops)
             self.outline = constant
@@ -283,6 +284,9 @@ class MainBuilder(BuilderBase):
             emit()
         finally:
             self.outline = None
+            # (``constant`` refers to itself through its closure: unbind it, so that the
+            # values it holds are freed by reference counting, not the cyclic collector.)
+            constant = None  # type: ignore[assignment]
         body, self.ops = self.ops, main_ops
         self._anchors = None
         for k in [k for k in self._templates if k[2] == 0]:
@@ -322,7 +326,7 @@ class MainBuilder(BuilderBase):
                 if all(x in defined or x in where for x in vals):
                     table.made[k] = (inner, dict.pop(table, k))
         calls = [Op(CALL, [self._on_replica(where[p], d) for p in fn.params], None, (),
-                    callee=fn) for d in range(plan.dp)]
+                    callee=fn) for d in range(plan.written)]
         self._outlined.append(_Replica(fn, calls, len(self.ops), inner))
         return True
 
@@ -368,10 +372,9 @@ class MainBuilder(BuilderBase):
             for v, t, r in items:
                 ret = fn.returns[r]
                 outs = [Value(self.namer(None, None, d)(base_name(v))[t])
-                        for d in range(plan.dp)]
-                self.ops.append(Op("MPIAllreduce", [e.get(ret, ret) for e in envs], None,
-                                   outs))
-                for d in range(plan.dp):
+                        for d in range(plan.written)]
+                self._allreduce([e.get(ret, ret) for e in envs], outs, g.stage, t)
+                for d in range(plan.written):
                     self.env.setdefault((v, None, d, g.stage), [outs[d]] * tp)[t] = outs[d]
                 self.early.add(v)
 
@@ -390,6 +393,16 @@ class MainBuilder(BuilderBase):
         for d, e in enumerate(envs):
             self._bind_outputs(g, [e.get(r, r) for r in fn.returns], m, d)
 
+    def _allreduce(self, ins: list[Value], outs: list[Value], s: int, t: int) -> None:
+        """The sum over the replicas of rank ``t`` of stage ``s``'s copies ``ins`` (one per
+        replica written): an ``MPIAllreduce``, or with replica 0 alone, its part of one
+        (``ReplicaAllreduce`` over every replica's device)."""
+        if self.plan.written == self.plan.dp:
+            self.ops.append(Op("MPIAllreduce", ins, None, outs))
+        else:
+            self.ops.append(Op("ReplicaAllreduce", ins,
+                               {"devices": self.plan.replica_group(s, t)}, outs))
+
     def reduce_gradients(self) -> None:
         """Sum each batch-partial value over the replicas (the microbatches are summed by
         the ``_acc`` stage functions); those reduced early (``_reduce_early``) are done."""
@@ -398,17 +411,17 @@ class MainBuilder(BuilderBase):
             if v not in self.prog.live_values or v in self.early:
                 continue
             s = self.home[v]
-            blocks = [self.acc[(v, d, s)] for d in range(plan.dp)]
+            blocks = [self.acc[(v, d, s)] for d in range(plan.written)]
             if plan.dp > 1:
-                sums: list[list[Value]] = [[] for _ in range(plan.dp)]
+                sums: list[list[Value]] = [[] for _ in range(plan.written)]
                 for t in range(plan.tp):
                     outs = [Value(self.namer(None, None, d)(base_name(v))[t])
-                            for d in range(plan.dp)]
-                    self.ops.append(Op("MPIAllreduce", [b[t] for b in blocks], None, outs))
-                    for d in range(plan.dp):
+                            for d in range(plan.written)]
+                    self._allreduce([b[t] for b in blocks], outs, s, t)
+                    for d in range(plan.written):
                         sums[d].append(outs[d])
                 blocks = sums
-            for d in range(plan.dp):
+            for d in range(plan.written):
                 self.env[(v, None, d, s)] = blocks[d]
 
     def updates(self) -> None:
@@ -417,7 +430,7 @@ class MainBuilder(BuilderBase):
         (``_per_replica``)."""
         if self.plan.dp > 1 and self._per_replica("update", lambda: self._updates(range(1))):
             return
-        self._updates(range(self.plan.dp))
+        self._updates(range(self.plan.written))
 
     def _updates(self, replicas: range) -> None:
         plan, prog = self.plan, self.prog
@@ -467,15 +480,32 @@ class MainBuilder(BuilderBase):
         for v in self.prog.fn.returns:
             if st.value_kind.get(v) == "m":
                 ranks = range(plan.tp) if T in plan.sh.layout[v].marks else range(1)
-                for d in range(plan.dp):
+                for d in range(plan.written):
                     out.extend(self.concat_microbatches(v, d, t) for t in ranks)
             else:
                 s = self.once_stage(v)
-                for d in range(plan.dp):
+                for d in range(plan.written):
                     out.extend(self.once(v, d, s))
         return out
 
     def build(self, name: str, returns: list[Value]) -> Function:
+        """``@main``; with one replica written (``Plan.written``), its per-replica
+        functions, called once, are written out in it (the same ops in the same order:
+        a call of a function that runs once only costs its simulation a summary)."""
+        fn = self._build(name, returns)
+        if self.plan.written == 1 and self._outlined:
+            outlined = {id(r.fn) for r in self._outlined}
+            fn = inline_top_calls(fn, lambda f: id(f) in outlined, consume=True)
+        return fn
+
+    def release(self) -> None:
+        """Drop the tables that refer back to the builder (the per-replica results), so
+        that reference counting frees its values, not the cyclic collector."""
+        for r in self._outlined:
+            r.results.mb = None  # type: ignore[assignment]
+        self._outlined = []
+
+    def _build(self, name: str, returns: list[Value]) -> Function:
         for rep in reversed(self._outlined):  # the calls, with the results @main reads
             res = rep.results
             if not res.rets:  # nothing it computes is read

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from distir._util import no_gc
+from distir.analysis.replicas import ReplicaProgram
 from distir.errors import TransformError
 from distir.ir.core import Function, Module
 from distir.transforms.compose import MainBuilder
@@ -23,7 +24,7 @@ from distir.transforms.placement import (
 from distir.transforms.plan import Analysis, Plan, analyze
 from distir.transforms.stages import build_stage_functions
 
-__all__ = ["dtp", "analyze"]
+__all__ = ["dtp", "dtp_replica", "analyze"]
 
 
 def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
@@ -54,15 +55,37 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
 
     Impossible configurations raise ``TransformError`` naming the failed constraint.
     """
+    plan = Plan(_analysis(fn, batch_inputs), dp, tp, pp, microbatches, schedule)
+    return _build(plan, self_contained, layer_functions)
+
+
+def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
+                microbatches: int = 1, schedule: str = "1f1b", layer_functions: bool = True,
+                batch_inputs: Sequence[str] | None = None) -> ReplicaProgram:
+    """``dtp``'s step for simulation, written for replica 0 alone: the same program as
+    ``dtp(fn, dp, ...)`` on devices ``0 .. tp·pp - 1``, each all-reduce of gradients over
+    the replicas being replica 0's part of it (``ReplicaAllreduce``). ``distir.simulate``
+    gives exactly the figures of the program of every replica (``distir.analysis.replicas``)
+    at a cost that does not grow with ``dp``; it cannot be executed or run (there, use
+    ``dtp``). Refuses what ``dtp`` refuses."""
+    plan = Plan(_analysis(fn, batch_inputs), dp, tp, pp, microbatches, schedule,
+                one_replica=True)
+    return ReplicaProgram(_build(plan, False, layer_functions), dp, tp * pp)
+
+
+def _analysis(fn: Function | Module | Analysis, batch_inputs: Sequence[str] | None,
+              ) -> Analysis:
     if isinstance(fn, Module):
         fn = fn.entry
     if isinstance(fn, Analysis):
         if batch_inputs is not None:
             raise TransformError("dtp: pass batch_inputs to analyze(), not with an Analysis")
-        an = fn
-    else:
-        an = analyze(fn, batch_inputs)
-    plan = Plan(an, dp, tp, pp, microbatches, schedule)
+        return fn
+    return analyze(fn, batch_inputs)
+
+
+def _build(plan: Plan, self_contained: bool, layer_functions: bool) -> Function:
+    an = plan.an
     with no_gc():
         groups = build_stage_functions(plan, layer_functions)
         mb = MainBuilder(plan, groups)
@@ -82,4 +105,5 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
             out.initializers = dict(an.fn.initializers)
         elif origin is not None and an.fn.initializers:  # each placed part of a weight
             out.initializers = placed_initializers(mb, origin, an.fn.initializers)
+        mb.release()
         return out

@@ -275,7 +275,7 @@ class BuilderBase:
         for g in self.groups.values():
             for inputs in (g.inputs, g.acc_inputs):
                 for inp in inputs:
-                    for d in range(plan.dp):
+                    for d in range(plan.written):
                         if inp[0] == "h":
                             self.hoist(inp[2], d, g.stage)
                         elif inp[0] == "c":
@@ -288,5 +288,5 @@ class BuilderBase:
                 j = prog.producer.get(x) if x is not None else None
                 if j is not None and (op.op_type, k) not in SHAPE_OPERANDS and \
                         plan.kind(j) == HOIST:
-                    for d in range(plan.dp):
+                    for d in range(plan.written):
                         self.hoist(x, d, plan.stage[i])  # type: ignore[arg-type]

@@ -48,7 +48,7 @@ def placed_params(mb: MainBuilder) -> dict[Value, tuple[Value, int, int]]:
         base = base_name(p)
         for s in stages:
             tag = mb.stage_tag(p, s)
-            for d in range(plan.dp):
+            for d in range(plan.written):
                 vals = []
                 for t, n in enumerate(mb.namer(tag, None, d)(base)):
                     key = (shape, plan.device(d, s, t))

@@ -74,7 +74,8 @@ class Plan:
     """A checked configuration: degrees, devices, op stages, local shapes, canonical keys
     of the batch-independent values (equal keys are computed once per device)."""
 
-    def __init__(self, an: Analysis, dp: int, tp: int, pp: int, k: int, schedule: str) -> None:
+    def __init__(self, an: Analysis, dp: int, tp: int, pp: int, k: int, schedule: str,
+                 one_replica: bool = False) -> None:
         for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", k)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TransformError(f"{name} must be a positive integer, got {v!r}")
@@ -85,6 +86,9 @@ class Plan:
         self.prog, self.st = an.prog, an.structure
         self.sh = an.sharding.for_tp(tp)  # patterns tp does not divide stay whole
         self.dp, self.tp, self.pp, self.k, self.schedule = dp, tp, pp, k, schedule
+        self.written = 1 if one_replica else dp
+        """The replicas the program writes: all ``dp``, or replica 0 alone (``dtp_replica``,
+        whose gradient sums are ``ReplicaAllreduce``s over every replica's devices)."""
         self.nb = dp * k
         self._check_batch()
         self._check_layers()
@@ -206,6 +210,10 @@ class Plan:
 
     def devices(self, d: int, s: int) -> list[int]:
         return [self.device(d, s, t) for t in range(self.tp)]
+
+    def replica_group(self, s: int, t: int) -> tuple[int, ...]:
+        """The devices of rank ``t`` of stage ``s`` on every replica."""
+        return tuple(self.device(d, s, t) for d in range(self.dp))
 
     def local_shape(self, v: Value, per_replica: bool = False) -> tuple[int, ...]:
         """The shape of ``v`` on one device, per microbatch (or per replica)."""

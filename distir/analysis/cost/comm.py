@@ -35,6 +35,16 @@ def collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return OpCost(hw.comm_time(_KIND[op_type], nbytes, devices), 0.0, nbytes, True)
 
 
+@COST_RULES.register("ReplicaAllreduce")
+def replica_allreduce(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                      hw: Hardware) -> OpCost:
+    """One replica's part of an all-reduce over ``devices``: the collective's time (every
+    replica's part starts and ends together, the replicas being identical)."""
+    nbytes = float(ins[0].size_bytes)
+    return OpCost(hw.comm_time("allreduce", nbytes, list(attrs["devices"])), 0.0, nbytes,
+                  True)
+
+
 @COST_RULES.register("MPIAllreduceBucket")
 def allreduce_bucket(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                      hw: Hardware) -> OpCost:

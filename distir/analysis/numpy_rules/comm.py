@@ -63,6 +63,13 @@ def allreduce_bucket(op_type: str, args: tuple, attrs: dict[str, Any], n_out: in
     return tuple(s for m in range(k) for s in (total(op_type, args[m * n:(m + 1) * n]),) * n)
 
 
+@NUMPY_RULES.register("ReplicaAllreduce")
+def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    raise ExecutionError("ReplicaAllreduce sums values of replicas this program does not "
+                         "write: it is for simulation; execute the program of every "
+                         "replica (dtp without replicas_written)")
+
+
 @NUMPY_RULES.register("MPIAllgather")
 def allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     g = np.concatenate(args, axis=attrs["axis"])

@@ -116,6 +116,20 @@ def allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
     return tuple(_collective_inputs(op_type, args, same_shape=True))
 
 
+@TYPE_RULES.register("ReplicaAllreduce")
+def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t = tensor(args[0], "input 0")
+    devices = list(attrs["devices"])
+    if t.device not in devices:
+        raise PlacementError(f"the input is on device {t.device}, not one of devices="
+                             f"{devices}: list the devices of every replica's copy, this "
+                             "one's included")
+    if len(set(devices)) != len(devices):
+        raise PlacementError(f"devices={devices} lists a device twice: list each replica's "
+                             "device once")
+    return (t,)
+
+
 def bucket_members(op_type: str, args: tuple, k: Any) -> list[list[TensorType]]:
     """The members of an ``MPIAllreduceBucket``: ``k`` runs of equally many inputs, each run
     one tensor per device of one shape, every run on the same devices in the same order,
