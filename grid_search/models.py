@@ -169,6 +169,11 @@ def _trained(fn: Function, train: TrainOptions | None, where: str) -> Function:
     return make_step(fn, train, where)
 
 
+KEEP_ELEMENTS: int | None = None
+"""The largest initializer (elements) the search's functions keep; ``None``:
+``CONCRETE_LIMIT``, the most type propagation reads as a known value."""
+
+
 def _for_search(fn: Function) -> Function:
     """``fn`` with only the initializers type propagation reads as known values (see the
     module docstring); shares its parameters and ops."""
@@ -176,9 +181,10 @@ def _for_search(fn: Function) -> Function:
 
     from distir.analysis.values import CONCRETE_LIMIT
 
+    limit = CONCRETE_LIMIT if KEEP_ELEMENTS is None else KEEP_ELEMENTS
     typed = {p.name for p in fn.params if p.type is not None}
     keep = {k: a for k, a in fn.initializers.items()
-            if np.asarray(a).size <= CONCRETE_LIMIT or k not in typed}
+            if np.asarray(a).size <= limit or k not in typed}
     if len(keep) == len(fn.initializers):
         return fn
     out = Function(fn.name, fn.params, fn.ops, fn.returns, fn.return_types, fn.loc,
