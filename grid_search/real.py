@@ -76,14 +76,15 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
 def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
                  memory_limit: int | None = None, profile: str | None = None,
-                 ) -> Iterator[dict[str, Any]]:
+                 profile_marks: bool = True) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
     configuration the transform refuses is recorded as ``refused``. Each row that ran
     records the ``program_fingerprint`` of the program it ran. ``memory_limit`` (bytes
     per device) caps each run's allocator; ``profile`` (a directory) writes each run's
-    per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``).
+    per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``;
+    ``profile_marks=False``: without the per-op marks).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -108,7 +109,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     where = None if profile is None else os.path.join(
                         profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
                     r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
-                              profile=where)
+                              profile=where, profile_marks=profile_marks)
                 except TransformError as e:
                     row.update(measured_status="refused", reason=e.message)
                     yield row

@@ -162,7 +162,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         wr.writeheader()
         f.flush()
         for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
-                              warmup=args.warmup, memory_limit=limit, profile=args.profile):
+                              warmup=args.warmup, memory_limit=limit, profile=args.profile,
+                              profile_marks=not args.profile_kernels):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -425,6 +426,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="cap every run's allocator at this many bytes per device (e.g. 8GiB)")
     m.add_argument("--profile", default=None, metavar="DIR",
                    help="write each run's per-rank traces (distir run --profile) under DIR")
+    m.add_argument("--profile-kernels", action="store_true",
+                   help="with --profile: trace the kernels and runtime calls only, without "
+                   "the per-op marks (which cost host time on host-bound steps)")
     m.add_argument("--memory-check", action="store_true",
                    help="run only configurations predicted near the memory capacity (the "
                    "profile's, or --memory-limit)")

@@ -206,8 +206,9 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             # The common case (a microbatch's activations, each passed once): every
             # argument that dies here is handed over, as the loop below would find.
             live.update(dead)
-            infos[op] = (sig, (), (), (), tuple(zip(gone, map(param_index.get, dead,
-                                                              repeat(-1)))), dropped)
+            pget: Any = param_index.get
+            infos[op] = (sig, (), (), (), tuple(zip(gone, map(pget, dead, repeat(-1)))),
+                         dropped)
             continue
         # Each storage first dies at its first position not an unused parameter of the
         # callee (untouched arguments are no use); one passed twice is not handed over.

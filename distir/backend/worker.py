@@ -48,6 +48,9 @@ class RankTask:
     """A directory: after the timed steps, one more step runs with its ops marked under
     ``torch.profiler``, its trace written to ``profile/rank{r}.json``
     (``distir.backend.profiling``); the timed steps are not profiled."""
+    profile_marks: bool = True
+    """Whether the profiled step's ops are marked (``False``: kernels and runtime calls
+    only, the step as the timed ones run it)."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -152,7 +155,8 @@ class RankRunner:
             prof: Any = None
             while agreed == OK and step < total:
                 outs = None  # the previous step's results are not kept
-                prog = compiled if step < timed else _marked(compiled)
+                prog = compiled if step < timed or not task.profile_marks else \
+                    _marked(compiled)
                 try:
                     if step < timed:
                         timer.start()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 from distir._util import no_gc
 from distir.ir.core import Function, Op, Value
@@ -55,7 +56,8 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool], *,
     env: dict[Value, Value | None] = {}
 
     def args(op: Op, table: dict[Value, Value | None]) -> list[Value | None]:
-        return list(map(table.get, op.inputs, op.inputs))  # (None is never a key)
+        get: Any = table.get  # (None is never a key)
+        return list(map(get, op.inputs, op.inputs))
 
     with no_gc():
         i, n = 0, len(fn.ops)
@@ -100,9 +102,9 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool], *,
                         ops.append(Op(cop.op_type, args(cop, table), dict(cop.attrs) or None,
                                       outs, callee=cop.callee))
                         table.update(zip(cop.outputs, outs))
-            for c, table in zip(calls, inner):
-                for o, r in zip(c.outputs, callee.returns):
-                    x = table.get(r, r)
+            for c, t in zip(calls, inner):
+                for o, ret in zip(c.outputs, callee.returns):
+                    x = t.get(ret, ret)
                     if x is not o:
                         env[o] = x
             i = j

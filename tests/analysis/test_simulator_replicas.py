@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 
 import distir
-from distir.analysis.hardware import Hardware, LinkSpec
+from distir.analysis.hardware import LinkSpec
 from distir.analysis.replicas import ReplicaProgram, replicas_run_alike
 from distir.analysis.simulator import Simulation, simulate
 from distir.errors import ExecutionError, SimulationError

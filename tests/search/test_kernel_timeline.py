@@ -1,0 +1,43 @@
+"""``grid_search.kernel_timeline`` on a hand-made trace: busy and idle times of the
+compute and NCCL kernels within the profiled step, the host's blocking calls, and the
+longest idle stretch of the compute stream with the call the host was in."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from grid_search.kernel_timeline import main, summarize_dir
+
+
+def test_a_step_whose_host_waits_for_its_device(tmp_path, capsys) -> None:
+    us = [  # (name, category, start, duration) in microseconds
+        ("ProfilerStep#1", "user_annotation", 0, 1000),
+        ("sm90_gemm", "kernel", 10, 100), ("elementwise", "kernel", 105, 50),
+        ("ncclDevKernel_AllReduce", "kernel", 300, 200), ("gemm2", "kernel", 700, 400),
+        ("cudaLaunchKernel", "cuda_runtime", 5, 4),
+        ("cudaStreamSynchronize", "cuda_runtime", 160, 500),
+        ("cudaMemcpyAsync", "cuda_runtime", 670, 5),
+        ("before the step", "kernel", -50, 10)]
+    d = tmp_path / "b8_d4_t1_p1_k1"
+    d.mkdir()
+    doc = {"traceEvents": [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u}
+                           for n, c, t, u in us],
+           "distir": {"rank": 0, "program": "main", "step_s": 0.0011}}
+    (d / "rank0.json").write_text(json.dumps(doc))
+    (r,) = summarize_dir(str(d))
+    # Compute kernels 10-155 and 700-1100 (the last runs past the host's step range).
+    assert r["span_s"] == pytest.approx(1100e-6)
+    assert r["compute_busy_s"] == pytest.approx(545e-6)
+    assert r["nccl_busy_s"] == pytest.approx(200e-6)
+    assert r["idle_s"] == pytest.approx(1100e-6 - 745e-6)
+    assert r["blocking"] == {"cudaStreamSynchronize": {"calls": 1, "s": pytest.approx(5e-4)}}
+    assert r["kernels"] == 4 and r["launches"] == 1  # (the one before the step is not)
+    g = r["compute_idle_gaps"][0]
+    assert (g["at_s"], g["idle_s"], g["host_in"]) == (pytest.approx(155e-6),
+                                                      pytest.approx(545e-6),
+                                                      "cudaStreamSynchronize")
+    assert main([str(d), "-o", str(tmp_path / "s.json")]) == 0
+    assert "b8_d4_t1_p1_k1" in capsys.readouterr().out
+    assert json.loads((tmp_path / "s.json").read_text())[0]["rank"] == 0
