@@ -49,8 +49,8 @@ class RankTask:
     ``torch.profiler``, its trace written to ``profile/rank{r}.json``
     (``distir.backend.profiling``); the timed steps are not profiled."""
     profile_marks: bool = True
-    """Whether the profiled step's ops are marked (``False``: kernels and runtime calls
-    only, the step as the timed ones run it)."""
+    """Whether the profiled step's ops are marked (``False``: on a GPU, its kernels, copies
+    and CUDA runtime calls only, the host's ops not recorded)."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -207,8 +207,12 @@ class RankRunner:
                 "rank": self.rank, "world_size": self.world_size, "program": task.name,
                 "num_ops": len(fn.ops), "op_types": [op.op_type for op in fn.ops],
                 "device": self.device_name, "backend": self.backend}
-            acts = [ProfilerActivity.CPU]
-            if self.device.type == "cuda":
+            # Without marks on a GPU, the device's activity alone (kernels, copies, CUDA
+            # runtime calls): recording every aten op on the host would slow a host-bound
+            # step down as the marks do.
+            cuda = self.device.type == "cuda"
+            acts = [ProfilerActivity.CPU] if task.profile_marks or not cuda else []
+            if cuda:
                 acts.append(ProfilerActivity.CUDA)
             with warnings.catch_warnings():  # (that a new cycle would clear its events)
                 warnings.simplefilter("ignore", UserWarning)
