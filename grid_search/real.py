@@ -82,7 +82,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
     configuration the transform refuses is recorded as ``refused``. Each row that ran
     records the ``program_fingerprint`` of the program it ran. ``memory_limit`` (bytes
-    per device) caps each run's allocator; ``profile`` (a directory) writes each run's
+    per device) caps each run's allocator; ``profile`` (a directory) writes, after every
+    timed run of a device count, one more profiled step of each configuration, its
     per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``;
     ``profile_marks=False``: without the per-op marks).
     """
@@ -96,6 +97,10 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     models: dict[int, Any] = {}
     for size, group in sorted(by_size.items()):
         with Session(size, backend) as s:
+            # Profiled steps come after every timed run of the session: a process that has
+            # run the profiler times later steps differently (host-bound steps measured up
+            # to 1.9x slower after a profiled one, grid_search/results/h200x4_kernels).
+            profiled: list[tuple[Config, Any]] = []
             for c in group:
                 row: dict[str, Any] = dict(c.as_row(), strategy=strategy(c.dp, c.tp, c.pp),
                                            devices=c.devices)
@@ -106,10 +111,9 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
                     row["program_fingerprint"] = program_fingerprint(fn)
-                    where = None if profile is None else os.path.join(
-                        profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
-                    r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
-                              profile=where, profile_marks=profile_marks)
+                    r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit)
+                    if profile is not None and r.status == "ok":
+                        profiled.append((c, fn))
                 except TransformError as e:
                     row.update(measured_status="refused", reason=e.message)
                     yield row
@@ -131,6 +135,16 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                     progress.flush()
                 yield row
+            for c, fn in profiled:
+                assert profile is not None
+                where = os.path.join(
+                    profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
+                try:
+                    s.run(fn, steps=1, warmup=1, memory_limit=memory_limit, profile=where,
+                          profile_marks=profile_marks)
+                except DistIRError as e:  # the timed row stands; say why there is no trace
+                    if progress is not None:
+                        progress.write(f"no trace of {c} batch {c.batch_size}: {e.message}\n")
 
 
 def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None = None,

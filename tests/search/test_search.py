@@ -209,6 +209,31 @@ def test_run_top_adds_measured_columns(tmp_path, capsys) -> None:
     assert "the profile h200-sxm does not describe" in text
 
 
+def test_measured_runs_come_before_their_profiled_steps(tmp_path, monkeypatch) -> None:
+    """With ``profile``, every configuration of a session is timed before any is profiled
+    (a process that ran the profiler times later steps differently), and each one's traces
+    are written."""
+    from distir.backend import launch
+    from grid_search.real import iter_measure
+
+    calls: list[bool] = []
+    run = launch.Session.run
+
+    def spy(self, fn, *a, **kw):  # noqa: ANN001, ANN202 - records profiled or not
+        calls.append(kw.get("profile") is not None)
+        return run(self, fn, *a, **kw)
+
+    monkeypatch.setattr(launch.Session, "run", spy)
+    cs = [c for c in _configs(2, max_microbatches=2) if c.devices == 2][:2]
+    rows = list(iter_measure(W, cs, backend="gloo", steps=1, warmup=0, progress=None,
+                             profile=str(tmp_path / "p"), profile_marks=False))
+    assert [r["measured_status"] for r in rows] == ["ok", "ok"]
+    assert calls == [False, False, True, True]
+    for c in cs:
+        d = tmp_path / "p" / f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}"
+        assert sorted(x.name for x in d.iterdir()) == ["rank0.json", "rank1.json"]
+
+
 def test_profile_mismatch_is_only_for_other_devices() -> None:
     from grid_search.real import profile_mismatch
 
