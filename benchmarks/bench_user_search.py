@@ -1,6 +1,7 @@
 """Wall time of the main job on a user's model: ``distir grid-search --model FILE.onnx
---train`` on Hugging Face GPT-2 small (124M weights, ``GPT2LMHeadModel`` with its default
-configuration), exported by torch's TorchScript exporter, at 16 devices.
+[--train]`` (its training step and its inference program) on Hugging Face GPT-2 small
+(124M weights, ``GPT2LMHeadModel`` with its default configuration), exported by torch's
+TorchScript exporter, at 16 devices.
 
     .venv/bin/python benchmarks/bench_user_search.py [--batch-sizes 16 64] [--workers 2]
 
@@ -77,12 +78,13 @@ def main() -> int:
     print(f"{machine_line()}; load average {os.getloadavg()[0]:.1f}")
     distir = os.path.join(os.path.dirname(sys.executable), "distir")
     worst = 0.0
-    for b in args.batch_sizes:
+    train = ["--train", "--loss", "cross_entropy", "--optimizer", "adam"]
+    for b, mode in [(b, m) for b in args.batch_sizes for m in ("training step", "inference")]:
         with tempfile.TemporaryDirectory() as d:
             out = os.path.join(d, "r.csv")
             cmd = [distir, "grid-search", "--model", model, "--dim", f"batch={b}",
-                   "--dim", "seq=128", "--train", "--loss", "cross_entropy", "--optimizer",
-                   "adam", "--devices", str(args.devices), "--workers", str(args.workers),
+                   "--dim", "seq=128", *(train if mode == "training step" else []),
+                   "--devices", str(args.devices), "--workers", str(args.workers),
                    "--hardware", args.hardware, "-o", out]
             t0 = time.perf_counter()
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
@@ -94,7 +96,7 @@ def main() -> int:
                 rows = [line.split(",")[9] for line in f.readlines()[1:]]
             counts = {s: rows.count(s) for s in sorted(set(rows))}
         worst = max(worst, dt)
-        print(f"HF GPT-2 small training step, batch {b}, seq 128, {args.devices} devices: "
+        print(f"HF GPT-2 small {mode}, batch {b}, seq 128, {args.devices} devices: "
               f"{len(rows)} configurations {counts} in {dt:.1f} s "
               f"(target <= {TARGET_SECONDS:.0f} s)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
