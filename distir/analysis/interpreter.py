@@ -95,11 +95,14 @@ class Interpreter:
                     outs = eval_op(op, ins)
             except DistIRError as e:
                 raise locate(e, fn, op) from None
-            if len(outs) != len(op.outputs):
+            n = len(outs)
+            if n != len(op.outputs):
                 raise locate(TypeInferenceError(
                     f"gives {len(outs)} results, {len(op.outputs)} named"), fn, op)
-            for v, o in zip(op.outputs, outs):
-                env[v] = o
+            if n == 1:
+                env[op.outputs[0]] = outs[0]
+            else:  # (a call's hundreds of results: bound at C level)
+                env.update(zip(op.outputs, outs))
             if post is not None:
                 try:
                     post(op, ins, outs)

@@ -130,7 +130,11 @@ def test_dead_worker_is_reported() -> None:
 
 
 INTERRUPTED = r"""
+import signal
 import sys
+# A suite started in the background inherits SIGINT ignored: Ctrl-C's handler, as a
+# terminal gives it, whatever launched the suite.
+signal.signal(signal.SIGINT, signal.default_int_handler)
 sys.path.insert(0, {root!r})
 sys.path.insert(0, {here!r})
 from test_failures import hanging
