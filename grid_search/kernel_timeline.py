@@ -3,9 +3,12 @@
 from one bound by its host.
 
 For each rank's trace (``rank{r}.json``, one profiled step) it reports, within the step
-(the profiler's ``ProfilerStep#`` range, else the span of the trace's events):
+(see the first item; without a recorded step time, the profiler's ``ProfilerStep#``
+range, else the span of the trace's events):
 
-- the step's wall time as the timed steps measure it (``distir.step_s``) and the span;
+- the step's wall time as the timed steps measure it (``distir.step_s``: the window is
+  then the ``step_s`` before the step's last kernel ends, which leaves out the barrier
+  that the recorded range also holds) and the span;
 - the time the GPU ran compute kernels (the union of their intervals), ran NCCL kernels,
   ran any kernel, and ran none;
 - the host's CUDA runtime calls that block it (``cudaStreamSynchronize``,
@@ -57,6 +60,7 @@ def _total(spans: list[tuple[float, float]]) -> float:
 def summarize_rank(doc: dict[str, Any], top: int = 8) -> dict[str, Any]:
     """The summary of one rank's trace (times in seconds; see the module docstring)."""
     events = [e for e in doc.get("traceEvents", []) if e.get("ph") == "X" and "dur" in e]
+    info = doc.get("distir", {})
     steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
     if steps:
         lo = min(float(e["ts"]) for e in steps)
@@ -67,6 +71,12 @@ def summarize_rank(doc: dict[str, Any], top: int = 8) -> dict[str, Any]:
     # The trace holds one step: its kernels are those that start in it or after (the
     # host may be far ahead of them); any before it are the warm-up's.
     kernels = [e for e in events if e.get("cat") == "kernel" and float(e["ts"]) >= lo]
+    end = max((float(e["ts"]) + float(e["dur"]) for e in kernels), default=hi)
+    if info.get("step_s"):
+        # The timed step ends with its last kernel and lasts ``step_s``: the recorded range
+        # also holds the barrier before it, whose wait is not the step's.
+        lo, hi = max(lo, end - float(info["step_s"]) * 1e6), end
+        kernels = [e for e in kernels if float(e["ts"]) + float(e["dur"]) > lo]
     nccl = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels
             if "nccl" in str(e.get("name", "")).lower()]
     compute = [(float(e["ts"]), float(e["ts"]) + float(e["dur"])) for e in kernels
@@ -76,7 +86,8 @@ def summarize_rank(doc: dict[str, Any], top: int = 8) -> dict[str, Any]:
     comp_u = _union(_clip(compute, lo, k_hi))
     nccl_u = _union(_clip(nccl, lo, k_hi))
     any_u = _union(comp_u + nccl_u)
-    runtime = [e for e in events if e.get("cat") == "cuda_runtime"]
+    runtime = [e for e in events if e.get("cat") == "cuda_runtime"
+               and float(e["ts"]) < k_hi and float(e["ts"]) + float(e["dur"]) > lo]
     blocking: dict[str, list[float]] = {}
     for e in runtime:
         name = str(e.get("name", ""))
@@ -102,7 +113,6 @@ def summarize_rank(doc: dict[str, Any], top: int = 8) -> dict[str, Any]:
         main = max(calls.items(), key=lambda kv: kv[1]) if calls else ("", 0.0)
         longest.append({"at_s": (a - lo) * 1e-6, "idle_s": (b - a) * 1e-6,
                         "host_in": main[0], "host_in_s": main[1]})
-    info = doc.get("distir", {})
     return {
         "rank": info.get("rank"), "program": info.get("program"),
         "step_s": info.get("step_s"), "span_s": (k_hi - lo) * 1e-6,

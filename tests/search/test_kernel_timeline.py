@@ -41,3 +41,22 @@ def test_a_step_whose_host_waits_for_its_device(tmp_path, capsys) -> None:
     assert main([str(d), "-o", str(tmp_path / "s.json")]) == 0
     assert "b8_d4_t1_p1_k1" in capsys.readouterr().out
     assert json.loads((tmp_path / "s.json").read_text())[0]["rank"] == 0
+
+
+def test_the_barrier_before_the_step_is_left_out(tmp_path) -> None:
+    """The recorded range starts at the barrier before the step; the timed step is the
+    ``step_s`` before its last kernel ends."""
+    us = [("ProfilerStep#1", "user_annotation", 0, 2000),
+          ("ncclDevKernel_AllReduce barrier", "kernel", 10, 390),
+          ("cudaStreamSynchronize", "cuda_runtime", 10, 390),
+          ("gemm", "kernel", 500, 600), ("gemm", "kernel", 1200, 300)]
+    d = tmp_path / "b8_d2_t1_p1_k1"
+    d.mkdir()
+    doc = {"traceEvents": [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u}
+                           for n, c, t, u in us],
+           "distir": {"rank": 1, "program": "main", "step_s": 0.001}}
+    (d / "rank1.json").write_text(json.dumps(doc))
+    (r,) = summarize_dir(str(d))
+    assert r["span_s"] == pytest.approx(1000e-6)
+    assert (r["compute_busy_s"], r["nccl_busy_s"]) == (pytest.approx(900e-6), 0.0)
+    assert r["kernels"] == 2 and r["compute_idle_gaps"][0]["idle_s"] == pytest.approx(100e-6)
