@@ -32,7 +32,8 @@ if TYPE_CHECKING:
     from distir.analysis.hardware import Hardware
     from distir.analysis.simulator import Simulation
 
-__all__ = ["ReplicaProgram", "REPLICA_OPS", "replicas_run_alike", "expand_replica_events"]
+__all__ = ["ReplicaProgram", "REPLICA_OPS", "replica_program", "replicas_run_alike",
+           "expand_replica_events"]
 
 REPLICA_OPS = frozenset({"ReplicaAllreduce"})
 """Ops of a replica program that stand for one collective over every replica."""
@@ -92,6 +93,40 @@ class ReplicaProgram:
             idle_s=per(sim.idle_s), peak_memory_bytes=per(sim.peak_memory_bytes),
             host_s=per(sim.host_s),
             num_ops=n * (sim.num_ops - shared) + shared, replicas=(n, self.stride))
+
+
+def replica_program(fn: Function) -> ReplicaProgram | None:
+    """``fn`` as the replica program its ``ReplicaAllreduce`` ops describe (each lists the
+    devices of every replica's copy: ``d, d + stride, ..., d + (replicas - 1)·stride``, with
+    ``d`` its input's device), or ``None`` when it has none: a replica program read from a
+    file simulates as the program of every replica. Groups that disagree are a one-line
+    ``SimulationError``."""
+    found: tuple[int, int] | None = None
+    seen: set[int] = set()
+    todo = [fn]
+    while todo:
+        f = todo.pop()
+        if id(f) in seen:
+            continue
+        seen.add(id(f))
+        for op in f.ops:
+            if op.callee is not None:
+                todo.append(op.callee)
+            elif op.op_type in REPLICA_OPS:
+                devs: Any = op.attrs["devices"]
+                g = [int(d) for d in devs]
+                stride = g[1] - g[0] if len(g) > 1 else 0
+                ok = len(g) > 1 and stride > 0 and all(
+                    b - a == stride for a, b in zip(g, g[1:])) and g[0] < stride
+                if not ok or (found is not None and found != (len(g), stride)):
+                    want = "" if found is None else (f"; others are {found[0]} replicas "
+                                                     f"{found[1]} devices apart")
+                    raise SimulationError(
+                        f"ReplicaAllreduce(devices={g}) in @{f.name} does not list one "
+                        f"device per replica, replicas equally far apart from replica 0's"
+                        f"{want}: write each as d, d + stride, ... (dtp_replica does)")
+                found = (len(g), stride)
+    return None if found is None else ReplicaProgram(fn, *found)
 
 
 def replicas_run_alike(hw: Hardware, replicas: int, stride: int) -> bool:

@@ -56,7 +56,7 @@ from distir.analysis.renaming import (
     rename_summary,
     rename_value,
 )
-from distir.analysis.replicas import ReplicaProgram
+from distir.analysis.replicas import ReplicaProgram, replica_program
 from distir.analysis.values import type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op, Value
@@ -997,13 +997,18 @@ def simulate(fn: Function | Module | ReplicaProgram, hardware: Hardware | str = 
     name, a path to a profile file, or a ``Hardware``).
 
     A ``ReplicaProgram`` (``dtp_replica``: one of several identical data-parallel
-    replicas) is simulated as the program of every replica.
+    replicas), or a function whose ``ReplicaAllreduce`` ops name the other replicas'
+    devices, is simulated as the program of every replica.
 
     ``input_types`` override the parameters' declared types (as in ``infer_types``);
     ``batch_size`` gives ``Simulation.throughput``. An op without a cost rule is a
     ``SimulationError`` naming it; with ``fallback=True`` it is costed as a memory-bound
     kernel and a ``CostFallbackWarning`` lists such ops.
     """
+    if isinstance(fn, Module):
+        fn = fn.entry
+    if isinstance(fn, Function):  # a replica program read from a file describes itself
+        fn = replica_program(fn) or fn
     result = Simulator(hardware, fallback=fallback).simulate_function(
         fn, batch_size, input_types=input_types)
     if result.uncosted_ops:

@@ -29,6 +29,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-input", action="append", default=None, metavar="NAME",
                    help="a parameter whose axis 0 is the batch (repeat for several); by "
                    "default the inputs not bound to initializers")
+    p.add_argument("--one-replica", action="store_true",
+                   help="for simulation: write data-parallel replica 0 alone, its gradient "
+                   "all-reduces as ReplicaAllreduce over every replica's devices "
+                   "(dtp_replica); `distir simulate` gives every replica's figures")
     p.add_argument("-o", "--output", metavar="OUT.dir", default=None,
                    help="write the program here instead of standard output")
     p.set_defaults(func=run_transform)
@@ -36,12 +40,21 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_transform(args: argparse.Namespace) -> int:
     import distir
-    from distir.transforms import dtp
+    from distir.errors import ConfigError
+    from distir.transforms import dtp, dtp_replica
 
     m = distir.load(args.file)
-    fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp, microbatches=args.microbatches,
-             schedule=args.schedule, self_contained=args.self_contained,
-             batch_inputs=args.batch_input)
+    if args.one_replica:
+        if args.self_contained:
+            raise ConfigError("--one-replica writes a program for simulation; "
+                              "--self-contained is for executing one: choose one")
+        fn = dtp_replica(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
+                         microbatches=args.microbatches, schedule=args.schedule,
+                         batch_inputs=args.batch_input).fn
+    else:
+        fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
+                 microbatches=args.microbatches, schedule=args.schedule,
+                 self_contained=args.self_contained, batch_inputs=args.batch_input)
     text = distir.dumps(fn)
     if args.output is None:
         sys.stdout.write(text)
@@ -60,6 +73,12 @@ def run_transform(args: argparse.Namespace) -> int:
         weights = f"; weights of {len(fn.initializers)} parameters in {wp}"
     n_dev = args.dp * args.tp * args.pp
     written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
+    if args.one_replica and args.dp > 1:
+        shared = any(op.op_type == "ReplicaAllreduce" for f in (fn, *fn.callees())
+                     for op in f.ops)
+        weights += (f"; replica 0 of {args.dp}" + (
+            "" if shared else " (an inference program: its replicas never meet, so the "
+            "file holds no sign of the others and simulates as one replica)"))
     sys.stdout.write(f"wrote {args.output}: {n_dev} device{'s' * (n_dev != 1)}, "
                      f"{len(list(fn.callees())) + 1} functions, {written:,} ops "
                      f"({fn.num_ops(inline_calls=True):,} with calls inlined){weights}\n")

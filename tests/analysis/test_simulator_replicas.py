@@ -207,3 +207,48 @@ func @main(%x: Tensor[Float32, (4, 4), 1]) {
     # A program that places values outside replica 0's devices is not one replica's.
     with pytest.raises(SimulationError, match="outside replica 0's devices 0-0"):
         simulate(ReplicaProgram(ok, 2, 1), HW)
+
+
+def test_a_replica_program_read_from_a_file_describes_itself(tmp_path, capsys) -> None:
+    """``distir transform --one-replica`` writes replica 0's program; ``distir simulate``
+    finds its other replicas in its ``ReplicaAllreduce`` ops and reports all of them."""
+    import json
+    from pathlib import Path
+
+    from distir.analysis.replicas import replica_program
+    from distir.cli import main
+
+    one = dtp_replica(analyze(_mlp()), 4, 1, 2, 2)
+    rp = replica_program(one.fn)
+    assert rp is not None and (rp.replicas, rp.stride) == (4, 2)
+    assert replica_program(_mlp()) is None
+    a, b = simulate(one.fn, HW), simulate(one, HW)
+    assert a.replicas == (4, 2) and a.devices == b.devices and a.latency_s == b.latency_s
+    step = str(Path(__file__).resolve().parents[2] / "examples" / "mlp_step.dir")
+    out_one, out_all = str(tmp_path / "one.dir"), str(tmp_path / "all.dir")
+    assert main(["transform", step, "--dp", "4", "--pp", "2", "-k", "2", "--one-replica",
+                 "-o", out_one]) == 0
+    assert "replica 0 of 4" in capsys.readouterr().out
+    assert main(["transform", step, "--dp", "4", "--pp", "2", "-k", "2", "-o", out_all]) == 0
+    capsys.readouterr()
+    docs = []
+    for path in (out_one, out_all):
+        assert main(["simulate", path, "--json"]) == 0
+        docs.append(json.loads(capsys.readouterr().out))
+    assert docs[0]["devices"] == docs[1]["devices"] == list(range(8))
+    assert docs[0]["latency_s"] == pytest.approx(docs[1]["latency_s"], rel=1e-12)
+    assert docs[0]["peak_memory_bytes"] == docs[1]["peak_memory_bytes"]
+    assert main(["transform", step, "--dp", "2", "--one-replica", "--self-contained"]) != 0
+    assert "choose one" in capsys.readouterr().err
+
+
+def test_replica_groups_that_disagree_are_refused() -> None:
+    text = """
+func @main(%x: Tensor[Float32, (4, 4), 0], %y: Tensor[Float32, (4, 4), 1]) {
+  %a = ReplicaAllreduce(%x, devices=[0, 2, 4])
+  %b = ReplicaAllreduce(%y, devices=[1, 5])
+  return %a, %b
+}"""
+    with pytest.raises(SimulationError, match=r"devices=\[1, 5\]\) in @main does not list one "
+                       r"device per replica.*others are 3 replicas 2 devices apart"):
+        simulate(distir.parse(text).entry, HW)
