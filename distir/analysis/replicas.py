@@ -6,18 +6,19 @@ its own ``pp·tp`` devices (replica ``r`` on devices ``r·stride ... r·stride +
 and the replicas meet only in the all-reduces of the gradients. ``dtp_replica`` writes
 replica 0 alone, each such all-reduce as its part of one (``ReplicaAllreduce`` over the
 devices of every replica's copy), and returns a ``ReplicaProgram``. Its simulation is the
-whole program's, exactly, where the replicas run alike: every replica's ops take the same
-times in the same order, so each replica's copy of an all-reduce is ready when replica 0's
-is, and the all-reduce, timed over all its devices, ends on all of them together. Replica
-``r``'s per-device figures are then replica 0's on the shifted devices, and the trace is
-replica 0's repeated (``expand``). So a search's cost no longer grows with ``dp``.
+whole program's (memory exactly, times to rounding) where the replicas run alike: every
+replica's ops take the same times in the same order, so each replica's copy of an
+all-reduce is ready when replica 0's is, and the all-reduce, timed over all its devices,
+ends on all of them together. Replica ``r``'s per-device figures are then replica 0's on
+the shifted devices, and the trace is replica 0's repeated (``expand``). So a search's
+cost no longer grows with ``dp``.
 
 The replicas run alike when the cost of every op of a replica is the same on every
 replica's devices: the machine's nodes hold whole replicas or a whole number of them
 (``stride`` a multiple of ``devices_per_node`` or a divisor of it, or one node holds all
 the replicas), so a transfer between two stages crosses a node boundary on every replica
-or on none. ``check`` refuses other
-machines with the fix: simulate the program of every replica (``dtp``).
+or on none. ``check`` refuses other machines with the fix: simulate the program of every
+replica (``dtp``).
 """
 
 from __future__ import annotations
