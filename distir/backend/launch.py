@@ -122,23 +122,6 @@ def _check_input(proj: Projection, i: int, a: np.ndarray, t: Any) -> None:
                              "shape")
 
 
-def pin_cores(local_rank: int, local_ranks: int) -> tuple[int, ...] | None:
-    """With ``DISTIR_PIN_CORES=1``, bind this process to its share of the CPUs it may use
-    (an equal, contiguous slice per local rank, so that no two ranks' hosts, nor their
-    NCCL proxy threads, share a core); the CPUs, or ``None`` when not asked or not possible.
-    An experiment's switch: ranks whose hosts run at different speeds make every
-    collective wait for the slowest (grid_search/results/h200x4_kernels)."""
-    if os.environ.get("DISTIR_PIN_CORES") != "1" or not hasattr(os, "sched_setaffinity"):
-        return None
-    cpus = sorted(os.sched_getaffinity(0))
-    share = len(cpus) // max(local_ranks, 1)
-    if share < 1:
-        return None
-    mine = tuple(cpus[local_rank * share:(local_rank + 1) * share])
-    os.sched_setaffinity(0, mine)
-    return mine
-
-
 def make_tasks(proj: Projection, args: list[Any] | None, *, steps: int, warmup: int,
                want_outputs: bool, memory_limit: int | None, seed: int,
                profile: str | None = None, profile_marks: bool = True) -> list[RankTask]:
@@ -444,7 +427,6 @@ class TorchrunSession:
         if self.backend == "nccl":
             torch.cuda.set_device(local)
             device = torch.device("cuda", local)
-            pin_cores(local, n_local)
         else:
             device = torch.device("cpu")
         self.owns_group = not dist.is_initialized()

@@ -80,11 +80,8 @@ def serve(rank: int, world_size: int, backend: str, init_method: str, timeout_s:
     progress = Progress(progress_path, 3 * world_size)
     try:
         if backend == "nccl":
-            from distir.backend.launch import pin_cores
-
             torch.cuda.set_device(rank)
             device = torch.device("cuda", rank)
-            pin_cores(rank, world_size)
             dist.init_process_group("nccl", init_method=init_method, rank=rank,
                                     world_size=world_size, device_id=device,
                                     timeout=datetime.timedelta(seconds=timeout_s))
