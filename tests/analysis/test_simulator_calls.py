@@ -19,6 +19,7 @@ from distir.analysis.simulator import Simulation, simulate
 from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Value
 from distir.ir.inline import inline_calls
+from tests.analysis import random_ops as ops
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,21 +106,13 @@ def _random_program(seed: int) -> Function:
             r = rng.random()
             v, d = rng.choice(pool)
             if r < 0.4:
-                pool.append((b.op(rng.choice(["Relu", "Exp", "Neg", "Tanh"]), v), d))
+                ops.unary(b, rng, pool, v, d)
             elif r < 0.55:
-                w = rng.choice([p for p, pd in pool if pd == d])
-                pool.append((b.op(rng.choice(["Add", "Mul"]), v, w), d))
+                ops.binary(b, rng, pool, v, d)
             elif r < 0.7:
-                to = rng.choice([x for x in devices if x != d])
-                pool.append((b.op("Send", v, device=to), to))
+                ops.send(b, rng, pool, v, d, devices)
             elif r < 0.8:
-                by_dev: dict[int, Value] = {}
-                for p, pd in rng.sample(pool, len(pool)):
-                    by_dev.setdefault(pd, p)
-                if len(by_dev) >= 2:
-                    ds = sorted(by_dev)
-                    outs = b.op("MPIAllreduce", *(by_dev[x] for x in ds), num_results=len(ds))
-                    pool.extend(zip(outs, ds))
+                ops.allreduce(b, rng, pool)
             elif callees:
                 f, sig, res_devs = rng.choice(callees)
                 args: list[Value] = []

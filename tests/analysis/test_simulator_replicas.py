@@ -25,6 +25,7 @@ from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Op, Value
 from distir.ir.inline import inline_calls
 from distir.transforms import analyze, dtp, dtp_replica
+from tests.analysis import random_ops as ops
 from tests.analysis.test_simulator_calls import HW
 from tests.analysis.test_simulator_host import with_host
 
@@ -111,24 +112,16 @@ def _random_replica(seed: int, replicas: int, stride: int) -> Function:
         r = rng.random()
         v, d = rng.choice(pool)
         if r < 0.35:
-            pool.append((b.op(rng.choice(["Relu", "Exp", "Neg", "Tanh"]), v), d))
+            ops.unary(b, rng, pool, v, d)
         elif r < 0.5:
-            w = rng.choice([p for p, pd in pool if pd == d])
-            pool.append((b.op(rng.choice(["Add", "Mul"]), v, w), d))
+            ops.binary(b, rng, pool, v, d)
         elif r < 0.6:
-            to = rng.choice([x for x in devices if x != d])
-            pool.append((b.op("Send", v, device=to), to))
+            ops.send(b, rng, pool, v, d, devices)
         elif r < 0.7:
             group = [d + k * stride for k in range(replicas)]
             pool.append((b.op("ReplicaAllreduce", v, devices=group), d))
         elif r < 0.8:
-            by_dev: dict[int, Value] = {}
-            for p, pd in rng.sample(pool, len(pool)):
-                by_dev.setdefault(pd, p)
-            if len(by_dev) >= 2:
-                ds = sorted(by_dev)
-                outs = b.op("MPIAllreduce", *(by_dev[x] for x in ds), num_results=len(ds))
-                pool.extend(zip(outs, ds))
+            ops.allreduce(b, rng, pool)
         else:
             d2 = rng.choice([x for x in devices if x != d])
             w = rng.choice([p for p, pd in pool if pd == d2])
