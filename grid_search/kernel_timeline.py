@@ -34,8 +34,9 @@ from typing import Any
 __all__ = ["summarize_rank", "summarize_dir"]
 
 _BLOCKING = ("cudaStreamSynchronize", "cudaDeviceSynchronize", "cudaEventSynchronize",
-             "cudaMemcpy", "cudaStreamQuery")
-"""Runtime calls that wait for the device (``cudaMemcpy``: the synchronous copy only)."""
+             "cudaMemcpy")
+"""Runtime calls that wait for the device (``cudaMemcpy*``: the synchronous copies, not the
+``Async`` ones)."""
 
 
 def _union(spans: list[tuple[float, float]]) -> list[tuple[float, float]]:
@@ -91,7 +92,7 @@ def summarize_rank(doc: dict[str, Any], top: int = 8) -> dict[str, Any]:
     blocking: dict[str, list[float]] = {}
     for e in runtime:
         name = str(e.get("name", ""))
-        if name.startswith(_BLOCKING) and not name.startswith("cudaMemcpyAsync"):
+        if name.startswith(_BLOCKING) and "Async" not in name:
             b = blocking.setdefault(name, [0, 0.0])
             b[0] += 1
             b[1] += float(e["dur"]) * 1e-6

@@ -11,6 +11,15 @@ import pytest
 from grid_search.kernel_timeline import main, summarize_dir
 
 
+def _trace(d, rank: int, step_s: float, events: list[tuple]) -> None:  # noqa: ANN001
+    """``d/rank<rank>.json``: ``events`` as (name, category, start, duration) in us."""
+    d.mkdir(exist_ok=True)
+    doc = {"traceEvents": [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u}
+                           for n, c, t, u in events],
+           "distir": {"rank": rank, "program": "main", "step_s": step_s}}
+    (d / f"rank{rank}.json").write_text(json.dumps(doc))
+
+
 def test_a_step_whose_host_waits_for_its_device(tmp_path, capsys) -> None:
     us = [  # (name, category, start, duration) in microseconds
         ("ProfilerStep#1", "user_annotation", 0, 1000),
@@ -21,11 +30,7 @@ def test_a_step_whose_host_waits_for_its_device(tmp_path, capsys) -> None:
         ("cudaMemcpyAsync", "cuda_runtime", 670, 5),
         ("before the step", "kernel", -50, 10)]
     d = tmp_path / "b8_d4_t1_p1_k1"
-    d.mkdir()
-    doc = {"traceEvents": [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u}
-                           for n, c, t, u in us],
-           "distir": {"rank": 0, "program": "main", "step_s": 0.0011}}
-    (d / "rank0.json").write_text(json.dumps(doc))
+    _trace(d, 0, 0.0011, us)
     (r,) = summarize_dir(str(d))
     # Compute kernels 10-155 and 700-1100 (the last runs past the host's step range).
     assert r["span_s"] == pytest.approx(1100e-6)
@@ -51,11 +56,7 @@ def test_the_barrier_before_the_step_is_left_out(tmp_path) -> None:
           ("cudaStreamSynchronize", "cuda_runtime", 10, 390),
           ("gemm", "kernel", 500, 600), ("gemm", "kernel", 1200, 300)]
     d = tmp_path / "b8_d2_t1_p1_k1"
-    d.mkdir()
-    doc = {"traceEvents": [{"ph": "X", "name": n, "cat": c, "ts": t, "dur": u}
-                           for n, c, t, u in us],
-           "distir": {"rank": 1, "program": "main", "step_s": 0.001}}
-    (d / "rank1.json").write_text(json.dumps(doc))
+    _trace(d, 1, 0.001, us)
     (r,) = summarize_dir(str(d))
     assert r["span_s"] == pytest.approx(1000e-6)
     assert (r["compute_busy_s"], r["nccl_busy_s"]) == (pytest.approx(900e-6), 0.0)

@@ -36,10 +36,10 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     import torch
 
     class MLP(torch.nn.Module):
-        def __init__(self) -> None:
+        def __init__(self, d_in: int = 16, hidden: int = 32, d_out: int = 8) -> None:
             super().__init__()
-            self.fc1 = torch.nn.Linear(16, 32)
-            self.fc2 = torch.nn.Linear(32, 8)
+            self.fc1 = torch.nn.Linear(d_in, hidden)
+            self.fc2 = torch.nn.Linear(hidden, d_out)
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc2(torch.relu(self.fc1(x)))
@@ -52,24 +52,15 @@ def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
         def forward(self, x: torch.Tensor) -> torch.Tensor:
             return self.fc(x).argmax(-1)
 
-    class Wide(torch.nn.Module):
-        """Weights over CONCRETE_LIMIT elements, which the search's functions leave out."""
-
-        def __init__(self) -> None:
-            super().__init__()
-            self.fc1 = torch.nn.Linear(96, 96)
-            self.fc2 = torch.nn.Linear(96, 96)
-
-        def forward(self, x: torch.Tensor) -> torch.Tensor:
-            return self.fc2(torch.relu(self.fc1(x)))
-
     torch.manual_seed(0)
     d = tmp_path_factory.mktemp("models")
     x = torch.zeros(4, 3, 16)
     return {"mlp": _export(MLP(), x, d / "mlp.onnx", {0: "batch"}),
             "fixed": _export(MLP(), x, d / "fixed.onnx", {}),
             "argmax": _export(ArgMax(), x, d / "argmax.onnx", {0: "batch"}),
-            "wide": _export(Wide(), torch.zeros(4, 3, 96), d / "wide.onnx", {0: "batch"})}
+            # Weights over CONCRETE_LIMIT elements, which the search's functions leave out.
+            "wide": _export(MLP(96, 96, 96), torch.zeros(4, 3, 96), d / "wide.onnx",
+                            {0: "batch"})}
 
 
 def _check_rows(rows: list[dict], configs: list) -> None:
