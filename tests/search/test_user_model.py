@@ -32,7 +32,8 @@ def _export(module: object, example: object, path: Path, dynamic: dict) -> str:
 @pytest.fixture(scope="module")
 def models(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     """A two-layer perceptron over (batch, tokens, 16) with a symbolic batch, the same with
-    a fixed batch, and a model whose output is integer (an argmax)."""
+    a fixed batch, a model whose output is integer (an argmax), and a perceptron of width 96
+    (``wide``)."""
     import torch
 
     class MLP(torch.nn.Module):
