@@ -74,11 +74,12 @@ def run_transform(args: argparse.Namespace) -> int:
     n_dev = args.dp * args.tp * args.pp
     written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
     if args.one_replica and args.dp > 1:
-        shared = any(op.op_type == "ReplicaAllreduce" for f in (fn, *fn.callees())
-                     for op in f.ops)
-        weights += (f"; replica 0 of {args.dp}" + (
-            "" if shared else " (an inference program: its replicas never meet, so the "
-            "file holds no sign of the others and simulates as one replica)"))
+        from distir.analysis.replicas import replica_program
+
+        meet = replica_program(fn) is not None
+        weights += f"; replica 0 of {args.dp}" + ("" if meet else (
+            " (an inference program: its replicas never meet, so the file holds no sign of "
+            "the others and simulates as one replica)"))
     sys.stdout.write(f"wrote {args.output}: {n_dev} device{'s' * (n_dev != 1)}, "
                      f"{len(list(fn.callees())) + 1} functions, {written:,} ops "
                      f"({fn.num_ops(inline_calls=True):,} with calls inlined){weights}\n")

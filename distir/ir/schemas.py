@@ -117,8 +117,8 @@ _DISTIR_OPS = [
         "the same order, one dtype); result i is the sum of input i's member, on input i's "
         "device"),
     _op("ReplicaAllreduce", "comm", (1, 1), (1, 1), (_A("devices", "devices", True),),
-        doc="in a program that writes one of several identical replicas (dtp's "
-        "`replicas_written=1`), this replica's part of an all-reduce over `devices` (the "
+        doc="in a program that writes one of several identical replicas "
+        "(`dtp_replica`), this replica's part of an all-reduce over `devices` (the "
         "input's device and its copies on the other replicas): the sum, on the input's "
         "device; timed as `MPIAllreduce` over `devices`, not executable"),
     _op("MPIAllgather", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),), "inputs",

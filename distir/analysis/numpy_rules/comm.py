@@ -67,7 +67,7 @@ def allreduce_bucket(op_type: str, args: tuple, attrs: dict[str, Any], n_out: in
 def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     raise ExecutionError("ReplicaAllreduce sums values of replicas this program does not "
                          "write: it is for simulation; execute the program of every "
-                         "replica (dtp without replicas_written)")
+                         "replica (dtp, not dtp_replica)")
 
 
 @NUMPY_RULES.register("MPIAllgather")
