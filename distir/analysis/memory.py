@@ -22,6 +22,7 @@ program's structure, never on types, so it is computed once per function.
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -46,9 +47,12 @@ OpLiveness = tuple
 - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
   the function is the op: freed only when the caller handed that parameter over;
 - ``free_out``: results never used (freed right after the op; never for a call);
-- ``give``: for a call, ``(input position, parameter index or -1)`` of the arguments
-  handed over to the callee (-1: a value of this function; else handed over only if this
-  function owns that parameter);
+- ``give``: for a call, the arguments handed over to the callee, as ``(mask, params)``
+  (``()`` when none is): ``mask`` is ``bytes`` of one flag per input position, set for
+  the values of this function handed over (the simulator's ownership key, made once per
+  op), or ``None`` when all are parameters; ``params`` holds ``(input position,
+  parameter index)`` of this function's parameters handed over, each only if this
+  function owns it;
 - ``drop``: for a call, the positions of the results the caller never uses: the callee
   frees them at their last use inside it, as the inlined program would.
 """
@@ -206,9 +210,12 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             # The common case (a microbatch's activations, each passed once): every
             # argument that dies here is handed over, as the loop below would find.
             live.update(dead)
-            pget: Any = param_index.get
-            infos[op] = (sig, (), (), (), tuple(zip(gone, map(pget, dead, repeat(-1)))),
-                         dropped)
+            if param_index.keys().isdisjoint(dead):  # (the usual case: no parameter)
+                give_op: tuple = (_mask(len(roots), gone), ())
+            else:
+                pget: Any = param_index.get
+                give_op = _give(len(roots), list(zip(gone, map(pget, dead, repeat(-1)))))
+            infos[op] = (sig, (), (), (), give_op, dropped)
             continue
         # Each storage first dies at its first position not an unused parameter of the
         # callee (untouched arguments are no use); one passed twice is not handed over.
@@ -234,7 +241,8 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 c_param.append((pos, pi))
             else:
                 c_in.append(pos)
-        infos[op] = (sig, tuple(c_in), tuple(c_param), (), tuple(give), dropped)
+        infos[op] = (sig, tuple(c_in), tuple(c_param), (), _give(len(roots), give) if give
+                     else (), dropped)
     unused = frozenset(i for i, p in enumerate(fn.params) if p not in live)
     ret_param: list[int | None] = []
     ret_dup: list[int | None] = []
@@ -253,6 +261,21 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                           drop, annotated)
     memo.facts[key] = (fn, fl)
     return fl
+
+
+def _mask(n: int, positions: list[int]) -> bytes:
+    """``n`` flags, set at ``positions`` (by C-level passes: calls pass thousands)."""
+    m = bytearray(n)
+    deque(map(m.__setitem__, positions, repeat(1)), 0)
+    return bytes(m)
+
+
+def _give(n: int, give: list[tuple[int, int]]) -> tuple:
+    """``give``'s ``(mask, params)`` form (see ``OpLiveness``) from ``(position,
+    parameter index or -1)`` pairs."""
+    local = [pos for pos, pi in give if pi < 0]
+    return (_mask(n, local) if local else None,
+            tuple((pos, pi) for pos, pi in give if pi >= 0))
 
 
 def placed_bytes(t: Any) -> tuple[tuple[int, int], ...]:

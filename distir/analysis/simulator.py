@@ -241,7 +241,7 @@ class Simulator(TypeInterpreter):
         self._canon: dict[Any, Any] = {}  # types and values interned: equal is identical
         self._lv: dict[Op, OpLiveness] = {}  # liveness of the ops of the function running
         self._drop: frozenset[int] = frozenset()  # results its caller drops
-        self._no_owned: dict[int, tuple[bool, ...]] = {}
+        self._no_owned: dict[int, bytes] = {}
         # Equal functions: the representative of each structure (compared with ``==`` once
         # per function object), and per function object of the program running, its
         # representative by id (the program keeps those objects alive while it runs).
@@ -295,7 +295,7 @@ class Simulator(TypeInterpreter):
         return hit[1]
 
     # -- state -----------------------------------------------------------------------
-    def _new_state(self, top: bool, owned: tuple[bool, ...],
+    def _new_state(self, top: bool, owned: Sequence[bool] | bytes,
                    sym: dict[int, int] | None = None) -> None:
         """Fresh clocks, memory and events, for the entry function (``top``: one clock
         symbol for all devices) or a callee (one symbol per device, or per class of
@@ -532,21 +532,29 @@ class Simulator(TypeInterpreter):
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
         _, free_in, free_param, free_out, give, drop = self._lv[op]
+        # Which arguments the callee owns, as bytes (part of the summary's key): the
+        # values of this function handed over (``give``'s mask, made once per op) and
+        # those of its parameters handed over that it owns itself.
+        given: bytes | None = None
         if give:
-            owned = self._owned
-            mask = [False] * len(args)
-            for pos, pi in give:
-                if pi < 0 or owned[pi]:
-                    mask[pos] = True
-            given = tuple(mask)
-        else:
-            given = self._no_owned.get(len(args)) or self._no_owned.setdefault(
-                len(args), (False,) * len(args))
+            given, params = give
+            if params:
+                owned = self._owned
+                mask = bytearray(given) if given is not None else bytearray(len(args))
+                for pos, pi in params:
+                    if owned[pi]:
+                        mask[pos] = 1
+                given = bytes(mask)
+        if given is None:
+            given = self._no_owned.get(len(args))
+            if given is None:
+                given = self._no_owned[len(args)] = bytes(len(args))
         # Arguments are interned (``_canon``), so their identities stand for their values:
         # hashing ids is far cheaper than hashing hundreds of types.
         # Pending arguments stay pending inside (each is a symbol there, see _summarize).
         pending = self._pending
-        waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) if pending else ()
+        waiting = tuple(i for i, v in enumerate(op.inputs) if v in pending) \
+            if pending and not pending.keys().isdisjoint(op.inputs) else ()
         if self._reps is not None:
             rep = self._rep_of.get(id(callee))
             callee = rep if rep is not None else self._rep(callee)
@@ -652,7 +660,7 @@ class Simulator(TypeInterpreter):
             out.append(seen.setdefault((id(v), shift.get(k, 0.0)), len(seen)))
         return tuple(out)
 
-    def _summary(self, callee: Function, args: tuple, given: tuple[bool, ...],
+    def _summary(self, callee: Function, args: tuple, given: bytes,
                  drop: frozenset[int], waiting: tuple[int, ...],
                  cls: tuple[int, ...]) -> CallSummary:
         """A new call key's summary: the summary of the call on canonical devices, renamed
@@ -689,7 +697,7 @@ class Simulator(TypeInterpreter):
         r = rename_value(v, m)
         return self._canon.setdefault(r, r)
 
-    def _summarize(self, callee: Function, args: tuple, given: tuple[bool, ...],
+    def _summarize(self, callee: Function, args: tuple, given: bytes,
                    drop: frozenset[int], waiting: tuple[int, ...],
                    cls: tuple[int, ...]) -> CallSummary:
         """Simulate ``callee`` once with symbolic entry clocks (one per clock class

@@ -203,7 +203,7 @@ func @main(%x: {T0}, %y: {T0}) {{
     assert facts(live, ops[0]) == ((), ((0, 0),), (), (), none)
     assert live.ops[ops[0]][0] == ("Relu", (), 1)
     assert live.unused_params == {1}
-    assert facts(live, ops[1]) == ((), (), (), ((0, -1),), none)  # a is handed over to @f
+    assert facts(live, ops[1]) == ((), (), (), (b"\x01", ()), none)  # a is handed over to @f
     assert facts(live, ops[2]) == ((0,), (), (1,), (), none)      # r dies, t is never used
     f = liveness(m["f"])
     assert facts(f, m["f"].ops[0]) == ((), ((0, 0),), (), (), none)  # p dies if handed over
