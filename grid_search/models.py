@@ -78,14 +78,16 @@ class Workload:
         src = self.source
         return (src.batch_input,) if src is not None and src.named else ()
 
-    def analyze(self, batch_size: int) -> Any:
+    def analyze(self, batch_size: int, hardware: Any = None) -> Any:
         """``distir.transforms.analyze`` of ``build(batch_size)``, told the batch input the
-        user named and the weights whose values the built function leaves out."""
+        user named, the weights whose values the built function leaves out, and the
+        hardware profile that weighs pipeline stages balanced by cost (the one simulated;
+        default ``h100-sxm``)."""
         from distir.transforms import analyze
 
         src = self.source
         return analyze(self.build(batch_size), batch_inputs=list(self.batch_inputs) or None,
-                       weights=src.weights if src is not None else ())
+                       weights=src.weights if src is not None else (), hardware=hardware)
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)

@@ -67,16 +67,17 @@ def program_fingerprint(fn: Any) -> str:
 
 def measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
             steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
-            ) -> list[dict[str, Any]]:
+            hardware: Any = None) -> list[dict[str, Any]]:
     """Run each configuration for real; one row per configuration with measured columns."""
     return list(iter_measure(workload, configs, backend=backend, steps=steps, warmup=warmup,
-                             progress=progress))
+                             progress=progress, hardware=hardware))
 
 
 def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
                  memory_limit: int | None = None, profile: str | None = None,
-                 profile_marks: bool = True) -> Iterator[dict[str, Any]]:
+                 profile_marks: bool = True, hardware: Any = None,
+                 ) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
@@ -85,7 +86,9 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     per device) caps each run's allocator; ``profile`` (a directory) writes, after every
     timed run of a device count, one more profiled step of each configuration, its
     per-rank traces to ``profile/b<batch>_d<D>_t<T>_p<P>_k<K>/`` (``distir run --profile``;
-    ``profile_marks=False``: without the per-op marks).
+    ``profile_marks=False``: without the per-op marks). ``hardware`` is the profile the
+    programs were simulated on, which weighs pipeline stages balanced by cost
+    (``Workload.analyze``), so that the programs run are the ones simulated.
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -107,7 +110,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                 try:
                     seq = models.get(c.batch_size)
                     if seq is None:
-                        seq = models[c.batch_size] = workload.analyze(c.batch_size)
+                        seq = models[c.batch_size] = workload.analyze(c.batch_size,
+                                                                      hardware=hardware)
                     fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                              schedule=c.schedule)
                     row["program_fingerprint"] = program_fingerprint(fn)
@@ -305,7 +309,7 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
                       int(r["pp"]), int(r["microbatches"]), r["schedule"]) for r in best]
     measured = {tuple(str(m[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
                                            "schedule")): m
-                for m in measure(workload, configs, backend=backend)}
+                for m in measure(workload, configs, backend=backend, hardware=hardware)}
     merged = []
     for r in (read_rows(out) if out else rows):
         key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",

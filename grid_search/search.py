@@ -75,7 +75,7 @@ def _model(batch: int) -> Any:
     if an is None:
         w = _STATE.workload
         try:
-            an = w.analyze(batch)
+            an = w.analyze(batch, hardware=_STATE.hardware)
         except DistIRError as e:
             an = e
         _STATE.models[batch] = an

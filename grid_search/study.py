@@ -100,7 +100,7 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
     for i, c in enumerate(configs):
         seq = models.get(c.batch_size)
         if seq is None:
-            seq = models[c.batch_size] = w.analyze(c.batch_size)
+            seq = models[c.batch_size] = w.analyze(c.batch_size, hardware=hardware)
         try:
             fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                      schedule=c.schedule)
@@ -163,7 +163,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         f.flush()
         for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
                               warmup=args.warmup, memory_limit=limit, profile=args.profile,
-                              profile_marks=not args.profile_kernels):
+                              profile_marks=not args.profile_kernels,
+                              hardware=args.hardware):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -191,7 +192,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
     for line, r in enumerate(rows, start=2):  # line 1 of the file is the header
         b = int(r["batch_size"])
         if b not in models:
-            models[b] = w.analyze(b)
+            models[b] = w.analyze(b, hardware=args.hardware)
         try:
             fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
                      microbatches=int(r["microbatches"]), schedule=r["schedule"])
@@ -316,7 +317,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     w = workload(args.model, dtype=args.dtype)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
-    fn = dtp(w.analyze(args.batch_size), dp=args.dp, tp=args.tp, pp=args.pp,
+    fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=args.dp, tp=args.tp, pp=args.pp,
              microbatches=args.microbatches, schedule=schedule)
     out = args.out
     os.makedirs(out, exist_ok=True)
@@ -433,7 +434,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="run only configurations predicted near the memory capacity (the "
                    "profile's, or --memory-limit)")
     m.add_argument("--hardware", default="h100-sxm",
-                   help="profile predicting the peaks for --memory-check (default h100-sxm)")
+                   help="the profile the study is simulated on (default h100-sxm): it "
+                   "predicts the peaks for --memory-check and weighs pipeline stages "
+                   "balanced by cost, so that the programs run are those `compare` "
+                   "simulates")
     m.add_argument("--margin", type=float, default=0.25,
                    help="--memory-check: predicted peak within this fraction of the capacity "
                    "(default 0.25)")

@@ -33,6 +33,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="for simulation: write data-parallel replica 0 alone, its gradient "
                    "all-reduces as ReplicaAllreduce over every replica's devices "
                    "(dtp_replica); `distir simulate` gives every replica's figures")
+    p.add_argument("--hardware", "-H", default=None, metavar="H",
+                   help="hardware profile (name or path) weighing the ops where pipeline "
+                   "stages are balanced by cost: the one you will simulate (default "
+                   "h100-sxm)")
     p.add_argument("-o", "--output", metavar="OUT.dir", default=None,
                    help="write the program here instead of standard output")
     p.set_defaults(func=run_transform)
@@ -50,11 +54,12 @@ def run_transform(args: argparse.Namespace) -> int:
                               "--self-contained is for executing one: choose one")
         fn = dtp_replica(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
                          microbatches=args.microbatches, schedule=args.schedule,
-                         batch_inputs=args.batch_input).fn
+                         batch_inputs=args.batch_input, hardware=args.hardware).fn
     else:
         fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
                  microbatches=args.microbatches, schedule=args.schedule,
-                 self_contained=args.self_contained, batch_inputs=args.batch_input)
+                 self_contained=args.self_contained, batch_inputs=args.batch_input,
+                 hardware=args.hardware)
     text = distir.dumps(fn)
     if args.output is None:
         sys.stdout.write(text)

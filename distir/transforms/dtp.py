@@ -9,6 +9,7 @@ runs them in the chosen pipeline schedule. See ``docs/transforms.md``.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Any
 
 from distir._util import no_gc
 from distir.analysis.replicas import ReplicaProgram
@@ -29,7 +30,8 @@ __all__ = ["dtp", "dtp_replica", "analyze"]
 
 def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
         microbatches: int = 1, schedule: str = "1f1b", self_contained: bool = False,
-        layer_functions: bool = True, batch_inputs: Sequence[str] | None = None) -> Function:
+        layer_functions: bool = True, batch_inputs: Sequence[str] | None = None,
+        hardware: Any = None) -> Function:
     """The sequential step ``fn`` distributed over ``dp·tp·pp`` devices.
 
     - ``dp`` data-parallel replicas, each with a slice of the batch; gradients are summed
@@ -51,37 +53,40 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     ``batch_inputs`` names the parameters whose axis 0 is the batch (``input_ids``); by
     default the inputs not bound to initializers are (for a function without initializers,
     the parameters in a data role: a matrix product's left operand, gather indices, a loss's
-    target), and the split then flows through every op by the layout rules.
+    target), and the split then flows through every op by the layout rules. ``hardware``
+    weighs the ops where pipeline stages are balanced by cost (see ``analyze``).
 
     Impossible configurations raise ``TransformError`` naming the failed constraint.
     """
-    plan = Plan(_analysis(fn, batch_inputs), dp, tp, pp, microbatches, schedule)
+    plan = Plan(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches, schedule)
     return _build(plan, self_contained, layer_functions)
 
 
 def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
                 microbatches: int = 1, schedule: str = "1f1b", layer_functions: bool = True,
-                batch_inputs: Sequence[str] | None = None) -> ReplicaProgram:
+                batch_inputs: Sequence[str] | None = None, hardware: Any = None,
+                ) -> ReplicaProgram:
     """``dtp``'s step for simulation, written for replica 0 alone: the same program as
     ``dtp(fn, dp, ...)`` on devices ``0 .. tp·pp - 1``, each all-reduce of gradients over
     the replicas being replica 0's part of it (``ReplicaAllreduce``). ``distir.simulate``
     gives exactly the figures of the program of every replica (``distir.analysis.replicas``)
     at a cost that does not grow with ``dp``; it cannot be executed or run (there, use
     ``dtp``). Refuses what ``dtp`` refuses."""
-    plan = Plan(_analysis(fn, batch_inputs), dp, tp, pp, microbatches, schedule,
+    plan = Plan(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches, schedule,
                 one_replica=True)
     return ReplicaProgram(_build(plan, False, layer_functions), dp, tp * pp)
 
 
 def _analysis(fn: Function | Module | Analysis, batch_inputs: Sequence[str] | None,
-              ) -> Analysis:
+              hardware: Any) -> Analysis:
     if isinstance(fn, Module):
         fn = fn.entry
     if isinstance(fn, Analysis):
-        if batch_inputs is not None:
-            raise TransformError("dtp: pass batch_inputs to analyze(), not with an Analysis")
+        for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
+            if v is not None:
+                raise TransformError(f"dtp: pass {name} to analyze(), not with an Analysis")
         return fn
-    return analyze(fn, batch_inputs)
+    return analyze(fn, batch_inputs, hardware=hardware)
 
 
 def _build(plan: Plan, self_contained: bool, layer_functions: bool) -> Function:

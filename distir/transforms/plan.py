@@ -14,6 +14,7 @@ from __future__ import annotations
 import weakref
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -52,22 +53,29 @@ class Analysis:
 
 
 def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None,
-            weights: Sequence[str] = ()) -> Analysis:
+            weights: Sequence[str] = (), hardware: Any = None) -> Analysis:
     """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration.
 
     ``batch_inputs`` names the parameters whose axis 0 is the batch; by default they are
     found from the function (see ``Sharding``). ``weights`` names parameters that are
     weights although no initializer binds them (a function whose large initializers were
-    left out, as the grid search's are): they are never batch inputs."""
+    left out, as the grid search's are): they are never batch inputs. ``hardware`` (a
+    ``Hardware`` or a profile's name or path; default ``partition.PROFILE``) weighs the ops
+    where pipeline stages are balanced by cost: the profile to be simulated, since the
+    ratios of its ops' costs decide the cuts."""
     if isinstance(fn, Module):
         fn = fn.entry
     if isinstance(batch_inputs, str):
         batch_inputs = [batch_inputs]
+    if hardware is not None:
+        from distir.analysis.hardware import load_hardware
+
+        hardware = load_hardware(hardware)
     with no_gc():
         prog = Program(fn)
         sh = Sharding(prog, batch_inputs, weights)
         st = Structure(prog, sh)
-        return Analysis(prog, sh, st, StagePartition(st))
+        return Analysis(prog, sh, st, StagePartition(st, hardware))
 
 
 class Plan:

@@ -45,3 +45,12 @@ def test_batch_input_by_name(capsys: pytest.CaptureFixture) -> None:
     assert main(["transform", src, "--dp", "2", "--batch-input", "nope"]) == 1
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "batch input 'nope' is not a parameter of @" in err
+
+
+def test_hardware_weighs_the_stages(capsys: pytest.CaptureFixture) -> None:
+    src = str(EXAMPLES / "mlp_step.dir")
+    assert main(["transform", src, "--pp", "2", "--hardware", "h200-sxm"]) == 0
+    distir.infer_types(distir.parse(capsys.readouterr().out).entry)
+    assert main(["transform", src, "--pp", "2", "--hardware", "no-such-card"]) == 1
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "unknown hardware profile 'no-such-card'" in err

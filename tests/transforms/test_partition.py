@@ -115,3 +115,29 @@ def test_more_stages_than_cuts_refused() -> None:
     with pytest.raises(TransformError, match=r"^error: pp=5 is more pipeline stages than "
                        r"@main can be cut into \(4 at most\)$"):
         dtp(_irregular(), pp=5)
+
+
+def test_stages_weighed_on_the_profile_simulated() -> None:
+    """``analyze(hardware=...)`` balances stages with that profile's cost rules (the one the
+    search simulates), not the default's; ``dtp`` takes it too, but not beside an
+    ``Analysis``; the grid search's workers analyse on the search's profile."""
+    from distir.analysis.hardware import load_hardware
+    from distir.transforms.partition import _costs
+    from grid_search import search, workload
+
+    step = training_step(_irregular(batch=64), loss="mse", optimizer="sgd", wrt=_W)
+    h200 = load_hardware("h200-sxm")
+    default, other = analyze(step).partition, analyze(step, hardware="h200-sxm").partition
+    assert other.hardware is h200 and default.hardware is None
+    got = other._cost_arrays()
+    want = _costs(other.st, other.n, h200)
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))
+    assert not np.allclose(got[0], default._cost_arrays()[0])  # the profiles weigh differently
+    assert _stages(dtp(step, pp=2, hardware=h200)) == 2
+    with pytest.raises(TransformError, match="pass hardware to analyze"):
+        dtp(analyze(step), pp=2, hardware=h200)
+    search._init_worker(workload("mlp-2-32"), "h200-sxm")
+    try:
+        assert search._model(8).partition.hardware is h200
+    finally:
+        search._init_worker(None, None)  # type: ignore[arg-type]
