@@ -212,12 +212,18 @@ class CompiledProgram:
         self.failed_at: str | None = None
         """Where the last run failed (the op), or ``None``."""
 
-    def run(self, inputs: list[Any], host_clock: list[float] | None = None) -> list[Any]:
+    def run(self, inputs: list[Any], host_clock: list[float] | None = None,
+            memory_clock: list[tuple[int, int]] | None = None) -> list[Any]:
         """``host_clock``, when given, receives ``time.perf_counter()`` as each op starts on
         the host and once more at the end: the host's dispatch time per op is the
-        difference of neighbours (``calibration.bench_dispatch``)."""
+        difference of neighbours (``calibration.bench_dispatch``). ``memory_clock``, when
+        given, receives per op ``(most bytes allocated during it, bytes allocated once its
+        dead inputs are freed)``: the CUDA caching allocator's counts on a GPU; elsewhere
+        the bytes of the distinct storages the live tensors hold (``calibration.memory_trace``;
+        slow on large programs)."""
         env: list[Any] = [None] * self.n_slots
         tick = host_clock.append if host_clock is not None else None
+        probe = None if memory_clock is None else _memory_probe(self.device, env)
         for s, x in zip(self.params, inputs):
             env[s] = x
         limit_op = self.limit_op
@@ -261,8 +267,12 @@ class CompiledProgram:
                 raise
             for j, r in zip(st.outs, res):
                 env[j] = r
+            if probe is not None:
+                during = probe(True)
             for j in st.frees:
                 env[j] = None
+            if probe is not None:
+                memory_clock.append((during, probe(False)))  # type: ignore[union-attr]
         try:
             for pw in {id(pw[0]): pw for pw in works.values()}.values():  # never read
                 self._wait(pw)
@@ -307,6 +317,37 @@ class CompiledProgram:
             res = st.kernel(*dummies)
             if st.asynchronous:
                 res[-1].wait()
+
+
+def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], int]:
+    """``probe(during)``: on a GPU, the most bytes allocated since the last call when
+    ``during`` (the op's peak, its transients included), else the bytes allocated now; on
+    another device, the bytes of the distinct storages of the tensors in ``env`` (what the
+    live values hold, a view keeping all of its base's storage)."""
+    import torch
+
+    if device.type == "cuda":
+        cuda = torch.cuda
+
+        def gpu(during: bool) -> int:
+            if during:
+                peak = cuda.max_memory_allocated(device)
+                cuda.reset_peak_memory_stats(device)
+                return peak
+            return cuda.memory_allocated(device)
+
+        cuda.reset_peak_memory_stats(device)
+        return gpu
+
+    def host(during: bool) -> int:
+        seen: dict[int, int] = {}
+        for x in env:
+            if isinstance(x, torch.Tensor):
+                st = x.untyped_storage()
+                seen[st.data_ptr()] = st.nbytes()
+        return sum(seen.values())
+
+    return host
 
 
 def _type_bytes(t: Type | None) -> int:

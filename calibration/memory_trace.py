@@ -1,0 +1,212 @@
+"""Memory per op, measured beside the simulator's liveness: where a run holds more.
+
+The out-of-memory filter trusts the simulator's liveness (``distir.analysis.memory``): a
+value lives from the op that defines it to its last use, and occupies its type's bytes.
+A real run may hold more: storage that a view keeps alive past its base's last use,
+buffers a kernel allocates and frees within itself, anything the backend keeps that the
+program does not name. This tool runs one configuration of a workload for one step under
+``torchrun`` and records, per op of each rank's program, the bytes allocated during the op
+and after its dead inputs are freed (``CompiledProgram.run(memory_clock=...)``: the CUDA
+caching allocator's counts on a GPU; on the CPU, the bytes of the distinct storages the
+live tensors hold), beside the liveness model's bytes for the same op of the same rank
+program. ``report`` then names the ops where the run's excess over the model grows most::
+
+    torchrun --nproc_per_node 2 -m calibration.memory_trace measure --model gpt2-350m-train \\
+        --dtype Float16 --batch-size 140 --config 1,1,2,2 --hardware h200-sxm -o trace.csv
+    python -m calibration.memory_trace report trace.csv
+
+A step that runs out of memory records the ops up to the one that failed (``status``
+``oom`` on that rank's rows), so the excess at the failure is there to read. The GPU's
+figures count what the allocator hands out, not what it reserves: fragmentation and what
+lies outside the allocator (CUDA context, communicators) are not in them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from typing import Any
+
+COLUMNS = ["rank", "op", "op_type", "outputs", "model_during", "model_after",
+           "measured_during", "measured_after", "status"]
+
+
+def model_bytes(fn: Any) -> list[tuple[int, int]]:
+    """Per op of a flat rank program, the liveness model's bytes ``(during the op, after
+    it)``: the parameters, the values defined and not yet past their last use, each its
+    type's bytes (what ``Simulator`` counts for that device)."""
+    from distir.analysis.memory import liveness
+
+    lv = liveness(fn).ops
+
+    def size(v: Any) -> int:
+        return 0 if v is None or v.type is None else v.type.size_bytes
+
+    live = sum(map(size, fn.params))
+    out = []
+    for op in fn.ops:
+        if op.callee is not None:
+            raise ValueError(f"@{fn.name} calls @{op.callee.name}: give a rank program "
+                             "(flat)")
+        _, free_in, _, free_out, _, _ = lv[op]
+        live += sum(map(size, op.outputs))
+        during = live
+        live -= sum(size(op.inputs[i]) for i in free_in)
+        live -= sum(size(op.outputs[i]) for i in free_out)
+        out.append((during, live))
+    return out
+
+
+def cmd_measure(args: argparse.Namespace) -> int:
+    import torch
+    import torch.distributed as dist
+
+    from distir.backend.launch import TorchrunSession, make_tasks, prepare
+    from distir.backend.lowering import compile_program, is_oom
+    from distir.transforms import dtp
+    from grid_search.models import workload
+
+    sess = TorchrunSession(args.backend)
+    runner, rank, world = sess.runner, sess.rank, sess.world_size
+    w = workload(args.model, dtype=args.dtype)
+    dp, tp, pp, k = (int(x) for x in args.config.split(","))
+    fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=dp, tp=tp, pp=pp,
+             microbatches=k, schedule="1f1b" if w.training else "gpipe")
+    proj, bound = prepare(fn, world, None)
+    task = make_tasks(proj, bound, steps=1, warmup=0, want_outputs=False, memory_limit=None,
+                      seed=0)[rank]
+    runner.groups.ensure(task.groups)
+    if args.memory_limit is not None and runner.device.type == "cuda":
+        total = torch.cuda.get_device_properties(runner.device).total_memory
+        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_limit / total),
+                                                   runner.device)
+    compiled = compile_program(task.program, runner.device, rank=rank, groups=runner.groups)
+    model = model_bytes(task.program.fn)
+    measured: list[tuple[int, int]] = []
+    status = "ok"
+    dist.barrier()
+    try:
+        inputs = runner.bind(task)
+        with torch.inference_mode():
+            compiled.run(inputs, memory_clock=measured)
+    except Exception as e:  # noqa: BLE001 - recorded, then reported by rank 0
+        if not is_oom(e):
+            raise
+        status = "oom"
+    ops = task.program.fn.ops
+    rows = [{"rank": rank, "op": i, "op_type": ops[i].op_type,
+             "outputs": " ".join(str(v.name) for v in ops[i].outputs),
+             "model_during": m[0], "model_after": m[1], "measured_during": x[0],
+             "measured_after": x[1], "status": status}
+            for i, (m, x) in enumerate(zip(model, measured))]
+    gathered: list[Any] = [None] * world if rank == 0 else []
+    dist.gather_object(rows, gathered if rank == 0 else None, dst=0)
+    if rank == 0:
+        out = [r for part in gathered for r in part]
+        with open(args.out, "w", newline="", encoding="utf-8") as f:
+            wr = csv.DictWriter(f, COLUMNS)
+            wr.writeheader()
+            wr.writerows(out)
+        print(f"wrote {args.out}: {len(out)} ops on {world} ranks, {runner.device_name}",
+              file=sys.stderr)
+        print(report(out, args.top))
+    sess.close()
+    return 0
+
+
+def report(rows: list[dict[str, Any]], top: int = 8) -> str:
+    """Per rank: the peaks, the excess of the run over the model at the end (or at the
+    failure), and the ``top`` ops where that excess grows most (what the run keeps that the
+    model frees, or allocates that the model does not) and where an op's own transients
+    (its peak over the model's) are largest."""
+    gib = 2.0 ** 30
+    lines = []
+    by_rank: dict[int, list[dict[str, Any]]] = {}
+    for r in rows:
+        by_rank.setdefault(int(r["rank"]), []).append(r)
+    for rank, rs in sorted(by_rank.items()):
+        rs.sort(key=lambda r: int(r["op"]))
+        if not rs:
+            continue
+        md = [int(r["model_during"]) for r in rs]
+        ma = [int(r["model_after"]) for r in rs]
+        xd = [int(r["measured_during"]) for r in rs]
+        xa = [int(r["measured_after"]) for r in rs]
+        status = rs[-1]["status"]
+        last = f"op {rs[-1]['op']} ({rs[-1]['op_type']})"
+        oom = " before running out of memory" if status == "oom" else ""
+        lines.append(
+            f"rank {rank}: {len(rs)} ops{oom}; "
+            f"peak measured {max(xd) / gib:.2f} GiB, model {max(md) / gib:.2f} GiB; after "
+            f"{last}: measured {xa[-1] / gib:.2f} GiB, model {ma[-1] / gib:.2f} GiB "
+            f"(excess {(xa[-1] - ma[-1]) / gib:+.2f} GiB)")
+        excess = [x - m for x, m in zip(xa, ma)]
+        grow = sorted(range(len(rs)), key=lambda i: excess[i] - (excess[i - 1] if i else 0),
+                      reverse=True)[:top]
+        lines.append("  where the excess grows most (op, type, its outputs: growth, excess "
+                     "after):")
+        for i in sorted(grow):
+            d = excess[i] - (excess[i - 1] if i else 0)
+            if d <= 0:
+                continue
+            lines.append(f"    {rs[i]['op']:>6} {rs[i]['op_type']:<22} {rs[i]['outputs'][:40]:<40} "
+                         f"{d / gib:+8.3f} {excess[i] / gib:+8.3f} GiB")
+        trans = sorted(range(len(rs)), key=lambda i: xd[i] - xa[i - 1] - (md[i] - ma[i - 1])
+                       if i else 0, reverse=True)[:top]
+        lines.append("  largest transients beyond the model (the op's peak over what it "
+                     "allocated before, less the model's):")
+        for i in sorted(trans):
+            if not i:
+                continue
+            t = xd[i] - xa[i - 1] - (md[i] - ma[i - 1])
+            if t <= 0:
+                continue
+            lines.append(f"    {rs[i]['op']:>6} {rs[i]['op_type']:<22} {rs[i]['outputs'][:40]:<40} "
+                         f"{t / gib:+8.3f} GiB")
+    return "\n".join(lines)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    try:
+        with open(args.csv, encoding="utf-8") as f:
+            rows = list(csv.DictReader(f))
+    except OSError as e:
+        print(f"error: {args.csv}: {e.strerror}", file=sys.stderr)
+        return 2
+    if not rows or not set(COLUMNS) <= rows[0].keys():
+        print(f"error: {args.csv}: not a memory_trace file (it needs the columns "
+              f"{', '.join(COLUMNS)}; write one with `measure`)", file=sys.stderr)
+        return 2
+    print(report(rows, args.top))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m calibration.memory_trace",
+                                description=__doc__.split("\n\n")[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    m = sub.add_parser("measure", help="one step's memory per op, per rank (under torchrun)")
+    m.add_argument("--model", required=True, help="a workload (grid_search.models)")
+    m.add_argument("--dtype", default="Float16")
+    m.add_argument("--batch-size", type=int, required=True)
+    m.add_argument("--config", required=True, metavar="D,T,P,K")
+    m.add_argument("--hardware", default="h100-sxm",
+                   help="the profile weighing pipeline stages balanced by cost (the one "
+                   "simulated)")
+    m.add_argument("--memory-limit", type=int, default=None, metavar="BYTES",
+                   help="cap the allocator (torch.cuda.set_per_process_memory_fraction)")
+    m.add_argument("--backend", default=None, help="nccl (GPUs) or gloo (CPU)")
+    m.add_argument("--top", type=int, default=8)
+    m.add_argument("-o", "--out", required=True)
+    m.set_defaults(func=cmd_measure)
+    r = sub.add_parser("report", help="where a measured trace exceeds the model")
+    r.add_argument("csv")
+    r.add_argument("--top", type=int, default=8)
+    r.set_defaults(func=cmd_report)
+    args = p.parse_args(argv)
+    return int(args.func(args))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

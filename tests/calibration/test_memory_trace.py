@@ -1,0 +1,96 @@
+"""Memory per op beside the liveness model (``calibration.memory_trace``): the backend's
+memory clock, the model's bytes, the report, and a gloo run on CPU processes."""
+
+from __future__ import annotations
+
+import csv
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+import distir
+from calibration.memory_trace import COLUMNS, main, model_bytes, report
+from distir.analysis.projection import project
+from distir.backend.lowering import compile_program
+from distir.backend.worker import random_tensor
+
+ROOT = Path(__file__).resolve().parents[2]
+KIB = 1024
+
+# Split's results are views of %a: while %p lives, all of %a's storage does, though the
+# liveness model frees %a at the Split and counts %p at its own size.
+VIEW = """func @main(%x: Tensor[Float32, (512, 256), 0]) {
+  %a = Relu(%x)
+  %p, %q = Split(%a, axis=0, num_outputs=2)
+  %b = Neg(%x)
+  %c = Relu(%p)
+  return %b, %c
+}"""
+
+
+def _trace() -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[dict]]:
+    prog = project(distir.parse(VIEW).entry).programs[0]
+    compiled = compile_program(prog, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
+    measured: list[tuple[int, int]] = []
+    compiled.run(inputs, memory_clock=measured)
+    model = model_bytes(prog.fn)
+    rows = [{"rank": 0, "op": i, "op_type": op.op_type,
+             "outputs": " ".join(str(v.name) for v in op.outputs), "model_during": m[0],
+             "model_after": m[1], "measured_during": x[0], "measured_after": x[1],
+             "status": "ok"} for i, (op, m, x) in enumerate(zip(prog.fn.ops, model, measured))]
+    return model, measured, rows
+
+
+def test_a_view_keeps_its_base_the_model_frees() -> None:
+    model, measured, rows = _trace()
+    assert len(measured) == len(model) == 4
+    x = 512 * KIB
+    # The model: x, then a; after the Split a is gone, p counted (q never used).
+    assert model[0] == (2 * x, 2 * x)
+    assert model[1] == (2 * x + x, x + x // 2)
+    # The run: a's whole storage while its view p lives.
+    assert measured[0][1] == 2 * x
+    assert measured[1][1] == 2 * x
+    assert measured[1][1] - model[1][1] == x // 2
+    text = report(rows)
+    assert "excess" in text and " 1 Split " in text.replace("  ", " ")
+
+
+def test_report_reads_a_written_trace(tmp_path: Path, capsys: pytest.CaptureFixture) -> None:
+    _, _, rows = _trace()
+    path = tmp_path / "t.csv"
+    with open(path, "w", newline="") as f:
+        w = csv.DictWriter(f, COLUMNS)
+        w.writeheader()
+        w.writerows(rows)
+    assert main(["report", str(path)]) == 0
+    assert "rank 0: 4 ops" in capsys.readouterr().out
+    bad = tmp_path / "bad.csv"
+    bad.write_text("a,b\n1,2\n")
+    assert main(["report", str(bad)]) == 2
+    assert "not a memory_trace file" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "none.csv")]) == 2
+    assert "none.csv" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_gloo_run_traces_every_rank(tmp_path: Path) -> None:
+    out = tmp_path / "m.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "2",
+         "-m", "calibration.memory_trace", "measure", "--backend", "gloo",
+         "--model", "mlp-2-16", "--dtype", "Float32", "--batch-size", "4",
+         "--config", "1,1,2,2", "-o", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = list(csv.DictReader(open(out)))
+    assert {x["rank"] for x in rows} == {"0", "1"}
+    assert all(x["status"] == "ok" for x in rows)
+    assert "rank 1:" in r.stdout
