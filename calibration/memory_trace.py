@@ -29,7 +29,7 @@ import sys
 from typing import Any
 
 COLUMNS = ["rank", "op", "op_type", "outputs", "model_during", "model_after",
-           "measured_during", "measured_after", "status"]
+           "measured_during", "measured_after", "reserved_after", "status"]
 
 
 def model_bytes(fn: Any) -> list[tuple[int, int]]:
@@ -83,7 +83,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                                                    runner.device)
     compiled = compile_program(task.program, runner.device, rank=rank, groups=runner.groups)
     model = model_bytes(task.program.fn)
-    measured: list[tuple[int, int]] = []
+    measured: list[tuple[int, int, int]] = []
     status = "ok"
     dist.barrier()
     try:
@@ -93,12 +93,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
     except Exception as e:  # noqa: BLE001 - recorded, then reported by rank 0
         if not is_oom(e):
             raise
-        status = "oom"
+        status = f"oom: {_oom_state(runner.device, e)}"
     ops = task.program.fn.ops
     rows = [{"rank": rank, "op": i, "op_type": ops[i].op_type,
              "outputs": " ".join(str(v.name) for v in ops[i].outputs),
              "model_during": m[0], "model_after": m[1], "measured_during": x[0],
-             "measured_after": x[1], "status": status}
+             "measured_after": x[1], "reserved_after": x[2], "status": status}
             for i, (m, x) in enumerate(zip(model, measured))]
     gathered: list[Any] = [None] * world if rank == 0 else []
     dist.gather_object(rows, gathered if rank == 0 else None, dst=0)
@@ -113,6 +113,22 @@ def cmd_measure(args: argparse.Namespace) -> int:
         print(report(out, args.top))
     sess.close()
     return 0
+
+
+def _oom_state(device: Any, e: BaseException) -> str:
+    """The allocator's state when an op ran out of memory: what it had allocated and
+    reserved, and what the device had free outside it."""
+    import torch
+
+    if device.type != "cuda":
+        return str(e).splitlines()[0] if str(e) else type(e).__name__
+    gib = 2.0 ** 30
+    free, total = torch.cuda.mem_get_info(device)
+    alloc = torch.cuda.memory_allocated(device)
+    res = torch.cuda.memory_reserved(device)
+    return (f"allocated {alloc / gib:.2f} GiB, reserved {res / gib:.2f} GiB, device free "
+            f"{free / gib:.2f} of {total / gib:.2f} GiB (outside the allocator "
+            f"{(total - free - res) / gib:.2f} GiB)")
 
 
 def report(rows: list[dict[str, Any]], top: int = 8) -> str:
@@ -135,12 +151,15 @@ def report(rows: list[dict[str, Any]], top: int = 8) -> str:
         xa = [int(r["measured_after"]) for r in rs]
         status = rs[-1]["status"]
         last = f"op {rs[-1]['op']} ({rs[-1]['op_type']})"
-        oom = " before running out of memory" if status == "oom" else ""
+        oom = f" before running out of memory ({status[5:]})" if status.startswith("oom") \
+            else ""
+        res = [int(r["reserved_after"]) for r in rs]
         lines.append(
             f"rank {rank}: {len(rs)} ops{oom}; "
             f"peak measured {max(xd) / gib:.2f} GiB, model {max(md) / gib:.2f} GiB; after "
             f"{last}: measured {xa[-1] / gib:.2f} GiB, model {ma[-1] / gib:.2f} GiB "
-            f"(excess {(xa[-1] - ma[-1]) / gib:+.2f} GiB)")
+            f"(excess {(xa[-1] - ma[-1]) / gib:+.2f} GiB); reserved at most "
+            f"{max(res) / gib:.2f} GiB, {res[-1] / gib:.2f} GiB at the end")
         excess = [x - m for x, m in zip(xa, ma)]
         grow = sorted(range(len(rs)), key=lambda i: excess[i] - (excess[i - 1] if i else 0),
                       reverse=True)[:top]

@@ -213,14 +213,14 @@ class CompiledProgram:
         """Where the last run failed (the op), or ``None``."""
 
     def run(self, inputs: list[Any], host_clock: list[float] | None = None,
-            memory_clock: list[tuple[int, int]] | None = None) -> list[Any]:
+            memory_clock: list[tuple[int, int, int]] | None = None) -> list[Any]:
         """``host_clock``, when given, receives ``time.perf_counter()`` as each op starts on
         the host and once more at the end: the host's dispatch time per op is the
         difference of neighbours (``calibration.bench_dispatch``). ``memory_clock``, when
         given, receives per op ``(most bytes allocated during it, bytes allocated once its
-        dead inputs are freed)``: the CUDA caching allocator's counts on a GPU; elsewhere
-        the bytes of the distinct storages the live tensors hold (``calibration.memory_trace``;
-        slow on large programs)."""
+        dead inputs are freed, bytes reserved then)``: the CUDA caching allocator's counts
+        on a GPU; elsewhere the bytes of the distinct storages the live tensors hold, twice
+        (``calibration.memory_trace``; slow on large programs)."""
         env: list[Any] = [None] * self.n_slots
         tick = host_clock.append if host_clock is not None else None
         probe = None if memory_clock is None else _memory_probe(self.device, env)
@@ -268,11 +268,11 @@ class CompiledProgram:
             for j, r in zip(st.outs, res):
                 env[j] = r
             if probe is not None:
-                during = probe(True)
+                during = probe(True)[0]
             for j in st.frees:
                 env[j] = None
             if probe is not None:
-                memory_clock.append((during, probe(False)))  # type: ignore[union-attr]
+                memory_clock.append((during, *probe(False)))  # type: ignore[union-attr]
         try:
             for pw in {id(pw[0]): pw for pw in works.values()}.values():  # never read
                 self._wait(pw)
@@ -319,33 +319,35 @@ class CompiledProgram:
                 res[-1].wait()
 
 
-def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], int]:
-    """``probe(during)``: on a GPU, the most bytes allocated since the last call when
-    ``during`` (the op's peak, its transients included), else the bytes allocated now; on
-    another device, the bytes of the distinct storages of the tensors in ``env`` (what the
-    live values hold, a view keeping all of its base's storage)."""
+def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], tuple[int, int]]:
+    """``probe(during)``: on a GPU, ``(the most bytes allocated since the last call,
+    bytes reserved)`` when ``during`` (the op's peak, its transients included), else
+    ``(bytes allocated now, bytes reserved)``; on another device, the bytes of the distinct
+    storages of the tensors in ``env`` (what the live values hold, a view keeping all of
+    its base's storage), twice."""
     import torch
 
     if device.type == "cuda":
         cuda = torch.cuda
 
-        def gpu(during: bool) -> int:
+        def gpu(during: bool) -> tuple[int, int]:
             if during:
                 peak = cuda.max_memory_allocated(device)
                 cuda.reset_peak_memory_stats(device)
-                return peak
-            return cuda.memory_allocated(device)
+                return peak, cuda.memory_reserved(device)
+            return cuda.memory_allocated(device), cuda.memory_reserved(device)
 
         cuda.reset_peak_memory_stats(device)
         return gpu
 
-    def host(during: bool) -> int:
+    def host(during: bool) -> tuple[int, int]:
         seen: dict[int, int] = {}
         for x in env:
             if isinstance(x, torch.Tensor):
                 st = x.untyped_storage()
                 seen[st.data_ptr()] = st.nbytes()
-        return sum(seen.values())
+        n = sum(seen.values())
+        return n, n
 
     return host
 

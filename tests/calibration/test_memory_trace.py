@@ -32,18 +32,19 @@ VIEW = """func @main(%x: Tensor[Float32, (512, 256), 0]) {
 }"""
 
 
-def _trace() -> tuple[list[tuple[int, int]], list[tuple[int, int]], list[dict]]:
+def _trace() -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], list[dict]]:
     prog = project(distir.parse(VIEW).entry).programs[0]
     compiled = compile_program(prog, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
     inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
-    measured: list[tuple[int, int]] = []
+    measured: list[tuple[int, int, int]] = []
     compiled.run(inputs, memory_clock=measured)
     model = model_bytes(prog.fn)
     rows = [{"rank": 0, "op": i, "op_type": op.op_type,
              "outputs": " ".join(str(v.name) for v in op.outputs), "model_during": m[0],
              "model_after": m[1], "measured_during": x[0], "measured_after": x[1],
-             "status": "ok"} for i, (op, m, x) in enumerate(zip(prog.fn.ops, model, measured))]
+             "reserved_after": x[2], "status": "ok"}
+            for i, (op, m, x) in enumerate(zip(prog.fn.ops, model, measured))]
     return model, measured, rows
 
 
