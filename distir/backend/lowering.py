@@ -320,9 +320,9 @@ class CompiledProgram:
 
 
 def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], tuple[int, int]]:
-    """``probe(during)``: on a GPU, ``(the most bytes allocated since the last call,
-    bytes reserved)`` when ``during`` (the op's peak, its transients included), else
-    ``(bytes allocated now, bytes reserved)``; on another device, the bytes of the distinct
+    """``probe(during)``: on a GPU, ``(the most bytes allocated since the previous op's
+    dead inputs were freed, bytes reserved)`` when ``during`` (the op's peak, its
+    transients included), else ``(bytes allocated now, bytes reserved)``; on another device, the bytes of the distinct
     storages of the tensors in ``env`` (what the live values hold, a view keeping all of
     its base's storage), twice."""
     import torch
@@ -332,10 +332,11 @@ def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], tuple[int, in
 
         def gpu(during: bool) -> tuple[int, int]:
             if during:
-                peak = cuda.max_memory_allocated(device)
-                cuda.reset_peak_memory_stats(device)
-                return peak, cuda.memory_reserved(device)
-            return cuda.memory_allocated(device), cuda.memory_reserved(device)
+                return cuda.max_memory_allocated(device), cuda.memory_reserved(device)
+            # The next op's window starts once this one's dead inputs are freed.
+            now = cuda.memory_allocated(device), cuda.memory_reserved(device)
+            cuda.reset_peak_memory_stats(device)
+            return now
 
         cuda.reset_peak_memory_stats(device)
         return gpu
