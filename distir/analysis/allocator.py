@@ -1,0 +1,249 @@
+"""What PyTorch's caching allocator reserves for a device's program: the liveness model's
+tensors served block by block, so that fragmentation shows.
+
+Liveness (``distir.analysis.memory``) counts the bytes of the live values: what the
+allocator has handed out. A device needs more: a freed block stays mapped for later
+requests, and a request that no free block holds grows the segment at its end, so the
+device holds the high-water mark of a segment whose free space may be in pieces too
+small for the next request. A GPT-2 350M training step on an H200 ran out of memory with
+2.3 GiB free in such pieces and 133.6 GiB allocated, where its liveness peak (135.7 GiB)
+was below what the card offers tensors (137.0 GiB): see ``docs/fidelity.md``.
+
+``allocator_reserve(fn)`` replays each device's program (``project``) through a model of
+the allocator as the backend runs it (``expandable_segments:True``, one stream):
+
+- sizes are rounded up to 512 bytes; requests of at most 1 MiB go to the small pool, the
+  others to the large pool; each pool is one segment mapped in pages of 2 MiB (small) or
+  20 MiB (large);
+- a request takes the smallest free block that holds it (the lowest address among equal
+  sizes); the rest of the block stays a free block of its own when it is more than 1 MiB
+  (large pool) or at least 512 bytes (small pool);
+- when no free block holds a request, the segment grows at its end by whole pages (a
+  free block at the end is grown);
+- a freed block merges with its free neighbours; pages are never unmapped;
+- the parameters are allocated first, in order; then, per op, its results in order, and
+  then its dead inputs and unused results are freed (the liveness model's order); an op
+  of ``TRANSIENT_INPUT`` first allocates a temporary the size of its first input, freed
+  once its results are allocated;
+- a result the backend computes as a view (``VIEW_OPS``, of the same element type as the
+  op's first input) holds no block of its own: it keeps its base's block alive until the
+  base and its views are all dead. (A reshape that PyTorch must copy, of a transposed
+  view, is taken for a view too: the allocator's counts per op agree better so, within
+  0.03 GiB on the traces below against 0.3 GiB when such reshapes were copies.)
+
+Not modelled: other temporaries inside ops, copies that kernels make of non-contiguous
+operands, results written in place into a donated input, blocks of communication
+streams, and memory outside the allocator (``Hardware.reserved_bytes``). Checked against
+the allocator's own counts per op on 2 x H200 (``calibration.memory_trace``,
+``grid_search/results/memtrace_2gpu``).
+"""
+
+from __future__ import annotations
+
+from bisect import bisect_left, insort
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from distir.ir.core import Function, Module, Value
+
+__all__ = ["Reserve", "allocator_reserve", "replay", "VIEW_OPS"]
+
+VIEW_OPS = frozenset({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity",
+                      "MPIBroadcast", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
+                      "Unsqueeze"})
+"""Ops whose results the PyTorch backend may compute as views of their first input (its
+lowerings registered with ``view=True``; a test keeps the two equal)."""
+
+TRANSIENT_INPUT = frozenset({"SoftmaxCrossEntropyLoss"})
+"""Ops whose kernels hold a temporary the size of their first input while they run (the
+loss's log-softmax of the logits), measured as such by ``calibration.memory_trace``."""
+
+SMALL_REQUEST = 1 << 20
+"""Requests of at most this many bytes are served from the small pool."""
+SMALL_PAGE = 2 << 20
+LARGE_PAGE = 20 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    """One device: the most bytes its live tensors held at once (the liveness peak, in
+    the allocator's rounded sizes) and the most bytes its segments mapped."""
+
+    allocated_bytes: int
+    reserved_bytes: int
+
+
+class _Block:
+    __slots__ = ("addr", "size", "free", "prev", "next")
+
+    def __init__(self, addr: int, size: int, prev: _Block | None) -> None:
+        self.addr = addr
+        self.size = size
+        self.free = True
+        self.prev = prev
+        self.next: _Block | None = None
+
+
+class _Segment:
+    """One expandable segment: its blocks in address order, its free ones by size."""
+
+    def __init__(self, page: int, keep_rest: int) -> None:
+        self.page = page
+        self.keep_rest = keep_rest  # the least remainder split off as a block of its own
+        self.free: list[tuple[int, int]] = []  # (size, addr), sorted
+        self.at: dict[int, _Block] = {}  # free blocks by address
+        self.last: _Block | None = None
+        self.mapped = 0
+
+    def _take(self, b: _Block) -> None:
+        del self.free[bisect_left(self.free, (b.size, b.addr))]
+        del self.at[b.addr]
+
+    def _give(self, b: _Block) -> None:
+        insort(self.free, (b.size, b.addr))
+        self.at[b.addr] = b
+
+    def alloc(self, size: int) -> _Block:
+        i = bisect_left(self.free, (size, -1))
+        if i < len(self.free):
+            b = self.at[self.free[i][1]]
+            self._take(b)
+        else:  # grow at the end
+            last = self.last
+            if last is not None and last.free:
+                self._take(last)
+                grow = -(-(size - last.size) // self.page) * self.page
+                last.size += grow
+                b = last
+            else:
+                grow = -(-size // self.page) * self.page
+                b = _Block(self.mapped, grow, last)
+                if last is not None:
+                    last.next = b
+                self.last = b
+            self.mapped += grow
+        b.free = False
+        rest = b.size - size
+        if rest >= self.keep_rest:
+            r = _Block(b.addr + size, rest, b)
+            r.next = b.next
+            if b.next is not None:
+                b.next.prev = r
+            b.next = r
+            b.size = size
+            if self.last is b:
+                self.last = r
+            self._give(r)
+        return b
+
+    def release(self, b: _Block) -> None:
+        b.free = True
+        n = b.next
+        if n is not None and n.free:
+            self._take(n)
+            b.size += n.size
+            b.next = n.next
+            if n.next is not None:
+                n.next.prev = b
+            if self.last is n:
+                self.last = b
+        p = b.prev
+        if p is not None and p.free:
+            self._take(p)
+            p.size += b.size
+            p.next = b.next
+            if b.next is not None:
+                b.next.prev = p
+            if self.last is b:
+                self.last = p
+            b = p
+        self._give(b)
+
+
+def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
+    """``Reserve`` of one device's flat program (a ``RankProgram``'s function: every value
+    typed, on one device), by the model in the module's docstring. ``trace``, when given,
+    receives per op the bytes allocated and mapped once its dead inputs are freed."""
+    from distir.analysis.memory import liveness
+
+    small = _Segment(SMALL_PAGE, 512)
+    large = _Segment(LARGE_PAGE, SMALL_REQUEST + 1)
+    block: dict[Value, tuple[_Segment, _Block]] = {}
+    root: dict[Value, Value] = {}  # a view -> the value owning its block
+    refs: dict[Value, int] = {}
+    live = peak = 0
+
+    def alloc(v: Value) -> None:
+        nonlocal live, peak
+        t = v.type
+        n = t.size_bytes if t is not None else 0
+        if n <= 0:
+            return
+        n = -(-n // 512) * 512
+        seg = small if n <= SMALL_REQUEST else large
+        block[v] = (seg, seg.alloc(n))
+        refs[v] = 1
+        live += n
+        if live > peak:
+            peak = live
+
+    def release(v: Value | None) -> None:
+        nonlocal live
+        if v is None:
+            return
+        r = root.get(v, v)
+        k = refs.get(r)
+        if k is None:
+            return
+        if k > 1:
+            refs[r] = k - 1
+            return
+        del refs[r]
+        seg, b = block.pop(r)
+        live -= b.size
+        seg.release(b)
+
+    for p in fn.params:
+        alloc(p)
+    lv = liveness(fn).ops
+    for op in fn.ops:
+        src = op.inputs[0] if op.inputs else None
+        temp = None
+        if op.op_type in TRANSIENT_INPUT and src is not None and src.type is not None:
+            temp = Value("temporary", src.type)
+            alloc(temp)
+        view_of = src if op.op_type in VIEW_OPS and src is not None and \
+            src.type is not None else None
+        for v in op.outputs:
+            out = v.type
+            if view_of is not None and out is not None and \
+                    getattr(out, "dtype", None) == getattr(view_of.type, "dtype", None):
+                r = root.get(view_of, view_of)
+                if r in refs:
+                    root[v] = r
+                    refs[r] += 1
+                    continue
+            alloc(v)
+        if temp is not None:
+            release(temp)
+        _, free_in, _, free_out, _, _ = lv[op]
+        for i in free_in:
+            release(op.inputs[i])
+        for i in free_out:
+            release(op.outputs[i])
+        if trace is not None:
+            trace.append((live, small.mapped + large.mapped))
+    return Reserve(peak, small.mapped + large.mapped)
+
+
+def allocator_reserve(fn: Function | Module, input_types: Sequence[Any] | None = None,
+                      ) -> dict[int, Reserve]:
+    """Per device of ``fn``, what the caching allocator would hold (``Reserve``): its
+    program projected (``distir.analysis.projection.project``) and replayed. A device
+    runs out of memory when ``reserved_bytes`` exceeds what its card offers tensors
+    (``Hardware.usable_memory_bytes``)."""
+    from distir.analysis.projection import project
+
+    proj = project(fn, input_types)
+    return {p.device: replay(p.fn) for p in proj.programs if p.fn.ops or p.fn.params}
