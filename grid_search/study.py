@@ -176,6 +176,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     import distir
+    from distir.analysis.allocator import near_capacity
     from distir.errors import TransformError
     from distir.transforms import dtp
     from grid_search.real import accuracy, program_fingerprint
@@ -225,7 +226,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
         r["peak_memory_bytes"] = max(per)
         cap = int(float(r.get("memory_limit_bytes") or 0)) or \
             sim.hardware.usable_memory_bytes
-        r["predicted_fits"] = str(max(per) <= cap).lower()
+        fits = max(per) <= cap
+        reserve = near_capacity(fn, dict(enumerate(per)), cap)
+        if reserve is not None:  # near the capacity: what the caching allocator reserves
+            r["predicted_reserved_bytes"] = reserve[1]
+            fits = reserve[1] <= cap
+        r["predicted_fits"] = str(fits).lower()
     notes = _program_notes(args.measured, unchecked, stale)
     for n in notes:
         print(f"warning: {n}", file=sys.stderr)

@@ -47,7 +47,8 @@ from typing import Any
 
 from distir.ir.core import Function, Module, Value
 
-__all__ = ["Reserve", "allocator_reserve", "replay", "VIEW_OPS"]
+__all__ = ["Reserve", "allocator_reserve", "replay", "near_capacity", "VIEW_OPS",
+           "NEAR_CAPACITY"]
 
 VIEW_OPS = frozenset({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity",
                       "MPIBroadcast", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
@@ -59,6 +60,9 @@ TRANSIENT_INPUT = frozenset({"SoftmaxCrossEntropyLoss"})
 """Ops whose kernels hold a temporary the size of their first input while they run (the
 loss's log-softmax of the logits), measured as such by ``calibration.memory_trace``."""
 
+NEAR_CAPACITY = 0.9
+"""``near_capacity`` replays a program whose liveness peak is at least this fraction of the
+capacity (the reserve exceeded the liveness peak by at most 1.7% on the traced steps)."""
 SMALL_REQUEST = 1 << 20
 """Requests of at most this many bytes are served from the small pool."""
 SMALL_PAGE = 2 << 20
@@ -247,3 +251,20 @@ def allocator_reserve(fn: Function | Module, input_types: Sequence[Any] | None =
 
     proj = project(fn, input_types)
     return {p.device: replay(p.fn) for p in proj.programs if p.fn.ops or p.fn.params}
+
+
+def near_capacity(fn: Any, peak_bytes: dict[int, int], capacity: int,
+                  ) -> tuple[int, int] | None:
+    """For a program that fits by its liveness peaks (``peak_bytes`` per device) but
+    within ``NEAR_CAPACITY`` of ``capacity`` (bytes a device offers tensors): the device
+    whose allocator reserve (``allocator_reserve``) is largest, and that reserve; it does
+    not fit when the reserve exceeds ``capacity``. ``None`` for a program farther from the
+    capacity, or already over it. ``fn`` may be a ``ReplicaProgram`` (its replica 0 is
+    replayed: the others run alike)."""
+    worst = max(peak_bytes.values(), default=0)
+    if worst > capacity or worst < NEAR_CAPACITY * capacity:
+        return None
+    prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
+    res = allocator_reserve(prog)
+    d = max(res, key=lambda k: res[k].reserved_bytes)
+    return d, res[d].reserved_bytes

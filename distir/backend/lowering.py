@@ -322,9 +322,9 @@ class CompiledProgram:
 def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], tuple[int, int]]:
     """``probe(during)``: on a GPU, ``(the most bytes allocated since the previous op's
     dead inputs were freed, bytes reserved)`` when ``during`` (the op's peak, its
-    transients included), else ``(bytes allocated now, bytes reserved)``; on another device, the bytes of the distinct
-    storages of the tensors in ``env`` (what the live values hold, a view keeping all of
-    its base's storage), twice."""
+    transients included), else ``(bytes allocated now, bytes reserved)``; on another
+    device, the bytes of the distinct storages of the tensors in ``env`` (what the live
+    values hold, a view keeping all of its base's storage), twice."""
     import torch
 
     if device.type == "cuda":
