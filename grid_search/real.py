@@ -77,7 +77,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
                  memory_limit: int | None = None, profile: str | None = None,
                  profile_marks: bool = True, hardware: Any = None,
-                 ) -> Iterator[dict[str, Any]]:
+                 fresh_sessions: bool = False) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
@@ -89,6 +89,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     ``profile_marks=False``: without the per-op marks). ``hardware`` is the profile the
     programs were simulated on, which weighs pipeline stages balanced by cost
     (``Workload.analyze``), so that the programs run are the ones simulated.
+    ``fresh_sessions`` runs each configuration in a session of its own (a memory check:
+    the communicators of earlier programs hold device memory outside the allocator).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -99,56 +101,61 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
         by_size.setdefault(c.devices, []).append(c)
     models: dict[int, Any] = {}
     for size, group in sorted(by_size.items()):
-        with Session(size, backend) as s:
-            # Profiled steps come after every timed run of the session: a process that has
-            # run the profiler times later steps differently (host-bound steps measured up
-            # to 1.9x slower after a profiled one, grid_search/results/h200x4_kernels).
-            profiled: list[tuple[Config, Any]] = []
-            for c in group:
-                row: dict[str, Any] = dict(c.as_row(), strategy=strategy(c.dp, c.tp, c.pp),
-                                           devices=c.devices)
-                try:
-                    seq = models.get(c.batch_size)
-                    if seq is None:
-                        seq = models[c.batch_size] = workload.analyze(c.batch_size,
-                                                                      hardware=hardware)
-                    fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
-                             schedule=c.schedule)
-                    row["program_fingerprint"] = program_fingerprint(fn)
-                    r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit)
-                    if profile is not None and r.status == "ok":
-                        profiled.append((c, fn))
-                except TransformError as e:
-                    row.update(measured_status="refused", reason=e.message)
-                    yield row
-                    continue
-                except DistIRError as e:
-                    row.update(measured_status="error", reason=e.message)
-                    yield row
-                    continue
-                peaks = [p or 0 for p in r.peak_memory_bytes]
-                lat = r.step_latency_s
-                row.update(measured_status=r.status,
-                           measured_latency_s=lat if lat is not None else "",
-                           measured_throughput=(c.batch_size / lat) if lat else "",
-                           measured_peak_memory_bytes=max(peaks) if peaks else "",
-                           measured_peak_memory_per_device=str(peaks),
-                           measured_device=r.device_name, reason=r.message)
-                if progress is not None:
-                    shown = f"{lat * 1e3:.2f} ms" if lat else r.status
-                    progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
-                    progress.flush()
-                yield row
-            for c, fn in profiled:
-                assert profile is not None
-                where = os.path.join(
-                    profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
-                try:
-                    s.run(fn, steps=1, warmup=1, memory_limit=memory_limit, profile=where,
-                          profile_marks=profile_marks)
-                except DistIRError as e:  # the timed row stands; say why there is no trace
+        # One session per configuration with fresh_sessions: a session keeps every
+        # communicator its programs made, which holds device memory outside the
+        # allocator, so a configuration run after others would hold theirs too.
+        for part in ([[c] for c in group] if fresh_sessions else [group]):
+            with Session(size, backend) as s:
+                # Profiled steps come after every timed run of the session: a process that
+                # has run the profiler times later steps differently (host-bound steps
+                # measured up to 1.9x slower after a profiled one,
+                # grid_search/results/h200x4_kernels).
+                profiled: list[tuple[Config, Any]] = []
+                for c in part:
+                    row: dict[str, Any] = dict(c.as_row(), strategy=strategy(c.dp, c.tp, c.pp),
+                                               devices=c.devices)
+                    try:
+                        seq = models.get(c.batch_size)
+                        if seq is None:
+                            seq = models[c.batch_size] = workload.analyze(c.batch_size,
+                                                                          hardware=hardware)
+                        fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
+                                 schedule=c.schedule)
+                        row["program_fingerprint"] = program_fingerprint(fn)
+                        r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit)
+                        if profile is not None and r.status == "ok":
+                            profiled.append((c, fn))
+                    except TransformError as e:
+                        row.update(measured_status="refused", reason=e.message)
+                        yield row
+                        continue
+                    except DistIRError as e:
+                        row.update(measured_status="error", reason=e.message)
+                        yield row
+                        continue
+                    peaks = [p or 0 for p in r.peak_memory_bytes]
+                    lat = r.step_latency_s
+                    row.update(measured_status=r.status,
+                               measured_latency_s=lat if lat is not None else "",
+                               measured_throughput=(c.batch_size / lat) if lat else "",
+                               measured_peak_memory_bytes=max(peaks) if peaks else "",
+                               measured_peak_memory_per_device=str(peaks),
+                               measured_device=r.device_name, reason=r.message)
                     if progress is not None:
-                        progress.write(f"no trace of {c} batch {c.batch_size}: {e.message}\n")
+                        shown = f"{lat * 1e3:.2f} ms" if lat else r.status
+                        progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
+                        progress.flush()
+                    yield row
+                for c, fn in profiled:
+                    assert profile is not None
+                    where = os.path.join(
+                        profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
+                    try:
+                        s.run(fn, steps=1, warmup=1, memory_limit=memory_limit, profile=where,
+                              profile_marks=profile_marks)
+                    except DistIRError as e:  # the timed row stands; say why there is no trace
+                        if progress is not None:
+                            progress.write(f"no trace of {c} batch {c.batch_size}: {e.message}\n")
 
 
 def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None = None,

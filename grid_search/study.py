@@ -164,7 +164,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
         for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
                               warmup=args.warmup, memory_limit=limit, profile=args.profile,
                               profile_marks=not args.profile_kernels,
-                              hardware=args.hardware):
+                              hardware=args.hardware, fresh_sessions=args.memory_check):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -438,7 +438,8 @@ def main(argv: list[str] | None = None) -> int:
                    "the per-op marks (which cost host time on host-bound steps)")
     m.add_argument("--memory-check", action="store_true",
                    help="run only configurations predicted near the memory capacity (the "
-                   "profile's, or --memory-limit)")
+                   "profile's, or --memory-limit), each in a session of its own (so that "
+                   "it holds only its own communicators)")
     m.add_argument("--hardware", default="h100-sxm",
                    help="the profile the study is simulated on (default h100-sxm): it "
                    "predicts the peaks for --memory-check and weighs pipeline stages "
