@@ -145,19 +145,23 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
     capacity = sim.memory_capacity_bytes
     fits = max(per_dev) <= capacity
     over = None
-    if fits:  # near the capacity: the caching allocator's reserve must fit too
-        from distir.analysis.allocator import near_capacity
+    # Near the capacity: the caching allocator's reserve against what each rank's card
+    # offers besides its communicators (distir.analysis.allocator) decides.
+    from distir.analysis.allocator import near_capacity
 
-        try:
-            reserve = near_capacity(fn, dict(enumerate(per_dev)), capacity)
-        except Exception as e:  # noqa: BLE001 - a bug in the replay: keep the liveness verdict
-            first = (str(e).strip().splitlines() or [""])[0]
-            note = (note + "; " if note else "") + (
-                f"allocator replay failed (a bug in distir; please report it): "
-                f"{type(e).__name__}: {first}")
-            reserve = None
-        if reserve is not None and reserve[1] > capacity:
-            fits, over = False, reserve
+    try:
+        verdict = near_capacity(fn, dict(enumerate(per_dev)), sim.hardware, cfg.devices)
+    except Exception as e:  # noqa: BLE001 - a bug in the replay: keep the liveness verdict
+        first = (str(e).strip().splitlines() or [""])[0]
+        note = (note + "; " if note else "") + (
+            f"allocator replay failed (a bug in distir; please report it): "
+            f"{type(e).__name__}: {first}")
+        verdict = None
+    if verdict is not None:
+        fits = verdict.fits
+        capacity = verdict.capacity
+        if not fits:
+            over = verdict
     row.update(
         status="ok" if fits else "oom",
         fits=fits,
@@ -170,9 +174,10 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         reason=note if fits else (
             f"needs {max(per_dev) / 2**30:.1f} GiB on device {per_dev.index(max(per_dev))}, "
             f"has {capacity / 2**30:.1f} GiB" if over is None else
-            f"the caching allocator would reserve {over[1] / 2**30:.1f} GiB on device "
-            f"{over[0]} (its free space in pieces; live tensors {max(per_dev) / 2**30:.1f} "
-            f"GiB at most), has {capacity / 2**30:.1f} GiB"),
+            f"the caching allocator would reserve {over.reserve.reserved_bytes / 2**30:.1f} "
+            f"GiB on device {over.device} (live tensors "
+            f"{over.reserve.allocated_bytes / 2**30:.1f} GiB at most), has "
+            f"{over.capacity / 2**30:.1f} GiB besides its communicators"),
     )
     return row
 

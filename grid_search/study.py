@@ -224,13 +224,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
             r["host_s"] = max(sim.host_s.values())
         r["throughput"] = b / sim.latency_s
         r["peak_memory_bytes"] = max(per)
-        cap = int(float(r.get("memory_limit_bytes") or 0)) or \
-            sim.hardware.usable_memory_bytes
-        fits = max(per) <= cap
-        reserve = near_capacity(fn, dict(enumerate(per)), cap)
-        if reserve is not None:  # near the capacity: what the caching allocator reserves
-            r["predicted_reserved_bytes"] = reserve[1]
-            fits = reserve[1] <= cap
+        limit = int(float(r.get("memory_limit_bytes") or 0)) or None
+        fits = max(per) <= (limit or sim.hardware.usable_memory_bytes)
+        # Near the capacity: what the caching allocator reserves on each rank, against
+        # the card less what that rank's communicators hold (or the allocator's cap).
+        verdict = near_capacity(fn, dict(enumerate(per)), sim.hardware, int(r["devices"]),
+                                limit)
+        if verdict is not None:
+            r["predicted_reserved_bytes"] = verdict.reserve.reserved_bytes
+            r["predicted_capacity_bytes"] = verdict.capacity
+            fits = verdict.fits
         r["predicted_fits"] = str(fits).lower()
     notes = _program_notes(args.measured, unchecked, stale)
     for n in notes:

@@ -47,8 +47,8 @@ from typing import Any
 
 from distir.ir.core import Function, Module, Value
 
-__all__ = ["Reserve", "allocator_reserve", "replay", "near_capacity", "VIEW_OPS",
-           "NEAR_CAPACITY"]
+__all__ = ["Reserve", "Verdict", "allocator_reserve", "replay", "near_capacity",
+           "VIEW_OPS", "NEAR_CAPACITY", "MARGIN_BYTES"]
 
 VIEW_OPS = frozenset({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity",
                       "MPIBroadcast", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
@@ -63,6 +63,10 @@ loss's log-softmax of the logits), measured as such by ``calibration.memory_trac
 NEAR_CAPACITY = 0.9
 """``near_capacity`` replays a program whose liveness peak is at least this fraction of the
 capacity (the reserve exceeded the liveness peak by at most 1.7% on the traced steps)."""
+MARGIN_BYTES = 1 << 29
+"""``near_capacity`` takes a device to fit only when its reserve leaves this much room
+(0.5 GiB): the replay's largest error on the traced steps (0.41 GiB), rounded up, so that
+the filter errs towards predicting out of memory."""
 SMALL_REQUEST = 1 << 20
 """Requests of at most this many bytes are served from the small pool."""
 SMALL_PAGE = 2 << 20
@@ -253,18 +257,55 @@ def allocator_reserve(fn: Function | Module, input_types: Sequence[Any] | None =
     return {p.device: replay(p.fn) for p in proj.programs if p.fn.ops or p.fn.params}
 
 
-def near_capacity(fn: Any, peak_bytes: dict[int, int], capacity: int,
-                  ) -> tuple[int, int] | None:
-    """For a program that fits by its liveness peaks (``peak_bytes`` per device) but
-    within ``NEAR_CAPACITY`` of ``capacity`` (bytes a device offers tensors): the device
-    whose allocator reserve (``allocator_reserve``) is largest, and that reserve; it does
-    not fit when the reserve exceeds ``capacity``. ``None`` for a program farther from the
-    capacity, or already over it. ``fn`` may be a ``ReplicaProgram`` (its replica 0 is
-    replayed: the others run alike)."""
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """``near_capacity``'s answer: whether every device's reserve fits what it offers,
+    and the device with the least room (``reserve - capacity`` largest)."""
+
+    fits: bool
+    device: int
+    reserve: Reserve
+    capacity: int
+
+
+def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
+                  world_size: int | None = None, limit: int | None = None,
+                  ) -> Verdict | None:
+    """For a program whose liveness peaks (``peak_bytes`` per device) come within
+    ``NEAR_CAPACITY`` of what a device offers tensors: each device's allocator reserve
+    (``allocator_reserve``), plus ``MARGIN_BYTES``, against its capacity, which is
+    ``limit`` when the allocator is capped, else the card's memory less what lies outside
+    the allocator on that rank (``Hardware.reserved_for``: the communicators of the device
+    groups it is in, of a ``world_size``-device run). ``None`` for a program farther from
+    the capacity, or over every capacity the model allows. ``fn`` may be a
+    ``ReplicaProgram``: its replica 0 is replayed (the others run alike), joining the
+    replicas' groups too."""
     worst = max(peak_bytes.values(), default=0)
-    if worst > capacity or worst < NEAR_CAPACITY * capacity:
+    if limit is not None:
+        low = high = limit
+    else:  # between the constant capacity and a rank's in no communicator of its own
+        high = hardware.memory_bytes - hardware.reserved_for(
+            2 if world_size is None else world_size, 0)
+        low = hardware.usable_memory_bytes
+    if worst > high or worst < NEAR_CAPACITY * low:
         return None
+    from distir.analysis.projection import project
+
     prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
-    res = allocator_reserve(prog)
-    d = max(res, key=lambda k: res[k].reserved_bytes)
-    return d, res[d].reserved_bytes
+    proj = project(prog)
+    groups = [set(g) for g in proj.groups]
+    for op in prog.ops:  # a replica program's all-reduces over every replica
+        if op.op_type == "ReplicaAllreduce":
+            groups.append(set(op.attrs["devices"]))  # type: ignore[arg-type]
+    n = world_size or max((max(g) + 1 for g in groups), default=len(proj.programs))
+    best: Verdict | None = None
+    for p in proj.programs:
+        if not (p.fn.ops or p.fn.params):
+            continue
+        r = replay(p.fn)
+        cap = limit if limit is not None else hardware.memory_bytes - hardware.reserved_for(
+            n, sum(p.device in g for g in groups))
+        v = Verdict(r.reserved_bytes + MARGIN_BYTES <= cap, p.device, r, cap)
+        if best is None or r.reserved_bytes - cap > best.reserve.reserved_bytes - best.capacity:
+            best = v
+    return best

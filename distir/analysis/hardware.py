@@ -511,6 +511,12 @@ class Hardware:
     """Device memory a run's tensors cannot use (the CUDA context, library handles,
     communicator buffers), measured by ``python -m calibration.memory_overhead``; a program
     fits when its peak is at most ``usable_memory_bytes``."""
+    outside_allocator: tuple[int, ...] = ()
+    """What a rank holds outside the allocator, by the communicators it joins (``()``: the
+    constant ``reserved_bytes``): ``(single, world, communicator)``, the bytes of a rank
+    in a world of one (CUDA context, library handles, its communicator), of a rank of a
+    larger world with the world's communicator alone, and of each further communicator it
+    joins; measured by ``python -m calibration.memory_overhead``. See ``reserved_for``."""
     host_dispatch: tuple[tuple[str, float], ...] = ()
     """Seconds the host spends issuing one op, by op type (``"*"``: any other type),
     measured by ``python -m calibration.bench_dispatch``; empty: the host is not modelled
@@ -546,6 +552,16 @@ class Hardware:
     def usable_memory_bytes(self) -> int:
         """What a device offers a program's tensors: the capacity less ``reserved_bytes``."""
         return self.memory_bytes - self.reserved_bytes
+
+    def reserved_for(self, world_size: int, communicators: int) -> int:
+        """Bytes outside the allocator on a rank of a ``world_size``-rank run that joins
+        ``communicators`` communicators besides the world's (the backend makes one per
+        device group a program communicates in): ``outside_allocator``'s model, else the
+        constant ``reserved_bytes``."""
+        if not self.outside_allocator:
+            return self.reserved_bytes
+        single, world, per = self.outside_allocator
+        return (single if world_size <= 1 else world) + per * communicators
 
     def with_nodes(self, nodes: int) -> Hardware:
         """This profile for a machine of ``nodes`` nodes (everything else alike)."""
@@ -757,6 +773,9 @@ class Hardware:
             "device": {
                 "memory_bytes": self.memory_bytes,
                 **({"reserved_bytes": self.reserved_bytes} if self.reserved_bytes else {}),
+                **({"outside_allocator": dict(zip(("single", "world", "communicator"),
+                                                  self.outside_allocator))}
+                   if self.outside_allocator else {}),
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
@@ -796,6 +815,7 @@ class Hardware:
                 calibrated=bool(d.get("calibrated", False)),
                 memory_bytes=int(dev["memory_bytes"]),
                 reserved_bytes=int(dev.get("reserved_bytes", 0)),
+                outside_allocator=_outside(dev.get("outside_allocator"), source),
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),
@@ -843,6 +863,20 @@ def available_profiles() -> list[str]:
 
 
 _CACHE: dict[tuple[str, float], Hardware] = {}
+
+
+def _outside(d: Any, source: str) -> tuple[int, ...]:
+    """``device.outside_allocator`` (``{"single", "world", "communicator"}``, bytes)."""
+    if d is None:
+        return ()
+    try:
+        out = (int(d["single"]), int(d["world"]), int(d["communicator"]))
+    except (KeyError, TypeError, ValueError):
+        raise ConfigError(f"{source}: device.outside_allocator needs the integer byte "
+                          "counts single, world and communicator") from None
+    if min(out) < 0:
+        raise ConfigError(f"{source}: device.outside_allocator byte counts must be >= 0")
+    return out
 
 
 def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:

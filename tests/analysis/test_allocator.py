@@ -95,3 +95,57 @@ def test_reserve_of_every_device_of_a_distributed_step() -> None:
         assert 0 < r.allocated_bytes <= r.reserved_bytes
         # views hold no bytes of their own: never more than the liveness peak, rounded
         assert r.allocated_bytes <= sim.peak_memory_bytes[d] + 512 * 64
+
+
+def test_outside_the_allocator_by_communicators() -> None:
+    """``outside_allocator``: a rank of a world of one, of a larger world, and each further
+    communicator; without it, the constant ``reserved_bytes``. It survives the JSON, and a
+    malformed one is refused in one line."""
+    from dataclasses import replace
+
+    import pytest
+
+    from distir.analysis.hardware import Hardware, load_hardware
+    from distir.errors import ConfigError
+
+    base = replace(load_hardware("h100-sxm"), reserved_bytes=3000)
+    assert base.reserved_for(4, 2) == 3000
+    hw = replace(base, outside_allocator=(1200, 1500, 500))
+    assert (hw.reserved_for(1, 0), hw.reserved_for(2, 0), hw.reserved_for(4, 2)) == \
+        (1200, 1500, 2500)
+    assert Hardware.from_json(hw.to_json()).outside_allocator == (1200, 1500, 500)
+    assert "outside_allocator" not in base.to_json()["device"]
+    bad = hw.to_json()
+    bad["device"]["outside_allocator"] = {"single": 1}
+    with pytest.raises(ConfigError, match=r"^error: <profile>: device.outside_allocator needs"):
+        Hardware.from_json(bad)
+
+
+def test_near_capacity_counts_each_ranks_communicators() -> None:
+    """Within ``NEAR_CAPACITY`` of the capacity, each device's reserve, plus the margin,
+    against the card less what its communicators hold; farther away, no verdict."""
+    from dataclasses import replace
+
+    from distir.analysis.allocator import MARGIN_BYTES, near_capacity
+    from distir.analysis.hardware import load_hardware
+    from distir.models import mlp
+    from distir.transforms import dtp
+
+    fn = dtp(mlp(batch_size=16, input_dim=64, hidden_dim=64, output_dim=8, num_layers=4),
+             dp=2, pp=2, microbatches=2)
+    res = allocator_reserve(fn)
+    groups = project(fn).groups  # the backend's communicators, besides the world's
+    per = 1 << 20
+    # Each device's room: the card less the world's and its own communicators.
+    outside = {d: per + per * sum(d in g for g in groups) for d in res}
+    need = max(r.reserved_bytes + MARGIN_BYTES + outside[d] for d, r in res.items())
+    for short in (0, 1):
+        hw = replace(load_hardware("h100-sxm"), memory_bytes=need - short,
+                     reserved_bytes=need // 2, outside_allocator=(per, per, per))
+        near = {0: hw.usable_memory_bytes}  # liveness peaks near the capacity
+        v = near_capacity(fn, near, hw, world_size=4)
+        assert v is not None and v.fits == (short == 0)
+        assert v.capacity == hw.memory_bytes - outside[v.device]
+    assert near_capacity(fn, {0: 1}, hw, world_size=4) is None  # far below
+    capped = near_capacity(fn, {0: need}, hw, world_size=4, limit=need)
+    assert capped is not None and capped.capacity == need
