@@ -85,6 +85,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     model = model_bytes(task.program.fn)
     measured: list[tuple[int, int, int]] = []
     status = "ok"
+    if args.snapshot and runner.device.type == "cuda":  # every allocation, with its address
+        torch.cuda.memory._record_memory_history(max_entries=2_000_000)
     dist.barrier()
     try:
         inputs = runner.bind(task)
@@ -94,6 +96,12 @@ def cmd_measure(args: argparse.Namespace) -> int:
         if not is_oom(e):
             raise
         status = f"oom: {_oom_state(runner.device, e)}"
+    if args.snapshot and runner.device.type == "cuda":
+        import os
+
+        os.makedirs(args.snapshot, exist_ok=True)
+        torch.cuda.memory._dump_snapshot(os.path.join(args.snapshot, f"rank{rank}.pickle"))
+        torch.cuda.memory._record_memory_history(enabled=None)
     ops = task.program.fn.ops
     rows = [{"rank": rank, "op": i, "op_type": ops[i].op_type,
              "outputs": " ".join(str(v.name) for v in ops[i].outputs),
@@ -217,6 +225,10 @@ def main(argv: list[str] | None = None) -> int:
                    help="cap the allocator (torch.cuda.set_per_process_memory_fraction)")
     m.add_argument("--backend", default=None, help="nccl (GPUs) or gloo (CPU)")
     m.add_argument("--top", type=int, default=8)
+    m.add_argument("--snapshot", metavar="DIR", default=None,
+                   help="on a GPU, also write each rank's allocator history "
+                   "(DIR/rank<r>.pickle, torch.cuda.memory._dump_snapshot: every "
+                   "allocation and free with its address; pytorch.org/memory_viz reads it)")
     m.add_argument("-o", "--out", required=True)
     m.set_defaults(func=cmd_measure)
     r = sub.add_parser("report", help="where a measured trace exceeds the model")
