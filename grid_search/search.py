@@ -160,7 +160,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
     if verdict is not None:
         fits = verdict.fits
         capacity = verdict.capacity
-        if not fits:
+        if not fits and verdict.replayed:
             over = verdict
     row.update(
         status="ok" if fits else "oom",

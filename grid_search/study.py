@@ -231,7 +231,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         verdict = near_capacity(fn, dict(enumerate(per)), sim.hardware, int(r["devices"]),
                                 limit)
         if verdict is not None:
-            r["predicted_reserved_bytes"] = verdict.reserve.reserved_bytes
+            if verdict.replayed:
+                r["predicted_reserved_bytes"] = verdict.reserve.reserved_bytes
             r["predicted_capacity_bytes"] = verdict.capacity
             fits = verdict.fits
         r["predicted_fits"] = str(fits).lower()

@@ -49,7 +49,7 @@ from typing import Any
 from distir.ir.core import Function, Module, Value
 
 __all__ = ["Reserve", "Verdict", "allocator_reserve", "replay", "near_capacity",
-           "VIEW_OPS", "NEAR_CAPACITY", "MARGIN_BYTES"]
+           "VIEW_OPS", "NEAR_CAPACITY", "MARGIN"]
 
 VIEW_OPS = frozenset({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity",
                       "MPIBroadcast", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
@@ -64,10 +64,10 @@ loss's log-softmax of the logits), measured as such by ``calibration.memory_trac
 NEAR_CAPACITY = 0.9
 """``near_capacity`` replays a program whose liveness peak is at least this fraction of the
 capacity (the reserve exceeded the liveness peak by at most 1.7% on the traced steps)."""
-MARGIN_BYTES = 1 << 29
-"""``near_capacity`` takes a device to fit only when its reserve leaves this much room
-(0.5 GiB): the replay's largest error on the traced steps (0.41 GiB), rounded up, so that
-the filter errs towards predicting out of memory."""
+MARGIN = 0.004
+"""``near_capacity`` takes a device to fit only when its reserve leaves this fraction of
+its capacity free (0.55 GiB of an H200's 137 GiB): the replay's largest error on the
+traced steps (0.43 GiB), rounded up, so that the filter errs towards out of memory."""
 SMALL_REQUEST = 1 << 20
 """Requests of at most this many bytes are served from the small pool."""
 SMALL_PAGE = 2 << 20
@@ -272,6 +272,9 @@ class Verdict:
     device: int
     reserve: Reserve
     capacity: int
+    replayed: bool = True
+    """``False`` when the liveness peak alone is over every capacity (``reserve`` then
+    holds that peak)."""
 
 
 def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
@@ -279,13 +282,13 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
                   ) -> Verdict | None:
     """For a program whose liveness peaks (``peak_bytes`` per device) come within
     ``NEAR_CAPACITY`` of what a device offers tensors: each device's allocator reserve
-    (``allocator_reserve``), plus ``MARGIN_BYTES``, against its capacity, which is
+    (``allocator_reserve``) against its capacity less ``MARGIN``, which is
     ``limit`` when the allocator is capped, else the card's memory less what lies outside
     the allocator on that rank (``Hardware.reserved_for``: the communicators of the device
     groups it is in, of a ``world_size``-device run). ``None`` for a program farther from
-    the capacity, or over every capacity the model allows. ``fn`` may be a
-    ``ReplicaProgram``: its replica 0 is replayed (the others run alike), joining the
-    replicas' groups too."""
+    the capacity; one over every capacity the model allows does not fit (not replayed).
+    ``fn`` may be a ``ReplicaProgram``: its replica 0 is replayed (the others run alike),
+    joining the replicas' groups too."""
     worst = max(peak_bytes.values(), default=0)
     if limit is not None:
         low = high = limit
@@ -293,8 +296,11 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
         high = hardware.memory_bytes - hardware.reserved_for(
             2 if world_size is None else world_size, 0)
         low = hardware.usable_memory_bytes
-    if worst > high or worst < NEAR_CAPACITY * low:
+    if worst < NEAR_CAPACITY * low:
         return None
+    if worst > high:  # over what any rank is offered: no replay needed
+        d = max(peak_bytes, key=lambda k: peak_bytes[k])
+        return Verdict(False, d, Reserve(worst, worst), high, replayed=False)
     from distir.analysis.projection import project
 
     prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
@@ -311,7 +317,7 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
         r = replay(p.fn)
         cap = limit if limit is not None else hardware.memory_bytes - hardware.reserved_for(
             n, sum(p.device in g for g in groups))
-        v = Verdict(r.reserved_bytes + MARGIN_BYTES <= cap, p.device, r, cap)
+        v = Verdict(r.reserved_bytes <= cap * (1 - MARGIN), p.device, r, cap)
         if best is None or r.reserved_bytes - cap > best.reserve.reserved_bytes - best.capacity:
             best = v
     return best

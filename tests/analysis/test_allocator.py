@@ -108,7 +108,7 @@ def test_outside_the_allocator_by_communicators() -> None:
     from distir.analysis.hardware import Hardware, load_hardware
     from distir.errors import ConfigError
 
-    base = replace(load_hardware("h100-sxm"), reserved_bytes=3000)
+    base = replace(load_hardware("h100-sxm"), reserved_bytes=3000, outside_allocator=())
     assert base.reserved_for(4, 2) == 3000
     hw = replace(base, outside_allocator=(1200, 1500, 500))
     assert (hw.reserved_for(1, 0), hw.reserved_for(2, 0), hw.reserved_for(4, 2)) == \
@@ -126,7 +126,7 @@ def test_near_capacity_counts_each_ranks_communicators() -> None:
     against the card less what its communicators hold; farther away, no verdict."""
     from dataclasses import replace
 
-    from distir.analysis.allocator import MARGIN_BYTES, near_capacity
+    from distir.analysis.allocator import MARGIN, near_capacity
     from distir.analysis.hardware import load_hardware
     from distir.models import mlp
     from distir.transforms import dtp
@@ -138,17 +138,21 @@ def test_near_capacity_counts_each_ranks_communicators() -> None:
     per = 1 << 20
     # Each device's room: the card less the world's and its own communicators.
     outside = {d: per + per * sum(d in g for g in groups) for d in res}
-    need = max(r.reserved_bytes + MARGIN_BYTES + outside[d] for d, r in res.items())
-    for short in (0, 1):
-        hw = replace(load_hardware("h100-sxm"), memory_bytes=need - short,
-                     reserved_bytes=need // 2, outside_allocator=(per, per, per))
+    for mem, fits in ((256 * MIB, True), (max(r.reserved_bytes + outside[d] for d, r in
+                                                 res.items()), False)):
+        hw = replace(load_hardware("h100-sxm"), memory_bytes=mem, reserved_bytes=mem // 2,
+                     outside_allocator=(per, per, per))
         near = {0: hw.usable_memory_bytes}  # liveness peaks near the capacity
         v = near_capacity(fn, near, hw, world_size=4)
-        assert v is not None and v.fits == (short == 0)
+        assert v is not None and v.fits == fits  # the second leaves no margin
         assert v.capacity == hw.memory_bytes - outside[v.device]
+        assert v.fits == all(r.reserved_bytes <= (mem - outside[d]) * (1 - MARGIN)
+                             for d, r in res.items())
     assert near_capacity(fn, {0: 1}, hw, world_size=4) is None  # far below
-    capped = near_capacity(fn, {0: need}, hw, world_size=4, limit=need)
-    assert capped is not None and capped.capacity == need
+    over = near_capacity(fn, {0: mem}, hw, world_size=4)  # over any rank's room
+    assert over is not None and not over.fits and not over.replayed
+    capped = near_capacity(fn, {0: mem}, hw, world_size=4, limit=mem)
+    assert capped is not None and capped.capacity == mem and capped.replayed
 
 
 def test_the_end_block_serves_last() -> None:

@@ -76,6 +76,7 @@ def test_configurations_that_do_not_fit_are_marked_and_not_ranked(tmp_path) -> N
     prof["name"] = "tiny"
     prof["device"]["memory_bytes"] = cap
     prof["device"].pop("reserved_bytes", None)  # the whole cap is the tensors'
+    prof["device"].pop("outside_allocator", None)
     path = tmp_path / "tiny.json"
     path.write_text(json.dumps(prof))
     rows = run_search(W, cs, hardware=str(path), progress=None).rows
@@ -84,7 +85,9 @@ def test_configurations_that_do_not_fit_are_marked_and_not_ranked(tmp_path) -> N
     assert oom and fit
     assert all(r["fits"] is False and "GiB" in r["reason"] for r in oom)
     assert all(r["peak_memory_bytes"] <= cap for r in fit)
-    assert all(r["peak_memory_bytes"] > cap for r in oom)
+    # (near the cap, the allocator's replayed reserve decides: distir.analysis.allocator)
+    assert all(r["peak_memory_bytes"] > cap or "caching allocator" in r["reason"]
+               for r in oom)
     ranked = best_rows(rows, len(rows))
     assert {id(r) for r in ranked} == {id(r) for r in fit}
     assert f"{len(oom)} out of memory" in summarize(rows)
