@@ -156,7 +156,10 @@ class _Projector(Interpreter):
         devs: set[int] = set()
         for s in (*args, *outs):
             if s is not None:
-                devs.add(_device_of(type_of(s.abs), f"%{s.value.name}"))
+                t = type_of(s.abs)
+                # (the common case first: the message is formatted only for an error)
+                devs.add(t.device if isinstance(t, TensorType | ScalarType) else
+                         _device_of(t, f"%{s.value.name}"))
         if not devs:
             devs.add(int(self.attrs_of(op).get("device", 0)))
         if len(devs) != 1:
