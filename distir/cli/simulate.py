@@ -47,13 +47,23 @@ def run_simulate(args: argparse.Namespace) -> int:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.trace is not None:
         sim.write_trace(args.trace)
+    from distir.analysis.allocator import near_capacity
+
+    # Near the capacity, the caching allocator's reserve decides (docs/simulation.md).
+    verdict = near_capacity(m.entry, dict(sim.peak_memory_bytes), sim.hardware,
+                            len(sim.devices))
     if args.json:
         doc = {"file": args.file, **sim.to_dict()}
+        if verdict is not None:
+            doc["allocator"] = {"fits": verdict.fits, "device": verdict.device,
+                                "reserved_bytes": verdict.reserve.reserved_bytes,
+                                "capacity_bytes": verdict.capacity,
+                                "replayed": verdict.replayed}
         if args.trace is not None:
             doc["trace"] = args.trace
         sys.stdout.write(json.dumps(doc) + "\n")
         return 0
-    sys.stdout.write(format_report(sim))
+    sys.stdout.write(format_report(sim, verdict))
     if args.trace is not None:
         sys.stdout.write(f"trace written to {args.trace} (open it in https://ui.perfetto.dev)\n")
     return 0
@@ -74,8 +84,9 @@ def _bytes(n: float) -> str:
     return f"{int(n)} B"
 
 
-def format_report(sim: object) -> str:
-    """The human-readable report of a ``Simulation``."""
+def format_report(sim: object, verdict: object = None) -> str:
+    """The human-readable report of a ``Simulation`` (and of ``near_capacity``'s verdict
+    on its program, when it gave one)."""
     from distir.analysis.simulator import Simulation
 
     assert isinstance(sim, Simulation)
@@ -101,6 +112,17 @@ def format_report(sim: object) -> str:
     for r in rows:
         lines.append("  ".join(c.rjust(w) if i else c.ljust(w)
                                for i, (c, w) in enumerate(zip(r, widths))).rstrip())
+    if verdict is not None:
+        from distir.analysis.allocator import Verdict
+
+        assert isinstance(verdict, Verdict)
+        lines.append("")
+        what = (f"the caching allocator would reserve {_bytes(verdict.reserve.reserved_bytes)}"
+                if verdict.replayed else
+                f"the tensors alone need {_bytes(verdict.reserve.reserved_bytes)}")
+        lines.append(f"near the capacity: {what} on device {verdict.device}, which offers "
+                     f"{_bytes(verdict.capacity)} besides its communicators: "
+                     + ("fits" if verdict.fits else "OUT OF MEMORY"))
     if sim.uncosted_ops:
         lines.append("")
         lines.append("costed by the fallback rule: " + ", ".join(sim.uncosted_ops))

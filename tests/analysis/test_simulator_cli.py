@@ -59,3 +59,27 @@ def test_bad_program_is_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[s
     assert main(["simulate", str(p)]) == 1
     err = capsys.readouterr().err
     assert "bad.dir:2" in err and "Send" in err and err.count("\n") == 1
+
+
+def test_near_the_capacity_the_allocator_decides(tmp_path: Path,
+                                                 capsys: pytest.CaptureFixture[str]) -> None:
+    """With a card sized just above the program's liveness peak, the report adds the
+    caching allocator's verdict (distir.analysis.allocator), in text and JSON."""
+    assert main(["simulate", PP2, "--json"]) == 0
+    peak = max(json.loads(capsys.readouterr().out)["peak_memory_bytes"].values())
+    prof = json.loads((ROOT / "calibration" / "profiles" / "h200-sxm.json").read_text())
+    prof["name"] = "tight"
+    prof["device"]["memory_bytes"] = peak + 1024
+    for k in ("reserved_bytes", "outside_allocator"):
+        prof["device"].pop(k, None)
+    path = tmp_path / "tight.json"
+    path.write_text(json.dumps(prof))
+    assert main(["simulate", PP2, "-H", str(path)]) == 0
+    out = capsys.readouterr().out
+    assert "near the capacity: the caching allocator would reserve" in out
+    assert out.rstrip().endswith("OUT OF MEMORY")  # its segments map whole 2 MiB pages
+    assert main(["simulate", PP2, "-H", str(path), "--json"]) == 0
+    doc = json.loads(capsys.readouterr().out)
+    assert doc["allocator"]["fits"] is False and doc["allocator"]["replayed"]
+    assert main(["simulate", PP2]) == 0  # far from h100-sxm's capacity: no verdict
+    assert "near the capacity" not in capsys.readouterr().out
