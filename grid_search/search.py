@@ -171,7 +171,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         peak_memory_per_device=json.dumps(per_dev),
         ops=fn.num_ops(inline_calls=True),
         sim_seconds=round(time.perf_counter() - t0, 4),
-        reason=note if fits else (
+        reason=note if fits else (note + "; " if note else "") + (
             f"needs {max(per_dev) / 2**30:.1f} GiB on device {per_dev.index(max(per_dev))}, "
             f"has {capacity / 2**30:.1f} GiB" if over is None else
             f"the caching allocator would reserve {over.reserve.reserved_bytes / 2**30:.1f} "

@@ -49,7 +49,7 @@ from typing import Any
 from distir.ir.core import Function, Module, Value
 
 __all__ = ["Reserve", "Verdict", "allocator_reserve", "replay", "near_capacity",
-           "VIEW_OPS", "NEAR_CAPACITY", "MARGIN"]
+           "VIEW_OPS", "NEAR_CAPACITY", "MARGIN", "COMMUNICATORS_NEAR"]
 
 VIEW_OPS = frozenset({"Cast", "CastLike", "Dropout", "Expand", "Flatten", "Identity",
                       "MPIBroadcast", "Reshape", "Slice", "Split", "Squeeze", "Transpose",
@@ -81,6 +81,7 @@ class Reserve:
     the allocator's rounded sizes) and the most bytes its segments mapped."""
 
     allocated_bytes: int
+    """The most bytes of live blocks at once (views holding none of their own)."""
     reserved_bytes: int
 
 
@@ -278,25 +279,39 @@ class Verdict:
     holds that peak)."""
 
 
+COMMUNICATORS_NEAR = 4
+"""The communicators a rank is taken to join before its program is projected (its
+tensor-parallel and data-parallel groups and its two pipeline neighbours): ranks whose
+peak is near the capacity that many communicators leave are replayed."""
+
+
 def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
                   world_size: int | None = None, limit: int | None = None,
                   ) -> Verdict | None:
     """For a program whose liveness peaks (``peak_bytes`` per device) come within
-    ``NEAR_CAPACITY`` of what a device offers tensors: each device's allocator reserve
-    (``allocator_reserve``) against its capacity less ``MARGIN``, which is
-    ``limit`` when the allocator is capped, else the card's memory less what lies outside
-    the allocator on that rank (``Hardware.reserved_for``: the communicators of the device
-    groups it is in, of a ``world_size``-device run). ``None`` for a program farther from
-    the capacity; one over every capacity the model allows does not fit (not replayed).
+    ``NEAR_CAPACITY`` of what a device offers tensors: whether every device's allocator
+    reserve (``allocator_reserve``) fits its capacity less ``MARGIN``, the capacity being
+    the card's memory less what lies outside the allocator on that rank
+    (``Hardware.reserved_for``: the world's communicator and one per device group it
+    communicates in, of a ``world_size``-device run; by default as many devices as
+    ``peak_bytes`` names), and at most ``limit`` when the allocator is capped. The verdict
+    names the device with the least room. ``None`` for a program farther from the
+    capacity; one over every capacity the model allows does not fit (not replayed).
     ``fn`` may be a ``ReplicaProgram``: its replica 0 is replayed (the others run alike),
     joining the replicas' groups too."""
     worst = max(peak_bytes.values(), default=0)
-    if limit is not None:
-        low = high = limit
-    else:  # between the constant capacity and a rank's in no communicator of its own
-        high = hardware.memory_bytes - hardware.reserved_for(
-            2 if world_size is None else world_size, 0)
-        low = hardware.usable_memory_bytes
+    if not peak_bytes:
+        return None
+    n = world_size if world_size is not None else max(peak_bytes) + 1
+    mem = hardware.memory_bytes
+
+    def room(communicators: int) -> int:
+        cap = mem - hardware.reserved_for(n, communicators)
+        return cap if limit is None else min(cap, limit)
+
+    high = room(0)  # a rank in no communicator of its own
+    low = min(hardware.usable_memory_bytes if limit is None else limit,
+              room(COMMUNICATORS_NEAR))
     if worst < NEAR_CAPACITY * low:
         return None
     if worst > high:  # over what any rank is offered: no replay needed
@@ -306,20 +321,21 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
 
     prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
     proj = project(prog)
-    groups = [set(g) for g in proj.groups]
+    # One communicator per distinct device group (the backend's GroupCache).
+    groups = {tuple(sorted(g)) for g in proj.groups}
     for op in prog.ops:  # a replica program's all-reduces over every replica
         if op.op_type == "ReplicaAllreduce":
-            groups.append(set(op.attrs["devices"]))  # type: ignore[arg-type]
-    n = world_size or max((max(g) + 1 for g in groups), default=len(proj.programs))
-    best: Verdict | None = None
+            groups.add(tuple(sorted(op.attrs["devices"])))  # type: ignore[arg-type]
+    verdicts = []
     for p in proj.programs:
         if not (p.fn.ops or p.fn.params) or \
                 peak_bytes.get(p.device, worst) < NEAR_CAPACITY * low:
             continue  # (a device far below the capacity is not replayed)
         r = replay(p.fn)
-        cap = limit if limit is not None else hardware.memory_bytes - hardware.reserved_for(
-            n, sum(p.device in g for g in groups))
-        v = Verdict(r.reserved_bytes <= cap * (1 - MARGIN), p.device, r, cap)
-        if best is None or r.reserved_bytes - cap > best.reserve.reserved_bytes - best.capacity:
-            best = v
-    return best
+        cap = room(sum(p.device in g for g in groups))
+        verdicts.append(Verdict(r.reserved_bytes <= cap * (1 - MARGIN), p.device, r, cap))
+    if not verdicts:
+        return None
+    least = max(verdicts, key=lambda v: v.reserve.reserved_bytes - v.capacity * (1 - MARGIN))
+    return Verdict(all(v.fits for v in verdicts), least.device, least.reserve,
+                   least.capacity)

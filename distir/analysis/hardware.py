@@ -529,6 +529,10 @@ class Hardware:
                                     repr=False)
 
     def __post_init__(self) -> None:
+        if self.outside_allocator and (len(self.outside_allocator) != 3 or
+                                       min(self.outside_allocator) < 0):
+            raise ConfigError(f"profile {self.name}: outside_allocator is (single, world, "
+                              "communicator), three byte counts >= 0")
         self._peak.update(self.peak_flops)
         self._host.update(self.host_dispatch)
         if any(not (x >= 0.0) for _, x in self.host_dispatch):
@@ -953,6 +957,11 @@ def _derived(data: Mapping[str, Any], source: str) -> Hardware:
         if not isinstance(extra, Mapping):
             raise ConfigError(f"{source}: {sec} must be an object")
         merged[sec] = {**merged[sec], **extra}
+    dev = data.get("device") or {}
+    if "reserved_bytes" in dev and "outside_allocator" not in dev:
+        # A new constant is the derived profile's word on what lies outside the
+        # allocator: the base's model by communicator no longer describes it.
+        merged["device"].pop("outside_allocator", None)
     for key in ("name", "description", "calibrated"):
         if key in data:
             merged[key] = data[key]

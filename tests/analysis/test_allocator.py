@@ -135,7 +135,7 @@ def test_near_capacity_counts_each_ranks_communicators() -> None:
              dp=2, pp=2, microbatches=2)
     res = allocator_reserve(fn)
     groups = project(fn).groups  # the backend's communicators, besides the world's
-    per = 1 << 20
+    per = 1 << 16
     # Each device's room: the card less the world's and its own communicators.
     outside = {d: per + per * sum(d in g for g in groups) for d in res}
     for mem, fits in ((256 * MIB, True), (max(r.reserved_bytes + outside[d] for d, r in
@@ -151,8 +151,10 @@ def test_near_capacity_counts_each_ranks_communicators() -> None:
     assert near_capacity(fn, {0: 1}, hw, world_size=4) is None  # far below
     over = near_capacity(fn, {0: mem}, hw, world_size=4)  # over any rank's room
     assert over is not None and not over.fits and not over.replayed
-    capped = near_capacity(fn, {0: mem}, hw, world_size=4, limit=mem)
-    assert capped is not None and capped.capacity == mem and capped.replayed
+    lim = 200 * MIB  # an allocator capped below the card: the cap is the room
+    big = replace(hw, memory_bytes=256 * MIB, reserved_bytes=128 * MIB)
+    capped = near_capacity(fn, {0: lim}, big, world_size=4, limit=lim)
+    assert capped is not None and capped.capacity == lim and capped.replayed and capped.fits
 
 
 def test_the_end_block_serves_last() -> None:
@@ -168,3 +170,39 @@ def test_the_end_block_serves_last() -> None:
     d = seg.alloc(20 * MIB)  # nothing else holds it: the end block grows
     assert d.addr == 18 * MIB and seg.mapped == 40 * MIB
     del b
+
+
+def test_replica_programs_count_each_group_once() -> None:
+    """``dtp_replica``'s program names its replica group on every all-reduce: the rank
+    joins it once, as in ``dtp``'s program; every near device must fit, not only one."""
+    from dataclasses import replace
+
+    from distir.analysis.allocator import near_capacity
+    from distir.analysis.hardware import load_hardware
+    from distir.models import mlp
+    from distir.transforms import dtp, dtp_replica
+
+    seq = mlp(batch_size=16, input_dim=64, hidden_dim=64, output_dim=8, num_layers=4)
+    full = dtp(seq, dp=2, pp=2, microbatches=2)
+    one = dtp_replica(seq, dp=2, pp=2, microbatches=2)
+    per = 1 << 20
+    hw = replace(load_hardware("h100-sxm"), memory_bytes=64 * per, reserved_bytes=3 * per,
+                 outside_allocator=(per, per, per))
+    near = {d: hw.usable_memory_bytes for d in range(4)}
+    a = near_capacity(full, near, hw, world_size=4)
+    b = near_capacity(one, near, hw, world_size=4)
+    assert a is not None and b is not None
+    assert (a.device, a.capacity, a.fits) == (b.device, b.capacity, b.fits)
+    assert a.capacity >= 64 * per - 4 * per  # the world's and at most 3 more
+
+
+def test_a_derived_reserved_bytes_replaces_the_model(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    import json
+
+    from distir.analysis.hardware import load_hardware
+
+    p = tmp_path / "mine.json"
+    p.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm", "name": "mine",
+                             "device": {"reserved_bytes": 8 << 30}}))
+    hw = load_hardware(str(p))
+    assert hw.outside_allocator == () and hw.reserved_for(4, 3) == 8 << 30
