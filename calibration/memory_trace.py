@@ -15,8 +15,9 @@ program. ``report`` then names the ops where the run's excess over the model gro
         --dtype Float16 --batch-size 140 --config 1,1,2,2 --hardware h200-sxm -o trace.csv
     python -m calibration.memory_trace report trace.csv
 
-A step that runs out of memory records the ops up to the one that failed (``status``
-``oom`` on that rank's rows), so the excess at the failure is there to read. The GPU's
+A step that runs out of memory records the ops before the one that failed (``status``
+``oom: ...`` on that rank's rows, with the allocator's state then), so the excess just
+before the failure is there to read. The GPU's
 figures count what the allocator hands out, not what it reserves: fragmentation and what
 lies outside the allocator (CUDA context, communicators) are not in them.
 """

@@ -224,6 +224,12 @@ def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
         alloc(p)
     lv = liveness(fn).ops
     for op in fn.ops:
+        if op.callee is not None:
+            from distir.errors import SimulationError
+
+            raise SimulationError(f"@{fn.name} calls @{op.callee.name}: the allocator replays "
+                                  "one device's flat program (allocator_reserve projects "
+                                  "one)")
         src = op.inputs[0] if op.inputs else None
         temp = None
         if op.op_type in TRANSIENT_INPUT and src is not None and src.type is not None:

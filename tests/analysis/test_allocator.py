@@ -206,3 +206,22 @@ def test_a_derived_reserved_bytes_replaces_the_model(tmp_path) -> None:  # type:
                              "device": {"reserved_bytes": 8 << 30}}))
     hw = load_hardware(str(p))
     assert hw.outside_allocator == () and hw.reserved_for(4, 3) == 8 << 30
+
+
+def test_a_program_with_calls_is_refused_in_one_line() -> None:
+    import pytest
+
+    from distir.errors import SimulationError
+
+    m = distir.parse("""func @f(%p: Tensor[Float32, (4,), 0]) {
+  %q = Relu(%p)
+  return %q
+}
+
+func @main(%x: Tensor[Float32, (4,), 0]) {
+  %y = call @f(%x)
+  return %y
+}""")
+    with pytest.raises(SimulationError, match=r"^error: @main calls @f: the allocator"):
+        replay(m["main"])
+    assert allocator_reserve(m["main"])[0].reserved_bytes == 2 * MIB  # projected: flat
