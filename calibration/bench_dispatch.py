@@ -66,8 +66,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from distir.backend.launch import TorchrunSession, make_tasks, prepare
-    from distir.backend.lowering import compile_program
+    from distir.backend.launch import TorchrunSession
     from distir.errors import DistIRError
     from distir.transforms import dtp
     from grid_search.models import workload
@@ -92,16 +91,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
             try:
                 fn = dtp(seq, dp=dp, tp=tp, pp=pp, microbatches=k,
                          schedule="1f1b" if w.training else "gpipe")
-                proj, bound = prepare(fn, world, None)
+                task, compiled = sess.compile(fn)
             except DistIRError as e:
                 if rank == 0:
                     print(f"{label}: skipped ({e.message})", file=sys.stderr)
                 continue
-            task = make_tasks(proj, bound, steps=1, warmup=0, want_outputs=False,
-                              memory_limit=None, seed=0)[rank]
-            runner.groups.ensure(task.groups)
-            compiled = compile_program(task.program, runner.device, rank=rank,
-                                       groups=runner.groups)
             inputs = runner.bind(task)
             dist.barrier()
             with torch.inference_mode():
@@ -113,10 +107,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
             if rank == 0:
                 print(f"{label}: {len(times)} ops, median "
                       f"{statistics.median(times) * 1e6:.1f} us", file=sys.stderr)
-    gathered: list[Any] = [None] * world if rank == 0 else []
-    dist.gather_object(rows, gathered if rank == 0 else None, dst=0)
-    if rank == 0:
-        out = [r for part in gathered for r in part]
+    out = sess.gather(rows)
+    if out is not None:
         with open(args.out, "w", newline="", encoding="utf-8") as f:
             wr = csv.DictWriter(f, ["program", "rank", "op", "op_type", "comm", "host_s"])
             wr.writeheader()

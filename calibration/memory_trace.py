@@ -63,8 +63,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
     import torch
     import torch.distributed as dist
 
-    from distir.backend.launch import TorchrunSession, make_tasks, prepare
-    from distir.backend.lowering import compile_program, is_oom
+    from distir.backend.launch import TorchrunSession
+    from distir.backend.lowering import is_oom
     from distir.transforms import dtp
     from grid_search.models import workload
 
@@ -74,15 +74,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     dp, tp, pp, k = (int(x) for x in args.config.split(","))
     fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=dp, tp=tp, pp=pp,
              microbatches=k, schedule="1f1b" if w.training else "gpipe")
-    proj, bound = prepare(fn, world, None)
-    task = make_tasks(proj, bound, steps=1, warmup=0, want_outputs=False, memory_limit=None,
-                      seed=0)[rank]
-    runner.groups.ensure(task.groups)
-    if args.memory_limit is not None and runner.device.type == "cuda":
-        total = torch.cuda.get_device_properties(runner.device).total_memory
-        torch.cuda.set_per_process_memory_fraction(min(1.0, args.memory_limit / total),
-                                                   runner.device)
-    compiled = compile_program(task.program, runner.device, rank=rank, groups=runner.groups)
+    task, compiled = sess.compile(fn, memory_limit=args.memory_limit)
     model = model_bytes(task.program.fn)
     measured: list[tuple[int, int, int]] = []
     status = "ok"
@@ -109,10 +101,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
              "model_during": m[0], "model_after": m[1], "measured_during": x[0],
              "measured_after": x[1], "reserved_after": x[2], "status": status}
             for i, (m, x) in enumerate(zip(model, measured))]
-    gathered: list[Any] = [None] * world if rank == 0 else []
-    dist.gather_object(rows, gathered if rank == 0 else None, dst=0)
-    if rank == 0:
-        out = [r for part in gathered for r in part]
+    out = sess.gather(rows)
+    if out is not None:
         with open(args.out, "w", newline="", encoding="utf-8") as f:
             wr = csv.DictWriter(f, COLUMNS)
             wr.writeheader()

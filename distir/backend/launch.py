@@ -454,6 +454,31 @@ class TorchrunSession:
             return None
         return combine(proj, self.backend, gathered or [], steps, warmup)
 
+    def compile(self, fn: Function | Module | Projection, *,
+                memory_limit: int | None = None) -> tuple[RankTask, Any]:
+        """This rank's task for ``fn`` and its ``CompiledProgram``, its process groups made
+        (every rank calls it, in the same order), for tools that drive the compiled program
+        themselves (``calibration.bench_dispatch``, ``calibration.memory_trace``).
+        ``memory_limit`` caps the allocator on a GPU, the live bytes by types elsewhere."""
+        from distir.backend.lowering import compile_program
+
+        proj, args = prepare(fn, self.world_size, None)
+        task = make_tasks(proj, args, steps=1, warmup=0, want_outputs=False,
+                          memory_limit=memory_limit, seed=0)[self.rank]
+        self.runner.groups.ensure(task.groups)
+        return task, compile_program(task.program, self.runner.device, rank=self.rank,
+                                     groups=self.runner.groups,
+                                     memory_limit=self.runner.memory_cap(task))
+
+    def gather(self, rows: list[Any]) -> list[Any] | None:
+        """Every rank's ``rows``, concatenated in rank order, on rank 0; ``None`` on the
+        others."""
+        import torch.distributed as dist
+
+        parts: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
+        dist.gather_object(rows, parts, dst=0)
+        return None if parts is None else [r for part in parts for r in part]
+
     def close(self) -> None:
         """Leave the process group, if this session set it up."""
         import torch.distributed as dist
