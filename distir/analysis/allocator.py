@@ -153,26 +153,25 @@ class _Segment:
             self._give(r)
         return b
 
+    def _absorb(self, a: _Block, b: _Block) -> None:
+        """Block ``a`` takes in ``b``, the block after it."""
+        a.size += b.size
+        a.next = b.next
+        if b.next is not None:
+            b.next.prev = a
+        if self.last is b:
+            self.last = a
+
     def release(self, b: _Block) -> None:
         b.free = True
         n = b.next
         if n is not None and n.free:
             self._take(n)
-            b.size += n.size
-            b.next = n.next
-            if n.next is not None:
-                n.next.prev = b
-            if self.last is n:
-                self.last = b
+            self._absorb(b, n)
         p = b.prev
         if p is not None and p.free:
             self._take(p)
-            p.size += b.size
-            p.next = b.next
-            if b.next is not None:
-                b.next.prev = p
-            if self.last is b:
-                self.last = p
+            self._absorb(p, b)
             b = p
         self._give(b)
 
