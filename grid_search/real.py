@@ -77,7 +77,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
                  memory_limit: int | None = None, profile: str | None = None,
                  profile_marks: bool = True, hardware: Any = None,
-                 fresh_sessions: bool = False) -> Iterator[dict[str, Any]]:
+                 fresh_sessions: bool = False,
+                 cuda_graph: bool = False) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
@@ -91,6 +92,9 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     (``Workload.analyze``), so that the programs run are the ones simulated.
     ``fresh_sessions`` runs each configuration in a session of its own (a memory check:
     the communicators of earlier programs hold device memory outside the allocator).
+    ``cuda_graph`` times each step replayed as a CUDA graph (``Session.run``); its rows say
+    so (``cuda_graph`` ``true``), and ``study compare`` simulates them without host
+    dispatch (``Hardware.for_cuda_graphs``).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -114,6 +118,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                 for c in part:
                     row: dict[str, Any] = dict(c.as_row(), strategy=strategy(c.dp, c.tp, c.pp),
                                                devices=c.devices)
+                    if cuda_graph:
+                        row["cuda_graph"] = "true"
                     try:
                         seq = models.get(c.batch_size)
                         if seq is None:
@@ -122,7 +128,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
                                  schedule=c.schedule)
                         row["program_fingerprint"] = program_fingerprint(fn)
-                        r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit)
+                        r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
+                                  cuda_graph=cuda_graph)
                         if profile is not None and r.status == "ok":
                             profiled.append((c, fn))
                     except TransformError as e:
@@ -152,7 +159,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         profile, f"b{c.batch_size}_d{c.dp}_t{c.tp}_p{c.pp}_k{c.microbatches}")
                     try:
                         s.run(fn, steps=1, warmup=1, memory_limit=memory_limit, profile=where,
-                              profile_marks=profile_marks)
+                              profile_marks=profile_marks, cuda_graph=cuda_graph)
                     except DistIRError as e:  # the timed row stands; say why there is no trace
                         if progress is not None:
                             progress.write(f"no trace of {c} batch {c.batch_size}: {e.message}\n")
@@ -305,9 +312,10 @@ def profile_mismatch(hardware: str | None, devices: Sequence[str]) -> str | None
 
 def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
             out: str | None = None, backend: str | None = None,
-            hardware: str | None = None) -> list[dict[str, Any]]:
-    """Run the ``k`` best fitting rows for real; add measured columns to ``out``. When the
-    measuring devices are not those ``hardware`` describes, says so beside the figures."""
+            hardware: Any = None, cuda_graph: bool = False) -> list[dict[str, Any]]:
+    """Run the ``k`` best fitting rows for real (``cuda_graph``: each step replayed as a
+    CUDA graph); add measured columns to ``out``. When the measuring devices are not those
+    ``hardware`` (a profile name or ``Hardware``) describes, says so beside the figures."""
     from grid_search.report import best_rows
     from grid_search.search import COLUMNS, read_rows
 
@@ -316,7 +324,8 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
                       int(r["pp"]), int(r["microbatches"]), r["schedule"]) for r in best]
     measured = {tuple(str(m[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
                                            "schedule")): m
-                for m in measure(workload, configs, backend=backend, hardware=hardware)}
+                for m in iter_measure(workload, configs, backend=backend, hardware=hardware,
+                                      cuda_graph=cuda_graph)}
     merged = []
     for r in (read_rows(out) if out else rows):
         key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
@@ -331,7 +340,8 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x * 100:.1f}%"
 
-    mismatch = profile_mismatch(hardware, [str(m.get("measured_device", ""))
+    mismatch = profile_mismatch(getattr(hardware, "name", hardware),
+                                [str(m.get("measured_device", ""))
                                            for m in measured.values()])
     if mismatch:
         print(f"\nwarning: {mismatch}")

@@ -156,7 +156,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
-            "program_fingerprint", "env"]
+            "program_fingerprint", "cuda_graph", "env"]
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
@@ -164,7 +164,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
         for r in iter_measure(w, configs, backend=args.backend, steps=args.steps,
                               warmup=args.warmup, memory_limit=limit, profile=args.profile,
                               profile_marks=not args.profile_kernels,
-                              hardware=args.hardware, fresh_sessions=args.memory_check):
+                              hardware=args.hardware, fresh_sessions=args.memory_check,
+                              cuda_graph=args.cuda_graph):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -177,6 +178,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
 def cmd_compare(args: argparse.Namespace) -> int:
     import distir
     from distir.analysis.allocator import near_capacity
+    from distir.analysis.hardware import load_hardware
     from distir.errors import TransformError
     from distir.transforms import dtp
     from grid_search.real import accuracy, program_fingerprint
@@ -187,6 +189,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
         print(f"{args.measured}: no rows", file=sys.stderr)
         return 1
     w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
+    hw = load_hardware(args.hardware)
+    hw_graph = hw.for_cuda_graphs()
     models: dict[int, Any] = {}
     stale: list[str] = []
     unchecked = checked = 0
@@ -217,7 +221,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             continue
         else:
             checked += 1
-        sim = distir.simulate(fn, hardware=args.hardware, batch_size=b)
+        # A step replayed as a CUDA graph has no per-op host dispatch to model.
+        graph = (r.get("cuda_graph") or "").strip().lower() == "true"
+        sim = distir.simulate(fn, hardware=hw_graph if graph else hw, batch_size=b)
         per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
         if sim.host_s:  # the profile models host dispatch: the busiest host's time
@@ -261,6 +267,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
              f"Programs: {checked} row(s) record the fingerprint of the program the "
              "transform builds today.", *notes, "",
              held_out_note(w.name, args.dtype), "",
+             *(["Steps measured as CUDA graph replays (`--cuda-graph`): simulated without "
+                "host dispatch.", ""] if any((r.get("cuda_graph") or "") == "true"
+                                              for r in rows) else []),
              "Every figure is per batch size: pooled over batch sizes, a rank correlation "
              "mostly shows that bigger batches take longer, so none is given.", "",
              "| batch | configs | Spearman | latency error: median / worst | memory error: "
@@ -446,6 +455,10 @@ def main(argv: list[str] | None = None) -> int:
     m.add_argument("--profile-kernels", action="store_true",
                    help="with --profile: trace the kernels and runtime calls only, without "
                    "the per-op marks (which cost host time on host-bound steps)")
+    m.add_argument("--cuda-graph", action="store_true",
+                   help="time each step replayed as a CUDA graph (captured after the "
+                   "warm-up): the host launches one graph a step instead of every op; "
+                   "compare then simulates those rows without host dispatch")
     m.add_argument("--memory-check", action="store_true",
                    help="run only configurations predicted near the memory capacity (the "
                    "profile's, or --memory-limit), each in a session of its own (so that "

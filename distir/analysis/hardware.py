@@ -567,6 +567,15 @@ class Hardware:
         single, world, per = self.outside_allocator
         return (single if world_size <= 1 else world) + per * communicators
 
+    def for_cuda_graphs(self) -> Hardware:
+        """This profile for steps replayed as CUDA graphs (``distir run --cuda-graph``): the
+        host launches one graph a step instead of issuing each op, so its dispatch is not
+        modelled (``host_dispatch`` dropped; everything else alike)."""
+        if not self.host_dispatch:
+            return self
+        return replace(self, host_dispatch=(), name=f"{self.name}+graph", _peak={}, _fits={},
+                       _host={})
+
     def with_nodes(self, nodes: int) -> Hardware:
         """This profile for a machine of ``nodes`` nodes (everything else alike)."""
         if not isinstance(nodes, int) or nodes < 1:

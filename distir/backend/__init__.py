@@ -22,7 +22,8 @@ __all__ = ["run", "Session", "TorchrunSession", "RunResult"]
 def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = None,
         steps: int = 10, warmup: int = 3, world_size: int | None = None,
         outputs: bool | None = None, memory_limit: int | None = None, seed: int = 0,
-        timeout_s: float = 300.0, profile: str | None = None) -> RunResult | None:
+        timeout_s: float = 300.0, profile: str | None = None,
+        cuda_graph: bool = False) -> RunResult | None:
     """Run ``fn`` (a ``Function``, a ``Module``'s entry, or a ``Projection``) for real.
 
     One process per device of the program (``world_size`` may ask for more; the extra
@@ -38,12 +39,18 @@ def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = N
     without a lowering, a failed op, a hung collective (after ``timeout_s``) or a dead
     worker; every worker process is stopped whatever happens. ``profile`` (a directory)
     adds one untimed step, profiled with ``torch.profiler`` and every op marked, and writes
-    each rank's trace to ``profile/rank{r}.json`` (see ``distir explain``).
+    each rank's trace to ``profile/rank{r}.json`` (see ``distir explain``). ``cuda_graph``
+    captures each rank's step as a CUDA graph after the eager warm-up steps and times its
+    replays (GPU only): the host then launches one graph a step instead of every op, as
+    small, host-bound steps are run in production; a step that cannot be captured (an op
+    that reads a value back to the host) fails in one line. Its profiled step records the
+    graph's kernels, without per-op marks.
     """
     from distir.backend.launch import prepare
 
     kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed,
-              profile=None if profile is None else os.path.abspath(profile))
+              profile=None if profile is None else os.path.abspath(profile),
+              cuda_graph=cuda_graph)
     if in_torchrun():
         ts = TorchrunSession(backend, timeout_s=timeout_s)
         try:

@@ -124,7 +124,8 @@ def _check_input(proj: Projection, i: int, a: np.ndarray, t: Any) -> None:
 
 def make_tasks(proj: Projection, args: list[Any] | None, *, steps: int, warmup: int,
                want_outputs: bool, memory_limit: int | None, seed: int,
-               profile: str | None = None, profile_marks: bool = True) -> list[RankTask]:
+               profile: str | None = None, profile_marks: bool = True,
+               cuda_graph: bool = False) -> list[RankTask]:
     if steps < 1 or warmup < 0:
         raise ConfigError(f"steps must be at least 1 and warmup at least 0, got steps={steps}, "
                           f"warmup={warmup}")
@@ -133,7 +134,7 @@ def make_tasks(proj: Projection, args: list[Any] | None, *, steps: int, warmup: 
     for prog in proj.programs:
         ins = None if args is None else [args[i] for i in prog.param_index]
         tasks.append(RankTask(proj.name, prog, proj.groups, ins, steps, warmup, want_outputs,
-                              memory_limit, seed, profile, profile_marks))
+                              memory_limit, seed, profile, profile_marks, cuda_graph))
     return tasks
 
 
@@ -272,7 +273,8 @@ class Session:
     def run(self, fn: Function | Module | Projection, inputs: Sequence[Any] | None = None, *,
             steps: int = 10, warmup: int = 3, outputs: bool | None = None,
             memory_limit: int | None = None, seed: int = 0,
-            profile: str | None = None, profile_marks: bool = True) -> RunResult:
+            profile: str | None = None, profile_marks: bool = True,
+            cuda_graph: bool = False) -> RunResult:
         """Run ``fn`` (a function, a module's entry, or a ready projection) on the workers:
         ``warmup`` untimed steps, then ``steps`` timed ones.
 
@@ -284,24 +286,26 @@ class Session:
         each rank's trace in ``profile/rank{r}.json`` (``distir.backend.profiling``); with
         ``profile_marks=False`` the ops are not marked (the trace has the kernels and the
         runtime calls only, and the step the host time the marks would add).
+        ``cuda_graph`` captures each rank's step as a CUDA graph after the warm-up and times
+        its replays (GPU only; the host then issues one launch a step, not one call an op).
         """
         proj, args = prepare(fn, self.world_size, inputs)
         want = inputs is not None if outputs is None else outputs
         return self.run_prepared(proj, args, steps=steps, warmup=warmup, outputs=want,
                                  memory_limit=memory_limit, seed=seed, profile=profile,
-                                 profile_marks=profile_marks)
+                                 profile_marks=profile_marks, cuda_graph=cuda_graph)
 
     def run_prepared(self, proj: Projection, args: list[Any] | None, *, steps: int,
                      warmup: int, outputs: bool, memory_limit: int | None = None,
                      seed: int = 0, profile: str | None = None,
-                     profile_marks: bool = True) -> RunResult:
+                     profile_marks: bool = True, cuda_graph: bool = False) -> RunResult:
         """``run`` for a projection and its bound arguments (see ``prepare``)."""
         if proj.world_size != self.world_size:
             raise ConfigError(f"@{proj.name} is projected on {proj.world_size} devices, but "
                               f"the session has {self.world_size} processes")
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=outputs,
                            memory_limit=memory_limit, seed=seed, profile=profile,
-                           profile_marks=profile_marks)
+                           profile_marks=profile_marks, cuda_graph=cuda_graph)
         if self._broken:
             self.close(kill=True)
         self.start()
@@ -439,14 +443,15 @@ class TorchrunSession:
     def run(self, fn: Function | Module | Projection, inputs: Sequence[Any] | None = None, *,
             steps: int = 10, warmup: int = 3, outputs: bool | None = None,
             memory_limit: int | None = None, seed: int = 0,
-            profile: str | None = None, profile_marks: bool = True) -> RunResult | None:
+            profile: str | None = None, profile_marks: bool = True,
+            cuda_graph: bool = False) -> RunResult | None:
         import torch.distributed as dist
 
         proj, args = prepare(fn, self.world_size, inputs)
         want = inputs is not None if outputs is None else outputs
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=want,
                            memory_limit=memory_limit, seed=seed, profile=profile,
-                           profile_marks=profile_marks)
+                           profile_marks=profile_marks, cuda_graph=cuda_graph)
         res = self.runner.run(tasks[self.rank])
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(res, gathered, dst=0)

@@ -51,6 +51,10 @@ class RankTask:
     profile_marks: bool = True
     """Whether the profiled step's ops are marked (``False``: on a GPU, its kernels, copies
     and CUDA runtime calls only, the host's ops not recorded)."""
+    cuda_graph: bool = False
+    """Capture the step once as a CUDA graph (after the eager warm-up steps) and time its
+    replays: the host then issues one graph launch per step instead of one call per op.
+    GPU only; a program that cannot be captured fails in one line."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -141,6 +145,13 @@ class RankRunner:
             mine, res.message = (OOM if is_oom(e) else ERROR), describe(e)
             res.error_type = type(e).__name__
         is_cuda = self.device.type == "cuda"
+        if task.cuda_graph and not is_cuda and mine == OK:
+            mine, res.error_type = ERROR, "ConfigError"
+            res.message = (f"CUDA graphs need a GPU, and rank {self.rank} runs on "
+                           f"{self.device_name}: run without --cuda-graph (cuda_graph=False)")
+        graph: Any = None
+        outs: list[Any] | None = None
+        graph_outs: list[Any] | None = None
         try:
             # Every rank meets the same barriers (one before the first step, one after
             # each), and they all carry the same verdict, so all ranks leave together.
@@ -148,29 +159,43 @@ class RankRunner:
             if is_cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
             timer = StepTimer(self.device)
-            outs: list[Any] | None = None
             timed = task.warmup + task.steps
             # Profiling adds two steps: the profiler's own warm-up, then the recorded one.
             total, step = timed + 2 * (task.profile is not None), 0
             prof: Any = None
+            # With a CUDA graph, the warm-up steps run eagerly but the last, which captures
+            # the graph and replays it (untimed); the timed steps replay it. Without warm-up
+            # the first timed step captures it.
+            capture_at = max(0, task.warmup - 1) if task.cuda_graph and mine == OK else -1
             while agreed == OK and step < total:
-                outs = None  # the previous step's results are not kept
-                prog = compiled if step < timed or not task.profile_marks else \
-                    _marked(compiled)
+                outs = graph_outs  # the previous step's results are not kept (a graph's are
+                # its own tensors, rewritten by each replay)
+                prog = compiled if step < timed or not task.profile_marks or graph is not None \
+                    else _marked(compiled)
                 try:
+                    if step == capture_at:
+                        graph, graph_outs = self.capture(compiled, inputs)  # type: ignore[arg-type]
+                        outs = graph_outs
                     if step < timed:
                         timer.start()
-                        with torch.inference_mode():
-                            outs = prog.run(inputs)  # type: ignore[union-attr, arg-type]
+                        if graph is not None:
+                            graph.replay()
+                        else:
+                            with torch.inference_mode():
+                                outs = prog.run(inputs)  # type: ignore[union-attr, arg-type]
                         dt = timer.stop()
                         if step >= task.warmup:
                             res.times_s.append(dt)
                     else:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
-                                                 last=step == total - 1)
+                                                 last=step == total - 1, graph=graph)
                 except Exception as e:  # noqa: BLE001
-                    mine = OOM if is_oom(e) else (COMM_ERROR if _comm_failure(e) else ERROR)
-                    res.message = describe(e, step, prog.failed_at)  # type: ignore[union-attr]
+                    if isinstance(e, _CaptureError):  # nothing ran: the groups are whole
+                        mine, res.message = ERROR, e.message
+                    else:
+                        mine = OOM if is_oom(e) else \
+                            (COMM_ERROR if _comm_failure(e) else ERROR)
+                        res.message = describe(e, step, prog.failed_at)  # type: ignore[union-attr]
                     res.error_type = type(e).__name__
                 self.beat()
                 step += 1
@@ -183,7 +208,7 @@ class RankRunner:
             mine = COMM_ERROR
             res.message = res.message or describe(e)
         res.status = mine
-        del compiled, inputs
+        del compiled, inputs, graph, outs, graph_outs  # the graph's pool is freed with it
         gc.collect()
         if is_cuda:
             torch.cuda.empty_cache()
@@ -191,8 +216,31 @@ class RankRunner:
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
 
+    def capture(self, compiled: Any, inputs: list[Any]) -> tuple[Any, list[Any]]:
+        """Capture one step of ``compiled`` as a CUDA graph (its collectives included; nothing
+        runs); returns the graph and its output tensors, which every replay overwrites. The
+        graph allocates from a pool of its own, kept until it is freed."""
+        import torch
+
+        torch.cuda.synchronize(self.device)
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.inference_mode(), torch.cuda.graph(graph):
+                outs = compiled.run(inputs)
+        except Exception as e:  # noqa: BLE001 - said in one line, with the op
+            from distir.backend.lowering import is_oom
+
+            if is_oom(e):
+                raise
+            at = f" at {compiled.failed_at}" if compiled.failed_at else ""
+            raise _CaptureError(
+                f"the step cannot be captured as a CUDA graph{at}: {describe(e)}; run "
+                "without --cuda-graph (cuda_graph=False)") from e
+        graph.replay()
+        return graph, outs
+
     def profile_step(self, task: RankTask, prog: Any, inputs: Any, timer: StepTimer,
-                     prof: Any, *, last: bool) -> Any:
+                     prof: Any, *, last: bool, graph: Any = None) -> Any:
         """One step of the marked program under ``torch.profiler`` (started at the first such
         step, which is its warm-up and is not recorded); the last writes the trace. ``prof``
         is what the previous call returned (``None`` at first)."""
@@ -222,8 +270,11 @@ class RankRunner:
                 prof.start()
             prof = (prof, info)
         timer.start()
-        with torch.inference_mode():
-            prog.run(inputs)
+        if graph is not None:  # a graph's kernels, without marks: its host issues one launch
+            graph.replay()
+        else:
+            with torch.inference_mode():
+                prog.run(inputs)
         prof[1]["step_s"] = timer.stop()
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", UserWarning)
@@ -283,6 +334,14 @@ def describe(e: BaseException, step: int | None = None, op: str | None = None) -
     if len(msg) > 300:
         msg = msg[:300] + "..."
     return f"{where}{type(e).__name__}: {msg}"
+
+
+class _CaptureError(RuntimeError):
+    """A step that could not be captured as a CUDA graph; ``message`` says why, in one line."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
 
 
 def _comm_failure(e: BaseException) -> bool:

@@ -64,6 +64,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="run the K best configurations for real and add measured columns")
     p.add_argument("--backend", default="nccl", choices=["nccl", "gloo"],
                    help="backend for --run-top (default: nccl)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="plan for steps replayed as CUDA graphs: simulate without the "
+                   "profile's host dispatch, and with --run-top run each step as a graph")
     add_size_arguments(p)
     from distir.cli import _train
 
@@ -107,7 +110,8 @@ def run(args: argparse.Namespace) -> int:
     # fail every configuration alike): the same one-line error as `distir simulate`.
     from distir.analysis.hardware import load_hardware
 
-    load_hardware(args.hardware)
+    hw = load_hardware(args.hardware)
+    hardware = hw.for_cuda_graphs() if args.cuda_graph else args.hardware
     if args.workers is not None and args.workers < 1:
         raise ConfigError(f"--workers {args.workers}: need at least 1")
     if args.resume and not args.out:
@@ -131,14 +135,16 @@ def run(args: argparse.Namespace) -> int:
     executor = make_executor(args.executor, workers=args.workers, address=args.address)
     print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
           f"({args.hardware}), {executor.describe()}", file=sys.stderr)
-    res = run_search(w, configs, hardware=args.hardware, out=args.out, resume=args.resume,
+    res = run_search(w, configs, hardware=hardware, out=args.out, resume=args.resume,
                      executor=executor, sync=args.sync)
     rows = res.rows
     if args.out:
         from grid_search.search import read_rows
 
         rows = read_rows(args.out)
-    title = (f"{w.name} on {args.devices} x {args.hardware}: {len(rows)} configurations "
+    title = (f"{w.name} on {args.devices} x {args.hardware}"
+             + (" (CUDA graphs)" if args.cuda_graph else "")
+             + f": {len(rows)} configurations "
              f"simulated in {res.seconds:.1f} s"
              + (f" ({res.skipped} kept from {args.out})" if res.skipped else ""))
     print(summarize(rows, top=args.top, title=title))
@@ -152,5 +158,5 @@ def run(args: argparse.Namespace) -> int:
         from grid_search.real import run_top
 
         run_top(rows, w, args.run_top, out=args.out, backend=args.backend,
-                hardware=args.hardware)
+                hardware=hardware, cuda_graph=args.cuda_graph)
     return 0

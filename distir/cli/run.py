@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="after the timed steps, profile one more step with every op marked "
                    "and write each rank's torch.profiler trace to DIR/rank<r>.json (read it "
                    "with `distir explain`)")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="capture each rank's step as a CUDA graph after the warm-up and time "
+                   "its replays (GPU only): the host launches one graph a step instead of "
+                   "every op; simulate it with `distir simulate --cuda-graph`")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on standard output and nothing else")
     p.set_defaults(func=run_run)
@@ -83,7 +87,7 @@ def run_run(args: argparse.Namespace) -> int:
     res = run(fn, inputs, backend=args.backend, steps=args.steps, warmup=args.warmup,
               world_size=args.world_size, outputs=args.out is not None or inputs is not None,
               memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout,
-              profile=args.profile)
+              profile=args.profile, cuda_graph=args.cuda_graph)
     if res is None:  # a torchrun rank other than 0
         return 0
     saved: list[str | None] = []

@@ -30,6 +30,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--fallback", action="store_true",
                    help="cost ops without a cost rule as memory-bound kernels (with a "
                    "warning listing them) instead of failing")
+    p.add_argument("--cuda-graph", action="store_true",
+                   help="the step as `distir run --cuda-graph` runs it, replayed as a CUDA "
+                   "graph: the profile's host dispatch is not modelled")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on standard output and nothing else")
     p.set_defaults(func=run_simulate)
@@ -37,12 +40,15 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def run_simulate(args: argparse.Namespace) -> int:
     import distir
+    from distir.analysis.hardware import load_hardware
     from distir.analysis.simulator import CostFallbackWarning, simulate
 
     m = distir.load(args.file)
+    hw = load_hardware(args.hardware)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", CostFallbackWarning)
-        sim = simulate(m, args.hardware, args.batch_size, fallback=args.fallback)
+        sim = simulate(m, hw.for_cuda_graphs() if args.cuda_graph else hw, args.batch_size,
+                       fallback=args.fallback)
     for w in caught:
         print(f"warning: {w.message}", file=sys.stderr)
     if args.trace is not None:

@@ -53,6 +53,22 @@ func @main(%x: {T.format(0)}) {{
     assert sim_text(text).host_s == {}  # not modelled: not reported
 
 
+def test_a_cuda_graph_profile_drops_the_hosts() -> None:
+    text = f"""
+func @main(%x: {T.format(0)}) {{
+  %a = Relu(%x)
+  %b = Relu(%a)
+  return %b
+}}"""
+    hw = with_host(UNIT, Relu=2.5)
+    graph = hw.for_cuda_graphs()
+    assert not graph.models_host and graph.name == f"{hw.name}+graph"
+    assert graph.for_cuda_graphs() is graph and UNIT.for_cuda_graphs() is UNIT
+    # Everything but the host is the profile's: the kernels run back to back.
+    assert sim_text(text, graph).latency_s == sim_text(text, UNIT).latency_s == 2.0
+    assert sim_text(text, hw).latency_s == 6.0
+
+
 def test_the_host_runs_ahead_of_long_kernels() -> None:
     """A long kernel hides the host's issue of the next ones: they queue and run back to
     back, and the step ends when the device does."""

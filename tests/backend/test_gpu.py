@@ -86,6 +86,39 @@ def test_distributed_mlp(s2: Session, cfg: tuple[int, int, int, int]) -> None:
 
 
 @two_gpus
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2)])
+def test_cuda_graph_replays_the_step(s2: Session, cfg: tuple[int, int, int, int]) -> None:
+    """Captured after the warm-up and replayed, the step's collectives and sends included,
+    gives the reference's results, and its replays are timed."""
+    from distir.transforms import dtp
+
+    fn = small_mlp()
+    dist = dtp(fn, dp=cfg[0], tp=cfg[1], pp=cfg[2], microbatches=cfg[3], schedule="1f1b",
+               self_contained=True)
+    ins = random_inputs(fn, seed=3)
+    for warmup in (0, 2):
+        res = s2.run(dist, ins, steps=3, warmup=warmup, cuda_graph=True)
+        same(res.outputs, execute(fn, ins), rtol=1e-3)
+        assert len(res.step_times_s) == 3
+
+
+def test_cuda_graph_one_gpu(s1: Session) -> None:
+    fn = small_mlp()  # a training step
+    ins = random_inputs(fn, seed=9)
+    eager = s1.run(fn, ins, steps=1, warmup=0)
+    graph = s1.run(fn, ins, steps=2, warmup=1, cuda_graph=True)
+    same(graph.outputs, eager.outputs, rtol=1e-5)
+
+
+@two_gpus
+def test_every_collective_in_a_cuda_graph(s2: Session) -> None:
+    fn = collectives()
+    ins = random_inputs(fn, seed=5)
+    res = s2.run(fn, ins, steps=2, warmup=1, cuda_graph=True)
+    same(res.outputs, execute(fn, ins), rtol=1e-5)
+
+
+@two_gpus
 @pytest.mark.parametrize("dtype", [DType.Float16, DType.BFloat16])
 def test_half_precision_data_parallel(s2: Session, dtype: DType) -> None:
     from distir.transforms import dtp
@@ -174,7 +207,9 @@ def test_distributed_mlp_on_four_gpus(s4: Session, cfg: tuple[int, int, int, int
 
 @four_gpus
 @pytest.mark.parametrize("cfg", [(2, 2, 1, 1), (2, 1, 2, 2)])
-def test_distributed_gpt2_on_four_gpus(s4: Session, cfg: tuple[int, int, int, int]) -> None:
+@pytest.mark.parametrize("cuda_graph", [False, True])
+def test_distributed_gpt2_on_four_gpus(s4: Session, cfg: tuple[int, int, int, int],
+                                       cuda_graph: bool) -> None:
     from distir.models import gpt2
     from distir.transforms import dtp
 
@@ -182,4 +217,5 @@ def test_distributed_gpt2_on_four_gpus(s4: Session, cfg: tuple[int, int, int, in
     dist = dtp(fn, dp=cfg[0], tp=cfg[1], pp=cfg[2], microbatches=cfg[3], schedule="gpipe",
                self_contained=True)
     ins = random_inputs(fn, seed=8)
-    same(s4.run(dist, ins, steps=1, warmup=0).outputs, execute(fn, ins), rtol=1e-3)
+    res = s4.run(dist, ins, steps=1, warmup=int(cuda_graph), cuda_graph=cuda_graph)
+    same(res.outputs, execute(fn, ins), rtol=1e-3)

@@ -19,7 +19,12 @@ import distir  # noqa: E402
 from distir.analysis import execute, random_inputs  # noqa: E402
 from distir.analysis.projection import project  # noqa: E402
 from distir.backend import Session  # noqa: E402
-from distir.errors import BackendError, ExecutionError, UnsupportedError  # noqa: E402
+from distir.errors import (  # noqa: E402
+    BackendError,
+    ConfigError,
+    ExecutionError,
+    UnsupportedError,
+)
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 # shared/ lies beside the repository (here and in CI); $DISTIR_SHARED_EXAMPLES overrides.
@@ -120,6 +125,16 @@ def test_error_in_one_rank_leaves_the_others_free(s2: Session) -> None:
     assert "\n" not in str(e.value)
     res = s2.run(fn, [w, np.array([1, 4])], steps=1, warmup=0)
     same(res.outputs, [np.ones((2, 3), np.float32)])
+
+
+def test_cuda_graph_needs_a_gpu(s2: Session) -> None:
+    """A CUDA graph asked of CPU ranks is refused in one line; the session runs on."""
+    fn = example("mlp_step_dp2.dir")
+    with pytest.raises(ConfigError, match=r"CUDA graphs need a GPU.*run without "
+                                           r"--cuda-graph") as e:
+        s2.run(fn, steps=1, warmup=1, cuda_graph=True)
+    assert "\n" not in str(e.value)
+    assert s2.run(fn, steps=1, warmup=0).status == "ok"
 
 
 def test_unsupported_op_before_running(s2: Session, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -161,3 +161,37 @@ def test_compare_shows_the_host_time_where_the_profile_models_it(measured: Path,
     assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", "h100-sxm",
                  "-o", str(tmp_path / "plain")]) == 0
     assert "host ms" not in (tmp_path / "plain.md").read_text()
+
+
+def test_compare_simulates_cuda_graph_rows_without_hosts(measured: Path,
+                                                          tmp_path: Path) -> None:
+    """Rows measured as CUDA graph replays (``measure --cuda-graph``) are simulated without
+    the profile's host dispatch; the others with it."""
+    import json
+
+    prof = tmp_path / "host.json"
+    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
+                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    rows = _read(measured)
+    for r in rows[:2]:
+        r["cuda_graph"] = "true"
+    graph_rows = tmp_path / "graph.csv"
+    cols = list(dict.fromkeys([*rows[0], "cuda_graph"]))
+    with open(graph_rows, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, cols, restval="")
+        w.writeheader()
+        w.writerows(rows)
+    for name, path in (("host", measured), ("graph", graph_rows)):
+        assert main(["compare", str(path), "--dtype", "Float32", "--hardware", str(prof),
+                     "-o", str(tmp_path / name)]) == 0
+    host, graph = _read(tmp_path / "host.csv"), _read(tmp_path / "graph.csv")
+    assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "plain")]) == 0
+    plain = _read(tmp_path / "plain.csv")
+    for i in range(2):  # replays: the profile without hosts, far faster than 1 ms an op
+        assert graph[i]["host_s"] == ""
+        assert float(graph[i]["latency_s"]) == pytest.approx(float(plain[i]["latency_s"]))
+        assert float(graph[i]["latency_s"]) < float(host[i]["latency_s"]) / 10
+    for i in range(2, len(rows)):  # eager rows as before
+        assert graph[i]["latency_s"] == host[i]["latency_s"]
+    assert "CUDA graph replays" in (tmp_path / "graph.md").read_text()
