@@ -225,7 +225,10 @@ class RankRunner:
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
         try:
-            with torch.inference_mode(), torch.cuda.graph(graph):
+            # Thread-local capture: the NCCL watchdog thread may still query the events of
+            # the eager steps before it, which global capture would turn into an error.
+            with torch.inference_mode(), torch.cuda.graph(graph,
+                                                          capture_error_mode="thread_local"):
                 outs = compiled.run(inputs)
         except Exception as e:  # noqa: BLE001 - said in one line, with the op
             from distir.backend.lowering import is_oom
