@@ -77,8 +77,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                  steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
                  memory_limit: int | None = None, profile: str | None = None,
                  profile_marks: bool = True, hardware: Any = None,
-                 fresh_sessions: bool = False,
-                 cuda_graph: bool = False) -> Iterator[dict[str, Any]]:
+                 fresh_sessions: bool = False, cuda_graph: bool = False,
+                 timeout_s: float = 300.0) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
@@ -94,7 +94,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     the communicators of earlier programs hold device memory outside the allocator).
     ``cuda_graph`` times each step replayed as a CUDA graph (``Session.run``); its rows say
     so (``cuda_graph`` ``true``), and ``study compare`` simulates them without host
-    dispatch (``Hardware.for_cuda_graphs``).
+    dispatch (``Hardware.for_cuda_graphs``). ``timeout_s``: how long a collective may wait
+    for its peers before the run is declared hung (its row then says so).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
@@ -109,7 +110,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
         # communicator its programs made, which holds device memory outside the
         # allocator, so a configuration run after others would hold theirs too.
         for part in ([[c] for c in group] if fresh_sessions else [group]):
-            with Session(size, backend) as s:
+            with Session(size, backend, timeout_s=timeout_s) as s:
                 # Profiled steps come after every timed run of the session: a process that
                 # has run the profiler times later steps differently (host-bound steps
                 # measured up to 1.9x slower after a profiled one,

@@ -165,7 +165,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
                               warmup=args.warmup, memory_limit=limit, profile=args.profile,
                               profile_marks=not args.profile_kernels,
                               hardware=args.hardware, fresh_sessions=args.memory_check,
-                              cuda_graph=args.cuda_graph):
+                              cuda_graph=args.cuda_graph, timeout_s=args.timeout):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -459,6 +459,9 @@ def main(argv: list[str] | None = None) -> int:
                    help="time each step replayed as a CUDA graph (captured after the "
                    "warm-up): the host launches one graph a step instead of every op; "
                    "compare then simulates those rows without host dispatch")
+    m.add_argument("--timeout", type=float, default=300.0, metavar="S",
+                   help="seconds a collective may wait for its peers before a run is "
+                   "declared hung (default 300)")
     m.add_argument("--memory-check", action="store_true",
                    help="run only configurations predicted near the memory capacity (the "
                    "profile's, or --memory-limit), each in a session of its own (so that "

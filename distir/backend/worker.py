@@ -52,9 +52,10 @@ class RankTask:
     """Whether the profiled step's ops are marked (``False``: on a GPU, its kernels, copies
     and CUDA runtime calls only, the host's ops not recorded)."""
     cuda_graph: bool = False
-    """Capture the step once as a CUDA graph (after the eager warm-up steps) and time its
-    replays: the host then issues one graph launch per step instead of one call per op.
-    GPU only; a program that cannot be captured fails in one line."""
+    """Capture the step once as a CUDA graph and time its replays: the host then issues one
+    graph launch per step instead of one call per op. The warm-up is then at least three
+    steps (eager, the capture, a replay). GPU only; a program that cannot be captured
+    fails in one line."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -159,14 +160,18 @@ class RankRunner:
             if is_cuda:
                 torch.cuda.reset_peak_memory_stats(self.device)
             timer = StepTimer(self.device)
-            timed = task.warmup + task.steps
+            # With a CUDA graph, the warm-up is at least one eager step (which connects the
+            # communicators' peers: NCCL cannot while capturing), then a step that captures
+            # the graph and runs nothing, then at least one untimed replay. The barrier after
+            # the capture step keeps every rank from replaying before all have captured: a
+            # peer's capture may register buffers with a rank whose GPU would otherwise be
+            # busy waiting in the replay's first collective (a P4 pipeline hung so).
+            warmup = max(task.warmup, 3) if task.cuda_graph else task.warmup
+            capture_at = warmup - 2 if task.cuda_graph and mine == OK else -1
+            timed = warmup + task.steps
             # Profiling adds two steps: the profiler's own warm-up, then the recorded one.
             total, step = timed + 2 * (task.profile is not None), 0
             prof: Any = None
-            # With a CUDA graph, the warm-up steps run eagerly but the last, which captures
-            # the graph and replays it (untimed); the timed steps replay it. Without warm-up
-            # the first timed step captures it.
-            capture_at = max(0, task.warmup - 1) if task.cuda_graph and mine == OK else -1
             while agreed == OK and step < total:
                 outs = graph_outs  # the previous step's results are not kept (a graph's are
                 # its own tensors, rewritten by each replay)
@@ -175,8 +180,7 @@ class RankRunner:
                 try:
                     if step == capture_at:
                         graph, graph_outs = self.capture(compiled, inputs)  # type: ignore[arg-type]
-                        outs = graph_outs
-                    if step < timed:
+                    elif step < timed:
                         timer.start()
                         if graph is not None:
                             graph.replay()
@@ -184,7 +188,7 @@ class RankRunner:
                             with torch.inference_mode():
                                 outs = prog.run(inputs)  # type: ignore[union-attr, arg-type]
                         dt = timer.stop()
-                        if step >= task.warmup:
+                        if step >= warmup:
                             res.times_s.append(dt)
                     else:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
