@@ -435,6 +435,9 @@ class TorchrunSession:
             device = torch.device("cpu")
         self.owns_group = not dist.is_initialized()
         if self.owns_group:
+            from distir.backend.procs import graph_env
+
+            os.environ.update(graph_env(os.environ))  # read by NCCL as it starts
             kw: dict[str, Any] = {"device_id": device} if self.backend == "nccl" else {}
             dist.init_process_group(self.backend, init_method="env://",
                                     timeout=datetime.timedelta(seconds=timeout_s), **kw)

@@ -43,13 +43,24 @@ def _worker_env() -> dict[str, str]:
     path (a script may have found it through ``sys.path`` edits the worker never sees), and
     PyTorch's allocator on expandable segments unless ``PYTORCH_CUDA_ALLOC_CONF`` says
     otherwise: near the card's capacity, fixed segments split by a step's large transient
-    tensors left a request unserved with gigabytes free (docs/backend.md)."""
+    tensors left a request unserved with gigabytes free (docs/backend.md). NCCL's
+    registration of the buffers of CUDA-graph-captured collectives is off unless
+    ``NCCL_GRAPH_REGISTER`` says otherwise (``graph_env``)."""
     env = dict(os.environ)
     env.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")
+    env.update(graph_env(env))
     root = os.path.dirname(os.path.dirname(os.path.abspath(distir.__file__)))
     old = env.get("PYTHONPATH")
     env["PYTHONPATH"] = root if not old else root + os.pathsep + old
     return env
+
+
+def graph_env(env: dict[str, str] | os._Environ[str]) -> dict[str, str]:
+    """What a rank's environment needs for steps replayed as CUDA graphs: NCCL's
+    registration of graph-captured buffers off (``NCCL_GRAPH_REGISTER=0``) unless set. With
+    it on, pipelines captured as graphs hung at random on 4 x H200 (NCCL 2.28: 5 of 15 runs);
+    with it off, none did (grid_search/results/cuda_graph_4gpu). Eager steps are unaffected."""
+    return {} if "NCCL_GRAPH_REGISTER" in env else {"NCCL_GRAPH_REGISTER": "0"}
 
 
 def how_it_ended(code: int) -> str:
