@@ -156,7 +156,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
-            "program_fingerprint", "cuda_graph", "env"]
+            "program_fingerprint", "stages_hardware", "cuda_graph", "env"]
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
@@ -169,6 +169,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
+                         "stages_hardware": args.hardware,
                          "predicted_peak_memory_bytes": predicted.get(c, "")})
             f.flush()  # a run cut short keeps every row measured so far
     print(f"wrote {args.out}", file=sys.stderr)
@@ -196,10 +197,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     unchecked = checked = 0
     for line, r in enumerate(rows, start=2):  # line 1 of the file is the header
         b = int(r["batch_size"])
-        if b not in models:
-            models[b] = w.analyze(b, hardware=args.hardware)
+        # The profile that weighed the pipeline stages when the row was measured (its own
+        # column, else --stages-hardware, else the one simulated), so that the program
+        # simulated is the program measured.
+        cuts = (r.get("stages_hardware") or "").strip() or args.stages_hardware or args.hardware
+        if (b, cuts) not in models:
+            models[b, cuts] = w.analyze(b, hardware=cuts)
         try:
-            fn = dtp(models[b], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
+            fn = dtp(models[b, cuts], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
                      microbatches=int(r["microbatches"]), schedule=r["schedule"])
         except TransformError as e:  # refused there too: nothing to compare
             r.update(latency_s="", throughput="", peak_memory_bytes="", reason=e.message)
@@ -482,6 +487,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("measured")
     c.add_argument("--hardware", default="h100-sxm")
     c.add_argument("--dtype", default="Float16")
+    c.add_argument("--stages-hardware", default=None, metavar="H",
+                   help="the profile that weighed the pipeline stages when the rows were "
+                   "measured (measure's --hardware), for rows that do not record it "
+                   "(default: --hardware)")
     c.add_argument("--skip-stale", action="store_true",
                    help="leave out (with a warning) the rows whose recorded program "
                    "fingerprint differs from today's program, instead of refusing")

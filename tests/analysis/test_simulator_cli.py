@@ -41,6 +41,21 @@ def test_profile_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert json.loads(capsys.readouterr().out)["hardware"] == "dgx2-v100"
 
 
+def test_cuda_graph_drops_the_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cuda-graph``: the profile without its host dispatch (a step replayed as a graph)."""
+    prof = tmp_path / "host.json"
+    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
+                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    docs = {}
+    for name, extra in (("eager", []), ("graph", ["--cuda-graph"]), ("plain", None)):
+        argv = ["simulate", PP2, "--json", "-H", str(prof) if extra is not None else "h100-sxm"]
+        assert main(argv + (extra or [])) == 0
+        docs[name] = json.loads(capsys.readouterr().out)
+    assert docs["graph"]["hardware"] == "h100-host+graph"
+    assert docs["graph"]["latency_s"] == pytest.approx(docs["plain"]["latency_s"])
+    assert docs["eager"]["latency_s"] > 10 * docs["graph"]["latency_s"]  # 1 ms an op
+
+
 @pytest.mark.parametrize("argv, message", [
     (["--hardware", "nope"], "unknown hardware profile 'nope'; available: "),
     (["--batch-size", "0"], "batch size must be positive"),

@@ -278,3 +278,27 @@ def test_summary_blames_memory_only_when_memory_stopped_everything() -> None:
     assert "3 failed" in text and "profile x: broken" in text
     oom = [{"status": "oom", "reason": "", "fits": "False"}] * 2
     assert "no configuration fits in memory" in summarize(oom)
+
+
+def test_grid_search_for_cuda_graphs(tmp_path, capsys) -> None:
+    """``--cuda-graph`` searches for steps replayed as graphs: the profile without host
+    dispatch, every configuration priced as on a profile that never had it."""
+    from distir.cli import main
+
+    prof = tmp_path / "host.json"
+    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
+                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    lat = {}
+    for name, argv in (("graph", ["--hardware", str(prof), "--cuda-graph"]),
+                       ("eager", ["--hardware", str(prof)]), ("plain", [])):
+        out = tmp_path / f"{name}.csv"
+        assert main(["grid-search", "--model", "mlp-1b", "--devices", "2", "--workers", "1",
+                     "-o", str(out), *argv]) == 0
+        lat[name] = {tuple(r[c] for c in ("batch_size", "dp", "tp", "pp", "microbatches")):
+                     float(r["latency_s"]) for r in read_rows(str(out)) if r["latency_s"]}
+        printed = capsys.readouterr().out
+        assert ("(CUDA graphs)" in printed) == (name == "graph")
+    assert lat["graph"].keys() == lat["plain"].keys() and lat["graph"]
+    for k, t in lat["graph"].items():
+        assert t == pytest.approx(lat["plain"][k])
+        assert lat["eager"][k] > t

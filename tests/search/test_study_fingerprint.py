@@ -51,6 +51,8 @@ def test_fingerprint_names_the_program() -> None:
 
 def test_measure_records_the_program_of_each_row(measured: Path) -> None:
     rows = _read(measured)
+    # the profile that weighed the stages (measure's --hardware), and eager steps
+    assert {(r["stages_hardware"], r["cuda_graph"]) for r in rows} == {("h100-sxm", "")}
     assert [(r["dp"], r["tp"], r["pp"], r["microbatches"]) for r in rows] == [
         ("1", "1", "1", "1"), ("1", "1", "2", "2"), ("1", "2", "1", "1"), ("2", "1", "1", "1")]
     an = analyze(workload("mlp-2-32", dtype="Float32").build(16))
