@@ -78,8 +78,8 @@ class DeviceTimer:
     host instead. On a CPU, and wherever the hold is too short (the host took longer to
     enqueue than estimated), it is ``Timer.time``."""
 
-    def __init__(self, timer: Timer) -> None:
-        self.timer = timer
+    def __init__(self, timer: Timer | DeviceTimer) -> None:
+        self.timer: Timer = timer.timer if isinstance(timer, DeviceTimer) else timer
 
     def time(self, fn: Callable[[], object]) -> tuple[float, int]:
         import statistics

@@ -199,6 +199,10 @@ def build_profile(name: str, base: Hardware | None, machine: dict[str, Any],
         "smallest elementwise kernels, "
         "intra_node links an alpha-beta fit of allreduce; other figures come from the base "
         "profile.")
+    if machine.get("device_time"):
+        comment.append("Compute kernels timed by their device time alone (--device-time: "
+                       "the GPU held while the host enqueued them), as a step replayed as a "
+                       "CUDA graph runs them: simulate --cuda-graph steps with this profile.")
     doc = {
         "format": FORMAT,
         "name": name,
@@ -322,11 +326,16 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
               cpu_procs: int = 2, comm: bool = True, nn: bool = True,
               shapes: int | None = None,
               seed: int = 0, fit_only: str | None = None, measure_only: bool = False,
+              device_time: bool = False,
               command: str = "", log: Callable[[str], None] | None = None,
               ) -> dict[str, Any] | None:
     """Measure (unless ``fit_only`` names a measurements CSV), fit (unless
     ``measure_only``), write the profile and its companions; return the profile object
-    (``None`` with ``measure_only``). See the module docstring."""
+    (``None`` with ``measure_only``). See the module docstring. ``device_time`` times
+    every compute kernel on a GPU by its device time alone (``DeviceTimer``: the stream
+    held while the host enqueues the calls), as a step replayed as a CUDA graph runs its
+    kernels, rather than back to back from the host (where a small kernel's time is the
+    host's issue rate): a profile for ``--cuda-graph`` steps."""
     log = log or _Log()
     t_start = time.perf_counter()
     gpu_s = 0.0
@@ -337,7 +346,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     else:
         rows, machine, gpu_s = _measure(quick=quick, devices=devices, cpu=cpu,
                                         cpu_procs=cpu_procs, comm=comm, nn=nn, shapes=shapes,
-                                        seed=seed, log=log)
+                                        seed=seed, log=log, device_time=device_time)
         machine["wall_s"] = time.perf_counter() - t_start
         machine["command"] = command or "distir calibrate"
     name = name or (Path(output).stem if output else default_name(machine["device_name"]))
@@ -368,7 +377,8 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     date = datetime.date.today().isoformat()
     extra = {"date": date, "command": command or "distir calibrate",
              "gpu_minutes": gpu_s / 60.0, "wall_s": float(machine.get("wall_s", wall)),
-             "measurements": len(rows), "quick": quick}
+             "measurements": len(rows), "quick": quick,
+             "device_time": bool(machine.get("device_time", False))}
     doc = build_profile(name, base_hw, machine, rows, reports, extra)
     if fit_only is not None and Path(fit_only).resolve() != csv_path.resolve():
         write_measurements(csv_path, rows, {**machine, "gpu_seconds": gpu_s})
@@ -382,6 +392,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
 
 def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, comm: bool,
              shapes: int | None, seed: int, log: Callable[[str], None], nn: bool = True,
+             device_time: bool = False,
              ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     try:
         import torch
@@ -392,10 +403,17 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
 
     use_cuda = torch.cuda.is_available() and not cpu
     machine = _machine(use_cuda)
+    machine["device_time"] = bool(device_time and use_cuda)
     device = torch.device("cuda", 0) if use_cuda else torch.device("cpu")
     log(f"device: {machine['device_name']}" + (f" ({machine['gpus']} GPUs)" if use_cuda else ""))
+    timer: Any
     if use_cuda:
         timer = bench.Timer(device, target_s=0.02, trials=3)
+        if device_time:  # every compute family as a replayed graph runs it
+            from calibration.bench_train import DeviceTimer
+
+            timer = DeviceTimer(timer)
+            log("compute kernels timed by their device time alone (--device-time)")
         dtypes = ["Float32", "Float16", "BFloat16"]
         ew_dtypes = ["Float32", "BFloat16"]
         nn_dtypes = ["Float32", "Float16"]
@@ -490,6 +508,7 @@ def run_from_args(args: Any) -> int:
               devices=args.devices, cpu=args.cpu, cpu_procs=args.cpu_procs,
               comm=not args.no_comm, shapes=args.shapes, seed=args.seed,
               fit_only=args.fit_only, measure_only=args.measure_only,
+              device_time=getattr(args, "device_time", False),
               command=" ".join([getattr(args, "prog", "distir calibrate"),
                                 *(shlex.quote(a) for a in getattr(args, "argv", []))]))
     return 0

@@ -45,6 +45,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--seed", type=int, default=0, help="seed of the matmul shape sample")
     p.add_argument("--fit-only", metavar="CSV", default=None,
                    help="refit from a measurements CSV instead of measuring")
+    p.add_argument("--device-time", action="store_true",
+                   help="time every compute kernel by its device time alone (the GPU held "
+                   "while the calls are enqueued), as a step replayed as a CUDA graph runs "
+                   "them: a profile to simulate --cuda-graph steps with (name it apart, "
+                   "e.g. --name h200-sxm-graph)")
     p.add_argument("--measure-only", action="store_true",
                    help="write the measurements CSV and stop (fit later with --fit-only, "
                    "e.g. where scikit-learn is missing)")

@@ -101,6 +101,26 @@ def test_measure_only_writes_just_the_measurements(tmp_path: Path) -> None:
     assert meta["world"] == 2
 
 
+def test_device_time_profile(tmp_path: Path) -> None:
+    """``--device-time``: every compute family timed by ``DeviceTimer`` on a GPU (on a CPU,
+    back to back as before), recorded in the measurements and the profile's comment."""
+    from calibration.bench import Timer
+    from calibration.bench_train import DeviceTimer
+    from calibration.calibrate import build_profile
+
+    t = Timer(__import__("torch").device("cpu"))
+    assert DeviceTimer(DeviceTimer(t)).timer is t  # wrapping twice times as once
+    out = tmp_path / "d.json"
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, nn=False, shapes=6,
+                     device_time=True, measure_only=True, log=lambda s: None) is None
+    rows, meta = read_measurements(tmp_path / "d.measurements.csv")
+    assert meta["device_time"] is False  # the CPU has no device time apart from the host's
+    for flag in (True, False):
+        doc = build_profile("x", load_hardware("h100-sxm"), {**meta, "device_time": flag},
+                            rows, [], {})
+        assert any("--device-time" in c for c in doc["comment"]) == flag
+
+
 def test_default_names() -> None:
     assert default_name("NVIDIA H100 80GB HBM3") == "h100-sxm"
     assert default_name("NVIDIA H200") == "h200-sxm"
