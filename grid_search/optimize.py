@@ -30,7 +30,7 @@ PLAN_COLUMNS = ["rank", "mesh", "plan", "simulated_ms", "estimate_ms",
 ``measured_static_peak_bytes`` the most bytes live by the types of the rank's program."""
 
 
-def optimize_workload(w: Workload, devices: int, *, hardware: str = "h100-sxm",
+def optimize_workload(w: Workload, devices: int, *, hardware: Any = "h100-sxm",
                       batch_size: int | None = None, budget_s: float | None = None,
                       substitutions: list[str] | None = None, depth: int = 2,
                       **kw: Any) -> tuple[Any, int]:
@@ -94,27 +94,30 @@ def _top_fitting(res: Any, k: int) -> list[Any]:
 
 def run_top_plans(res: Any, k: int, *, backend: str | None = None, out: str | None = None,
                   hardware: str | None = None, steps: int = 5, warmup: int = 2,
-                  progress: Any = sys.stderr) -> list[dict[str, Any]]:
+                  progress: Any = sys.stderr, cuda_graph: bool = False,
+                  ) -> list[dict[str, Any]]:
     """Run the ``k`` fastest fitting plans of an ``OptimizeResult`` for real (each its
-    lowered SPMD program, through the PyTorch backend), print predicted vs measured, the
-    Spearman rank correlation and whether the plan predicted fastest is within 5% of the
-    fastest measured, and write ``PLAN_COLUMNS`` to the CSV ``out``. Returns the rows."""
+    lowered SPMD program, through the PyTorch backend; ``cuda_graph``: each step replayed
+    as a CUDA graph), print predicted vs measured, the Spearman rank correlation and
+    whether the plan predicted fastest is within 5% of the fastest measured, and write
+    ``PLAN_COLUMNS`` to the CSV ``out``. Returns the rows."""
     if k < 1:
         raise ConfigError(f"--run-top {k}: need at least 1")
     plans = [(str(c.assignment.mesh), c.origin, c.simulated_s, c.estimate_s, _peak(c.sim),
               c.program) for c in _top_fitting(res, k)]
     return _run_plans(plans, backend=backend, out=out, hardware=hardware, steps=steps,
-                      warmup=warmup, progress=progress)
+                      warmup=warmup, progress=progress, cuda_graph=cuda_graph)
 
 
 def _run_plans(plans: list[tuple[str, str, float, float, float, Any]], *,
                backend: str | None, out: str | None, hardware: str | None, steps: int,
-               warmup: int, progress: Any) -> list[dict[str, Any]]:
+               warmup: int, progress: Any, cuda_graph: bool = False,
+               ) -> list[dict[str, Any]]:
     from grid_search.real import measure_programs, profile_mismatch, spearman
 
     measured = measure_programs([(f"{mesh} {origin}", prog) for mesh, origin, *_, prog
                                  in plans], backend=backend, steps=steps, warmup=warmup,
-                                progress=progress)
+                                progress=progress, cuda_graph=cuda_graph)
     rows: list[dict[str, Any]] = []
     for n, ((mesh, origin, sim_s, est_s, peak, _), m) in enumerate(
             zip(plans, measured, strict=True)):
@@ -203,7 +206,8 @@ _SAVED_COLUMNS = ("file", "mesh", "plan", "simulated_ms", "estimate_ms",
 
 def run_saved_plans(directory: str, *, backend: str | None = None, out: str | None = None,
                     hardware: str | None = None, steps: int = 5, warmup: int = 2,
-                    progress: Any = sys.stderr) -> list[dict[str, Any]]:
+                    progress: Any = sys.stderr, cuda_graph: bool = False,
+                    ) -> list[dict[str, Any]]:
     """``run_top_plans`` for the plans ``save_plans`` wrote to ``directory``."""
     import distir
 
@@ -223,7 +227,7 @@ def run_saved_plans(directory: str, *, backend: str | None = None, out: str | No
         plans.append((r["mesh"], r["plan"], float(r["simulated_ms"]) / 1e3, est,
                       float(r["peak_memory_predicted_bytes"]), fn))
     return _run_plans(plans, backend=backend, out=out, hardware=hardware, steps=steps,
-                      warmup=warmup, progress=progress)
+                      warmup=warmup, progress=progress, cuda_graph=cuda_graph)
 
 
 def _mesh_remote(fn: Any, mesh: Any, hw: Any, batch_size: int | None,

@@ -168,14 +168,16 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
 
 def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None = None,
                      steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
-                     memory_limit: int | None = None) -> list[dict[str, Any]]:
+                     memory_limit: int | None = None,
+                     cuda_graph: bool = False) -> list[dict[str, Any]]:
     """Run arbitrary distributed programs (``(label, Function)``, each placed on devices
     ``0 .. n-1``) for real through the PyTorch backend, one ``Session`` per world size
     (programs of one size share its workers); one row per program, in order, with
     ``label``, ``program_fingerprint`` and the ``MEASURED_COLUMNS`` (plus
     ``measured_static_peak_bytes``: the most bytes live by the types, known on the CPU
     too). A run the backend refuses or that fails is a row with ``measured_status``
-    ``error`` and its ``reason``, not an exception."""
+    ``error`` and its ``reason``, not an exception. ``cuda_graph``: each step replayed as
+    a CUDA graph."""
     from distir.backend import Session
     from distir.backend.launch import prepare
     from distir.errors import DistIRError
@@ -198,7 +200,7 @@ def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None
                                        "program_fingerprint": program_fingerprint(fn)}
                 try:
                     r = s.run_prepared(proj, args, steps=steps, warmup=warmup, outputs=False,
-                                       memory_limit=memory_limit)
+                                       memory_limit=memory_limit, cuda_graph=cuda_graph)
                 except DistIRError as e:
                     row.update(measured_status="error", reason=e.message)
                     rows[n] = row

@@ -70,6 +70,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "plans.csv) to run later with --run-plans")
     r.add_argument("--run-plans", metavar="DIR",
                    help="run the plans that --save-plans wrote to DIR (no search)")
+    r.add_argument("--cuda-graph", action="store_true",
+                   help="plan for steps replayed as CUDA graphs: simulate without the "
+                   "profile's host dispatch, and run --run-top/--run-plans each as a graph")
     r.add_argument("--steps", type=int, default=5, help="timed steps per real run (default 5)")
     r.add_argument("--warmup", type=int, default=2,
                    help="untimed steps before them (default 2)")
@@ -83,7 +86,8 @@ def run(args: argparse.Namespace) -> int:
     from distir.analysis.hardware import load_hardware
     from distir.errors import ConfigError
 
-    load_hardware(args.hardware)
+    hw = load_hardware(args.hardware)
+    hardware = hw.for_cuda_graphs() if args.cuda_graph else args.hardware
     if args.steps < 1 or args.warmup < 0:
         raise ConfigError(f"--steps {args.steps} --warmup {args.warmup}: need at least one "
                           "timed step and no negative warm-up")
@@ -93,7 +97,8 @@ def run(args: argparse.Namespace) -> int:
         from grid_search.optimize import run_saved_plans
 
         run_saved_plans(args.run_plans, backend=args.backend, out=csv_out,
-                        hardware=args.hardware, steps=args.steps, warmup=args.warmup)
+                        hardware=args.hardware, steps=args.steps, warmup=args.warmup,
+                        cuda_graph=args.cuda_graph)
         return 0
     if not args.model or args.devices is None:
         raise ConfigError("distir optimize needs --model and --devices (or --run-plans DIR)")
@@ -121,7 +126,7 @@ def run(args: argparse.Namespace) -> int:
         executor = RayMeshes(args.address, args.workers)
     elif args.address is not None or args.workers is not None:
         raise ConfigError("--address and --workers are for --executor ray")
-    res, batch = optimize_workload(w, args.devices, hardware=args.hardware,
+    res, batch = optimize_workload(w, args.devices, hardware=hardware,
                                    batch_size=args.batch_size, budget_s=args.budget,
                                    beam=args.beam, max_states=args.max_states,
                                    top_k=args.top_k, seeded=not args.no_seeds,
@@ -133,7 +138,8 @@ def run(args: argparse.Namespace) -> int:
         rs = res.stats.get("rewrite_search", {})
         print(f"substitutions: {', '.join(applied) if applied else 'none applied'} "
               f"({rs.get('scored', '?')} rewritten programs scored)")
-    print(report(res, f"{w.name} (batch {batch}) on {args.devices} x {args.hardware}: best "
+    on = args.hardware + (" (CUDA graphs)" if args.cuda_graph else "")
+    print(report(res, f"{w.name} (batch {batch}) on {args.devices} x {on}: best "
                  f"{sim.latency_s * 1e3:.3f} ms on mesh {res.mesh} ({res.candidates[0].origin})",
                  top=args.top))
     if args.out:
@@ -151,5 +157,6 @@ def run(args: argparse.Namespace) -> int:
         from grid_search.optimize import run_top_plans
 
         run_top_plans(res, args.run_top, backend=args.backend, out=csv_out,
-                      hardware=args.hardware, steps=args.steps, warmup=args.warmup)
+                      hardware=args.hardware, steps=args.steps, warmup=args.warmup,
+                      cuda_graph=args.cuda_graph)
     return 0

@@ -72,3 +72,27 @@ def test_cli_run_top(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "predicted fastest measured" in capsys.readouterr().out
     assert main(["optimize", "--devices", "2"]) == 1
     assert "needs --model and --devices" in capsys.readouterr().err
+
+
+def test_cli_cuda_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--cuda-graph``: plans simulated without host dispatch, and their runs replayed as
+    graphs, which CPU ranks refuse: each plan's row then says why, in one line."""
+    import json
+
+    prof = tmp_path / "host.json"
+    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
+                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    best = {}
+    for name, extra in (("eager", []), ("graph", ["--cuda-graph"])):
+        argv = ["optimize", "--model", "mlp", "--num-layers", "2", "--width", "32",
+                "--batch-size", "64", "--devices", "2", "--beam", "8", "--top-k", "1",
+                "--hardware", str(prof), "-o", str(tmp_path / f"{name}.dir"), *extra]
+        if name == "graph":
+            argv += ["--run-top", "1", "--backend", "gloo", "--steps", "1"]
+        assert main(argv) == 0
+        out = capsys.readouterr().out
+        best[name] = float(out.split(": best ")[1].split(" ms")[0])
+    assert "(CUDA graphs)" in out
+    assert best["graph"] * 10 < best["eager"]  # no host at 1 ms an op
+    (row,) = _rows(tmp_path / "graph-measured.csv")
+    assert row["measured_status"] == "error" and "CUDA graphs need a GPU" in row["reason"]
