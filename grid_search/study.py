@@ -157,6 +157,9 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
             "program_fingerprint", "stages_hardware", "cuda_graph", "env"]
+    # A profile file by its absolute path: compare may run from another directory.
+    stages_hardware = os.path.abspath(args.hardware) if os.path.isfile(args.hardware) \
+        else args.hardware
     with open(args.out, "w", newline="", encoding="utf-8") as f:
         wr = csv.DictWriter(f, cols, extrasaction="ignore")
         wr.writeheader()
@@ -169,7 +172,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
-                         "stages_hardware": args.hardware,
+                         "stages_hardware": stages_hardware,
                          "predicted_peak_memory_bytes": predicted.get(c, "")})
             f.flush()  # a run cut short keeps every row measured so far
     print(f"wrote {args.out}", file=sys.stderr)
@@ -192,15 +195,16 @@ def cmd_compare(args: argparse.Namespace) -> int:
     w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
     hw = load_hardware(args.hardware)
     hw_graph = hw.for_cuda_graphs()
-    models: dict[int, Any] = {}
+    models: dict[tuple[int, str], Any] = {}
     stale: list[str] = []
     unchecked = checked = 0
     for line, r in enumerate(rows, start=2):  # line 1 of the file is the header
         b = int(r["batch_size"])
-        # The profile that weighed the pipeline stages when the row was measured (its own
-        # column, else --stages-hardware, else the one simulated), so that the program
-        # simulated is the program measured.
-        cuts = (r.get("stages_hardware") or "").strip() or args.stages_hardware or args.hardware
+        # The profile that weighed the pipeline stages when the row was measured
+        # (--stages-hardware, else the row's own column, else the one simulated), so
+        # that the program simulated is the program measured.
+        cuts = args.stages_hardware or (r.get("stages_hardware") or "").strip() \
+            or args.hardware
         if (b, cuts) not in models:
             models[b, cuts] = w.analyze(b, hardware=cuts)
         try:
@@ -489,8 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--dtype", default="Float16")
     c.add_argument("--stages-hardware", default=None, metavar="H",
                    help="the profile that weighed the pipeline stages when the rows were "
-                   "measured (measure's --hardware), for rows that do not record it "
-                   "(default: --hardware)")
+                   "measured (measure's --hardware; default: each row's stages_hardware "
+                   "column, else --hardware)")
     c.add_argument("--skip-stale", action="store_true",
                    help="leave out (with a warning) the rows whose recorded program "
                    "fingerprint differs from today's program, instead of refusing")

@@ -153,8 +153,9 @@ def _preflight(proj: Projection) -> None:
 
 
 def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps: int,
-            warmup: int) -> RunResult:
-    """The run's result from its ranks' (raising for an error on any rank)."""
+            warmup: int, cuda_graph: bool = False) -> RunResult:
+    """The run's result from its ranks' (raising for an error on any rank). With
+    ``cuda_graph`` the warm-up recorded is the one the ranks ran (at least 3 steps)."""
     bad = [r for r in results if r.status in (ERROR, COMM_ERROR)]
     if bad:
         r = bad[0]
@@ -162,10 +163,12 @@ def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps
                                          if r.message.startswith("at ") else
                                          f"@{proj.name} failed on rank {r.rank}: {r.message}")
     ooms = [r for r in results if r.status == OOM]
-    res = RunResult(proj.name, backend, len(results), steps, warmup,
+    res = RunResult(proj.name, backend, len(results), steps,
+                    max(warmup, 3) if cuda_graph else warmup,
                     peak_memory_bytes=[r.peak_memory_bytes for r in results],
                     static_peak_bytes=[r.static_peak_bytes for r in results],
-                    device_name=results[0].device_name if results else "")
+                    device_name=results[0].device_name if results else "",
+                    cuda_graph=cuda_graph)
     if ooms:
         res.status = "oom"
         res.oom_ranks = [r.rank for r in ooms]
@@ -318,13 +321,13 @@ class Session:
         try:
             for r, m in enumerate(messages):
                 w.send(r, m)  # a rank that has died is reported by _collect
-            results = self._collect(proj, w)
+            results = self._collect(proj, w, cuda_graph)
         except BaseException:
             self.close(kill=True)
             raise
         if any(r.status == COMM_ERROR for r in results):
             self._broken = True  # its process groups may be unusable: restart next time
-        return combine(proj, self.backend, results, steps, warmup)
+        return combine(proj, self.backend, results, steps, warmup, cuda_graph)
 
     def _get(self, deadline: float, doing: str) -> tuple:
         """The next message from the workers; raises if one died or time ran out."""
@@ -350,7 +353,8 @@ class Session:
             raise BackendError(f"a reply from the worker of rank {msg[1]} could not be read "
                                f"({msg[2]}); the workers were stopped")
 
-    def _collect(self, proj: Projection, w: LocalWorkers) -> list[RankResult]:
+    def _collect(self, proj: Projection, w: LocalWorkers, cuda_graph: bool = False,
+                 ) -> list[RankResult]:
         results: dict[int, RankResult] = {}
         beats = self._beats(w)
         last_change = time.monotonic()
@@ -374,6 +378,9 @@ class Session:
                 beats, last_change = b, now
             elif now - last_change > self.watchdog_s:
                 where = self._where(proj, w)
+                if cuda_graph:  # the ranks' host code ran during the capture alone
+                    where = (f"{where} in the capture (replays of a CUDA graph report no "
+                             "position)")
                 self.close(kill=True)
                 raise BackendError(
                     f"@{proj.name} hung: no rank made progress for {self.watchdog_s:g} s; "
@@ -460,7 +467,7 @@ class TorchrunSession:
         dist.gather_object(res, gathered, dst=0)
         if self.rank != 0:
             return None
-        return combine(proj, self.backend, gathered or [], steps, warmup)
+        return combine(proj, self.backend, gathered or [], steps, warmup, cuda_graph)
 
     def compile(self, fn: Function | Module | Projection, *,
                 memory_limit: int | None = None) -> tuple[RankTask, Any]:

@@ -94,6 +94,9 @@ class RunResult:
     static_peak_bytes: list[int] = field(default_factory=list)
     outputs: list[Any] | None = None
     device_name: str = ""
+    cuda_graph: bool = False
+    """Whether each step was a replay of a CUDA graph (``warmup`` is then the untimed steps
+    run: at least 3, the capture among them)."""
 
     @property
     def step_times_s(self) -> list[float]:
@@ -131,7 +134,8 @@ class RunResult:
         """A JSON-ready summary (outputs as shapes only)."""
         return {
             "name": self.name, "backend": self.backend, "world_size": self.world_size,
-            "device": self.device_name, "status": self.status, "message": self.message,
+            "device": self.device_name, "cuda_graph": self.cuda_graph,
+            "status": self.status, "message": self.message,
             "oom_ranks": self.oom_ranks, "steps": self.steps, "warmup": self.warmup,
             "step_latency_s": self.step_latency_s, "throughput_steps_per_s": self.throughput,
             "step_times_s": self.step_times_s, "rank_latency_s": self.rank_latency_s,
@@ -150,8 +154,9 @@ class RunResult:
             lines.append(f"  {self.status}: {self.message}")
             return "\n".join(lines)
         lat = self.step_latency_s
-        lines.append(f"  step latency {_ms(lat)} (median of {self.steps} steps after "
-                     f"{self.warmup} warm-up; slowest rank per step)")
+        lines.append(f"  step latency {_ms(lat)} (median of {self.steps} "
+                     + ("CUDA graph replays" if self.cuda_graph else "steps")
+                     + f" after {self.warmup} warm-up; slowest rank per step)")
         lines.append("  per rank: " + ", ".join(f"{r}: {_ms(t)}"
                                                 for r, t in enumerate(self.rank_latency_s)))
         if any(p is not None for p in self.peak_memory_bytes):

@@ -163,9 +163,10 @@ class RankRunner:
             # With a CUDA graph, the warm-up is at least one eager step (which connects the
             # communicators' peers: NCCL cannot while capturing), then a step that captures
             # the graph and runs nothing, then at least one untimed replay. The barrier after
-            # the capture step keeps every rank from replaying before all have captured: a
-            # peer's capture may register buffers with a rank whose GPU would otherwise be
-            # busy waiting in the replay's first collective (a P4 pipeline hung so).
+            # the capture step keeps every rank from replaying before all have captured (a
+            # peer still capturing may need this rank's GPU, which a replay would hold in
+            # its first collective; replays hung at random on 4 x H200 while ranks replayed
+            # right after their own capture: grid_search/results/cuda_graph_4gpu).
             warmup = max(task.warmup, 3) if task.cuda_graph else task.warmup
             capture_at = warmup - 2 if task.cuda_graph and mine == OK else -1
             timed = warmup + task.steps
@@ -179,7 +180,9 @@ class RankRunner:
                     else _marked(compiled)
                 try:
                     if step == capture_at:
-                        graph, graph_outs = self.capture(compiled, inputs)  # type: ignore[arg-type]
+                        graph, graph_outs = self.capture(
+                            compiled, inputs,  # type: ignore[arg-type]
+                            profiled=task.profile is not None)
                     elif step < timed:
                         timer.start()
                         if graph is not None:
@@ -220,13 +223,21 @@ class RankRunner:
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
 
-    def capture(self, compiled: Any, inputs: list[Any]) -> tuple[Any, list[Any]]:
+    def capture(self, compiled: Any, inputs: list[Any], profiled: bool = False,
+                ) -> tuple[Any, list[Any]]:
         """Capture one step of ``compiled`` as a CUDA graph (its collectives included; nothing
         runs); returns the graph and its output tensors, which every replay overwrites. The
         graph allocates from a pool of its own, kept until it is freed."""
         import torch
 
         torch.cuda.synchronize(self.device)
+        if profiled:  # the profiler (CUPTI) set up before the capture, not during a replay
+            try:
+                from torch.profiler._utils import _init_for_cuda_graphs
+            except ImportError:
+                pass
+            else:
+                _init_for_cuda_graphs()
         graph = torch.cuda.CUDAGraph()
         try:
             # Thread-local capture: the NCCL watchdog thread may still query the events of
@@ -243,7 +254,6 @@ class RankRunner:
             raise _CaptureError(
                 f"the step cannot be captured as a CUDA graph{at}: {describe(e)}; run "
                 "without --cuda-graph (cuda_graph=False)") from e
-        graph.replay()
         return graph, outs
 
     def profile_step(self, task: RankTask, prog: Any, inputs: Any, timer: StepTimer,

@@ -100,6 +100,7 @@ def test_cuda_graph_replays_the_step(s2: Session, cfg: tuple[int, int, int, int]
         res = s2.run(dist, ins, steps=3, warmup=warmup, cuda_graph=True)
         same(res.outputs, execute(fn, ins), rtol=1e-3)
         assert len(res.step_times_s) == 3
+        assert res.cuda_graph and res.warmup == 3  # eager, the capture, a replay
 
 
 def test_cuda_graph_one_gpu(s1: Session) -> None:

@@ -214,7 +214,8 @@ def test_rank_programs_travel_as_text_intact() -> None:
     for name, proj in projections():
         ins = [np.zeros(t.shape, t.dtype.np) for t in proj.param_types]  # type: ignore[attr-defined]
         for task in make_tasks(proj, ins, steps=2, warmup=1, want_outputs=True,
-                               memory_limit=1 << 20, seed=3):
+                               memory_limit=1 << 20, seed=3, profile="/tmp/p",
+                               profile_marks=False, cuda_graph=True):
             msg = task_message(task)
             assert isinstance(msg[1], str)  # the program is text
             back = task_from_message(msg)
@@ -223,8 +224,9 @@ def test_rank_programs_travel_as_text_intact() -> None:
             assert back.program.param_index == task.program.param_index
             assert back.program.return_index == task.program.return_index
             assert (back.name, back.groups, back.steps, back.warmup, back.want_outputs,
-                    back.memory_limit, back.seed) == (task.name, task.groups, 2, 1, True,
-                                                      1 << 20, 3), name
+                    back.memory_limit, back.seed, back.profile, back.profile_marks,
+                    back.cuda_graph) == (task.name, task.groups, 2, 1, True, 1 << 20, 3,
+                                         "/tmp/p", False, True), name
             assert len(back.inputs or ()) == len(task.program.fn.params)
             for op in task.program.fn.ops:
                 seen["no results"] |= not op.outputs
