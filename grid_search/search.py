@@ -34,8 +34,11 @@ __all__ = ["COLUMNS", "evaluate", "run_search", "read_rows", "SearchResult"]
 COLUMNS = [
     "model", "batch_size", "dp", "tp", "pp", "microbatches", "schedule", "strategy",
     "devices", "status", "fits", "latency_s", "throughput", "peak_memory_bytes",
-    "peak_memory_per_device", "ops", "sim_seconds", "reason",
+    "peak_memory_per_device", "ops", "sim_seconds", "reason", "hardware",
 ]
+"""The columns of a results CSV. ``hardware`` is the name of the profile simulated (with
+``+graph`` for steps replayed as CUDA graphs, ``Hardware.for_cuda_graphs``); files written
+before it existed have every column but that one."""
 
 
 # -- one configuration (runs in a worker process) ------------------------------------------
@@ -110,6 +113,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
     row.update(cfg.as_row())
     row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
     row["devices"] = cfg.devices
+    row["hardware"] = getattr(_STATE.hardware, "name", _STATE.hardware)
     t0 = time.perf_counter()
     step = "the transform"
     try:
@@ -208,16 +212,24 @@ def read_rows(path: str) -> list[dict[str, str]]:
     return [r for r in rows if None not in r.values() and None not in r]
 
 
-def _kept_rows(path: str, resume: bool) -> list[dict[str, str]]:
-    """The complete rows of an old CSV that ``resume`` keeps (none without it); reads only."""
+def _kept_rows(path: str, resume: bool, hardware: str) -> list[dict[str, str]]:
+    """The complete rows of an old CSV that ``resume`` keeps (none without it); reads only.
+    Rows simulated on another profile than ``hardware`` (a name) are refused: a ranking
+    would mix two machines' figures."""
     if not resume or not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
         header = f.readline().strip().split(",")
-    if header[: len(COLUMNS)] != COLUMNS:
+    if header[: len(COLUMNS)] != COLUMNS and header[: len(COLUMNS) - 1] != COLUMNS[:-1]:
         raise ConfigError(f"{path}: not a results file of this version (its columns differ); "
                           "write to a new file or drop --resume")
-    return read_rows(path)
+    rows = read_rows(path)
+    other = sorted({h for r in rows if (h := r.get("hardware") or "") and h != hardware})
+    if other:
+        raise ConfigError(f"{path}: its rows were simulated on {', '.join(other)}, this search "
+                          f"on {hardware}: resume with that profile (and --cuda-graph as "
+                          "then), or write to a new file")
+    return rows
 
 
 def _start_csv(path: str, kept: list[dict[str, str]]) -> None:
@@ -297,7 +309,7 @@ def run_search(workload: Workload | Function | Module,
     if executor is None:
         executor = LocalExecutor(workers)
     todo = list(configs)
-    kept = _kept_rows(out, resume) if out is not None else []
+    kept = _kept_rows(out, resume, hw.name) if out is not None else []
     done_keys = {_row_key(r) for r in kept}
     pending = [c for c in todo if c.key not in done_keys]
     workload = workload.prepared(sorted({c.batch_size for c in pending}))

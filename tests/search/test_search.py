@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import csv
+import dataclasses
 import json
 import os
+import re
 from collections import Counter
 
 import pytest
@@ -122,6 +124,35 @@ def test_resume_after_an_interrupted_run_gives_the_same_file(tmp_path) -> None:
     assert _strip(read_rows(part)) == _strip(read_rows(full))
     with open(part, newline="") as f:
         assert next(csv.reader(f)) == COLUMNS
+
+
+def test_resume_refuses_rows_of_another_profile(tmp_path) -> None:
+    """Rows record the profile simulated; resuming on another one (or for CUDA graphs when
+    they were not) is refused in one line, and a file from before the column resumes."""
+    from distir.analysis.hardware import load_hardware
+    from distir.errors import ConfigError
+
+    cs = _configs(2)
+    out = str(tmp_path / "r.csv")
+    run_search(W, cs[:2], hardware="h200-sxm", out=out, progress=None)
+    assert {r["hardware"] for r in read_rows(out)} == {"h200-sxm"}
+    host = dataclasses.replace(load_hardware("h200-sxm"), name="h200-host",
+                               host_dispatch=(("*", 1e-5),), _host={})
+    for other, says in (("h100-sxm", "on h100-sxm"), (host.for_cuda_graphs(),
+                                                       "on h200-host+graph")):
+        says = re.escape(f"simulated on h200-sxm, this search {says}")
+        with pytest.raises(ConfigError, match=says):
+            run_search(W, cs, hardware=other, out=out, resume=True, progress=None)
+    res = run_search(W, cs, hardware="h200-sxm", out=out, resume=True, progress=None)
+    assert res.skipped == 2
+    # A file written before the column: every other column, no check.
+    rows = read_rows(out)
+    with open(out, "w", newline="", encoding="utf-8") as f:
+        w = csv.DictWriter(f, COLUMNS[:-1], extrasaction="ignore")
+        w.writeheader()
+        w.writerows(rows[:2])
+    assert run_search(W, cs, hardware="h100-sxm", out=out, resume=True,
+                      progress=None).skipped == 2
 
 
 def test_resume_refuses_a_file_of_another_format(tmp_path) -> None:
