@@ -197,8 +197,10 @@ class RankRunner:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
                                                  last=step == total - 1, graph=graph)
                 except Exception as e:  # noqa: BLE001
-                    if isinstance(e, _CaptureError):  # nothing ran: the groups are whole
-                        mine, res.message = ERROR, e.message
+                    if isinstance(e, _CaptureError):
+                        # Nothing ran, but the peers captured collectives this rank did
+                        # not: the session starts fresh process groups for what follows.
+                        mine, res.message = COMM_ERROR, e.message
                     else:
                         mine = OOM if is_oom(e) else \
                             (COMM_ERROR if _comm_failure(e) else ERROR)
