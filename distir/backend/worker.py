@@ -233,6 +233,10 @@ class RankRunner:
         import torch
 
         torch.cuda.synchronize(self.device)
+        # The eager steps' cached blocks back to the driver: the graph allocates from a
+        # pool of its own, which could not reuse them (near the card's capacity, the two
+        # together would not fit where the step alone does).
+        torch.cuda.empty_cache()
         if profiled:  # the profiler (CUPTI) set up before the capture, not during a replay
             try:
                 from torch.profiler._utils import _init_for_cuda_graphs
