@@ -41,11 +41,10 @@ def test_profile_path(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> Non
     assert json.loads(capsys.readouterr().out)["hardware"] == "dgx2-v100"
 
 
-def test_cuda_graph_drops_the_hosts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cuda_graph_drops_the_hosts(host_profile: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
     """``--cuda-graph``: the profile without its host dispatch (a step replayed as a graph)."""
-    prof = tmp_path / "host.json"
-    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
-                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    prof = host_profile
     docs = {}
     for name, extra in (("eager", []), ("graph", ["--cuda-graph"]), ("plain", None)):
         argv = ["simulate", PP2, "--json", "-H", str(prof) if extra is not None else "h100-sxm"]

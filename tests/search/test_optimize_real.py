@@ -74,14 +74,12 @@ def test_cli_run_top(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     assert "needs --model and --devices" in capsys.readouterr().err
 
 
-def test_cli_cuda_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_cli_cuda_graph(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                       host_profile: Path) -> None:
     """``--cuda-graph``: plans simulated without host dispatch, and their runs replayed as
     graphs, which CPU ranks refuse: each plan's row then says why, in one line."""
-    import json
 
-    prof = tmp_path / "host.json"
-    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
-                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    prof = host_profile
     best = {}
     for name, extra in (("eager", []), ("graph", ["--cuda-graph"])):
         argv = ["optimize", "--model", "mlp", "--num-layers", "2", "--width", "32",

@@ -311,14 +311,12 @@ def test_summary_blames_memory_only_when_memory_stopped_everything() -> None:
     assert "no configuration fits in memory" in summarize(oom)
 
 
-def test_grid_search_for_cuda_graphs(tmp_path, capsys) -> None:
+def test_grid_search_for_cuda_graphs(tmp_path, capsys, host_profile) -> None:
     """``--cuda-graph`` searches for steps replayed as graphs: the profile without host
     dispatch, every configuration priced as on a profile that never had it."""
     from distir.cli import main
 
-    prof = tmp_path / "host.json"
-    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
-                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    prof = host_profile
     lat = {}
     for name, argv in (("graph", ["--hardware", str(prof), "--cuda-graph"]),
                        ("eager", ["--hardware", str(prof)]), ("plain", [])):

@@ -144,13 +144,9 @@ def test_measure_refuses_bad_configs_in_one_line(bad: str, says: str, tmp_path: 
     assert says in err and len(err.strip().splitlines()) == 1
 
 
-def test_compare_shows_the_host_time_where_the_profile_models_it(measured: Path,
-                                                                 tmp_path: Path) -> None:
-    import json
-
-    prof = tmp_path / "host.json"
-    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
-                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+def test_compare_shows_the_host_time_where_the_profile_models_it(
+        measured: Path, tmp_path: Path, host_profile: Path) -> None:
+    prof = host_profile
     out = tmp_path / "cmp"
     assert main(["compare", str(measured), "--dtype", "Float32", "--hardware", str(prof),
                  "-o", str(out)]) == 0
@@ -165,15 +161,12 @@ def test_compare_shows_the_host_time_where_the_profile_models_it(measured: Path,
     assert "host ms" not in (tmp_path / "plain.md").read_text()
 
 
-def test_compare_simulates_cuda_graph_rows_without_hosts(measured: Path,
-                                                          tmp_path: Path) -> None:
+def test_compare_simulates_cuda_graph_rows_without_hosts(
+        measured: Path, tmp_path: Path, host_profile: Path) -> None:
     """Rows measured as CUDA graph replays (``measure --cuda-graph``) are simulated without
     the profile's host dispatch; the others with it."""
-    import json
 
-    prof = tmp_path / "host.json"
-    prof.write_text(json.dumps({"format": "distir-hardware/1", "base": "h100-sxm",
-                                "name": "h100-host", "device": {"host_dispatch": {"*": 1e-3}}}))
+    prof = host_profile
     rows = _read(measured)
     for r in rows[:2]:
         r["cuda_graph"] = "true"
