@@ -24,7 +24,7 @@ import numpy as np
 
 from distir.analysis.projection import RankProgram
 from distir.backend.timing import COMM_ERROR, ERROR, OK, OOM, RankResult, StepTimer
-from distir.errors import DistIRError
+from distir.errors import BackendError, DistIRError
 
 __all__ = ["RankTask", "RankRunner", "describe", "to_torch", "to_numpy"]
 
@@ -200,12 +200,13 @@ class RankRunner:
                     if isinstance(e, _CaptureError):
                         # Nothing ran, but the peers captured collectives this rank did
                         # not: the session starts fresh process groups for what follows.
-                        mine, res.message = COMM_ERROR, e.message
+                        mine, res.message, res.error_type = COMM_ERROR, e.message, \
+                            "BackendError"
                     else:
                         mine = OOM if is_oom(e) else \
                             (COMM_ERROR if _comm_failure(e) else ERROR)
                         res.message = describe(e, step, prog.failed_at)  # type: ignore[union-attr]
-                    res.error_type = type(e).__name__
+                        res.error_type = type(e).__name__
                 self.beat()
                 step += 1
                 agreed = self.agree(mine)
@@ -359,12 +360,8 @@ def describe(e: BaseException, step: int | None = None, op: str | None = None) -
     return f"{where}{type(e).__name__}: {msg}"
 
 
-class _CaptureError(RuntimeError):
+class _CaptureError(BackendError):
     """A step that could not be captured as a CUDA graph; ``message`` says why, in one line."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message)
-        self.message = message
 
 
 def _comm_failure(e: BaseException) -> bool:
