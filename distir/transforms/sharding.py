@@ -52,6 +52,9 @@ class Sharding(TensorPass):
         self.batch_size: int | None = None
         self.batch_error: str | None = None
         """Why the batch cannot be split, if it cannot."""
+        self._ranges: dict[Value, int] = {}
+        """Values split by ``_pull_batch``: the ``Range`` sources over the local batch each is
+        made from (so that a value reached twice counts them again)."""
         self._find_roles(batch_inputs, weights)
         self._batch_pass()
         self._start_tensor()
@@ -118,7 +121,7 @@ class Sharding(TensorPass):
         prog = self.prog
         cur = self.layout.get(v) or replicated(len(want.marks))
         if cur == want:
-            return 0
+            return self._ranges.get(v, 0)
         if depth > 64 or any(c is not None and c != w
                              for c, w in zip(cur.marks, want.marks, strict=True)):
             return None
@@ -169,6 +172,38 @@ class Sharding(TensorPass):
             if any(want.marks[:axis] + want.marks[axis + ri:]):
                 return None
             pulls.append((idx, Layout(want.marks[axis:axis + ri])))
+        elif t == "CumSum":
+            c = prog.const(op.inputs[1])
+            if c is None:
+                return None
+            axis = int(np.asarray(c).reshape(-1)[0])
+            if want.marks[axis + len(so) if axis < 0 else axis] is not None:
+                return None  # a scan along the split axis needs the earlier shards' sums
+            pulls.append((op.inputs[0], want))  # type: ignore[arg-type]
+        elif t == "Slice":
+            x = op.inputs[0]
+            sx = prog.shape(x)  # type: ignore[arg-type]
+            if len(sx) != len(so) or any(m is not None and sx[a] != so[a]
+                                         for a, m in enumerate(want.marks)):
+                return None  # (a split axis sliced)
+            pulls.append((x, want))  # type: ignore[arg-type]
+        elif t == "GatherND":
+            # Rows of a batch-indexed gather (a mask read at positions, per sample): the data
+            # split by its batch axis and the index tuples made from the local batch size,
+            # so that each shard gathers its own rows.
+            data, idx = op.inputs[0], op.inputs[1]
+            if data is None or idx is None or int(prog.attrs(op).get("batch_dims", 0)) or \
+                    want.marks[0] != B or any(want.marks[1:]):
+                return None
+            sd, si = prog.shape(data), prog.shape(idx)
+            if len(si) < 2 or si[-1] < 1 or sd[0] != so[0]:
+                return None
+            n = self._pull_batch(idx, Layout((B,) + (None,) * (len(si) - 1)), depth + 1, True)
+            if not n:
+                return None
+            self.local_index.add(idx)
+            found += n
+            pulls.append((data, Layout((B,) + (None,) * (len(sd) - 1))))
         else:
             return None
         for x, lay in pulls:
@@ -178,6 +213,7 @@ class Sharding(TensorPass):
             found += n
         self.forced[v] = want
         self.layout[v] = want
+        self._ranges[v] = found
         self._pulled.append(v)
         return found
 

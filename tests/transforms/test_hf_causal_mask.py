@@ -1,0 +1,89 @@
+"""A Hugging Face causal LM exported without an attention mask (``model(input_ids)``, as
+users export it): ``transformers`` then builds the causal mask inside the graph from the
+positions and the batch size (``Range`` over ``Shape(input_ids)[0]``, ``GatherND`` of the
+expanded positions per sample, a ``CumSum`` that finds packed sequences), and the batch
+split must reach that mask through those ops (``Sharding._pull_batch``) for D and K to
+apply. Each configuration computes the sequential results (reference executor)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+transformers = pytest.importorskip("transformers")
+pytest.importorskip("onnx")
+
+import distir  # noqa: E402
+from distir.transforms import analyze, dtp, training_step  # noqa: E402
+from tests.zoo.export import ExportFailed, exported  # noqa: E402
+from tests.zoo.models import SEQ, Spec, _seeded, _tokens  # noqa: E402
+
+VOCAB = 128
+BATCH = 4
+
+
+def _gpt2_lm() -> object:
+    from torch import nn
+
+    cfg = transformers.GPT2Config(vocab_size=VOCAB, n_embd=32, n_layer=2, n_head=4,
+                                  n_positions=64, use_cache=False)
+
+    class Logits(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.model = transformers.GPT2LMHeadModel(cfg)
+
+        def forward(self, ids):  # type: ignore[no-untyped-def]
+            return self.model(input_ids=ids, return_dict=False)[0]
+
+    return Logits()
+
+
+SPEC = Spec("gpt2_lm_nomask", "transformers", _seeded(_gpt2_lm), _tokens(VOCAB, False),
+            ("input_ids",), ({0: "batch", 1: "seq"},))
+
+
+@pytest.fixture(scope="module")
+def model() -> distir.Module:
+    try:
+        path = exported(SPEC, "dynamo").path
+    except ExportFailed as e:
+        pytest.skip(f"the dynamo exporter fails on GPT2LMHeadModel here: {e}")
+    return distir.import_onnx(path, dims={"batch": BATCH, "seq": SEQ})
+
+
+def test_the_mask_is_made_from_the_batch_size(model: distir.Module) -> None:
+    ops = {op.op_type for op in model.entry.ops}
+    assert {"Range", "GatherND", "CumSum"} <= ops  # the graph this test is about
+    assert analyze(model.entry).sharding.batch_error is None
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 1, 1, 2), (2, 1, 2, 2), (2, 2, 1, 1)],
+                         ids=lambda c: "D{}T{}P{}K{}".format(*c))
+def test_inference_distributes(model: distir.Module, cfg: tuple[int, int, int, int]) -> None:
+    ins = [t.numpy() for t in SPEC.inputs(BATCH, SEQ)]
+    want = distir.execute(model.entry, ins)
+    dp, tp, pp, k = cfg
+    sc = dtp(model.entry, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+    got = distir.execute(sc, ins, check_types=False)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == w.shape
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 2), (1, 1, 2, 2)],
+                         ids=lambda c: "D{}T{}P{}K{}".format(*c))
+def test_training_step_distributes(model: distir.Module, cfg: tuple[int, int, int, int],
+                                   ) -> None:
+    from distir.analysis import type_env
+
+    step = training_step(model.entry, loss="cross_entropy", optimizer="sgd", reduction="mean")
+    target = type_env(step)[step.params[-1]]
+    labels = np.random.default_rng(0).integers(0, VOCAB, size=target.shape).astype(np.int64)
+    ins = [t.numpy() for t in SPEC.inputs(BATCH, SEQ)] + [labels]
+    want = distir.execute(step, ins)
+    dp, tp, pp, k = cfg
+    sc = dtp(step, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+    got = distir.execute(sc, ins, check_types=False)
+    for g, w in zip(got, want, strict=True):
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
