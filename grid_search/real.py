@@ -23,7 +23,9 @@ __all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy",
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
-                    "measured_device"]
+                    "measured_device", "measured_reason"]
+"""Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
+or failed, one line; the row's own ``reason`` is the simulation's)."""
 
 
 def _rank(xs: Sequence[float]) -> list[float]:
@@ -133,12 +135,12 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                                   cuda_graph=cuda_graph)
                         if profile is not None and r.status == "ok":
                             profiled.append((c, fn))
-                    except TransformError as e:
-                        row.update(measured_status="refused", reason=e.message)
-                        yield row
-                        continue
                     except DistIRError as e:
-                        row.update(measured_status="error", reason=e.message)
+                        status = "refused" if isinstance(e, TransformError) else "error"
+                        row.update(measured_status=status, reason=e.message)
+                        if progress is not None:
+                            progress.write(f"{status} {c} batch {c.batch_size}: {e.message}\n")
+                            progress.flush()
                         yield row
                         continue
                     peaks = [p or 0 for p in r.peak_memory_bytes]
@@ -150,7 +152,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                                measured_peak_memory_per_device=str(peaks),
                                measured_device=r.device_name, reason=r.message)
                     if progress is not None:
-                        shown = f"{lat * 1e3:.2f} ms" if lat else r.status
+                        shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
                         progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                         progress.flush()
                     yield row
@@ -334,6 +336,8 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
         key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
                                          "schedule"))
         m = measured.get(key, {})
+        if m:
+            m = {**m, "measured_reason": m.get("reason", "")}
         merged.append({**r, **{c: m.get(c, r.get(c, "")) for c in MEASURED_COLUMNS}})
     if out:
         with open(out, "w", newline="", encoding="utf-8") as f:
@@ -357,4 +361,8 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
               f"{acc['spearman']:.3f}, latency error median {pct(acc['median_latency_error'])} "
               f"(worst {pct(acc['worst_latency_error'])}), peak-memory error median "
               f"{pct(acc['median_memory_error'])} (worst {pct(acc['worst_memory_error'])})")
+    failed = [r for r in merged if r.get("measured_status") not in ("", None, "ok")]
+    for r in failed:
+        print(f"  not measured: D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "
+              f"{r['batch_size']}: {r['measured_status']}: {r.get('measured_reason') or '?'}")
     return merged

@@ -331,3 +331,25 @@ def test_grid_search_for_cuda_graphs(tmp_path, capsys, host_profile) -> None:
     for k, t in lat["graph"].items():
         assert t == pytest.approx(lat["plain"][k])
         assert lat["eager"][k] > t
+
+
+def test_run_top_keeps_why_a_run_failed(tmp_path, capsys, monkeypatch) -> None:
+    """A run that fails is a row with its reason (``measured_reason``) and a printed line,
+    not an error without one."""
+    from distir.backend import Session
+    from distir.errors import BackendError
+    from grid_search.real import run_top
+
+    def fail(self, fn, **kw):  # noqa: ANN001, ANN003, ANN202 - Session.run's stand-in
+        raise BackendError("@main failed on rank 1: out of luck")
+
+    monkeypatch.setattr(Session, "run", fail)
+    out = str(tmp_path / "r.csv")
+    run_search(W, _configs(2, max_microbatches=2), hardware="h200-sxm", out=out,
+               progress=None)
+    run_top(read_rows(out), W, 1, out=out, backend="gloo", hardware="h200-sxm")
+    (row,) = [r for r in read_rows(out) if r["measured_status"]]
+    assert row["measured_status"] == "error"
+    assert row["measured_reason"] == "@main failed on rank 1: out of luck"
+    text = capsys.readouterr().out
+    assert "not measured: D2/T1/P1/K1 batch 32: error: @main failed on rank 1" in text
