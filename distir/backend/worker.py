@@ -62,7 +62,7 @@ def to_torch(a: np.ndarray, device: Any) -> Any:
     """A numpy array as a tensor on ``device`` (bfloat16 through its bits)."""
     import torch
 
-    arr = np.ascontiguousarray(a)
+    arr = np.asarray(a, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     if arr.dtype.name == "bfloat16":
         return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16).to(device)
     return torch.from_numpy(arr.copy() if not arr.flags.writeable else arr).to(device)

@@ -220,3 +220,21 @@ def test_distributed_gpt2_on_four_gpus(s4: Session, cfg: tuple[int, int, int, in
     ins = random_inputs(fn, seed=8)
     res = s4.run(dist, ins, steps=1, warmup=int(cuda_graph), cuda_graph=cuda_graph)
     same(res.outputs, execute(fn, ins), rtol=1e-3)
+
+
+def test_fused_adam_on_a_scalar_weight() -> None:
+    """CUDA's fused Adam wants equal sizes: a 0-d weight (a scalar initializer of an
+    exported model) and its moments arrive 0-d, as its gradient is."""
+    from distir.backend.lowering import compile_program
+    from distir.backend.worker import to_numpy, to_torch
+    from tests.backend.test_lowering import one_op, project
+
+    x = (DType.Float32, ())
+    fn = one_op("AdamOptimizer", [x, x, x, x, np.array(3, np.float32)], n_out=3, lr=0.01)
+    ins = [np.array(v, np.float32) for v in (0.5, 0.1, 0.2, 0.3)]
+    prog = compile_program(project(fn).programs[-1], torch.device("cuda", 0))
+    with torch.inference_mode():
+        got = [to_numpy(t) for t in prog.run([to_torch(a, "cuda:0") for a in ins])]
+    want = execute(fn, ins)
+    for g, w in zip(got, want, strict=True):
+        assert g.shape == () and np.allclose(g, w, rtol=1e-5)

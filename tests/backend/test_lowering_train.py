@@ -64,14 +64,17 @@ def test_max_pool_grad(geom: tuple) -> None:
     check(_pool_grad("MaxPoolGrad", *geom, dilations=[1] * n), rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("shape", [(3, 4), ()], ids=["matrix", "scalar"])
 @pytest.mark.parametrize("known_step", [True, False])
 @pytest.mark.parametrize("wd", [0.0, 0.1])
-def test_fused_adam(known_step: bool, wd: float) -> None:
-    """A Float32 step count takes ``torch._fused_adam_`` (copies of w, m, v updated)."""
+def test_fused_adam(known_step: bool, wd: float, shape: tuple[int, ...]) -> None:
+    """A Float32 step count takes ``torch._fused_adam_`` (copies of w, m, v updated). A
+    0-d weight (a scalar an exported model keeps as an initializer) stays 0-d: its inputs
+    once arrived 1-d, which CUDA's fused kernel refuses (sizes unlike the gradient's)."""
     from distir.backend.lowering import compile_program
     from tests.backend.test_lowering import one_op, project
 
-    x = (F32, (3, 4))
+    x = (F32, shape)
     step: Any = np.array(3, np.float32) if known_step else (F32, ())
     fn = one_op("AdamOptimizer", [x, x, x, x, step], n_out=3, lr=0.01, weight_decay=wd)
     ins = random_for(fn)
