@@ -150,7 +150,7 @@ class Emitter:
         """Bind ``op``'s local results, each summed over the ranks where it is partial
         and scaled where it is a mean over split axes."""
         tp, names, partial, env = self.tp, self.name, self.partial, self.env
-        append, outs, op_type = self.ops.append, op.outputs, op.op_type
+        outs, op_type = op.outputs, op.op_type
         for o, vals in zip(outs, results, strict=True):
             if tp > 1 and T in partial.get(o, "") and o in self.live:
                 red_vals = [Value(n) for n in names(base_name(o))]

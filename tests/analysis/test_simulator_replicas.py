@@ -23,8 +23,8 @@ from distir.analysis.simulator import Simulation, simulate
 from distir.errors import ExecutionError, SimulationError
 from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Op, Value
-from distir.ir.schemas import FOLDED_COLLECTIVES
 from distir.ir.inline import inline_calls
+from distir.ir.schemas import FOLDED_COLLECTIVES
 from distir.transforms import analyze, dtp, dtp_replica
 from tests.analysis import random_ops as ops
 from tests.analysis.test_simulator_calls import HW
