@@ -14,6 +14,11 @@ copies are consecutive and overlap in time) and then the collectives the layouts
 - a mean over split values (a ``reduction="mean"`` loss, ``ReduceMean``, the running
   statistics of ``BatchNormalization``) is scaled by the shard count.
 
+A program written for tensor-parallel rank 0 alone (``Plan.written_tp``, ``dtp_replica``)
+maps each sequential value to rank 0's local value only, and writes each collective over
+the ranks as rank 0's part of it (``PeerAllreduce``, ``PeerAllgather``, see
+``distir.analysis.replicas``).
+
 The emitter is shared by the stage functions (generic over devices, constants passed in)
 and by the top-level function (which places constants with ``Constant(device=...)``).
 """
