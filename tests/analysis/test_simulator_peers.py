@@ -303,3 +303,19 @@ func @main(%x: Tensor[Float32, (4, 6), 2], %x1: Tensor[Float32, (4, 6), 3]) {
     with pytest.raises(SimulationError, match=r"PeerAllgather\(peers=2\) .* others are over 4 "
                        "ranks"):
         simulate(distir.parse(bad).entry, HW)
+
+
+def test_rank_0_joins_the_groups_it_joins_in_every_ranks_program() -> None:
+    """The allocator counts each rank's communicators from the projection of the program
+    (``distir.analysis.allocator.near_capacity``): rank 0's ``Peer*`` ops join its group."""
+    from distir.analysis.projection import project
+
+    an = analyze(_gpt2(True))
+    for cfg in [(2, 2, 2, 2), (1, 4, 2, 2)]:
+        one, full = dtp_replica(an, *cfg), dtp(an, *cfg)
+        mine = {tuple(sorted(g)) for g in project(one.fn).groups} | {
+            tuple(sorted(op.attrs["devices"])) for op in one.fn.ops  # type: ignore[arg-type]
+            if op.op_type == "ReplicaAllreduce"}
+        every = {tuple(sorted(g)) for g in project(full).groups}
+        for d in range(0, cfg[1] * cfg[2], cfg[1]):
+            assert sorted(g for g in mine if d in g) == sorted(g for g in every if d in g)
