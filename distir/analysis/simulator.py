@@ -804,7 +804,7 @@ class Simulator(TypeInterpreter):
         summaries; with ``share_equal_functions``, across equal functions of different
         programs) serve every program it simulates. No warning for uncosted ops: they
         are listed in ``Simulation.uncosted_ops``. A ``ReplicaProgram`` is simulated once
-        and its figures expanded to every replica (``distir.analysis.replicas``)."""
+        and its figures expanded to every replica and rank (``distir.analysis.replicas``)."""
         from distir.analysis.api import _input_values
 
         if isinstance(fn, Module):
