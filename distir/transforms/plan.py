@@ -107,6 +107,7 @@ class Plan:
         """The tensor-parallel ranks the program writes: all ``tp``, or rank 0 alone
         (``dtp_replica`` where every rank runs alike: its collectives over the ranks are
         ``Peer*`` ops, rank 0's part of one over every rank's device)."""
+        self._suffixes = tuple(f"_tp{t}" for t in range(self.written_tp)) if tp > 1 else ("",)
         st = self.st
         units = an.partition.stage_map(pp)
         self.stage: dict[int, int] = {i: int(units[p]) for i, p in st.pos.items()}
@@ -241,10 +242,10 @@ class Plan:
         """The tensor-parallel ranks the program writes (``written_tp``)."""
         return range(self.written_tp)
 
-    def rank_suffixes(self) -> list[str]:
+    def rank_suffixes(self) -> tuple[str, ...]:
         """The name suffix of each written rank's local value: ``_tp{t}`` (none with one
         rank)."""
-        return [f"_tp{t}" for t in range(self.written_tp)] if self.tp > 1 else [""]
+        return self._suffixes
 
     def _check_stages(self) -> None:
         st, units = self.st, self.unit_stage
