@@ -319,3 +319,17 @@ def test_rank_0_joins_the_groups_it_joins_in_every_ranks_program() -> None:
         every = {tuple(sorted(g)) for g in project(full).groups}
         for d in range(0, cfg[1] * cfg[2], cfg[1]):
             assert sorted(g for g in mine if d in g) == sorted(g for g in every if d in g)
+
+
+def test_replicas_of_part_of_a_group_of_ranks_are_refused() -> None:
+    text = """
+func @main(%x: Tensor[Float32, (4, 4), 0]) {
+  %y = PeerAllreduce(%x, peers=2)
+  %z = ReplicaAllreduce(%y, devices=[0, 3])
+  return %z
+}"""
+    with pytest.raises(SimulationError, match="replicas are 3 devices apart, not a whole "
+                       "number of groups of 2 tensor-parallel ranks"):
+        simulate(distir.parse(text).entry, HW)
+    rp = replica_program(distir.parse(text.replace("3]", "4]")).entry)
+    assert rp is not None and (rp.replicas, rp.stride, rp.peers) == (2, 4, 2)
