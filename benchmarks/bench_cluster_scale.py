@@ -5,8 +5,9 @@ For each device count, one Megatron-style configuration (tensor parallelism with
 d 12288, sequence 2048, Adam, 1,536 sequences per step) is transformed and simulated on
 an H100 cluster profile (``h100-sxm-ib``: 8 GPUs per node, 400 Gb/s InfiniBand between
 nodes, the link figures from datasheets), as the search does it (``dtp_replica``: one
-data-parallel replica written and simulated for all; ``--every-replica``: ``dtp``, the
-program of every replica): wall time of the transform, of the first simulation
+data-parallel replica, and in it one tensor-parallel rank, written and simulated for all;
+``--every-replica``: ``dtp``, the program of every replica and rank): wall time of the
+transform, of the first simulation
 (cold caches) and of a second one (the summaries reused), the ops simulated (calls
 expanded), the statements of the entry function and the peak resident memory of this
 process.

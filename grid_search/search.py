@@ -105,7 +105,7 @@ def evaluate(cfg: Config) -> dict[str, Any]:
 
 
 def _evaluate(cfg: Config) -> dict[str, Any]:
-    from distir.analysis.replicas import replicas_run_alike
+    from distir.analysis.replicas import peers_run_alike, replicas_run_alike
     from distir.analysis.simulator import Simulator
     from distir.transforms import dtp, dtp_replica
 
@@ -121,13 +121,19 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         if _STATE.simulator is None:
             _STATE.simulator = Simulator(_STATE.hardware, share_equal_functions=True)
         sync = _STATE.workload is not None and _STATE.workload.sync and cfg.dp > 1
-        # One replica written and simulated for all (exact: distir.analysis.replicas),
-        # where the replicas run alike; the synchronisation search rewrites every one.
-        one = (cfg.dp > 1 and not sync and
-               replicas_run_alike(_STATE.simulator.hw, cfg.dp, cfg.tp * cfg.pp))
-        fn = (dtp_replica if one else dtp)(
-            seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
-            schedule=cfg.schedule)
+        # One replica, and one tensor-parallel rank, written and simulated for all
+        # (exact: distir.analysis.replicas), where the replicas (the ranks) run alike;
+        # the synchronisation search rewrites every replica.
+        hw = _STATE.simulator.hw
+        replicas = cfg.dp == 1 or replicas_run_alike(hw, cfg.dp, cfg.tp * cfg.pp)
+        ranks = cfg.tp > 1 and peers_run_alike(hw, cfg.tp)
+        if not sync and replicas and (cfg.dp > 1 or ranks):
+            fn = dtp_replica(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
+                             microbatches=cfg.microbatches, schedule=cfg.schedule,
+                             fold_tp=ranks)
+        else:
+            fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
+                     schedule=cfg.schedule)
         step = "the simulator"
         note = ""
         if sync:

@@ -66,6 +66,7 @@ from pathlib import Path
 from typing import Any, cast, overload
 
 from distir.errors import ConfigError, Loc
+from distir.ir.schemas import FOLDED_COLLECTIVES
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "Trees", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
@@ -599,8 +600,9 @@ class Hardware:
 
     def host_seconds(self, op_type: str) -> float:
         """The host's time to issue one op of ``op_type``: its measured figure, else the
-        profile's ``"*"``, else 0."""
-        h = self._host.get(op_type)
+        profile's ``"*"``, else 0. A collective of a program that writes one of several
+        identical copies is issued as the collective it stands for (``FOLDED_COLLECTIVES``)."""
+        h = self._host.get(FOLDED_COLLECTIVES.get(op_type, op_type))
         return self._host.get("*", 0.0) if h is None else h
 
     def fit(self, family: str, key: str) -> FitModel | None:

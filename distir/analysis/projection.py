@@ -41,7 +41,9 @@ Invariants of a ``Projection``:
   ``MPIReduce``       as ``MPIGather``       ``order``, ``device``
   ==================  =====================  ==========================================
 
-  A communication op with a single participant becomes ``Identity`` ops.
+  A communication op with a single participant becomes ``Identity`` ops (a ``Peer*`` op
+  of a program that writes one tensor-parallel rank for all, ``distir.analysis.replicas``,
+  too; its rank group is listed in ``groups``).
 - Because every rank runs its communication ops in one global order and each completes
   only when all its participants have joined, no schedule can deadlock: the earliest
   unfinished op always has all its participants waiting on it.
@@ -188,6 +190,11 @@ class _Projector(Interpreter):
                 raise PlacementError(f"{kind} has two {what} on one device ({devs}); a "
                                      "collective takes one tensor per device")
         participants = sorted(set(in_devs) | set(out_devs))
+        if kind in ("PeerAllreduce", "PeerAllgather"):  # rank 0's part: its group joins
+            d = in_devs[0]
+            k = int(self.attrs_of(op)["peers"])
+            if k > 1:
+                self.groups[tuple(range(d, d + k))] = None
         if len(participants) == 1:  # nothing moves
             (d,) = participants
             for o in outs:

@@ -1,24 +1,34 @@
-"""Programs that write one of several identical data-parallel replicas, and their
-simulation expanded to every replica.
+"""Programs that write one of several identical copies (data-parallel replicas,
+tensor-parallel ranks), and their simulation expanded to every copy.
 
 With ``dp`` replicas, a D/T/P/K program repeats the same ops ``dp`` times, each replica on
 its own ``pp·tp`` devices (replica ``r`` on devices ``r·stride ... r·stride + stride - 1``),
-and the replicas meet only in the all-reduces of the gradients. ``dtp_replica`` writes
-replica 0 alone, each such all-reduce as its part of one (``ReplicaAllreduce`` over the
-devices of every replica's copy), and returns a ``ReplicaProgram``. Its simulation is the
-whole program's (memory exactly, times to rounding) where the replicas run alike: every
-replica's ops take the same times in the same order, so each replica's copy of an
-all-reduce is ready when replica 0's is, and the all-reduce, timed over all its devices,
-ends on all of them together. Replica ``r``'s per-device figures are then replica 0's on
-the shifted devices, and the trace is replica 0's repeated (``expand``). So a search's
-cost no longer grows with ``dp``.
+and the replicas meet only in the all-reduces of the gradients. Within a replica, the
+``tp`` tensor-parallel ranks of a stage (on adjacent devices ``d, d + 1, ..., d + tp - 1``)
+run the same ops on their shards and meet only in their collectives. ``dtp_replica``
+writes rank 0 of replica 0 alone (devices ``s·tp`` of each stage ``s``): each all-reduce
+over the replicas as its part of one (``ReplicaAllreduce`` over the devices of every
+replica's copy), each collective of the ranks as rank 0's part of one (``PeerAllreduce``,
+``PeerAllgather``: over the input's device and the ``peers - 1`` next ones), and returns a
+``ReplicaProgram``. Where the ranks would not run alike (an op that only rank 0 runs), it
+writes every rank, and ``peers`` is 1.
 
-The replicas run alike when the cost of every op of a replica is the same on every
-replica's devices: the machine's nodes hold whole replicas or a whole number of them
-(``stride`` a multiple of ``devices_per_node`` or a divisor of it, or one node holds all
-the replicas), so a transfer between two stages crosses a node boundary on every replica
-or on none. ``check`` refuses other machines with the fix: simulate the program of every
-replica (``dtp``).
+Its simulation is the whole program's (memory exactly, times to rounding) where the copies
+run alike: every copy's ops take the same times in the same order, so each copy's part of
+a collective is ready when the written one's is, and the collective, timed over all its
+devices, ends on all of them together. The figures of copy ``(r, t)`` are then those of
+the written devices shifted by ``r·stride + t``, and the trace is the written one's
+repeated (``expand``): an event of a ``Peer*`` collective once per replica, on the devices
+of every rank; of a ``ReplicaAllreduce`` once per rank, on the devices of every replica;
+any other once per copy. So a search's cost grows with neither ``dp`` nor ``tp``.
+
+The copies run alike when the cost of every op of a copy is the same on every copy's
+devices: the machine's nodes hold whole replicas or a whole number of them (``stride`` a
+multiple of ``devices_per_node`` or a divisor of it, or one node holds all the replicas),
+and likewise whole groups of ranks (``peers`` a divisor or a multiple of
+``devices_per_node``), so a transfer between two stages crosses a node boundary on every
+copy or on none. ``check`` refuses other machines with the fix: simulate the program of
+every copy (``dtp``).
 """
 
 from __future__ import annotations
@@ -33,36 +43,41 @@ if TYPE_CHECKING:
     from distir.analysis.hardware import Hardware
     from distir.analysis.simulator import Simulation
 
-__all__ = ["ReplicaProgram", "REPLICA_OPS", "replica_program", "replicas_run_alike",
-           "expand_replica_events"]
+__all__ = ["ReplicaProgram", "REPLICA_OPS", "PEER_OPS", "replica_program",
+           "replicas_run_alike", "peers_run_alike", "expand_replica_events"]
 
 REPLICA_OPS = frozenset({"ReplicaAllreduce"})
 """Ops of a replica program that stand for one collective over every replica."""
 
+PEER_OPS = frozenset({"PeerAllreduce", "PeerAllgather"})
+"""Ops of a replica program that stand for one collective over every tensor-parallel
+rank (``peers`` adjacent devices, the written one first)."""
+
 
 @dataclass(frozen=True, eq=False)
 class ReplicaProgram:
-    """Replica 0's program (``fn``) of ``replicas`` identical replicas, replica ``r`` running
-    it on its devices shifted by ``r * stride``. ``distir.simulate`` (and
-    ``Simulator.simulate_function``) simulate it as the program of every replica."""
+    """The program (``fn``) of rank 0 of replica 0 of ``replicas`` identical replicas of
+    ``peers`` identical ranks each: rank ``t`` of replica ``r`` runs it on its devices
+    shifted by ``r * stride + t``. ``distir.simulate`` (and
+    ``Simulator.simulate_function``) simulate it as the program of every copy."""
 
     fn: Function
     replicas: int
     stride: int
+    peers: int = 1
 
     @property
     def name(self) -> str:
         return self.fn.name
 
     def num_ops(self, *, inline_calls: bool = False) -> int:
-        """The ops of the program of every replica (one ``MPIAllreduce`` for the copies of
-        a ``ReplicaAllreduce``)."""
-        total = self.fn.num_ops(inline_calls=inline_calls)
-        shared = _count(self.fn, inline_calls, {})
-        return self.replicas * (total - shared) + shared
+        """The ops of the program of every copy (one ``MPIAllreduce`` for the copies of
+        a ``ReplicaAllreduce``, one collective for those of a ``Peer*`` op)."""
+        return _every_copy(self.fn.num_ops(inline_calls=inline_calls),
+                           _count(self.fn, inline_calls, {}), self.replicas, self.peers)
 
     def check(self, hw: Hardware) -> None:
-        """Refuse, in one line, a machine on which the replicas would not run alike."""
+        """Refuse, in one line, a machine on which the copies would not run alike."""
         per = hw.devices_per_node
         if not replicas_run_alike(hw, self.replicas, self.stride):
             raise SimulationError(
@@ -70,39 +85,55 @@ class ReplicaProgram:
                 f"each) do not run alike on {hw.name} ({per} devices per node: some "
                 "replicas straddle a node boundary): simulate the program of every "
                 "replica (dtp) instead of replica 0's (dtp_replica)")
+        if not peers_run_alike(hw, self.peers):
+            raise SimulationError(
+                f"the {self.peers} tensor-parallel ranks of @{self.fn.name} do not run alike "
+                f"on {hw.name} ({per} devices per node: some groups of ranks straddle a node "
+                "boundary): simulate the program of every rank (dtp, or dtp_replica with "
+                "fold_tp=False)")
 
-    def shift(self, d: int, r: int) -> int:
-        """Replica ``r``'s copy of replica 0's device ``d``."""
-        return d + r * self.stride
+    def shift(self, d: int, r: int, t: int = 0) -> int:
+        """Rank ``t`` of replica ``r``'s copy of the written device ``d``."""
+        return d + r * self.stride + t
 
     def expand(self, sim: Simulation) -> Simulation:
-        """Replica 0's simulation made the simulation of every replica."""
+        """The written copy's simulation made the simulation of every copy."""
         own = sim.devices
-        if own and max(own) >= self.stride:
+        n, k = self.replicas, self.peers
+        if own and n > 1 and max(own) >= self.stride:
             raise SimulationError(
                 f"@{self.fn.name} places values on device {max(own)}, outside replica 0's "
                 f"devices 0-{self.stride - 1}: it is not one replica's program")
-        n = self.replicas
-        shared = _count(self.fn, True, {})
+        if k > 1 and any(d % k for d in own):
+            d = next(d for d in own if d % k)
+            raise SimulationError(
+                f"@{self.fn.name} places values on device {d}, not the first of a group of "
+                f"{k} tensor-parallel ranks: it is not rank 0's program")
+        stride = self.stride
 
         def per(x: dict[int, Any]) -> dict[int, Any]:
-            return {self.shift(d, r): v for r in range(n) for d, v in x.items()}
+            return {d + r * stride + t: v for r in range(n) for d, v in x.items()
+                    for t in range(k)}
 
         return replace(
-            sim, devices=tuple(self.shift(d, r) for r in range(n) for d in own),
+            sim, devices=tuple(sorted(d + r * stride + t for r in range(n) for d in own
+                                      for t in range(k))),
             busy_s=per(sim.busy_s), compute_s=per(sim.compute_s), comm_s=per(sim.comm_s),
             idle_s=per(sim.idle_s), peak_memory_bytes=per(sim.peak_memory_bytes),
             host_s=per(sim.host_s),
-            num_ops=n * (sim.num_ops - shared) + shared, replicas=(n, self.stride))
+            num_ops=_every_copy(sim.num_ops, _count(self.fn, True, {}), n, k),
+            replicas=(n, stride), peers=k)
 
 
 def replica_program(fn: Function) -> ReplicaProgram | None:
-    """``fn`` as the replica program its ``ReplicaAllreduce`` ops describe (each lists the
-    devices of every replica's copy: ``d, d + stride, ..., d + (replicas - 1)·stride``, with
-    ``d`` its input's device), or ``None`` when it has none: a replica program read from a
-    file simulates as the program of every replica. Groups that disagree are a one-line
-    ``SimulationError``."""
+    """``fn`` as the replica program its ``ReplicaAllreduce`` and ``Peer*`` ops describe
+    (each ``ReplicaAllreduce`` lists the devices of every replica's copy: ``d, d + stride,
+    ..., d + (replicas - 1)·stride``, with ``d`` its input's device; each ``Peer*`` op names
+    its group's size, ``peers``), or ``None`` when it has neither: a replica program read
+    from a file simulates as the program of every copy. Groups that disagree are a
+    one-line ``SimulationError``."""
     found: tuple[int, int] | None = None
+    peers: int | None = None
     seen: set[int] = set()
     todo = [fn]
     while todo:
@@ -113,6 +144,15 @@ def replica_program(fn: Function) -> ReplicaProgram | None:
         for op in f.ops:
             if op.callee is not None:
                 todo.append(op.callee)
+            elif op.op_type in PEER_OPS:
+                k: Any = op.attrs.get("peers")
+                if not isinstance(k, int) or k < 1 or (peers is not None and k != peers):
+                    want = "" if peers is None else f"; others are over {peers} ranks"
+                    raise SimulationError(
+                        f"{op.op_type}(peers={k}) in @{f.name} does not name the size of "
+                        f"the tensor-parallel group{want}: give every Peer op one positive "
+                        "peers (dtp_replica does)")
+                peers = k
             elif op.op_type in REPLICA_OPS:
                 devs: Any = op.attrs["devices"]
                 g = [int(d) for d in devs]
@@ -127,7 +167,16 @@ def replica_program(fn: Function) -> ReplicaProgram | None:
                         f"device per replica, replicas equally far apart from replica 0's"
                         f"{want}: write each as d, d + stride, ... (dtp_replica does)")
                 found = (len(g), stride)
-    return None if found is None else ReplicaProgram(fn, *found)
+    if found is None and peers is None:
+        return None
+    n, stride = found if found is not None else (1, 0)
+    k = peers or 1
+    if n > 1 and stride % k:
+        raise SimulationError(
+            f"@{fn.name}'s replicas are {stride} devices apart, not a whole number of "
+            f"groups of {k} tensor-parallel ranks (its Peer ops' peers): write replicas "
+            "of whole groups (dtp_replica does)")
+    return ReplicaProgram(fn, n, stride, k)
 
 
 def replicas_run_alike(hw: Hardware, replicas: int, stride: int) -> bool:
@@ -139,36 +188,74 @@ def replicas_run_alike(hw: Hardware, replicas: int, stride: int) -> bool:
             or per % stride == 0)
 
 
-def _count(fn: Function, inline: bool, memo: dict[int, int]) -> int:
-    """``ReplicaAllreduce`` ops of ``fn`` (with ``inline``, of its callees per call)."""
+def peers_run_alike(hw: Hardware, peers: int) -> bool:
+    """Whether groups of ``peers`` tensor-parallel ranks on adjacent devices (a group's
+    first device a multiple of ``peers``) take the same times on ``hw``, rank by rank:
+    each node holds whole groups, or each group whole nodes."""
+    per = hw.devices_per_node
+    return peers <= 1 or per % peers == 0 or peers % per == 0
+
+
+def _every_copy(n_ops: int, shared: tuple[int, int], replicas: int, peers: int) -> int:
+    """The ops of the program of every copy, of ``n_ops`` written ones of which
+    ``shared`` are (``ReplicaAllreduce``, ``Peer*``) ops: the first written once per
+    rank, the second once per replica, the others once per copy."""
+    rep, peer = shared
+    return replicas * peers * (n_ops - rep - peer) + peers * rep + replicas * peer
+
+
+def _count(fn: Function, inline: bool, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """``ReplicaAllreduce`` and ``Peer*`` ops of ``fn`` (with ``inline``, of its callees
+    per call)."""
     n = memo.get(id(fn))
     if n is None:
-        n = 0
+        rep = peer = 0
         for op in fn.ops:
             if op.callee is not None:
                 if inline:
-                    n += _count(op.callee, inline, memo)
+                    a, b = _count(op.callee, inline, memo)
+                    rep += a
+                    peer += b
             elif op.op_type in REPLICA_OPS:
-                n += 1
-        memo[id(fn)] = n
+                rep += 1
+            elif op.op_type in PEER_OPS:
+                peer += 1
+        n = memo[id(fn)] = (rep, peer)
     return n
 
 
-def expand_replica_events(events: list[tuple], replicas: int, stride: int) -> list[tuple]:
-    """Replica 0's expanded events (``expand_events``) as every replica's: each event on
-    each replica's devices, a ``ReplicaAllreduce`` once, on every replica's devices (as the
-    ``MPIAllreduce`` of the program of every replica). Sorted by start time (stable)."""
+def expand_replica_events(events: list[tuple], replicas: int, stride: int,
+                          peers: int = 1) -> list[tuple]:
+    """The written copy's expanded events (``expand_events``) as every copy's: each event
+    on each copy's devices (rank ``t`` of replica ``r``: shifted by ``r·stride + t``); a
+    ``ReplicaAllreduce`` once per rank, on every replica's devices (as the ``MPIAllreduce``
+    of the program of every replica); a ``Peer*`` op once per replica, on every rank's
+    devices (as its ``MPIAllreduce`` or ``MPIAllgather``). Sorted by start time (stable)."""
     from distir.analysis.renaming import rename_detail
 
     out: list[tuple] = []
     for ev in events:
         start, dur, devs, op, detail, fname = ev
         if op.op_type in REPLICA_OPS:
-            out.append((start, dur, tuple(op.attrs["devices"]), op, detail, fname))
+            group = tuple(op.attrs["devices"])  # type: ignore[arg-type]
+            for t in range(peers):
+                out.append((start, dur, tuple(d + t for d in group), op,
+                            rename_detail(detail, {d: d + t for d in devs}) if t else detail,
+                            fname))
             continue
-        out.append(ev)
-        for r in range(1, replicas):
-            m = {d: d + r * stride for d in devs}
-            out.append((start, dur, tuple(m.values()), op, rename_detail(detail, m), fname))
+        if op.op_type in PEER_OPS:
+            for r in range(replicas):
+                m = {d: d + r * stride for d in devs}
+                out.append((start, dur, tuple(m[d] + t for d in devs for t in range(peers)),
+                            op, rename_detail(detail, m) if r else detail, fname))
+            continue
+        for r in range(replicas):
+            for t in range(peers):
+                if r == 0 and t == 0:
+                    out.append(ev)
+                    continue
+                m = {d: d + r * stride + t for d in devs}
+                out.append((start, dur, tuple(m.values()), op, rename_detail(detail, m),
+                            fname))
     out.sort(key=lambda e: e[0])
     return out

@@ -804,7 +804,7 @@ class Simulator(TypeInterpreter):
         summaries; with ``share_equal_functions``, across equal functions of different
         programs) serve every program it simulates. No warning for uncosted ops: they
         are listed in ``Simulation.uncosted_ops``. A ``ReplicaProgram`` is simulated once
-        and its figures expanded to every replica (``distir.analysis.replicas``)."""
+        and its figures expanded to every replica and rank (``distir.analysis.replicas``)."""
         from distir.analysis.api import _input_values
 
         if isinstance(fn, Module):
@@ -927,6 +927,10 @@ class Simulation:
     replicas: tuple[int, int] | None = None
     """For a ``ReplicaProgram``'s simulation, ``(replicas, stride)``: the figures are every
     replica's, the events replica 0's, repeated by ``events()``."""
+    peers: int = 1
+    """For a ``ReplicaProgram``'s simulation, its tensor-parallel ranks written as one
+    (``ReplicaProgram.peers``): the figures are every rank's, the events rank 0's,
+    repeated by ``events()``."""
     _events: list = field(default_factory=list, repr=False)
 
     @property
@@ -962,7 +966,7 @@ class Simulation:
             return evs
         from distir.analysis.replicas import expand_replica_events
 
-        return expand_replica_events(evs, *self.replicas)
+        return expand_replica_events(evs, *self.replicas, self.peers)
 
     def write_trace(self, path: str) -> None:
         """Write the timeline as Chrome trace JSON (one track per device; opens in
@@ -1005,8 +1009,9 @@ def simulate(fn: Function | Module | ReplicaProgram, hardware: Hardware | str = 
     name, a path to a profile file, or a ``Hardware``).
 
     A ``ReplicaProgram`` (``dtp_replica``: one of several identical data-parallel
-    replicas), or a function whose ``ReplicaAllreduce`` ops name the other replicas'
-    devices, is simulated as the program of every replica.
+    replicas, tensor-parallel ranks), or a function whose ``ReplicaAllreduce`` and
+    ``Peer*`` ops name the other copies' devices, is simulated as the program of every
+    copy.
 
     ``input_types`` override the parameters' declared types (as in ``infer_types``);
     ``batch_size`` gives ``Simulation.throughput``. An op without a cost rule is a

@@ -31,8 +31,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "default the inputs not bound to initializers")
     p.add_argument("--one-replica", action="store_true",
                    help="for simulation: write data-parallel replica 0 alone, its gradient "
-                   "all-reduces as ReplicaAllreduce over every replica's devices "
-                   "(dtp_replica); `distir simulate` gives every replica's figures")
+                   "all-reduces as ReplicaAllreduce over every replica's devices, and, "
+                   "where the tensor-parallel ranks run alike, rank 0 alone, its "
+                   "collectives as PeerAllreduce/PeerAllgather over every rank "
+                   "(dtp_replica); `distir simulate` gives every replica's and rank's "
+                   "figures")
     p.add_argument("--hardware", "-H", default=None, metavar="H",
                    help="hardware profile (name or path) weighing the ops where pipeline "
                    "stages are balanced by cost: the one you will simulate (default "
@@ -48,13 +51,15 @@ def run_transform(args: argparse.Namespace) -> int:
     from distir.transforms import dtp, dtp_replica
 
     m = distir.load(args.file)
+    peers = 1
     if args.one_replica:
         if args.self_contained:
             raise ConfigError("--one-replica writes a program for simulation; "
                               "--self-contained is for executing one: choose one")
-        fn = dtp_replica(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
+        rp = dtp_replica(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
                          microbatches=args.microbatches, schedule=args.schedule,
-                         batch_inputs=args.batch_input, hardware=args.hardware).fn
+                         batch_inputs=args.batch_input, hardware=args.hardware)
+        fn, peers = rp.fn, rp.peers
     else:
         fn = dtp(m.entry, dp=args.dp, tp=args.tp, pp=args.pp,
                  microbatches=args.microbatches, schedule=args.schedule,
@@ -78,10 +83,14 @@ def run_transform(args: argparse.Namespace) -> int:
         weights = f"; weights of {len(fn.initializers)} parameters in {wp}"
     n_dev = args.dp * args.tp * args.pp
     written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
+    if args.one_replica and args.tp > 1:
+        weights += f"; tensor-parallel rank 0 of {args.tp}" if peers > 1 else (
+            f"; every tensor-parallel rank (the {args.tp} ranks do not run alike)")
     if args.one_replica and args.dp > 1:
         from distir.analysis.replicas import replica_program
 
-        meet = replica_program(fn) is not None
+        read = replica_program(fn)
+        meet = read is not None and read.replicas > 1
         weights += f"; replica 0 of {args.dp}" + ("" if meet else (
             " (an inference program: its replicas never meet, so the file holds no sign of "
             "the others and simulates as one replica)"))

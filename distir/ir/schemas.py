@@ -121,6 +121,17 @@ _DISTIR_OPS = [
         "(`dtp_replica`), this replica's part of an all-reduce over `devices` (the "
         "input's device and its copies on the other replicas): the sum, on the input's "
         "device; timed as `MPIAllreduce` over `devices`, not executable"),
+    _op("PeerAllreduce", "comm", (1, 1), (1, 1), (_A("peers", "int", True),),
+        doc="in a program that writes rank 0 of `peers` identical tensor-parallel ranks "
+        "(`dtp_replica`), its part of an all-reduce over the input's device and the next "
+        "`peers - 1` devices (the ranks' copies): the sum, on the input's device; timed as "
+        "`MPIAllreduce` over those devices, not executable"),
+    _op("PeerAllgather", "comm", (1, 1), (1, 1),
+        (_A("axis", "int", False, 0), _A("peers", "int", True)),
+        doc="rank 0's part of an all-gather along `axis` over the input's device and the "
+        "next `peers - 1` devices (as `PeerAllreduce`): the concatenation, `peers` times "
+        "the input's size along `axis`, on the input's device; timed as `MPIAllgather`, "
+        "not executable"),
     _op("MPIAllgather", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),), "inputs",
         doc="n copies of the concatenation along `axis`"),
     _op("MPIReduceScatter", "comm", _VARIADIC, _VARIADIC, (_A("axis", "int", False, 0),),
@@ -191,13 +202,19 @@ SCHEMAS.update({s.name: s for s in _DISTIR_OPS})
 COMM_OPS = frozenset(s.name for s in _DISTIR_OPS if s.domain == "comm")
 
 ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket", "ReplicaAllreduce",
-                       "MPIReduceScatter", "MPIAllgather"})
+                       "PeerAllreduce", "MPIReduceScatter", "MPIAllgather", "PeerAllgather"})
 """Collectives (the all-reduces, bucketed or not, reduce-scatter and all-gather) that run
 on each device's communication stream, overlapping the compute ops after them until the
 first op that reads their result (distir's extension of the spec's execution semantics;
 see docs/simulation.md, "Overlapping communication"). The simulator and the PyTorch
 backend (an ``async_op`` collective, waited for at the first use of its result) both
 follow it."""
+
+FOLDED_COLLECTIVES = {"ReplicaAllreduce": "MPIAllreduce", "PeerAllreduce": "MPIAllreduce",
+                      "PeerAllgather": "MPIAllgather"}
+"""The collectives of a program that writes one of several identical copies (data-parallel
+replicas, tensor-parallel ranks: ``distir.analysis.replicas``), each standing for this
+collective of the program of every copy: timed, issued and traced as it is."""
 
 
 def get_schema(name: str) -> OpSchema | None:

@@ -11,7 +11,8 @@ The pieces, each usable alone:
 - ``stage_order`` / ``ticks``: the GPipe and 1F1B schedules;
 - ``build_stage_functions``, ``MainBuilder``: the per-stage functions and ``@main``;
 - ``dtp``: all of the above, composed; ``dtp_replica``: its program written for one
-  data-parallel replica, for simulation (``distir.analysis.replicas``);
+  data-parallel replica (and, where the ranks run alike, one tensor-parallel rank), for
+  simulation (``distir.analysis.replicas``);
 - ``grad`` (reverse-mode autodiff by the VJP rules of ``distir.transforms.vjp``) and
   ``training_step`` (a forward program made into a training step): docs/autodiff.md.
 """

@@ -208,11 +208,11 @@ class MainBuilder(BuilderBase):
             if (s, 0) in out:
                 continue
             for e in self._template(g, g.inputs, 0):
-                if type(e) is list and len(e) == plan.tp:
+                if type(e) is list and len(e) == plan.written_tp:
                     for t, v in enumerate(e):
                         out[(s, t)] = v
                     break
-        if len(out) < plan.pp * plan.tp:
+        if len(out) < plan.pp * plan.written_tp:
             return None
         return out
 
@@ -341,7 +341,7 @@ class MainBuilder(BuilderBase):
     def _bind_outputs(self, g: StageFunction, outs: list[Value], m: int, d: int) -> None:
         """Record the results of one unit of ``g`` on replica ``d``: running sums in
         ``acc``, the others in ``env``."""
-        tp, reduced = self.plan.tp, self.plan.st.reduced
+        tp, reduced = self.plan.written_tp, self.plan.st.reduced
         for j, v in enumerate(g.outputs):
             vals = outs[j * tp:(j + 1) * tp]
             if v in reduced:
@@ -356,7 +356,7 @@ class MainBuilder(BuilderBase):
         op, and after the op that completes a gradient, its ``MPIAllreduce`` over the
         replicas (one per tensor-parallel rank). The sums go to ``env``, as
         ``reduce_gradients`` would put them."""
-        plan, tp = self.plan, self.plan.tp
+        plan, tp = self.plan, self.plan.written_tp
         envs: list[dict[Value, Value]] = [dict(zip(fn.params, a)) for a in args]
         # The gradients to reduce, ``(value, rank, return position)``, by the index of the
         # op that computes them (-1: an argument returned as it is).
@@ -414,7 +414,7 @@ class MainBuilder(BuilderBase):
             blocks = [self.acc[(v, d, s)] for d in range(plan.written)]
             if plan.dp > 1:
                 sums: list[list[Value]] = [[] for _ in range(plan.written)]
-                for t in range(plan.tp):
+                for t in plan.ranks():
                     outs = [Value(self.namer(None, None, d)(base_name(v))[t])
                             for d in range(plan.written)]
                     self._allreduce([b[t] for b in blocks], outs, s, t)
@@ -479,7 +479,7 @@ class MainBuilder(BuilderBase):
         out: list[Value] = []
         for v in self.prog.fn.returns:
             if st.value_kind.get(v) == "m":
-                ranks = range(plan.tp) if T in plan.sh.layout[v].marks else range(1)
+                ranks = plan.ranks() if T in plan.sh.layout[v].marks else range(1)
                 for d in range(plan.written):
                     out.extend(self.concat_microbatches(v, d, t) for t in ranks)
             else:

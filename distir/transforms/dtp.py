@@ -65,16 +65,22 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
 def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
                 microbatches: int = 1, schedule: str = "1f1b", layer_functions: bool = True,
                 batch_inputs: Sequence[str] | None = None, hardware: Any = None,
-                ) -> ReplicaProgram:
+                fold_tp: bool = True) -> ReplicaProgram:
     """``dtp``'s step for simulation, written for replica 0 alone: the same program as
     ``dtp(fn, dp, ...)`` on devices ``0 .. tp·pp - 1``, each all-reduce of gradients over
-    the replicas being replica 0's part of it (``ReplicaAllreduce``). ``distir.simulate``
-    gives exactly the figures of the program of every replica (``distir.analysis.replicas``)
-    at a cost that does not grow with ``dp``; it cannot be executed or run (there, use
-    ``dtp``). Refuses what ``dtp`` refuses."""
+    the replicas being replica 0's part of it (``ReplicaAllreduce``). With ``fold_tp``
+    (the default), where the ``tp`` ranks of a stage run alike (``Plan.written_tp``), it
+    is written for tensor-parallel rank 0 alone too (devices ``s·tp`` of each stage
+    ``s``), each collective over the ranks being rank 0's part of it (``PeerAllreduce``,
+    ``PeerAllgather``); elsewhere every rank is written (``peers`` is then 1).
+    ``distir.simulate`` gives exactly the figures of the program of every replica and
+    rank (``distir.analysis.replicas``) at a cost that grows with neither ``dp`` nor
+    ``tp``; it cannot be executed or run (there, use ``dtp``). Refuses what ``dtp``
+    refuses."""
     plan = Plan(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches, schedule,
-                one_replica=True)
-    return ReplicaProgram(_build(plan, False, layer_functions), dp, tp * pp)
+                one_replica=True, one_rank=fold_tp)
+    peers = tp // plan.written_tp
+    return ReplicaProgram(_build(plan, False, layer_functions), dp, tp * pp, peers)
 
 
 def _analysis(fn: Function | Module | Analysis, batch_inputs: Sequence[str] | None,

@@ -14,6 +14,11 @@ copies are consecutive and overlap in time) and then the collectives the layouts
 - a mean over split values (a ``reduction="mean"`` loss, ``ReduceMean``, the running
   statistics of ``BatchNormalization``) is scaled by the shard count.
 
+A program written for tensor-parallel rank 0 alone (``Plan.written_tp``, ``dtp_replica``)
+maps each sequential value to rank 0's local value only, and writes each collective over
+the ranks as rank 0's part of it (``PeerAllreduce``, ``PeerAllgather``, see
+``distir.analysis.replicas``).
+
 The emitter is shared by the stage functions (generic over devices, constants passed in)
 and by the top-level function (which places constants with ``Constant(device=...)``).
 """
@@ -84,9 +89,11 @@ class Emitter:
         self.name = name
         self.const = const
         self.tp = plan.tp
+        self.nr = plan.written_tp
+        """The ranks written (``Plan.written_tp``): ``tp``, or rank 0 alone."""
         self.partial = plan.sh.partial
         self.live = plan.prog.live_values
-        self._nones = (None,) * plan.tp
+        self._nones = (None,) * self.nr
 
     def shape_operand(self, op: Op, k: int) -> list[Value]:
         """The local value of shape operand ``k`` of ``op``."""
@@ -113,7 +120,7 @@ class Emitter:
         if op_type in VOCAB_OPS and is_vocab_parallel(self.plan, op):
             self._finish(op, emit_vocab(self, op, ins))
             return
-        per_rank = list(zip(*ins, strict=True)) if ins else [()] * tp
+        per_rank = list(zip(*ins, strict=True)) if ins else [()] * self.nr
         attrs = op.attrs or None
         if op_type in _GROUPED and tp > 1:
             g = local_group(self.plan, op)
@@ -135,7 +142,7 @@ class Emitter:
             results = []
             for o in outs:
                 if o.name == "_":
-                    results.append([Value("_") for _ in range(tp)])
+                    results.append([Value("_") for _ in range(self.nr)])
                     continue
                 red = tp > 1 and T in partial.get(o, "") and o in self.live
                 b = base_name(o)
@@ -148,16 +155,27 @@ class Emitter:
         """Bind ``op``'s local results, each summed over the ranks where it is partial
         and scaled where it is a mean over split axes."""
         tp, names, partial, env = self.tp, self.name, self.partial, self.env
-        append, outs, op_type = self.ops.append, op.outputs, op.op_type
+        outs, op_type = op.outputs, op.op_type
         for o, vals in zip(outs, results, strict=True):
             if tp > 1 and T in partial.get(o, "") and o in self.live:
                 red_vals = [Value(n) for n in names(base_name(o))]
-                append(Op("MPIAllreduce", vals, None, red_vals))
+                self.collective("MPIAllreduce", vals, None, red_vals)
                 vals = red_vals
             env[o] = vals
         if op_type in MEAN_SCALED:
             for k, marks in scaled_outputs(self.plan, op):
                 env[outs[k]] = self._scale(outs[k], env[outs[k]], marks)
+
+    def collective(self, op_type: str, ins: list[Value], attrs: dict | None,
+                   outs: list[Value]) -> None:
+        """Append the collective ``op_type`` (``MPIAllreduce`` or ``MPIAllgather``) over the
+        ranks: with every rank written, over their values; with rank 0 alone, its part of
+        one over every rank (``PeerAllreduce``, ``PeerAllgather``)."""
+        if self.nr == self.tp:
+            self.ops.append(Op(op_type, ins, attrs, outs))
+            return
+        peer = {"MPIAllreduce": "PeerAllreduce", "MPIAllgather": "PeerAllgather"}[op_type]
+        self.ops.append(Op(peer, ins, {**(attrs or {}), "peers": self.tp}, outs))
 
     def _slice(self, v: Value, vals: list[Value], lay: Layout) -> list[Value]:
         """Each rank's part of the whole value ``v`` (``vals``, one per rank) split as
@@ -200,7 +218,7 @@ class Emitter:
                 self.ops.append(Op("Reshape", [x, ct], None, [y]))
             vals = grouped
         out = [Value(n) for n in self.name(b + ("_gathered_groups" if g > 1 else "_gathered"))]
-        self.ops.append(Op("MPIAllgather", vals, {"axis": a + (g > 1)}, out))
+        self.collective("MPIAllgather", vals, {"axis": a + (g > 1)}, out)
         if g == 1:
             return out
         whole = shape[:a] + (shape[a] * tp,) + shape[a + 1:]

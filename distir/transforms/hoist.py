@@ -68,7 +68,7 @@ class BuilderBase:
         suffix = (f"_s{s}" if s is not None else "") + (
             f"_mb{m}" if m is not None and plan.k > 1 else "") + (
             f"_dp{d}" if plan.dp > 1 and self.outline is None else "")
-        ends = [f"{suffix}_tp{t}" for t in range(plan.tp)] if plan.tp > 1 else [suffix]
+        ends = [suffix + r for r in plan.rank_suffixes()]
         return lambda b: [b + e for e in ends]
 
     def stage_tag(self, v: Value, s: int) -> int | None:
@@ -172,7 +172,7 @@ class BuilderBase:
         _, d, s = key
         names = self.namer(s if self.plan.pp > 1 else None, None, d)(hint)
         vals = []
-        for t in range(self.plan.tp):
+        for t in self.plan.ranks():
             y = Value(names[t])
             ops.append(Op("Constant", [], {"value": attr,
                                            "device": self.plan.device(d, s, t)}, [y]))

@@ -139,7 +139,7 @@ class LayerTable:
 
     def _build(self, seg: Segment, fname: str) -> Function:
         plan = self.plan
-        ranks = [f"_tp{t}" for t in range(plan.tp)] if plan.tp > 1 else [""]
+        ranks = plan.rank_suffixes()
         params: list[Value] = []
         env: dict[Value, list[Value]] = {}
         consts: dict[int, list[Value]] = {}

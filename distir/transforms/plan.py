@@ -36,6 +36,8 @@ __all__ = ["Analysis", "Plan", "analyze"]
 _TENSOR_CHECKS: weakref.WeakKeyDictionary[Sharding, dict[tuple[int, int],
                                                           TransformError | None]] = \
     weakref.WeakKeyDictionary()
+# The outcome of ``Plan._ranks_alike`` per sharding (of a tp).
+_RANKS_ALIKE: weakref.WeakKeyDictionary[Sharding, bool] = weakref.WeakKeyDictionary()
 
 
 @dataclass(frozen=True, slots=True)
@@ -83,7 +85,7 @@ class Plan:
     of the batch-independent values (equal keys are computed once per device)."""
 
     def __init__(self, an: Analysis, dp: int, tp: int, pp: int, k: int, schedule: str,
-                 one_replica: bool = False) -> None:
+                 one_replica: bool = False, one_rank: bool = False) -> None:
         for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", k)):
             if not isinstance(v, int) or isinstance(v, bool) or v < 1:
                 raise TransformError(f"{name} must be a positive integer, got {v!r}")
@@ -101,6 +103,11 @@ class Plan:
         self._check_batch()
         self._check_layers()
         self._check_tensor()
+        self.written_tp = 1 if one_rank and tp > 1 and self._ranks_alike() else tp
+        """The tensor-parallel ranks the program writes: all ``tp``, or rank 0 alone
+        (``dtp_replica`` where every rank runs alike: its collectives over the ranks are
+        ``Peer*`` ops, rank 0's part of one over every rank's device)."""
+        self._suffixes = tuple(f"_tp{t}" for t in range(self.written_tp)) if tp > 1 else ("",)
         st = self.st
         units = an.partition.stage_map(pp)
         self.stage: dict[int, int] = {i: int(units[p]) for i, p in st.pos.items()}
@@ -200,6 +207,45 @@ class Plan:
                     f"%{v.name}, shape {shape}): tensor parallelism splits the heads")
         return (f"tp={tp} does not divide dimension {a} (size {n}) of %{v.name} "
                 f"(shape {shape})")
+
+    def _ranks_alike(self) -> bool:
+        """Whether the ``tp`` ranks of a stage run the same ops on equal shapes, so that
+        writing rank 0 alone simulates exactly as every rank (``distir.analysis.replicas``):
+        every split is even (``_check_tensor``), and no op runs on rank 0 only, which a
+        row-parallel ``Gemm``/``Conv`` with a bias (``emit``: the bias added once) and a
+        returned per-microbatch value that is not split (returned, so kept to the end, by
+        rank 0 alone) would; and no vocabulary-parallel op, whose constants of each rank
+        (its first row, its class ids) coincide on some ranks with constants all ranks
+        hold (0, the row count), so that those ranks hold fewer distinct constants than
+        the others. Depends only on the sharding (of this ``tp``): found once per
+        sharding."""
+        hit = _RANKS_ALIKE.get(self.sh)
+        if hit is None:
+            hit = _RANKS_ALIKE[self.sh] = self._ranks_alike_once()
+        return hit
+
+    def _ranks_alike_once(self) -> bool:
+        from distir.transforms.vocab_parallel import VOCAB_OPS, is_vocab_parallel
+
+        prog, sh = self.prog, self.sh
+        for i in prog.live_ops:
+            op = prog.ops[i]
+            if op.op_type in ("Gemm", "Conv") and len(op.inputs) > 2 and any(
+                    T in sh.partial.get(o, "") and o in prog.live_values for o in op.outputs):
+                return False
+            if op.op_type in VOCAB_OPS and is_vocab_parallel(self, op):
+                return False
+        return not any(self.st.value_kind.get(v) == "m" and T not in sh.layout[v].marks
+                       for v in prog.fn.returns)
+
+    def ranks(self) -> range:
+        """The tensor-parallel ranks the program writes (``written_tp``)."""
+        return range(self.written_tp)
+
+    def rank_suffixes(self) -> tuple[str, ...]:
+        """The name suffix of each written rank's local value: ``_tp{t}`` (none with one
+        rank)."""
+        return self._suffixes
 
     def _check_stages(self) -> None:
         st, units = self.st, self.unit_stage

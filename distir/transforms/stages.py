@@ -106,9 +106,9 @@ def _outputs(plan: Plan, g: StageFunction, key: tuple[int, str],
 def _build(plan: Plan, g: StageFunction, segments: list[Segment], layers: LayerTable,
            acc: bool) -> tuple[Function, list[Input]]:
     prog = plan.prog
-    tp = plan.tp
+    tp = plan.written_tp  # the ranks written
 
-    ranks = [f"_tp{t}" for t in range(tp)] if tp > 1 else [""]
+    ranks = plan.rank_suffixes()
 
     def name(b: str) -> list[str]:
         return [b + r for r in ranks]

@@ -84,18 +84,19 @@ class _Ranks:
     def __init__(self, em: Emitter, base: str) -> None:
         self.em, self.base = em, base
         self.tp = em.tp
+        self.nr = em.nr
 
     def op(self, op_type: str, ins: list[list[Value]], attrs: dict | None = None,
            hint: str = "") -> list[Value]:
         outs = [Value(n) for n in self.em.name(f"{self.base}_{hint or op_type.lower()}")]
-        for t in range(self.tp):
+        for t in range(self.nr):
             self.em.ops.append(Op(op_type, [x[t] for x in ins], attrs, [outs[t]]))
         return outs
 
     def collective(self, op_type: str, ins: list[Value], attrs: dict | None,
                    hint: str) -> list[Value]:
         outs = [Value(n) for n in self.em.name(f"{self.base}_{hint}")]
-        self.em.ops.append(Op(op_type, ins, attrs, outs))
+        self.em.collective(op_type, ins, attrs, outs)
         return outs
 
     def const(self, arr: np.ndarray, hint: str) -> list[Value]:
@@ -103,7 +104,8 @@ class _Ranks:
         return self.em.const(arr, f"{self.base}.{hint}")
 
     def per_rank(self, arrs: list[np.ndarray], hint: str) -> list[Value]:
-        """Rank ``t``'s constant ``arrs[t]``."""
+        """Rank ``t``'s constant ``arrs[t]``. (Written for every rank: a plan with
+        vocabulary-parallel ops writes every rank, ``Plan._ranks_alike``.)"""
         return [self.em.const(a, f"{self.base}.{hint}")[t] for t, a in enumerate(arrs)]
 
 

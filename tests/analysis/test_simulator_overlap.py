@@ -163,11 +163,12 @@ def test_trace_puts_allreduces_on_a_communication_track(tmp_path: Path) -> None:
 def test_async_ops_are_the_backends_asynchronous_lowerings() -> None:
     import torch  # noqa: F401 - the test needs it
 
-    from distir.analysis.replicas import REPLICA_OPS
+    from distir.analysis.replicas import PEER_OPS, REPLICA_OPS
     from distir.backend.lowering import LOWERINGS, load_lowerings
 
     load_lowerings()
-    # (A replica program's all-reduce is for simulation: nothing runs it.)
-    assert {n for n, e in LOWERINGS.rules.items() if e.asynchronous} == \
-        ASYNC_OPS - REPLICA_OPS
-    assert not REPLICA_OPS & set(LOWERINGS.rules)
+    # (A replica program's collectives over the copies are for simulation: nothing runs
+    # them.)
+    folded = REPLICA_OPS | PEER_OPS
+    assert {n for n, e in LOWERINGS.rules.items() if e.asynchronous} == ASYNC_OPS - folded
+    assert not folded & set(LOWERINGS.rules)

@@ -24,6 +24,7 @@ from distir.errors import ExecutionError, SimulationError
 from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Op, Value
 from distir.ir.inline import inline_calls
+from distir.ir.schemas import FOLDED_COLLECTIVES
 from distir.transforms import analyze, dtp, dtp_replica
 from tests.analysis import random_ops as ops
 from tests.analysis.test_simulator_calls import HW
@@ -84,7 +85,7 @@ def assert_same_as_every_replica(one: Simulation, full: Simulation) -> None:
     assert one.num_ops == full.num_ops
 
     def trace(sim: Simulation) -> list[tuple]:
-        name = {"ReplicaAllreduce": "MPIAllreduce"}
+        name = FOLDED_COLLECTIVES
         return sorted((name.get(e[3].op_type, e[3].op_type), tuple(sorted(e[2])),
                        round(e[0], 9), round(e[1], 9)) for e in sim.events())
 

@@ -168,17 +168,19 @@ def test_resume_refuses_a_file_of_another_format(tmp_path) -> None:
 def test_one_replica_simulated_for_all_gives_the_rows_of_every_replica(monkeypatch,
                                                                       hardware,
                                                                       devices) -> None:
-    """The search simulates replica 0's program for all data-parallel replicas
-    (``dtp_replica``); with that turned off, every replica's program gives the same rows
-    (on 16 devices of ``h100-sxm-ib``, two nodes of 8, some replicas span both)."""
+    """The search simulates replica 0's program for all data-parallel replicas, and
+    tensor-parallel rank 0's for all ranks (``dtp_replica``); with that turned off, every
+    replica's and rank's program gives the same rows (on 16 devices of ``h100-sxm-ib``,
+    two nodes of 8, some replicas span both)."""
     import distir.analysis.replicas as replicas
 
     gpt = workload("gpt2", n_layer=2, d_model=64, n_head=4, train=PRESETS[
         "gpt2-350m-train"].train)
     cs = list(enumerate_space(gpt.name, devices, [16], max_microbatches=4))
-    assert sum(c.dp > 1 for c in cs) >= 8
+    assert sum(c.dp > 1 for c in cs) >= 8 and sum(c.tp > 1 for c in cs) >= 8
     one = run_search(gpt, cs, hardware=hardware, progress=None).rows
     monkeypatch.setattr(replicas, "replicas_run_alike", lambda *a: False)
+    monkeypatch.setattr(replicas, "peers_run_alike", lambda *a: False)
     every = run_search(gpt, cs, hardware=hardware, progress=None).rows
     keys = ("status", "peak_memory_per_device", "ops", "reason")
     assert [[r[k] for k in keys] for r in one] == [[r[k] for k in keys] for r in every]

@@ -45,6 +45,21 @@ def replica_allreduce(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, An
                   True)
 
 
+@COST_RULES.register("PeerAllreduce", "PeerAllgather")
+def peer_collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                    hw: Hardware) -> OpCost:
+    """Rank 0's part of a collective over its device ``d`` and its peers ``d + 1, ...,
+    d + peers - 1``: the collective's time (every rank's part starts and ends together,
+    the ranks being identical). The message size is ``MPIAllreduce``'s (the input) or
+    ``MPIAllgather``'s (the result)."""
+    gather = op_type == "PeerAllgather"
+    nbytes = float((outs[0] if gather else ins[0]).size_bytes)
+    d = ins[0].device
+    group = list(range(d, d + int(attrs["peers"])))
+    return OpCost(hw.comm_time("allgather" if gather else "allreduce", nbytes, group), 0.0,
+                  nbytes, True)
+
+
 @COST_RULES.register("MPIAllreduceBucket")
 def allreduce_bucket(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                      hw: Hardware) -> OpCost:

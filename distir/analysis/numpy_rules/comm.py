@@ -70,6 +70,13 @@ def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
                          "replica (dtp, not dtp_replica)")
 
 
+@NUMPY_RULES.register("PeerAllreduce", "PeerAllgather")
+def peer_collective(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    raise ExecutionError(f"{op_type} combines values of tensor-parallel ranks this program "
+                         "does not write: it is for simulation; execute the program of every "
+                         "rank (dtp, not dtp_replica)")
+
+
 @NUMPY_RULES.register("MPIAllgather")
 def allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
     g = np.concatenate(args, axis=attrs["axis"])

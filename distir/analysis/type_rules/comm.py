@@ -130,6 +130,28 @@ def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
     return (t,)
 
 
+def _peers(attrs: dict[str, Any]) -> int:
+    n = attrs["peers"]
+    if not isinstance(n, int) or isinstance(n, bool) or n < 1:
+        raise TypeInferenceError(f"peers must be a positive int, the ranks of the group, got "
+                                 f"{n!r}")
+    return n
+
+
+@TYPE_RULES.register("PeerAllreduce")
+def peer_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    _peers(attrs)
+    return (tensor(args[0], "input 0"),)
+
+
+@TYPE_RULES.register("PeerAllgather")
+def peer_allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    n = _peers(attrs)
+    t = tensor(args[0], "input 0")
+    a = norm_axis(attrs.get("axis", 0), len(t.shape))
+    return (TensorType(t.dtype, t.shape[:a] + (t.shape[a] * n,) + t.shape[a + 1:], t.device),)
+
+
 def bucket_members(op_type: str, args: tuple, k: Any) -> list[list[TensorType]]:
     """The members of an ``MPIAllreduceBucket``: ``k`` runs of equally many inputs, each run
     one tensor per device of one shape, every run on the same devices in the same order,
