@@ -8,15 +8,14 @@ apply. Each configuration computes the sequential results (reference executor)."
 from __future__ import annotations
 
 import numpy as np
+import onnx  # noqa: F401 - the test needs it
 import pytest
+import transformers
 
-transformers = pytest.importorskip("transformers")
-pytest.importorskip("onnx")
-
-import distir  # noqa: E402
-from distir.transforms import analyze, dtp, training_step  # noqa: E402
-from tests.zoo.export import ExportFailed, exported  # noqa: E402
-from tests.zoo.models import SEQ, Spec, _seeded, _tokens  # noqa: E402
+import distir
+from distir.transforms import analyze, dtp, training_step
+from tests.zoo.export import ExportFailed, exported
+from tests.zoo.models import SEQ, Spec, _seeded, _tokens
 
 VOCAB = 128
 BATCH = 4
