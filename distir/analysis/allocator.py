@@ -325,7 +325,8 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
     from distir.analysis.projection import project
 
     prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
-    proj = project(prog)
+    near = [d for d, b in peak_bytes.items() if b >= NEAR_CAPACITY * low]
+    proj = project(prog, devices=near)  # (the programs of the devices replayed below)
     # One communicator per distinct device group (the backend's GroupCache).
     groups = {tuple(sorted(g)) for g in proj.groups}
     for op in prog.ops:  # a replica program's all-reduces over every replica

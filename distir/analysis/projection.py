@@ -125,20 +125,32 @@ def _device_of(t: Type, what: str) -> int:
     raise UnsupportedError(f"{what} has type {t}; projection needs each value on one device")
 
 
+_UNWRITTEN = Value("unwritten")
+"""The value of every result of an op on a device ``project(devices=...)`` leaves out."""
+
+
 class _Projector(Interpreter):
     """The loop with ``_Slot`` values: ``eval_op`` types the op with the shared
     ``TypeInterpreter`` and appends its per-rank form to the programs of its devices; calls
     run their callee in place (the base ``eval_call``), which inlines them."""
 
-    def __init__(self, types: TypeInterpreter) -> None:
+    def __init__(self, types: TypeInterpreter, devices: frozenset[int] | None = None,
+                 ) -> None:
         super().__init__()
         self.types = types
         self.ops: dict[int, list[Op]] = {}
         self.seq = 0
         self.groups: dict[tuple[int, ...], None] = {}
+        self.devices = devices
+        """The devices whose programs are written (``None``: all)."""
+        self.left_out: set[int] = set()
+        """Devices with ops not written (``devices``)."""
 
     def emit(self, device: int, op: Op) -> None:
-        self.ops.setdefault(device, []).append(op)
+        if self.devices is None or device in self.devices:
+            self.ops.setdefault(device, []).append(op)
+        else:
+            self.left_out.add(device)
 
     def new_value(self, src: Value, abs: Any) -> _Slot:
         t = type_of(abs)
@@ -147,6 +159,13 @@ class _Projector(Interpreter):
     def eval_op(self, op: Op, args: tuple) -> tuple:
         abs_args = tuple(None if a is None else a.abs for a in args)
         outs_abs = self.types.eval_op(op, abs_args)
+        if self.devices is not None and outs_abs and op.op_type not in COMM_OPS:
+            # An op of a device whose program is not written: its results are only typed
+            # (the type interpreter has checked its placement).
+            t = type_of(outs_abs[0])
+            if isinstance(t, TensorType | ScalarType) and t.device not in self.devices:
+                self.left_out.add(t.device)
+                return tuple(_Slot(_UNWRITTEN, a) for a in outs_abs)
         outs = tuple(self.new_value(v, a) for v, a in zip(op.outputs, outs_abs))
         if op.op_type in COMM_OPS:
             self.comm(op, args, outs)
@@ -267,19 +286,22 @@ def _prune_constants(ops: list[Op], returns: Sequence[Value]) -> list[Op]:
 
 
 def project(fn: Function | Module, input_types: Sequence[Type | None] | None = None,
-            *, world_size: int | None = None) -> Projection:
+            *, world_size: int | None = None,
+            devices: Sequence[int] | None = None) -> Projection:
     """The per-device programs of ``fn`` (see the module docstring for their invariants).
 
     ``input_types`` overrides the declared parameter types (as for ``infer_types``);
     ``world_size``, when given, pads with empty programs up to that many devices and must
-    cover every device the program uses.
+    cover every device the program uses. ``devices``, when given, writes the programs of
+    those devices alone (the others hold their parameters and no op), at a fraction of the
+    cost: what a caller that reads a few devices' programs needs.
     """
     if isinstance(fn, Module):
         fn = fn.entry
     types = TypeInterpreter()
     args_abs = _input_values(fn, input_types)
     types.run(fn, args_abs)  # checks annotations and placement, and fills the memo table
-    proj = _Projector(types)
+    proj = _Projector(types, None if devices is None else frozenset(devices))
     params = [_Slot(Value(p.name, type_of(a), p.loc), a) for p, a in zip(fn.params, args_abs)]
     results = proj.run(fn, params)
 
@@ -287,7 +309,7 @@ def project(fn: Function | Module, input_types: Sequence[Type | None] | None = N
                   for p, s in zip(fn.params, params)]
     ret_devs = [_device_of(type_of(s.abs), f"result {i} of @{fn.name}")
                 for i, s in enumerate(results)]
-    used = set(proj.ops) | set(param_devs) | set(ret_devs)
+    used = set(proj.ops) | proj.left_out | set(param_devs) | set(ret_devs)
     n = max(used, default=0) + 1
     if world_size is not None:
         if world_size < n:

@@ -181,3 +181,21 @@ def test_projection_pickles_without_the_parser() -> None:
                          cwd=ROOT, timeout=120)
     assert out.returncode == 0, out.stderr.decode()
     assert out.stdout.decode().split() == ["2", "7"]
+
+
+@pytest.mark.parametrize("name", ["mlp_step_dp2.dir", "mlp_step_pp2.dir"])
+def test_some_devices_only(name: str) -> None:
+    """``devices=``: the programs of those devices as the full projection writes them,
+    every other device's with its parameters and no op (what the allocator's replay
+    reads, at a fraction of the cost)."""
+    fn = load(name)
+    full = project(fn)
+    for keep in ([0], [1]):
+        part = project(fn, devices=keep)
+        assert part.world_size == full.world_size and part.groups == full.groups
+        for a, b in zip(full.programs, part.programs, strict=True):
+            assert (a.param_index, a.return_index) == (b.param_index, b.return_index)
+            if a.device in keep:
+                assert distir.dumps(a.fn) == distir.dumps(b.fn)
+            else:
+                assert b.fn.ops == [] and len(b.fn.params) == len(a.fn.params)
