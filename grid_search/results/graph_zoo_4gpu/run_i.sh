@@ -2,7 +2,8 @@
 # Call I (4 GPUs): where an eager pipeline of the HF GPT-2 training step loses its time. The
 # step (batch 16 x 512, cross entropy, Adam) under D2 x P2 with 4 microbatches (26% slower
 # than predicted eagerly, within 1.6% replayed) and 2 microbatches (as predicted), each run
-# eagerly and profiled (`distir run --profile`: one more step, every op marked).
+# eagerly and profiled (`distir run --profile`: one more step, every op marked), and aligned
+# with the simulation there (`distir explain`: the program's weights are on that machine).
 set -u
 export NCCL_NVLS_ENABLE=0
 L=$OUT/run_i.log
@@ -18,7 +19,10 @@ for k in 4 2; do
   timeout 60 $D transform $S/step.dir --dp 2 --pp 2 -k $k --hardware h200-sxm -o $S/d2p2k$k.dir >> "$L" 2>&1
   timeout -s INT 120 $D run $S/d2p2k$k.dir --profile $S/prof_k$k >> "$L" 2>&1
   echo "### run k$k rc $?" >> "$L"
-  (cd $S && tar czf $OUT/prof_d2p2k$k.tgz prof_k$k)
+  timeout 120 $D explain --program $S/d2p2k$k.dir --hardware h200-sxm --top 25 $S/prof_k$k \
+      -o $S/explain_k$k.json > $OUT/explain_k$k.txt 2>&1
+  echo "### explain k$k rc $?" >> "$L"
+  (cd $S && tar czf $OUT/prof_d2p2k$k.tgz prof_k$k explain_k$k.json)
 done
 ls -la $OUT >> "$L"
 tail -30 "$L"
