@@ -57,6 +57,7 @@ from typing import Any
 
 from distir.analysis.api import _input_values
 from distir.analysis.interpreter import Interpreter, TypeInterpreter
+from distir.analysis.replicas import PEER_OPS
 from distir.analysis.values import Concrete, type_of
 from distir.errors import PlacementError, UnsupportedError
 from distir.ir.core import Function, Module, Op, Value
@@ -209,7 +210,7 @@ class _Projector(Interpreter):
                 raise PlacementError(f"{kind} has two {what} on one device ({devs}); a "
                                      "collective takes one tensor per device")
         participants = sorted(set(in_devs) | set(out_devs))
-        if kind in ("PeerAllreduce", "PeerAllgather"):  # rank 0's part: its group joins
+        if kind in PEER_OPS:  # rank 0's part: its group joins
             d = in_devs[0]
             k = int(self.attrs_of(op)["peers"])
             if k > 1:
