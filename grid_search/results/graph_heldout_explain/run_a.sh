@@ -1,5 +1,5 @@
 #!/bin/bash
-# Call A (4 GPUs): configurations of the held-out bfloat16 transformer (../graph_heldout_4gpu/),
+# Call A (2 GPUs): configurations of the held-out bfloat16 transformer (../graph_heldout_4gpu/),
 # each run eagerly with every op marked and again replayed as a CUDA graph, explained with
 # the replay's kernels (`study explain --cuda-graph`, i.e. `distir explain --replay`) against
 # the device-time profile `h200-sxm-graph` (stages weighed with h200-sxm, as measured).
@@ -21,12 +21,11 @@ one() {  # name model batch dp tp pp k
 }
 T=gpt2-16-1536-12-train
 one train_b8_d1 $T 8 1 1 1 1
-one train_b8_d4 $T 8 4 1 1 1
-one train_b8_t4 $T 8 1 4 1 1
+one train_b8_d2 $T 8 2 1 1 1
+one train_b8_t2 $T 8 1 2 1 1
 one train_b32_d1 $T 32 1 1 1 1
 one infer_b8_d1 gpt2-16-1536-12 8 1 1 1 1
-one train_b8_t2p2k4 $T 8 1 2 2 4
-one train_b8_d2 $T 8 2 1 1 1
+one train_b8_p2k4 $T 8 1 1 2 4
 (cd $W && tar czf $OUT/explain.tgz */explain.txt */explain.json *.out)
 uptime >> "$L"
 for f in $W/*/explain.txt; do echo "== $f"; head -30 "$f"; done
