@@ -51,13 +51,15 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.lower import bias_once, local_attrs, split_sizes
+from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
 from distir.transforms.spmd.outline import outline
 from distir.transforms.spmd.redistribute import plan
+from distir.transforms.spmd.rules import Outcome
 from distir.transforms.spmd.stage_values import StageValues, name_hint
 from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
+from distir.transforms.spmd.vocab import vocab_axis, write_vocab
 
 __all__ = ["Schedule", "schedule", "lower_pipeline", "stage_meshes"]
 
@@ -303,6 +305,8 @@ class _Pipe(StageValues):
         a = self.assign[s]
         reads, out = a.reads[i], a.outcomes[i]
         assert reads and out is not None
+        if op.op_type in BROADCASTS:
+            out = made_as(prog, op, out, self._read_as(op.outputs[0]))
         ins: list[list[Value | None]] = []
         for k, (v, sp) in enumerate(zip(op.inputs, reads, strict=True)):
             if v is None:
@@ -316,7 +320,19 @@ class _Pipe(StageValues):
         per_mb = self.per_mb(i)
         res: list[list[Value | None]] = [[None] * vm.size for _ in op.outputs]
         once = bias_once(op, reads, out.outs)
-        for r in rs:
+        if vocab_axis(prog, op, reads) is not None:  # its collectives span a group
+            group = (i, tuple(id(x[r]) for r in rs for x in ins))
+            every = self.memo.get(group)
+            if every is None:
+                every = write_vocab(b, prog, vm, op, reads, ins, rs, lambda r: self.dev(s, r),
+                                    self.const, [self.name(op.outputs[0], s, r, per_mb)
+                                                 for r in range(vm.size)])
+                every = self.memo[group] = [None if v is None else
+                                          self._scaled(op, out, (v,), s, r, per_mb)[0]
+                                          for r, v in enumerate(every)]
+            for r in rs:
+                res[0][r] = every[r]
+        for r in rs if res[0][rs[0]] is None else ():
             d = self.dev(s, r)
             args = [x[r] for x in ins]
             if any(vm.coords[r][ax] for ax in once):  # the bias added once to the sum
@@ -329,15 +345,7 @@ class _Pipe(StageValues):
                 vals = b.op(op.op_type, *args, num_results=len(op.outputs),
                             name=[self.name(o, s, r, per_mb) for o in op.outputs], **attrs)
                 vals = (vals,) if len(op.outputs) == 1 else tuple(vals)
-                for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
-                    if axes:
-                        n = int(np.prod([vm.shape[ax] for ax in axes]))
-                        c = self.const(np.asarray(1.0 / n, dtype=prog.type(o).dtype.np), d,
-                                       f"{name_hint(o)}_scale")
-                        vals = vals[:k] + (b.op("Mul", vals[k], c,
-                                                name=self.name(o, s, r, per_mb)),
-                                           ) + vals[k + 1:]
-                got = self.memo[key] = vals  # type: ignore[assignment]
+                got = self.memo[key] = self._scaled(op, out, vals, s, r, per_mb)
             for k in range(len(op.outputs)):
                 res[k][r] = got[k]  # type: ignore[index]
         for k, o in enumerate(op.outputs):
@@ -350,6 +358,29 @@ class _Pipe(StageValues):
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
                 self._after(o, None, other_stages=True)
+
+    def _read_as(self, v: Value) -> set[Spec]:
+        """Every spec ``v`` is read in (a result: whole)."""
+        out = {replicated(self.vmesh)} if v in self.prog.fn.returns else set()
+        for j, k in self.readers.get(v, ()):
+            reads = self.assign[self.stage[j]].reads[j]
+            if reads and reads[k] is not None:
+                out.add(reads[k])  # type: ignore[arg-type]
+        return out
+
+    def _scaled(self, op: Op, out: Outcome, vals: tuple, s: int, r: int,
+                per_mb: bool) -> tuple:
+        """Rank ``r``'s results of ``op``, those that are means over split axes scaled by
+        ``1/`` their devices (see ``Outcome``)."""
+        d = self.dev(s, r)
+        for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
+            if axes:
+                n = int(np.prod([self.vmesh.shape[ax] for ax in axes]))
+                c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
+                               f"{name_hint(o)}_scale")
+                vals = vals[:k] + (self.b.op("Mul", vals[k], c,
+                                             name=self.name(o, s, r, per_mb)),) + vals[k + 1:]
+        return vals
 
     def _after(self, v: Value, m: int | None, other_stages: bool) -> None:
         """Right after ``v`` is made (for microbatch ``m``, or once), ``other_stages``
