@@ -193,25 +193,74 @@ class _Pipe(StageValues):
         units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
                            and self.assign[s].reads[i] and i not in self.deferred]
                  for ph in "FB" for s in range(self.pp)}
+        early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
+        pulled = {u for e in early.values() for lst in e.values() for u in lst}
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
                 start = len(self.b.ops)
+                last = kind == "B" and m == self.k - 1
                 for i in units[(kind, s)]:
                     self._op(i, self.ranks_of[m])
                     for o in prog.ops[i].outputs:
                         self._after(o, m, other_stages=False)
                     made.append((i, m))
+                    for u in early[s].get(i, ()) if last else ():
+                        self._op(u, self.all)
                 phase = "fwd" if kind == "F" else "bwd"
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
                 for o in prog.ops[i].outputs:
                     self._after(o, m, other_stages=True)
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
-            if (st.phase[i] == "U" or i in self.deferred) and \
+            if (st.phase[i] == "U" or i in self.deferred) and i not in pulled and \
                     self.assign[st.stage[i]].reads[i]:  # type: ignore[index]
                 self._op(i, self.all)
         return self.b.ret(*self._returns(self_contained))
+
+    def _early_updates(self, unit: list[int]) -> dict[int, list[int]]:
+        """The update-phase ops that finish a gradient of ``unit`` (a stage's backward ops)
+        before it is summed: each reads a value of the unit (or of another such op) still
+        partial on the data axis and nothing made after the unit (a bias gradient's
+        ``Reshape``, which a training step writes at its end), and its results are read on
+        no other stage (a ``Send`` would wait for that stage's backward pass). Keyed by
+        the op of the unit that makes the last of its inputs: it runs right after that op
+        in the last microbatch's unit, so that the sum over the data axis its
+        readers need (``_after``) starts as soon as the gradient is made and overlaps the
+        rest of the backward pass, as ``dtp``'s early all-reduces and PyTorch's
+        DistributedDataParallel do. The optimizer steps, which read the gradients summed,
+        stay after the microbatches; with one replica (no all-reduce to overlap) every
+        update-phase op does."""
+        prog, st = self.prog, self.st
+        if not unit or self.vmesh.shape[0] == self.k:  # one replica: nothing to overlap
+            return {}
+        s = st.stage[unit[0]]
+        assert s is not None
+        where = {i: n for n, i in enumerate(unit)}
+        slot: dict[int, int] = {}  # a pulled op -> the op of the unit it runs after
+        for u in prog.live_ops:
+            reads = self.assign[s].reads[u]
+            if st.phase[u] != "U" or st.stage[u] != s or u in self.deferred or not reads or \
+                    any(st.stage[j] != s for o in prog.ops[u].outputs
+                        for j, _ in self.readers.get(o, ())):  # sent: after the backward
+                continue
+            partial, at = False, -1
+            for v, rd in zip(prog.ops[u].inputs, reads, strict=True):
+                j = prog.producer.get(v) if v is not None else None
+                if j is None or st.phase[j] == "H" or not self.assign[s].reads[j]:
+                    continue  # made before the units, or known before running
+                if j in where or j in slot:
+                    at = max(at, where[j] if j in where else where[slot[j]])
+                    partial = partial or (rd is not None and isinstance(rd[0], Partial))
+                elif not (self.per_mb(j) and st.stage[j] == s and st.phase[j] == "F"):
+                    break  # made later than the unit (the forward units come before it)
+            else:
+                if partial:
+                    slot[u] = unit[at]
+        out: dict[int, list[int]] = {}
+        for u, i in slot.items():
+            out.setdefault(i, []).append(u)
+        return out
 
     def _params(self, self_contained: bool) -> None:
         prog, b = self.prog, self.b

@@ -444,3 +444,32 @@ def test_equal_units_are_calls_of_stage_functions() -> None:
     sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
     assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-12)
     assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
+
+
+@pytest.mark.parametrize("dp,k", [(2, 1), (4, 1), (2, 2)])
+def test_bias_gradients_are_all_reduced_inside_the_backward_pass(dp: int, k: int) -> None:
+    """A bias gradient is finished by an update-phase ``Reshape`` (the training step writes
+    it at its end); it runs in the last microbatch's backward unit, right after the
+    gradient's ``ReduceSum``, so its all-reduce overlaps the rest of the backward pass.
+    After the backward's last ``MatMulGrad`` only what is made from then on is summed: its
+    own weight gradient, the first layer's LayerNorm (2), both embeddings (2) and the loss
+    (before this, the 8 bias gradients' too)."""
+    from distir.ir.inline import inline_top_calls
+
+    fn = compose_dtp(_gpt2_step(), dp, 1, 1, k)
+    while any(op.op_type == "Call" for op in fn.ops):
+        fn = inline_top_calls(fn)
+    last = max(j for j, op in enumerate(fn.ops) if op.op_type == "MatMulGrad")
+    late = [j for j, op in enumerate(fn.ops) if op.op_type == "MPIAllreduce" and j > last]
+    assert len(late) == 6
+    _same(_gpt2_step(), compose_dtp(_gpt2_step(), dp, 1, 1, k, self_contained=True))
+
+
+@pytest.mark.parametrize("dp", [2, 4, 8])
+def test_gpt2_data_parallel_simulated_time_is_near_dtps(dp: int) -> None:
+    """With the gradients' all-reduces inside the backward pass, data parallelism on the
+    GPT-2 step simulates within 0.2% of ``dtp`` (2.8-5.1% slower when the bias gradients
+    were summed after it)."""
+    ours = distir.simulate(compose_dtp(_gpt2_step(), dp), "h100-sxm").latency_s
+    ref = distir.simulate(dtp(_gpt2_step(), dp), "h100-sxm").latency_s
+    assert ours <= ref * 1.002
