@@ -46,7 +46,8 @@ from grid_search.models import workload
 from grid_search.space import enumerate_space, powers_of_two
 
 DEVELOPMENT = {("mlp-1b", "Float16"), ("gpt2-1.6b", "Float16"), ("gpt2-24-1024-16", "Float16"),
-               ("gpt2-350m", "Float16"), ("gpt2-350m-train", "Float16")}
+               ("gpt2-350m", "Float16"), ("gpt2-350m-train", "Float16"),
+               ("gpt2-16-1536-12", "BFloat16"), ("gpt2-16-1536-12-train", "BFloat16")}
 """(model, dtype) of the studies the cost model was developed on (docs/fidelity.md): their
 accuracy figures are not held out, at any batch size."""
 

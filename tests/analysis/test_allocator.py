@@ -250,14 +250,26 @@ def test_the_backend_copies_exactly_those_transposes() -> None:
 
     from distir.backend.lowering import compile_program
 
-    fn = _program("""func @main(%x: Tensor[Float32, (2, 3, 4, 5), 0]) {
+    fn = _program("""func @main(%x: Tensor[Float32, (2, 3, 4, 8), 0]) {
   %t = Transpose(%x, perm=[0, 2, 1, 3])
   %u = Transpose(%x, perm=[0, 1, 3, 2])
   return %t, %u
 }""")
-    x = torch.randn(2, 3, 4, 5)
+    x = torch.randn(2, 3, 4, 8)
     c = compile_program(project(fn).programs[0], torch.device("cpu"))
     (t,) = c.steps[0].kernel(x)
     (u,) = c.steps[1].kernel(x)
     assert t.is_contiguous() and torch.equal(t, x.permute(0, 2, 1, 3))
     assert not u.is_contiguous() and u.data_ptr() == x.data_ptr()
+    # a 2-D transpose of unaligned rows (5 floats: 20 bytes) is copied, of aligned ones not
+    fn = _program("""func @main(%a: Tensor[Float32, (8, 5), 0], %b: Tensor[Float32, (8, 8), 0]) {
+  %t = Transpose(%a)
+  %u = Transpose(%b)
+  return %t, %u
+}""")
+    a, b = torch.randn(8, 5), torch.randn(8, 8)
+    c = compile_program(project(fn).programs[0], torch.device("cpu"))
+    (t,) = c.steps[0].kernel(a)
+    (u,) = c.steps[1].kernel(b)
+    assert t.is_contiguous() and torch.equal(t, a.T)
+    assert u.data_ptr() == b.data_ptr()

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 import distir
-from distir.analysis.cost.compute import copies_batch_axes
+from distir.analysis.cost.compute import copied_transpose, copies_batch_axes
 from distir.analysis.hardware import FitModel, Hardware, LinkSpec, bmm_features, load_hardware
 from distir.analysis.simulator import simulate
 
@@ -55,6 +55,25 @@ def test_which_transposes_copy() -> None:
     assert not copies_batch_axes(4, [0, 1, 3, 2]) and not copies_batch_axes(4, [0, 1, 2, 3])
     assert not copies_batch_axes(2, [1, 0]) and not copies_batch_axes(2, None)
     assert not copies_batch_axes(3, [0, -1, -2])
+    # and the backend's copies: those, and unaligned rows whose last axis moves
+    assert copied_transpose((2, 3, 4, 5), 2, [0, 2, 1, 3])
+    assert copied_transpose((50257, 1536), 2, [1, 0])      # GPT-2's tied LM head
+    assert copied_transpose((1536, 50257), 2, None)        # and its gradient
+    assert not copied_transpose((1024, 4096), 2, [1, 0])   # aligned: a free view
+    assert copied_transpose((1024, 4100), 2, [1, 0])
+    assert not copied_transpose((1024, 4100), 4, [1, 0])
+    assert not copied_transpose((8, 3, 5), 2, [0, 1, 2])   # nothing moves
+    assert not copied_transpose((7,), 2, None)
+
+
+def test_an_unaligned_2d_transpose_costs_a_copy() -> None:
+    costs = _costs("""func @main(%w: Tensor[BFloat16, (50257, 1536), 0],
+                                  %v: Tensor[BFloat16, (4096, 1536), 0]) {
+  %a = Transpose(%w, perm=[1, 0])
+  %b = Transpose(%v, perm=[1, 0])
+  return %a, %b
+}""", load_hardware("h200-sxm"))
+    assert costs["a"] > 0 and costs["b"] == 0
 
 
 def test_attention_with_the_new_families() -> None:
