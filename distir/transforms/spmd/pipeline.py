@@ -41,12 +41,13 @@ the stages that read them and returns the sequential results on the sequential d
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distir.errors import TransformError
-from distir.ir.builder import FunctionBuilder
+from distir.ir.builder import FunctionBuilder, normalize_attr
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
@@ -76,7 +77,7 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     pipe = _Pipe(assignment, stages, sched)
     fn = pipe.run(self_contained)
     if stage_functions:
-        fn = outline(fn, pipe.runs)
+        fn = outline(fn, pipe.runs, pipe.layer_runs)
     bound = stages.prog.fn.initializers
     if bound:  # an imported model's weights: the same, or each device's piece of them
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
@@ -134,8 +135,19 @@ class _Pipe(StageValues):
         self.ranks_of = [[r for r in range(vm.size) if self.mb[r] == m] for m in range(k)]
         self.all = list(range(vm.size))
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
+        self.prepared: dict[int, _Prepared] = {}
+        self.shape_ins: dict[tuple[int, int], list[Value | None]] = {}
+        self.suffixes: dict[tuple[int, int, bool], str] = {}
+        self.reads_of: dict[Value, list[tuple[int, Spec, bool]]] = {}
         self.runs: list[tuple[str, int, int]] = []
         """The op range of each unit of the schedule (``outline``)."""
+        self.layer_runs: list[tuple[str, int, int]] = []
+        """The op range of each repeated layer's ops in a unit, or among the updates
+        (``outline``'s inner runs)."""
+        structure = st.structure
+        self.layer_of: dict[int, int] = {} if structure is None else {
+            i: a for i, a in structure.anchor.items() if 1 <= a <= structure.num_layers}
+        """The layer (``Structure``'s anchor) of each op of a repeated layer."""
         self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
         """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.stage = {i: s for i, s in enumerate(st.stage) if s is not None}
@@ -195,20 +207,26 @@ class _Pipe(StageValues):
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
                 start = len(self.b.ops)
+                phase = "fwd" if kind == "F" else "bwd"
+                layers = _Layers(self, f"layer_{phase}")
                 for i in units[(kind, s)]:
+                    layers.at(i)
                     self._op(i, self.ranks_of[m])
                     for o in prog.ops[i].outputs:
                         self._after(o, m, other_stages=False)
                     made.append((i, m))
-                phase = "fwd" if kind == "F" else "bwd"
+                layers.at(None)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
                 for o in prog.ops[i].outputs:
                     self._after(o, m, other_stages=True)
+        layers = _Layers(self, "layer_upd")
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
             if (st.phase[i] == "U" or i in self.deferred) and \
                     self.assign[st.stage[i]].reads[i]:  # type: ignore[index]
+                layers.at(i if st.phase[i] == "U" else None)
                 self._op(i, self.all)
+        layers.at(None)
         return self.b.ret(*self._returns(self_contained))
 
     def _params(self, self_contained: bool) -> None:
@@ -295,55 +313,80 @@ class _Pipe(StageValues):
         return rets
 
     # -- ops -------------------------------------------------------------------------------
+    def _prepared(self, i: int) -> _Prepared:
+        """What writing op ``i`` needs that does not depend on the microbatch, made once."""
+        got = self.prepared.get(i)
+        if got is None:
+            s = self.st.stage[i]
+            assert s is not None
+            op, a = self.prog.ops[i], self.assign[s]
+            reads, out = a.reads[i], a.outcomes[i]
+            assert reads and out is not None
+            vm = self.vmesh
+            scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
+                           for k, axes in enumerate(out.scaled) if axes)
+            attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+            got = self.prepared[i] = _Prepared(
+                s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
+                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs))
+        return got
+
+    def _suffix(self, s: int, r: int, per_mb: bool) -> str:
+        """The end of a piece's name on stage ``s`` at virtual rank ``r`` (``name``)."""
+        key = (s, r, per_mb)
+        got = self.suffixes.get(key)
+        if got is None:
+            got = self.suffixes[key] = self.name("", s, r, per_mb)
+        return got
+
     def _op(self, i: int, rs: list[int]) -> None:
-        prog, b, vm = self.prog, self.b, self.vmesh
-        s = self.st.stage[i]
-        assert s is not None
-        op = prog.ops[i]
-        a = self.assign[s]
-        reads, out = a.reads[i], a.outcomes[i]
-        assert reads and out is not None
+        """Write op ``i`` for the virtual ranks ``rs``, with the redistributions its inputs
+        need first (one microbatch's ranks in a unit; all of them once)."""
+        b, vm = self.b, self.vmesh
+        pre = self._prepared(i)
+        s, op = pre.s, pre.op
         ins: list[list[Value | None]] = []
-        for k, (v, sp) in enumerate(zip(op.inputs, reads, strict=True)):
+        for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
             if v is None:
                 ins.append([None] * vm.size)
             elif is_shape_operand(op, k):
-                ins.append(self._shape_operand(op, k, out.outs, s))
+                shp = self.shape_ins.get((i, k))
+                if shp is None:
+                    shp = self.shape_ins[(i, k)] = self._shape_operand(op, k, pre.outs, s)
+                ins.append(shp)
             else:
                 assert sp is not None
                 ins.append(self.get(v, s, sp, rs))
-        attrs = local_attrs(op, reads, vm)
-        per_mb = self.per_mb(i)
-        res: list[list[Value | None]] = [[None] * vm.size for _ in op.outputs]
-        once = bias_once(op, reads, out.outs)
+        per_mb = pre.per_mb
+        n_out = len(op.outputs)
+        res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
         for r in rs:
             d = self.dev(s, r)
             args = [x[r] for x in ins]
-            if any(vm.coords[r][ax] for ax in once):  # the bias added once to the sum
+            if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
-            key = (i, d, tuple(id(x) for x in args))
+            key = (i, d, tuple(map(id, args)))
             got = self.memo.get(key)
             if got is None:
+                attrs = dict(pre.attrs)
                 if not op.inputs:
                     attrs["device"] = d
-                vals = b.op(op.op_type, *args, num_results=len(op.outputs),
-                            name=[self.name(o, s, r, per_mb) for o in op.outputs], **attrs)
-                vals = (vals,) if len(op.outputs) == 1 else tuple(vals)
-                for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
-                    if axes:
-                        n = int(np.prod([vm.shape[ax] for ax in axes]))
-                        c = self.const(np.asarray(1.0 / n, dtype=prog.type(o).dtype.np), d,
-                                       f"{name_hint(o)}_scale")
-                        vals = vals[:k] + (b.op("Mul", vals[k], c,
-                                                name=self.name(o, s, r, per_mb)),
-                                           ) + vals[k + 1:]
-                got = self.memo[key] = vals  # type: ignore[assignment]
-            for k in range(len(op.outputs)):
-                res[k][r] = got[k]  # type: ignore[index]
+                suffix = self._suffix(s, r, per_mb)
+                vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
+                b.ops.append(Op(op.op_type, args, attrs or None, vals))
+                for k, n in pre.scaled:
+                    o = op.outputs[k]
+                    c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
+                                   f"{name_hint(o)}_scale")
+                    vals = vals[:k] + (b.op("Mul", vals[k], c,
+                                            name=self.name(o, s, r, per_mb)),) + vals[k + 1:]
+                got = self.memo[key] = vals
+            for k in range(n_out):
+                res[k][r] = got[k]
         for k, o in enumerate(op.outputs):
             cache = self.pieces.setdefault((o, s), {})
-            self.base[(o, s)] = out.outs[k]
-            lst = cache.setdefault(out.outs[k], [None] * vm.size)
+            self.base[(o, s)] = pre.outs[k]
+            lst = cache.setdefault(pre.outs[k], [None] * vm.size)
             for r in rs:
                 lst[r] = res[k][r]
         if not per_mb:
@@ -359,15 +402,20 @@ class _Pipe(StageValues):
         reader that runs once after the microbatches is served after the last one."""
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
-        for i, k in self.readers.get(v, ()):
-            s = self.st.stage[i]
-            assert s is not None
-            reads = self.assign[s].reads[i]
-            rd = reads[k] if reads else None
-            if rd is None or (other_stages and s == s0):
+        reads_of = self.reads_of.get(v)
+        if reads_of is None:  # (stage, spec, per microbatch) of every reader, made once
+            reads_of = self.reads_of[v] = []
+            for i, k in self.readers.get(v, ()):
+                s = self.stage[i]
+                reads = self.assign[s].reads[i]
+                rd = reads[k] if reads else None
+                if rd is not None:
+                    reads_of.append((s, rd, self.per_mb(i)))
+        for s, rd, per_mb in reads_of:
+            if other_stages and s == s0:
                 continue
             want = rs
-            if m is not None and not self.per_mb(i):
+            if m is not None and not per_mb:
                 if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
                     self._accumulate(v, s0, m)
                 if m != self.k - 1:
@@ -389,6 +437,44 @@ class _Pipe(StageValues):
             arr = np.asarray(shp, dtype=np.int64)
         hint = "sizes" if op.op_type == "Split" else "shape"
         return [self.const(arr, self.dev(s, r), hint) for r in self.all]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Prepared:
+    """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
+    results' specs, local attributes (normalized), whether it runs per microbatch, the
+    mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
+    (``(result index, n)``) and its results' name hints (``None`` for an unused one)."""
+
+    s: int
+    op: Op
+    reads: tuple
+    outs: tuple
+    attrs: dict
+    per_mb: bool
+    once: tuple[int, ...]
+    scaled: tuple[tuple[int, int], ...]
+    hints: tuple[str | None, ...]
+
+
+class _Layers:
+    """Cuts the ops written in a row into the runs of one repeated layer each
+    (``_Pipe.layer_runs``): ``at(i)`` before writing sequential op ``i``'s ops (``None``
+    before ops of no layer, and at the end)."""
+
+    def __init__(self, pipe: _Pipe, label: str) -> None:
+        self.pipe, self.label = pipe, label
+        self.layer: int | None = None
+        self.start = 0
+
+    def at(self, i: int | None) -> None:
+        layer = None if i is None else self.pipe.layer_of.get(i)
+        if layer == self.layer:
+            return
+        here = len(self.pipe.b.ops)
+        if self.layer is not None:
+            self.pipe.layer_runs.append((self.label, self.start, here))
+        self.layer, self.start = layer, here
 
 
 def _block(arr: np.ndarray, pl: Shard, n: int, c: int) -> np.ndarray:

@@ -33,11 +33,12 @@ def _mlp(layers: int = 4, batch: int = 16) -> distir.Function:
 
 
 @cache
-def _gpt2_step() -> distir.Function:
+def _gpt2_step(n_layer: int = 2) -> distir.Function:
     from distir.models.gpt2 import GPT2Config
     from distir.transforms.training import training_step
 
-    cfg = GPT2Config(n_layer=2, d_model=16, n_head=8, vocab_size=32, seq_len=8, batch_size=8)
+    cfg = GPT2Config(n_layer=n_layer, d_model=16, n_head=8, vocab_size=32, seq_len=8,
+                     batch_size=8)
     fn = cfg.build()
     names = [p.name for p in fn.params if p.name != "input_ids"]
     return training_step(fn, loss="cross_entropy", optimizer="sgd", lr=0.1, wrt=names,
@@ -443,4 +444,42 @@ def test_equal_units_are_calls_of_stage_functions() -> None:
         _same(fn, lower_pipeline(a, st, sc, self_contained=True, stage_functions=f is calls))
     sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
     assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-12)
+    assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
+
+
+def _callees(fn: distir.Function) -> dict[str, distir.Function]:
+    """Every function ``fn`` calls, directly or not, by name."""
+    out: dict[str, distir.Function] = {}
+    todo = [fn]
+    while todo:
+        for op in todo.pop().ops:
+            if op.callee is not None and op.callee.name not in out:
+                out[op.callee.name] = op.callee
+                todo.append(op.callee)
+    return out
+
+
+@pytest.mark.parametrize("model,dp,tp,pp,k", [("gpt2", 2, 2, 2, 4), ("gpt2", 1, 2, 2, 8),
+                                              ("gpt2", 2, 1, 1, 1), ("mlp", 2, 1, 2, 4),
+                                              ("mlp", 1, 2, 1, 1)])
+def test_repeated_layers_are_calls_of_layer_functions(model: str, dp: int, tp: int, pp: int,
+                                                      k: int) -> None:
+    """Equal repeated layers of a unit (and of the updates) are calls of one layer function,
+    inside the stage functions and in the units written out in @main: the same results,
+    simulated time and memory as the program written out, and far fewer ops."""
+    fn = _gpt2_step(4) if model == "gpt2" else _mlp(8)
+    calls = compose_dtp(fn, dp, tp, pp, k)
+    flat = compose_dtp(fn, dp, tp, pp, k, stage_functions=False)
+    called = _callees(calls)
+    layers = {n for n in called if n.startswith("layer_")}
+    assert layers and all(not _callees(called[n]) for n in layers)  # layers call nothing
+    assert any(op.is_call and op.callee.name in layers for op in calls.ops)  # type: ignore
+    if k > 2:  # stage functions (middle microbatches) call the layer functions
+        assert any(set(_callees(called[n])) & layers for n in called if n.startswith("stage"))
+    assert len(calls.ops) * 2 < len(flat.ops)
+    text = dumps(calls)
+    assert dumps(parse(text)) == text
+    _same(fn, compose_dtp(fn, dp, tp, pp, k, self_contained=True))
+    sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
+    assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-9)
     assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
