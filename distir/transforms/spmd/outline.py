@@ -1,6 +1,6 @@
 """Outlining: repeated runs of ops become calls of one function.
 
-``outline(fn, runs, name)`` takes a flat program and contiguous op ranges (``runs``: the
+``outline(fn, runs, inner=())`` takes a flat program and contiguous op ranges (``runs``: the
 schedule's units, one per stage, phase and microbatch, see ``pipeline``) and replaces every
 range whose ops equal another's up to the values they read from outside it (the
 *externals*, numbered in order of first use) by a call of one function written once: its
@@ -9,6 +9,10 @@ results the values of the range that any of its copies hands to later ops. The r
 the same computation (the reference executor and the simulator treat a call as its
 inlined ops), so a pipeline with ``K`` microbatches writes each stage's work about once
 instead of ``K`` times, as ``dtp``'s stage functions do.
+
+Runs may nest one level (``inner``: each unit's layers, see ``pipeline``): the inner runs
+are outlined first, so equal layers become calls of one *layer function* inside the stage
+functions and inside the units left written out, as ``dtp``'s layer functions.
 
 Two ranges are equal when their ops agree one by one in type, attributes, callee, number of
 results and wiring (each input the same earlier result of the range, or the same

@@ -7,7 +7,10 @@ microbatches.
   ``Function``: every op of stage ``s`` runs on that stage's sub-mesh, values crossing
   stages are moved with ``Send`` (redistributed first or after where the layouts differ),
   in the schedule's order; units of the schedule that are equal (a stage's microbatches
-  after the first, as a rule) are calls of one stage function (``outline``).
+  after the first, as a rule) are calls of one stage function, and equal repeated layers
+  inside a unit (or among the updates) calls of one layer function (``outline``; the
+  layers are ``Structure``'s anchors). The units of the middle microbatches are copies of
+  microbatch 1's where its template holds (``replay``), so they are not written op by op.
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner
@@ -56,6 +59,7 @@ from distir.transforms.spmd.lower import bias_once, local_attrs, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
 from distir.transforms.spmd.outline import outline
 from distir.transforms.spmd.redistribute import plan
+from distir.transforms.spmd.replay import Replay
 from distir.transforms.spmd.stage_values import StageValues, name_hint
 from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
@@ -69,7 +73,7 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     """The program of ``assignment`` cut in ``stages`` and run in ``sched`` (default: one
     microbatch, GPipe); verified. See the module docstring. With ``stage_functions``, the
     units of a stage and phase that are equal (microbatches after the first, as a rule)
-    are calls of one function (``outline``)."""
+    are calls of one function, and so are equal layers inside them (``outline``)."""
     sched = sched or schedule(stages)
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
@@ -203,19 +207,26 @@ class _Pipe(StageValues):
         units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
                            and self.assign[s].reads[i] and i not in self.deferred]
                  for ph in "FB" for s in range(self.pp)}
+        replay = Replay(self, units)
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
                 start = len(self.b.ops)
                 phase = "fwd" if kind == "F" else "bwd"
-                layers = _Layers(self, f"layer_{phase}")
-                for i in units[(kind, s)]:
-                    layers.at(i)
-                    self._op(i, self.ranks_of[m])
-                    for o in prog.ops[i].outputs:
-                        self._after(o, m, other_stages=False)
-                    made.append((i, m))
-                layers.at(None)
+                made.extend((i, m) for i in units[(kind, s)])
+                if replay.copies(kind, s, m):  # a middle microbatch: a copy of the first's
+                    replay.write(kind, s, m)
+                else:
+                    replay.start(kind, s, m)
+                    n_layers = len(self.layer_runs)
+                    layers = _Layers(self, f"layer_{phase}")
+                    for i in units[(kind, s)]:
+                        layers.at(i)
+                        self._op(i, self.ranks_of[m])
+                        for o in prog.ops[i].outputs:
+                            self._after(o, m, other_stages=False)
+                    layers.at(None)
+                    replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
                 for o in prog.ops[i].outputs:
@@ -368,12 +379,12 @@ class _Pipe(StageValues):
             key = (i, d, tuple(map(id, args)))
             got = self.memo.get(key)
             if got is None:
-                attrs = dict(pre.attrs)
+                attrs = pre.attrs  # shared: an op's attributes are immutable
                 if not op.inputs:
-                    attrs["device"] = d
+                    attrs = {**attrs, "device": d}
                 suffix = self._suffix(s, r, per_mb)
                 vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
-                b.ops.append(Op(op.op_type, args, attrs or None, vals))
+                b.ops.append(Op(op.op_type, args, attrs, vals))
                 for k, n in pre.scaled:
                     o = op.outputs[k]
                     c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,

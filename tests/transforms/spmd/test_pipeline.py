@@ -460,7 +460,7 @@ def _callees(fn: distir.Function) -> dict[str, distir.Function]:
 
 
 @pytest.mark.parametrize("model,dp,tp,pp,k", [("gpt2", 2, 2, 2, 4), ("gpt2", 1, 2, 2, 8),
-                                              ("gpt2", 2, 1, 1, 1), ("mlp", 2, 1, 2, 4),
+                                              ("gpt2", 2, 1, 1, 1), ("mlp", 2, 1, 2, 8),
                                               ("mlp", 1, 2, 1, 1)])
 def test_repeated_layers_are_calls_of_layer_functions(model: str, dp: int, tp: int, pp: int,
                                                       k: int) -> None:
@@ -483,3 +483,30 @@ def test_repeated_layers_are_calls_of_layer_functions(model: str, dp: int, tp: i
     sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
     assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-9)
     assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
+
+
+@pytest.mark.parametrize("model,dp,tp,pp,k,kind", [("gpt2", 1, 2, 2, 8, "1f1b"),
+                                                   ("gpt2", 1, 1, 4, 8, "gpipe"),
+                                                   ("mlp", 2, 2, 2, 8, "1f1b")])
+def test_middle_microbatches_copied_are_the_units_written(
+        model: str, dp: int, tp: int, pp: int, k: int, kind: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The units of microbatches 3 .. K-2, copied from microbatch 1's (``Replay``), are the
+    program written op by op: the same text (placed and self-contained, with and without
+    stage functions), and the same results as the sequential step."""
+    from distir.transforms.spmd import replay
+
+    fn = _gpt2_step(4) if model == "gpt2" else _mlp(8)
+    plan = plan_dtp(fn, dp, tp, pp, k, kind)
+    copies: list[int] = []
+    write = replay.Replay.write
+    monkeypatch.setattr(replay.Replay, "write",
+                        lambda self, *a: copies.append(1) or write(self, *a))
+    got = [dumps(plan.lower(False, f)) for f in (False, True)]
+    assert len(copies) == 2 * 2 * pp * (k - 4)  # every middle unit but microbatches 1, 2
+    # (self-contained, the batch is cut inside the first unit: microbatch 1's unit reads a
+    # piece microbatch 0's made, so it is no template, and the units are written op by op)
+    got += [dumps(plan.lower(True, f)) for f in (False, True)]
+    monkeypatch.setattr(replay.Replay, "copies", lambda self, *a: False)
+    assert got == [dumps(plan.lower(sc, f)) for sc in (False, True) for f in (False, True)]
+    _same(fn, plan.lower(self_contained=True))
