@@ -351,28 +351,40 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     w = workload(args.model, dtype=args.dtype)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
-    fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=args.dp, tp=args.tp, pp=args.pp,
+    fn = dtp(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
+             dp=args.dp, tp=args.tp, pp=args.pp,
              microbatches=args.microbatches, schedule=schedule)
     out = args.out
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "program.dir"), "w", encoding="utf-8") as f:
         f.write(distir.dumps(fn))
     traces = args.traces or os.path.join(out, "prof")
-    res = distir.run(fn, backend=args.backend, steps=args.steps, warmup=args.warmup,
-                     profile=traces)
-    if res is None or res.status != "ok" or res.step_latency_s is None:
-        print(f"the run did not complete: {res.message if res else 'no result'}",
-              file=sys.stderr)
-        return 1
-    ex = explain(fn, [traces], args.hardware)
+    runs = [("eager", traces, False)]
+    if args.cuda_graph:  # the same program replayed: its kernels, matched to the marked ones
+        runs.append(("replayed", traces + "_replay", True))
+    results = {}
+    for what, where, graph in runs:
+        res = distir.run(fn, backend=args.backend, steps=args.steps, warmup=args.warmup,
+                         profile=where, cuda_graph=graph)
+        if res is None or res.status != "ok" or res.step_latency_s is None:
+            print(f"the {what} run did not complete: {res.message if res else 'no result'}",
+                  file=sys.stderr)
+            return 1
+        results[what] = res
+    ex = explain(fn, [traces], args.hardware,
+                 replay=[traces + "_replay"] if args.cuda_graph else None)
+    res = results["replayed" if args.cuda_graph else "eager"]
     head = (f"{w.name} ({args.dtype}) batch {args.batch_size}, D{args.dp} T{args.tp} "
             f"P{args.pp} K{args.microbatches} {schedule}: timed steps' median "
-            f"{res.step_latency_s * 1e3:.3f} ms on {res.device_name}\n")
+            + "; ".join(f"{k} {r.step_latency_s * 1e3:.3f} ms" for k, r in results.items())
+            + f" on {res.device_name}\n")
     table = head + format_table(ex, top=args.top) + "\n"
     with open(os.path.join(out, "explain.txt"), "w", encoding="utf-8") as f:
         f.write(table)
     with open(os.path.join(out, "explain.json"), "w", encoding="utf-8") as f:
-        json.dump({"run": res.to_dict(), **ex.to_dict(top=args.top)}, f)
+        json.dump({"run": res.to_dict(), **({"eager_run": results["eager"].to_dict()}
+                                            if args.cuda_graph else {}),
+                   **ex.to_dict(top=args.top)}, f)
     write_perfetto(ex, os.path.join(out, "perfetto.json"))
     sys.stdout.write(table)
     print(f"wrote {out}/program.dir, explain.txt, explain.json, perfetto.json; traces in "
@@ -509,6 +521,12 @@ def main(argv: list[str] | None = None) -> int:
         e.add_argument(f"--{k}", type=int, default=1)
     e.add_argument("--schedule", default=None, help="default: 1f1b to train, gpipe to infer")
     e.add_argument("--hardware", default="h100-sxm")
+    e.add_argument("--stages-hardware", default=None, metavar="H",
+                   help="the profile that weighs the pipeline stages (default --hardware; "
+                   "as measure's --hardware, to explain a measured row)")
+    e.add_argument("--cuda-graph", action="store_true",
+                   help="also run the step replayed as a CUDA graph, and time each op by "
+                   "the replay's kernels (distir explain --replay)")
     e.add_argument("--backend", default=None)
     e.add_argument("--steps", type=int, default=5)
     e.add_argument("--warmup", type=int, default=2)

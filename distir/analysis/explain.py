@@ -147,15 +147,90 @@ def _rank_events(doc: dict[str, Any], path: str) -> tuple[list[tuple], dict[int,
         # (By time alone: one thread runs the program, and its ranges never nest; the
         # profiler's thread ids for CUDA runtime calls have not always matched the ops'.)
         if ts <= r[0] + r[1]:
-            by_op[r[2]].append((float(act["ts"]), float(act.get("dur", 0.0)),
-                                (act.get("args") or {}).get("stream")))
+            by_op[r[2]].append(_activity(act))
     return ranges, by_op
 
 
-def load_traces(paths: list[str], proj: Projection) -> dict[int, RankTrace]:
-    """Read the traces (files, or directories of ``rank<r>.json`` files) of a profiled run
-    of ``proj``'s program; checks that every rank with ops is there and that each trace's
-    ops are its rank's program's ops."""
+def _activity(e: dict[str, Any]) -> tuple[float, float, Any, str]:
+    """A device activity as ``(ts_us, dur_us, stream, name)``."""
+    return (float(e["ts"]), float(e.get("dur", 0.0)), (e.get("args") or {}).get("stream"),
+            str(e.get("name", "")))
+
+
+REPLAY_WINDOW = 64
+"""How far ahead ``align_replay`` looks, in either sequence, for the next activity of the
+same name after a mismatch."""
+
+
+def _is_comm(name: str) -> bool:
+    return "nccl" in name.lower()
+
+
+def align_replay(by_op: dict[int, list], replay: list[tuple]) -> tuple[dict[int, list], int, int]:
+    """Each op's activities in a replayed step: ``by_op`` maps op indices to the activities
+    ``(ts_us, dur_us, stream, name)`` their marked ranges launched in an eager step of the
+    same program; ``replay`` is every device activity of one replay of the program's CUDA
+    graph (which has no marks: the graph was captured from the same kernels, in the same
+    order). The two sequences, in time order and taken apart into communication (NCCL)
+    and other activities (the two streams' interleaving may differ), are walked side by
+    side, matched by name, and resynchronized after a mismatch by the nearest same-named
+    activity within ``REPLAY_WINDOW`` of either (of two such, the one after which more
+    activities match). Returns the replay's activities per op,
+    and how many eager and replay activities found no partner."""
+    eager = sorted((a[0], i, a) for i, acts in by_op.items() for a in acts)
+    out: dict[int, list] = defaultdict(list)
+    lost_e = lost_r = 0
+    for comm in (False, True):
+        es = [(i, a) for _, i, a in eager if _is_comm(a[3]) == comm]
+        rs = sorted(a for a in replay if _is_comm(a[3]) == comm)
+        j = k = 0
+        while j < len(es) and k < len(rs):
+            if es[j][1][3] == rs[k][3]:
+                out[es[j][0]].append(rs[k])
+                j += 1
+                k += 1
+                continue
+            # The nearer resynchronization: skip eager activities, or replay ones.
+            skip_e = next((d for d in range(1, REPLAY_WINDOW)
+                           if j + d < len(es) and es[j + d][1][3] == rs[k][3]), None)
+            skip_r = next((d for d in range(1, REPLAY_WINDOW)
+                           if k + d < len(rs) and rs[k + d][3] == es[j][1][3]), None)
+            if skip_r is not None and skip_e is not None:  # by what follows each
+                run_e = _run(es, rs, j + skip_e, k)
+                run_r = _run(es, rs, j, k + skip_r)
+                if run_e != run_r:
+                    skip_e, skip_r = (skip_e, None) if run_e > run_r else (None, skip_r)
+            if skip_r is not None and (skip_e is None or skip_r <= skip_e):
+                lost_r += skip_r
+                k += skip_r
+            elif skip_e is not None:
+                lost_e += skip_e
+                j += skip_e
+            else:
+                lost_e += 1
+                lost_r += 1
+                j += 1
+                k += 1
+        lost_e += len(es) - j
+        lost_r += len(rs) - k
+    return dict(out), lost_e, lost_r
+
+
+def _run(es: list, rs: list, j: int, k: int, limit: int = 16) -> int:
+    """How many activities match by name from ``es[j]`` and ``rs[k]`` on (at most
+    ``limit``)."""
+    n = 0
+    while n < limit and j + n < len(es) and k + n < len(rs) and es[j + n][1][3] == rs[k + n][3]:
+        n += 1
+    return n
+
+
+def _replay_activities(doc: dict[str, Any]) -> list[tuple]:
+    return sorted(_activity(e) for e in doc["traceEvents"]
+                  if e.get("ph") == "X" and e.get("cat", "") in _DEVICE_CATS)
+
+
+def _trace_files(paths: list[str]) -> list[str]:
     files: list[str] = []
     for p in paths:
         if os.path.isdir(p):
@@ -167,6 +242,10 @@ def load_traces(paths: list[str], proj: Projection) -> dict[int, RankTrace]:
             files += [os.path.join(p, f) for f in found]
         else:
             files.append(p)
+    return files
+
+
+def _by_rank(files: list[str]) -> dict[int, tuple[str, dict[str, Any]]]:
     raw: dict[int, tuple[str, dict[str, Any]]] = {}
     for path in files:
         doc = _read(path)
@@ -175,6 +254,37 @@ def load_traces(paths: list[str], proj: Projection) -> dict[int, RankTrace]:
             raise ExplainError(f"{path}: a second trace of rank {rank} (the first is "
                                f"{raw[rank][0]}); give one file per rank")
         raw[rank] = (path, doc)
+    return raw
+
+
+def _check_ops(path: str, r: int, doc: dict[str, Any], ops: Any) -> None:
+    got = list(doc["distir"].get("op_types", []))
+    want = [op.op_type for op in ops]
+    if got != want:
+        first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
+                     min(len(got), len(want)))
+        raise ExplainError(
+            f"{path}: rank {r}'s trace does not match the program: it ran {len(got)} "
+            f"ops, the program's rank {r} has {len(want)} (first difference at op "
+            f"{first}: {got[first] if first < len(got) else 'none'} vs "
+            f"{want[first] if first < len(want) else 'none'}); profile this program "
+            "with `distir run FILE --profile DIR`")
+
+
+def load_traces(paths: list[str], proj: Projection, replay: list[str] | None = None,
+                ) -> dict[int, RankTrace]:
+    """Read the traces (files, or directories of ``rank<r>.json`` files) of a profiled run
+    of ``proj``'s program; checks that every rank with ops is there and that each trace's
+    ops are its rank's program's ops. With ``replay`` (the traces of ``distir run
+    --cuda-graph --profile`` of the same program), each op is timed by the kernels of the
+    replayed graph that ``align_replay`` matches to the kernels its range launched in the
+    marked eager step (a GPU's traces only); each rank's ``info`` then has
+    ``replay_step_s`` (the replayed step's duration), ``replay_unmatched`` (eager and
+    replay activities left unmatched, which are not counted) and ``replay_kernel_s``
+    (the replay's compute activities, summed)."""
+    files = _trace_files(paths)
+    raw = _by_rank(files)
+    rraw = _by_rank(_trace_files(replay)) if replay else None
     need = [p.device for p in proj.programs if p.fn.ops]
     missing = [r for r in need if r not in raw]
     if missing:
@@ -187,21 +297,13 @@ def load_traces(paths: list[str], proj: Projection) -> dict[int, RankTrace]:
     for r in need:
         path, doc = raw[r]
         ops = proj.programs[r].fn.ops
-        got = list(doc["distir"].get("op_types", []))
-        want = [op.op_type for op in ops]
-        if got != want:
-            first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
-                         min(len(got), len(want)))
-            raise ExplainError(
-                f"{path}: rank {r}'s trace does not match the program: it ran {len(got)} "
-                f"ops, the program's rank {r} has {len(want)} (first difference at op "
-                f"{first}: {got[first] if first < len(got) else 'none'} vs "
-                f"{want[first] if first < len(want) else 'none'}); profile this program "
-                "with `distir run FILE --profile DIR`")
+        _check_ops(path, r, doc, ops)
         ranges, by_op = _rank_events(doc, path)
         if not ranges:
             raise ExplainError(f"{path}: no distir#I op ranges in the trace; profile the "
                                "program with `distir run FILE --profile DIR`")
+        if rraw is not None:
+            by_op = _replayed(r, rraw, doc, by_op, ops)
         parsed[r] = (path, doc, ranges, by_op)
         # (On a GPU the timeline is the device's: its first activity is the origin.)
         t0 = min(a[0] for v in by_op.values() for a in v) if by_op else ranges[0][0]
@@ -210,6 +312,32 @@ def load_traces(paths: list[str], proj: Projection) -> dict[int, RankTrace]:
         out[r] = _spans(r, path, doc["distir"], ranges, by_op, origin or 0.0,
                         proj.programs[r].fn.ops)
     return out
+
+
+def _replayed(r: int, rraw: dict[int, tuple[str, dict[str, Any]]], doc: dict[str, Any],
+              by_op: dict[int, list], ops: Any) -> dict[int, list]:
+    """``by_op`` with the replay's activities (``align_replay``); notes in ``doc``'s info."""
+    if r not in rraw:
+        raise ExplainError(f"no replay trace of rank {r} among the --replay files; give "
+                           "every DIR/rank<r>.json that `distir run --cuda-graph --profile "
+                           "DIR` wrote")
+    rpath, rdoc = rraw[r]
+    _check_ops(rpath, r, rdoc, ops)
+    if not by_op:
+        raise ExplainError(f"rank {r}'s marked trace has no device activity: a replay "
+                           "can be aligned with a GPU's traces only")
+    acts = _replay_activities(rdoc)
+    if not acts:
+        raise ExplainError(f"{rpath}: no device activity in the trace; write it with "
+                           "`distir run FILE --cuda-graph --profile DIR` on a GPU")
+    aligned, lost_e, lost_r = align_replay(by_op, acts)
+    info = doc["distir"]
+    info["replay_step_s"] = float(rdoc["distir"].get("step_s", 0.0))
+    info["replay_unmatched"] = (lost_e, lost_r)
+    info["replay_kernel_s"] = sum(a[1] for a in acts if not _is_comm(a[3])) / 1e6
+    info["eager_step_s"] = float(info.get("step_s", 0.0))
+    info["step_s"] = info["replay_step_s"]
+    return aligned
 
 
 def _spans(r: int, path: str, info: dict[str, Any], ranges: list[tuple],
@@ -368,6 +496,10 @@ class Explanation:
     sim_spans: dict[tuple[int, int], Span]
     measured_spans: dict[tuple[int, int], Span]
     folded: dict[int, int]
+    replay: dict[int, dict[str, Any]] = field(default_factory=dict)
+    """Per rank, with replay traces: ``step_s`` (the replayed step), ``kernel_s`` (its
+    compute activities summed), ``eager_step_s`` (the marked eager step) and
+    ``unmatched`` (eager, replay activities that ``align_replay`` left out)."""
 
     def path_by_kind(self, which: int) -> dict[str, float]:
         """Seconds of the critical path (0: simulated, 1: measured) per op kind: each op
@@ -401,18 +533,24 @@ class Explanation:
             "largest_differences": [{"device": d, "op": i, "kind": k, "simulated_s": s,
                                      "measured_s": m} for d, i, k, s, m in self.ops[:top]],
             "folded_simulated_ops": {str(d): n for d, n in self.folded.items() if n},
+            **({"replay": {str(d): v for d, v in self.replay.items()}} if self.replay else {}),
         }
 
 
-def explain(fn: Function, paths: list[str], hardware: Any = "h100-sxm") -> Explanation:
+def explain(fn: Function, paths: list[str], hardware: Any = "h100-sxm",
+            replay: list[str] | None = None) -> Explanation:
     """Align the traces at ``paths`` (``distir run --profile``) of ``fn`` with its
-    simulation on ``hardware`` (see the module docstring)."""
+    simulation on ``hardware`` (see the module docstring). With ``replay`` (the traces of
+    ``distir run --cuda-graph --profile``), the measured times are the replayed graph's
+    (``load_traces``), and the simulation is without host dispatch, as for a graph."""
     import distir
+    from distir.analysis.hardware import load_hardware
     from distir.analysis.projection import project
 
     proj = project(fn)
-    traces = load_traces(paths, proj)
-    sim = distir.simulate(fn, hardware)
+    traces = load_traces(paths, proj, replay)
+    hw = load_hardware(hardware)
+    sim = distir.simulate(fn, hw.for_cuda_graphs() if replay else hw)
     sim_spans, folded = simulated_spans(sim, proj)
     meas: dict[tuple[int, int], Span] = {}
     for r, t in traces.items():
@@ -440,9 +578,13 @@ def explain(fn: Function, paths: list[str], hardware: Any = "h100-sxm") -> Expla
     deps = _dependencies(proj)
     crit = (critical_path(sim_spans, deps), critical_path(meas, deps))
     measured_on = str(next(iter(traces.values())).info.get("device", "")) if traces else ""
+    rep = {r: {"step_s": t.info["replay_step_s"], "kernel_s": t.info["replay_kernel_s"],
+               "eager_step_s": t.info["eager_step_s"],
+               "unmatched": list(t.info["replay_unmatched"])}
+           for r, t in traces.items() if "replay_step_s" in t.info}
     return Explanation(fn.name, sim.hardware.name, measured_on, sim.latency_s,
                        max((v[3] for v in devices.values()), default=0.0), kind_rows,
-                       devices, crit, ops, sim_spans, meas, folded)
+                       devices, crit, ops, sim_spans, meas, folded, rep)
 
 
 def _ms(s: float) -> str:
@@ -460,6 +602,7 @@ def format_table(ex: Explanation, top: int = 15) -> str:
              f"step: simulated {_ms(ex.simulated_latency_s)} ms, measured "
              f"{_ms(ex.measured_latency_s)} ms (the profiled step's slowest rank), "
              f"{_diff(ex.simulated_latency_s, ex.measured_latency_s)}", "",
+             *_replay_lines(ex),
              "per op kind, summed over devices (ms), largest difference first:",
              f"{'kind':<22}{'ops':>5}{'simulated':>12}{'measured':>12}{'diff':>8}"
              f"{'crit sim':>11}{'crit meas':>11}"]
@@ -487,6 +630,22 @@ def format_table(ex: Explanation, top: int = 15) -> str:
         lines.append(f"\n({folded} simulated op(s) were folded into constants by the "
                      "projection and never ran)")
     return "\n".join(lines)
+
+
+def _replay_lines(ex: Explanation) -> list[str]:
+    """With replay traces: per rank, the replayed step beside its compute kernels' sum
+    (the rest is the stream's idle time: gaps between kernels, waits for peers)."""
+    if not ex.replay:
+        return []
+    out = ["measured: a replayed CUDA graph, each op timed by the graph's kernels matched "
+           "to its eager ones (ms):",
+           f"{'rank':>6}{'replay step':>13}{'compute kernels':>17}{'idle':>8}"
+           f"{'eager step':>12}{'unmatched e/r':>15}"]
+    for r, v in sorted(ex.replay.items()):
+        idle = 1.0 - v["kernel_s"] / v["step_s"] if v["step_s"] > 0 else float("nan")
+        out.append(f"{r:>6}{_ms(v['step_s']):>13}{_ms(v['kernel_s']):>17}{idle * 100:>7.1f}%"
+                   f"{_ms(v['eager_step_s']):>12}{v['unmatched'][0]:>8}/{v['unmatched'][1]}")
+    return out + [""]
 
 
 def perfetto_events(ex: Explanation) -> list[dict[str, Any]]:

@@ -346,9 +346,20 @@ def _expand(s: Static) -> Kernel:
 
 @LOWERINGS.register("Transpose", view=True)
 def _transpose(s: Static) -> Kernel:
+    """A view, except where the permutation moves a batch axis (any axis but the last two,
+    ``copies_batch_axes``): then the tensor is made contiguous here, once, as the cost
+    model charges it. As a view, every reader that needs it contiguous would copy it
+    again (``torch.matmul`` merging its batch axes, a ``Reshape`` merging the permuted
+    axes), and an elementwise reader would run uncoalesced and hand the strides on:
+    measured on the held-out transformer's replayed steps, such copies took 8.6 ms of a
+    122-ms step against the 4.8 ms of one copy per transpose (docs/fidelity.md)."""
+    from distir.analysis.cost.compute import copies_batch_axes
+
     rank = s.inp(0).rank
     perm = s.attrs.get("perm")
     perm = tuple(range(rank - 1, -1, -1)) if perm is None else tuple(int(p) for p in perm)
+    if copies_batch_axes(rank, perm):
+        return lambda x: (x.permute(perm).contiguous(),)
     return lambda x: (x.permute(perm),)
 
 

@@ -29,6 +29,11 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", "-H", default="h100-sxm", metavar="H",
                    help="a profile name or a path to a profile .json file (default "
                    "h100-sxm)")
+    p.add_argument("--replay", nargs="+", metavar="REPLAY_TRACE", default=None,
+                   help="the traces of the same program run with `distir run --cuda-graph "
+                   "--profile DIR2` (files or DIR2): each op is then timed by the replayed "
+                   "graph's kernels, matched in order to those its range launched in the "
+                   "marked eager step, and simulated without host dispatch")
     p.add_argument("-o", "--out", metavar="OUT.json", default=None,
                    help="write both timelines as one Perfetto (Chrome trace) file")
     p.add_argument("--top", type=int, default=15, metavar="N",
@@ -43,7 +48,7 @@ def run_explain(args: argparse.Namespace) -> int:
     from distir.analysis.explain import explain, format_table, write_perfetto
 
     fn = distir.load(args.program).entry
-    ex = explain(fn, args.traces, args.hardware)
+    ex = explain(fn, args.traces, args.hardware, replay=args.replay)
     if args.out is not None:
         write_perfetto(ex, args.out)
     if args.json:

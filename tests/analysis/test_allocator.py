@@ -225,3 +225,39 @@ func @main(%x: Tensor[Float32, (4,), 0]) {
     with pytest.raises(SimulationError, match=r"^error: @main calls @f: the allocator"):
         replay(m["main"])
     assert allocator_reserve(m["main"])[0].reserved_bytes == 2 * MIB  # projected: flat
+
+
+def test_a_transpose_moving_a_batch_axis_is_a_copy() -> None:
+    # The backend makes a transpose that moves a batch axis contiguous (one block of its
+    # own); a transpose of the last two axes stays a view of its base.
+    fn = _program("""func @main(%x: Tensor[Float32, (4, 256, 1024), 0]) {
+  %a = Relu(%x)
+  %t = Transpose(%a, perm=[1, 0, 2])
+  %u = Transpose(%a, perm=[0, 2, 1])
+  %b = Relu(%t)
+  %c = Relu(%u)
+  return %b, %c
+}""")
+    trace: list[tuple[int, int]] = []
+    replay(fn, trace)
+    x = 4 * MIB
+    assert trace[1][0] == 3 * x  # x, a and t's copy
+    assert trace[2][0] == 3 * x  # u: a view of a
+
+
+def test_the_backend_copies_exactly_those_transposes() -> None:
+    import torch
+
+    from distir.backend.lowering import compile_program
+
+    fn = _program("""func @main(%x: Tensor[Float32, (2, 3, 4, 5), 0]) {
+  %t = Transpose(%x, perm=[0, 2, 1, 3])
+  %u = Transpose(%x, perm=[0, 1, 3, 2])
+  return %t, %u
+}""")
+    x = torch.randn(2, 3, 4, 5)
+    c = compile_program(project(fn).programs[0], torch.device("cpu"))
+    (t,) = c.steps[0].kernel(x)
+    (u,) = c.steps[1].kernel(x)
+    assert t.is_contiguous() and torch.equal(t, x.permute(0, 2, 1, 3))
+    assert not u.is_contiguous() and u.data_ptr() == x.data_ptr()

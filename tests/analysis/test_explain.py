@@ -185,3 +185,88 @@ def test_marked_copy_leaves_the_timed_program_alone() -> None:
     assert parse_marker("distir#12 MatMul") == (12, "MatMul", False)
     assert parse_marker("distir#3 MPIAllreduce wait") == (3, "MPIAllreduce", True)
     assert parse_marker("aten::mm") is None
+
+
+def _replay_trace(fn: Any, path: str, scale: float, drop: int | None = None) -> list[float]:
+    """The replay of ``_gpu_like_trace``'s program as a graph would be traced: the same
+    kernels in the same order (no marks, no launches), each ``scale`` times as long, an
+    extra memset at the start and kernel ``drop`` missing; returns each op's seconds."""
+    ops = project(fn).programs[0].fn.ops
+    evs: list[dict[str, Any]] = [{"ph": "X", "cat": "gpu_memset", "name": "Memset", "pid": 0,
+                                  "tid": 7, "ts": 10.0, "dur": 1.0, "args": {"stream": 7}}]
+    secs = []
+    t = 20.0
+    for i, op in enumerate(ops):
+        if op.op_type == "Constant" or i == drop:
+            secs.append(0.0)
+            continue
+        dur = (10.0 + i) * scale
+        evs.append({"ph": "X", "cat": "kernel", "name": f"k{op.op_type}", "pid": 0,
+                    "tid": 7, "ts": t, "dur": dur, "args": {"stream": 7}})
+        t += dur + 1.0
+        secs.append(dur / 1e6)
+    with open(path, "w", encoding="utf-8") as f:
+        json.dump({"traceEvents": evs, "distir": {
+            "rank": 0, "op_types": [op.op_type for op in ops], "step_s": t / 1e6,
+            "backend": "nccl", "device": "NVIDIA H100 80GB HBM3"}}, f)
+    return secs
+
+
+def test_replayed_graph_times_ops_by_the_matched_kernels(tmp_path: Any) -> None:
+    fn = _step(1, 1, 1, 1)
+    eager = os.path.join(str(tmp_path), "rank0.json")
+    _gpu_like_trace(fn, eager)
+    # the eager kernels are named after their ops, as the replay's are
+    with open(eager, encoding="utf-8") as f:
+        doc = json.load(f)
+    ops = project(fn).programs[0].fn.ops
+    for e in doc["traceEvents"]:
+        if e["cat"] == "kernel":
+            e["name"] = f"k{ops[e['args']['correlation'] - 7].op_type}"
+    with open(eager, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    rdir = os.path.join(str(tmp_path), "replay")
+    os.makedirs(rdir)
+    kernels = [i for i, op in enumerate(ops) if op.op_type != "Constant"]
+    drop = kernels[len(kernels) // 2]
+    secs = _replay_trace(fn, os.path.join(rdir, "rank0.json"), 0.5, drop=drop)
+    ex = explain(fn, [eager], "h100-sxm", replay=[rdir])
+    got = [ex.measured_spans[(0, i)].seconds for i in range(len(ops))]
+    assert got == pytest.approx(secs)  # half the eager times; the dropped one counts 0
+    rep = ex.replay[0]
+    assert rep["unmatched"] == [1, 1]  # the dropped kernel; the memset
+    assert rep["kernel_s"] == pytest.approx(sum(secs) + 1e-6)
+    assert rep["eager_step_s"] == 0.01 and rep["step_s"] > rep["kernel_s"]
+    assert ex.measured_latency_s == pytest.approx(rep["step_s"])
+    assert "replayed CUDA graph" in format_table(ex)
+    assert ex.to_dict()["replay"]["0"]["unmatched"] == [1, 1]
+    with pytest.raises(ExplainError, match="no replay trace of rank 0"):
+        explain(fn, [eager], "h100-sxm", replay=[_other_rank(rdir)])
+
+
+def _other_rank(rdir: str) -> str:
+    """A copy of ``rdir``'s trace claiming to be rank 1's."""
+    src = os.path.join(rdir, "rank0.json")
+    with open(src, encoding="utf-8") as f:
+        doc = json.load(f)
+    doc["distir"]["rank"] = 1
+    dst = os.path.join(os.path.dirname(rdir), "rank1_only.json")
+    with open(dst, "w", encoding="utf-8") as f:
+        json.dump(doc, f)
+    return dst
+
+
+def test_align_replay_resynchronizes_after_mismatches() -> None:
+    from distir.analysis.explain import align_replay
+
+    def a(name: str, ts: float) -> tuple:
+        return (ts, 1.0, 7, name)
+
+    by_op = {0: [a("x", 0)], 1: [a("y", 1), a("ncclAllReduce", 2)], 2: [a("z", 3)]}
+    # the replay runs the all-reduce earlier (another stream) and adds a kernel
+    replay = [a("ncclAllReduce", 0.5), a("x", 1), a("extra", 2), a("y", 3), a("z", 4)]
+    got, lost_e, lost_r = align_replay(by_op, replay)
+    assert [r[3] for r in got[0]] == ["x"]
+    assert [r[3] for r in got[1]] == ["y", "ncclAllReduce"]
+    assert [r[3] for r in got[2]] == ["z"]
+    assert (lost_e, lost_r) == (0, 1)

@@ -41,11 +41,12 @@
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
   ``Transpose`` (PyTorch returns views for all of them) and ``Constant``. Exception, with a
   profile that fits ``copy``: a ``Transpose`` of rank 3 or more that moves a batch axis (any
-  axis but the last two) costs one copy of the tensor (``Hardware.kernel_time("copy")``). Its
-  result cannot be viewed with merged batch axes, so its consumer copies it: ``torch.matmul``
-  reshapes 4-D operands to 3-D for ``bmm``, and a ``Reshape`` merging the permuted axes (the
-  heads of attention back into the width) copies. A 2-D transpose, or one of the last two
-  axes only, is free: the matmul kernels read transposed operands.
+  axis but the last two) costs one copy of the tensor (``Hardware.kernel_time("copy")``):
+  the backend makes it contiguous there, once (as a view it could not be read with merged
+  batch axes, so each reader would copy it: ``torch.matmul`` reshapes 4-D operands to 3-D
+  for ``bmm``, and a ``Reshape`` merging the permuted axes, the heads of attention back into
+  the width, copies). A 2-D transpose, or one of the last two axes only, is free: the
+  matmul kernels read transposed operands.
 """
 
 from __future__ import annotations

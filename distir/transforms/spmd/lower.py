@@ -32,10 +32,22 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, local_shape, replicated
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    Partial,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    local_shape,
+    replicated,
+)
 from distir.transforms.spmd.redistribute import Cache, redistribute
+from distir.transforms.spmd.rules import Outcome
+from distir.transforms.spmd.vocab import vocab_axis, write_vocab
 
-__all__ = ["lower", "split_sizes", "bias_once", "local_attrs"]
+__all__ = ["lower", "split_sizes", "bias_once", "local_attrs", "made_as",
+           "BROADCASTS"]
 
 
 def lower(assignment: LayoutAssignment, *, self_contained: bool = False) -> Function:
@@ -67,12 +79,17 @@ class _Lowering:
         self.needs: dict[Value, list[tuple]] = {}
         """The specs each value is read as, other than its own, in program order: made
         right after the value is (so collectives can overlap later compute)."""
+        self.read_as: dict[Value, set[Spec]] = {v: {replicated(self.mesh)}
+                                                 for v in a.prog.fn.returns}
+        """Every spec each value is read in (a result: whole)."""
         for op, reads in zip(a.prog.ops, a.reads, strict=True):
             if not reads:
                 continue
             for k, (v, s) in enumerate(zip(op.inputs, reads, strict=True)):
-                if v is not None and s is not None and not is_shape_operand(op, k) \
-                        and s != a.spec(v) and s not in self.needs.setdefault(v, []):
+                if v is None or s is None or is_shape_operand(op, k):
+                    continue
+                self.read_as.setdefault(v, set()).add(s)
+                if s != a.spec(v) and s not in self.needs.setdefault(v, []):
                     self.needs[v].append(s)
 
     def _made(self, v: Value) -> None:
@@ -83,8 +100,10 @@ class _Lowering:
         return redistribute(self.b, self.mesh, self.pieces[v], self.a.spec(v), spec, _name(v))
 
     def _const(self, arr: np.ndarray, hint: str) -> list[Value]:
-        return [self.b.op("Constant", value=arr, device=d, name=f"{hint}_d{d}")
-                for d in self.mesh.devices]
+        return [self._const_on(arr, d, hint) for d in self.mesh.devices]
+
+    def _const_on(self, arr: np.ndarray, device: int, hint: str) -> Value:
+        return self.b.op("Constant", value=arr, device=device, name=f"{hint}_d{device}")
 
     def run(self, self_contained: bool) -> Function:
         prog, mesh, b = self.prog, self.mesh, self.b
@@ -129,6 +148,7 @@ class _Lowering:
         reads = self.a.reads[i]
         out = self.a.outcomes[i]
         assert reads is not None and out is not None
+        out = made_as(prog, op, out, self.read_as.get(op.outputs[0], set()))
         if not reads:  # known before running: a constant on every device
             for o in op.outputs:
                 arr = prog.const(o)
@@ -149,7 +169,12 @@ class _Lowering:
         attrs = local_attrs(op, reads, mesh)
         results: list[list[Value]] = [[] for _ in op.outputs]
         once = bias_once(op, reads, out.outs)
-        for r, d in enumerate(mesh.devices):
+        vocab = vocab_axis(prog, op, reads) is not None
+        if vocab:  # its own local ops and collectives
+            results = [write_vocab(b, prog, mesh, op, reads, ins, list(range(mesh.size)),
+                                   mesh.devices.__getitem__, self._const_on,
+                                   _names(op.outputs[0], mesh.devices))]
+        for r, d in enumerate(() if vocab else mesh.devices):
             if not op.inputs:
                 attrs["device"] = d
             names = [_names(o, (d,))[0] for o in op.outputs]
@@ -177,6 +202,35 @@ class _Lowering:
             return self._const(split_sizes(self.prog, op, k, outs, self.mesh), "sizes")
         shp = local_shape(self.prog.shape(op.outputs[0]), outs[0], self.mesh)
         return self._const(np.asarray(shp, dtype=np.int64), "shape")
+
+
+BROADCASTS = frozenset({"Expand", "ConstantOfShape"})
+"""Ops that broadcast their input to a result shape given as a shape operand."""
+
+
+def made_as(prog: Program, op: Op, out: Outcome, read_as: set[Spec]) -> Outcome:
+    """The outcome ``op`` is written in: as the rules give it, but an ``Expand`` or
+    ``ConstantOfShape`` (a broadcast whose result shape is a shape operand, the lowering's
+    local one) of a whole result that every reader reads as one other spec, splitting only
+    dimensions the broadcast makes, is written at that spec's local shape: equal to each
+    device's block of the whole one, without making it (the zeros a vocabulary-split
+    gradient is scattered into)."""
+    if op.op_type not in BROADCASTS or len(read_as) != 1:
+        return out
+    (want,) = read_as
+    if want == out.outs[0] or any(not isinstance(p, Replicate) for p in out.outs[0]) or \
+            any(isinstance(p, Partial) for p in want):
+        return out
+    rank = len(prog.shape(op.outputs[0]))
+    x = op.inputs[0]
+    made = set(range(rank))  # ConstantOfShape: every dimension
+    if op.op_type == "Expand" and x is not None:
+        shp = prog.shape(x)
+        made = {d for d in range(rank) if d < rank - len(shp)
+                or shp[d - rank + len(shp)] == 1}
+    if any(isinstance(p, Shard) and p.dim not in made for p in want):
+        return out
+    return Outcome((want,), out.scaled)
 
 
 def local_attrs(op: Op, reads: tuple, mesh: Mesh) -> dict:

@@ -55,7 +55,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
-from distir.transforms.spmd.lower import bias_once, local_attrs, split_sizes
+from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
 from distir.transforms.spmd.outline import outline
 from distir.transforms.spmd.redistribute import plan
@@ -63,6 +63,7 @@ from distir.transforms.spmd.replay import Replay
 from distir.transforms.spmd.stage_values import StageValues, name_hint
 from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
+from distir.transforms.spmd.vocab import vocab_axis, write_vocab
 
 __all__ = ["Schedule", "schedule", "lower_pipeline", "stage_meshes"]
 
@@ -140,7 +141,7 @@ class _Pipe(StageValues):
         self.all = list(range(vm.size))
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
         self.prepared: dict[int, _Prepared] = {}
-        self.shape_ins: dict[tuple[int, int], list[Value | None]] = {}
+        self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
         self.reads_of: dict[Value, list[tuple[int, Spec, bool]]] = {}
         self.runs: list[tuple[str, int, int]] = []
@@ -207,6 +208,8 @@ class _Pipe(StageValues):
         units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
                            and self.assign[s].reads[i] and i not in self.deferred]
                  for ph in "FB" for s in range(self.pp)}
+        early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
+        pulled = {u for e in early.values() for lst in e.values() for u in lst}
         replay = Replay(self, units)
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
@@ -220,11 +223,16 @@ class _Pipe(StageValues):
                     replay.start(kind, s, m)
                     n_layers = len(self.layer_runs)
                     layers = _Layers(self, f"layer_{phase}")
+                    pull = early[s] if kind == "B" and m == self.k - 1 else {}
+                    for u in (u for lst in pull.values() for u in lst):
+                        self._shape_ins(u)  # before the layers, so that they stay alike
                     for i in units[(kind, s)]:
                         layers.at(i)
                         self._op(i, self.ranks_of[m])
                         for o in prog.ops[i].outputs:
                             self._after(o, m, other_stages=False)
+                        for u in pull.get(i, ()):  # an update finishing a gradient: now
+                            self._op(u, self.all)  # (in i's layer run, if any)
                     layers.at(None)
                     replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
@@ -233,12 +241,56 @@ class _Pipe(StageValues):
                     self._after(o, m, other_stages=True)
         layers = _Layers(self, "layer_upd")
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
-            if (st.phase[i] == "U" or i in self.deferred) and \
+            if (st.phase[i] == "U" or i in self.deferred) and i not in pulled and \
                     self.assign[st.stage[i]].reads[i]:  # type: ignore[index]
                 layers.at(i if st.phase[i] == "U" else None)
                 self._op(i, self.all)
         layers.at(None)
         return self.b.ret(*self._returns(self_contained))
+
+    def _early_updates(self, unit: list[int]) -> dict[int, list[int]]:
+        """The update-phase ops that finish a gradient of ``unit`` (a stage's backward ops)
+        before it is summed: each reads a value of the unit (or of another such op) still
+        partial on the data axis and nothing made after the unit (a bias gradient's
+        ``Reshape``, which a training step writes at its end), and its results are read on
+        no other stage (a ``Send`` would wait for that stage's backward pass). Keyed by
+        the op of the unit that makes the last of its inputs: it runs right after that op
+        in the last microbatch's unit, so that the sum over the data axis its
+        readers need (``_after``) starts as soon as the gradient is made and overlaps the
+        rest of the backward pass, as ``dtp``'s early all-reduces and PyTorch's
+        DistributedDataParallel do. The optimizer steps, which read the gradients summed,
+        stay after the microbatches; with one replica (no all-reduce to overlap) every
+        update-phase op does."""
+        prog, st = self.prog, self.st
+        if not unit or self.vmesh.shape[0] == self.k:  # one replica: nothing to overlap
+            return {}
+        s = st.stage[unit[0]]
+        assert s is not None
+        where = {i: n for n, i in enumerate(unit)}
+        slot: dict[int, int] = {}  # a pulled op -> the op of the unit it runs after
+        for u in prog.live_ops:
+            reads = self.assign[s].reads[u]
+            if st.phase[u] != "U" or st.stage[u] != s or u in self.deferred or not reads or \
+                    any(st.stage[j] != s for o in prog.ops[u].outputs
+                        for j, _ in self.readers.get(o, ())):  # sent: after the backward
+                continue
+            partial, at = False, -1
+            for v, rd in zip(prog.ops[u].inputs, reads, strict=True):
+                j = prog.producer.get(v) if v is not None else None
+                if j is None or st.phase[j] == "H" or not self.assign[s].reads[j]:
+                    continue  # made before the units, or known before running
+                if j in where or j in slot:
+                    at = max(at, where[j] if j in where else where[slot[j]])
+                    partial = partial or (rd is not None and isinstance(rd[0], Partial))
+                elif not (self.per_mb(j) and st.stage[j] == s and st.phase[j] == "F"):
+                    break  # made later than the unit (the forward units come before it)
+            else:
+                if partial:
+                    slot[u] = unit[at]
+        out: dict[int, list[int]] = {}
+        for u, i in slot.items():
+            out.setdefault(i, []).append(u)
+        return out
 
     def _params(self, self_contained: bool) -> None:
         prog, b = self.prog, self.b
@@ -333,13 +385,16 @@ class _Pipe(StageValues):
             op, a = self.prog.ops[i], self.assign[s]
             reads, out = a.reads[i], a.outcomes[i]
             assert reads and out is not None
+            if op.op_type in BROADCASTS:
+                out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
             vm = self.vmesh
             scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
                            for k, axes in enumerate(out.scaled) if axes)
             attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
             got = self.prepared[i] = _Prepared(
                 s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
-                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs))
+                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
+                vocab_axis(self.prog, op, reads) is not None)
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -361,17 +416,27 @@ class _Pipe(StageValues):
             if v is None:
                 ins.append([None] * vm.size)
             elif is_shape_operand(op, k):
-                shp = self.shape_ins.get((i, k))
-                if shp is None:
-                    shp = self.shape_ins[(i, k)] = self._shape_operand(op, k, pre.outs, s)
-                ins.append(shp)
+                ins.append(self._shape_ins(i)[k])
             else:
                 assert sp is not None
                 ins.append(self.get(v, s, sp, rs))
         per_mb = pre.per_mb
         n_out = len(op.outputs)
         res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
-        for r in rs:
+        if pre.vocab:  # its collectives span a group
+            group = (i, tuple(id(x[r]) for r in rs for x in ins))
+            every = self.memo.get(group)
+            if every is None:
+                every = write_vocab(b, self.prog, vm, op, pre.reads, ins, rs,
+                                    lambda r: self.dev(s, r), self.const,
+                                    [self.name(op.outputs[0], s, r, per_mb)
+                                     for r in range(vm.size)])
+                every = self.memo[group] = [None if v is None else
+                                          self._scaled(pre, (v,), r)[0]
+                                          for r, v in enumerate(every)]
+            for r in rs:
+                res[0][r] = every[r]
+        for r in rs if res[0][rs[0]] is None else ():
             d = self.dev(s, r)
             args = [x[r] for x in ins]
             if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
@@ -385,13 +450,7 @@ class _Pipe(StageValues):
                 suffix = self._suffix(s, r, per_mb)
                 vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
                 b.ops.append(Op(op.op_type, args, attrs, vals))
-                for k, n in pre.scaled:
-                    o = op.outputs[k]
-                    c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
-                                   f"{name_hint(o)}_scale")
-                    vals = vals[:k] + (b.op("Mul", vals[k], c,
-                                            name=self.name(o, s, r, per_mb)),) + vals[k + 1:]
-                got = self.memo[key] = vals
+                got = self.memo[key] = self._scaled(pre, vals, r)
             for k in range(n_out):
                 res[k][r] = got[k]
         for k, o in enumerate(op.outputs):
@@ -404,6 +463,29 @@ class _Pipe(StageValues):
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
                 self._after(o, None, other_stages=True)
+
+    def _read_as(self, v: Value) -> set[Spec]:
+        """Every spec ``v`` is read in (a result: whole)."""
+        out = {replicated(self.vmesh)} if v in self.prog.fn.returns else set()
+        for j, k in self.readers.get(v, ()):
+            reads = self.assign[self.stage[j]].reads[j]
+            if reads and reads[k] is not None:
+                out.add(reads[k])  # type: ignore[arg-type]
+        return out
+
+    def _scaled(self, pre: _Prepared, vals: tuple, r: int) -> tuple:
+        """Rank ``r``'s results of ``pre``'s op, those that are means over split axes
+        scaled by ``1/`` their devices (see ``Outcome``)."""
+        if not pre.scaled:
+            return vals
+        d = self.dev(pre.s, r)
+        for k, n in pre.scaled:
+            o = pre.op.outputs[k]
+            c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
+                           f"{name_hint(o)}_scale")
+            vals = vals[:k] + (self.b.op("Mul", vals[k], c,
+                                         name=self.name(o, pre.s, r, pre.per_mb)),) + vals[k + 1:]
+        return vals
 
     def _after(self, v: Value, m: int | None, other_stages: bool) -> None:
         """Right after ``v`` is made (for microbatch ``m``, or once), ``other_stages``
@@ -439,6 +521,18 @@ class _Pipe(StageValues):
             elif rd != self.spec(v, s0):
                 self.get(v, s, rd, want)
 
+    def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
+        """The constants of op ``i``'s shape operands on every rank (by input index),
+        made the first time they are asked for."""
+        got = self.shape_ins.get(i)
+        if got is None:
+            pre = self._prepared(i)
+            got = self.shape_ins[i] = {
+                k: self._shape_operand(pre.op, k, pre.outs, pre.s)
+                for k, v in enumerate(pre.op.inputs)
+                if v is not None and is_shape_operand(pre.op, k)}
+        return got
+
     def _shape_operand(self, op: Op, k: int, outs: tuple, s: int) -> list[Value | None]:
         prog = self.prog
         if op.op_type == "Split":
@@ -455,7 +549,8 @@ class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
     results' specs, local attributes (normalized), whether it runs per microbatch, the
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
-    (``(result index, n)``) and its results' name hints (``None`` for an unused one)."""
+    (``(result index, n)``), its results' name hints (``None`` for an unused one) and
+    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it)."""
 
     s: int
     op: Op
@@ -466,6 +561,7 @@ class _Prepared:
     once: tuple[int, ...]
     scaled: tuple[tuple[int, int], ...]
     hints: tuple[str | None, ...]
+    vocab: bool
 
 
 class _Layers:

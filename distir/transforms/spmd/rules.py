@@ -29,6 +29,7 @@ from distir.transforms.spmd.mesh import (
     Spec,
     check_spec,
 )
+from distir.transforms.spmd.vocab import accepts as accepts_vocab
 
 __all__ = ["OpRules", "NotLocal", "Outcome", "LINEAR_ALL", "LINEAR_FIRST", "LINEAR_ONE"]
 
@@ -130,13 +131,17 @@ class OpRules:
             # each device adds its own rows into its zeros: the sum over devices is the
             # whole result (an embedding's gradient under a split batch, as dtp does)
             return (P,), []
-        if t in _XENT and isinstance(pl[0], Shard) and pl[0].dim == len(shapes[0]) - 1:
-            # dtp lowers a class-split cross entropy with its own collectives (maxima,
-            # sums of exp); a local op on split logits would be wrong
+        vocab = accepts_vocab(t, pl, shapes, attrs)
+        if not vocab and t in _XENT and isinstance(pl[0], Shard) and \
+                pl[0].dim == len(shapes[0]) - 1:
+            # the class-split cross entropy is written with its own collectives (``vocab``)
+            # only on whole labels; a plain local op on split logits would be wrong
             raise NotLocal(f"{t}: logits split on the class axis", axis=axis)
-        if isinstance(pl[0], Shard) and pl[0].dim in _indexed_dims(t, shapes, attrs):
-            # dtp lowers a lookup in a row-split table with ids shifted to local rows and
-            # masked (vocab_parallel); a local op would index the local rows with global ids
+        if not vocab and isinstance(pl[0], Shard) and \
+                pl[0].dim in _indexed_dims(t, shapes, attrs):
+            # a lookup in (or a scatter into) a row-split table is written with ids shifted
+            # to local rows and masked (``vocab``) only on whole ids; a plain local op would
+            # index the local rows with global ids
             raise NotLocal(f"{t}: data split along an indexed axis", axis=axis)
         lays = tuple(None if s is None else replicated(len(s)) if p is None
                      else _layout(p, len(s)) for p, s in zip(pl, shapes, strict=True))
@@ -184,14 +189,13 @@ class OpRules:
         """Results that are means over this axis's shards."""
         if t not in MEAN_SCALED:
             return []
-        split = any(lay is not None and T in lay.marks for lay in lays)
         bl = tuple(None if lay is None else Layout(tuple(B if m == T else m for m in lay.marks))
                    for lay in lays)
         out = []
         for k, p in enumerate(places):
             part = B if isinstance(p, Partial) else ""
-            if t in _XENT:
-                hit = k == 0 and split and attrs.get("reduction") == "mean"
+            if t in _XENT:  # a mean over the split labels (a class split sums whole rows)
+                hit = k == 0 and T in lays[1].marks and attrs.get("reduction") == "mean"
             else:
                 hit = bool(mean_scale_marks(t, attrs, bl, k, part))
             if hit:

@@ -109,8 +109,8 @@ def _wide() -> tuple[distir.Function, object]:
 
 def test_optimize_rediscovers_megatron_attention_by_heads() -> None:
     """QKV split by heads, its bias and bias gradient alike, c_proj by rows, c_fc by
-    columns: only Megatron's four all-reduces of the layer's activations, no all-gather
-    of q, k, v or of the bias gradient."""
+    columns: Megatron's four all-reduces of the layer's activations, no all-gather of q,
+    k, v or of the bias gradient."""
     step, r = _wide()
     a = r.assignment  # type: ignore[attr-defined]
     spec = dict(zip((p.name for p in a.prog.fn.params), a.params, strict=True))
@@ -121,7 +121,9 @@ def test_optimize_rediscovers_megatron_attention_by_heads() -> None:
     assert spec["h.0.mlp.c_proj.weight"] == (Shard(0),)
     act = (WIDE.batch_size, WIDE.seq_len, WIDE.d_model)
     comm = comm_breakdown(r.program)  # type: ignore[attr-defined]
-    assert comm == {("MPIAllreduce", act, 2): 4}
+    assert comm.pop(("MPIAllreduce", act, 2)) == 4
+    # besides them at most a vocabulary-parallel cross entropy's (B, S, 1) maxima and sums
+    assert all(k[1] == act[:2] + (1,) for k in comm)
 
 
 def test_optimize_with_groups_is_faster(monkeypatch: pytest.MonkeyPatch) -> None:
