@@ -1,6 +1,6 @@
 """Outlining: repeated runs of ops become calls of one function.
 
-``outline(fn, runs, name)`` takes a flat program and contiguous op ranges (``runs``: the
+``outline(fn, runs, inner=())`` takes a flat program and contiguous op ranges (``runs``: the
 schedule's units, one per stage, phase and microbatch, see ``pipeline``) and replaces every
 range whose ops equal another's up to the values they read from outside it (the
 *externals*, numbered in order of first use) by a call of one function written once: its
@@ -9,6 +9,10 @@ results the values of the range that any of its copies hands to later ops. The r
 the same computation (the reference executor and the simulator treat a call as its
 inlined ops), so a pipeline with ``K`` microbatches writes each stage's work about once
 instead of ``K`` times, as ``dtp``'s stage functions do.
+
+Runs may nest one level (``inner``: each unit's layers, see ``pipeline``): the inner runs
+are outlined first, so equal layers become calls of one *layer function* inside the stage
+functions and inside the units left written out, as ``dtp``'s layer functions.
 
 Two ranges are equal when their ops agree one by one in type, attributes, callee, number of
 results and wiring (each input the same earlier result of the range, or the same
@@ -49,16 +53,34 @@ def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
     return tuple(form), list(ext)
 
 
-def outline(fn: Function, runs: Sequence[Run]) -> Function:
+def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = ()) -> Function:
     """``fn`` with the equal ``runs`` (two or more of one form) replaced by calls; the
-    runs must not overlap. Returns a new function; ``fn`` is not changed."""
-    ops = fn.ops
+    runs must not overlap. ``inner`` are runs nested in ``runs`` (a unit's layers), each
+    inside one run or outside all: they are outlined first, so that equal layers are calls
+    of one layer function inside the stage functions and inside the units that stay
+    written out. Returns a new function; ``fn`` is not changed."""
+    ops, at = _replace(fn.ops, fn.returns, inner)
+    if inner:
+        runs = [(label, at[start], at[end]) for label, start, end in runs]
+    ops, _ = _replace(ops, fn.returns, runs)
+    if ops is fn.ops:
+        return fn
+    new = Function(fn.name, fn.params, ops, fn.returns, fn.return_types)
+    new.initializers = dict(fn.initializers)
+    return new
+
+
+def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
+             ) -> tuple[list[Op], list[int]]:
+    """``ops`` with the equal ``runs`` replaced by calls, and the new index of each old
+    index that starts a run or lies outside all (``len(ops)`` included); ``ops`` itself
+    when nothing is replaced."""
     used_after: dict[Value, int] = {}  # the last op index reading each value
     for j, op in enumerate(ops):
         for v in op.inputs:
             if v is not None:
                 used_after[v] = j
-    for v in fn.returns:
+    for v in returns:
         used_after[v] = len(ops)
     classes: dict[tuple, list[tuple[str, int, int, list[Value]]]] = {}
     for label, start, end in runs:
@@ -73,13 +95,12 @@ def outline(fn: Function, runs: Sequence[Run]) -> Function:
             continue
         label, t0, t1, text = members[0]
         # the results any copy hands on: (op offset, result index)
-        keep: list[tuple[int, int]] = []
+        keep: set[tuple[int, int]] = set()
         for _, start, end, _ in members:
             for j in range(start, end):
                 for k, o in enumerate(ops[j].outputs):
-                    if used_after.get(o, -1) >= end and (j - start, k) not in keep:
-                        keep.append((j - start, k))
-        keep.sort()
+                    if used_after.get(o, -1) >= end:
+                        keep.add((j - start, k))
         labels = sorted({m[0] for m in members})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
             heads = [x.rsplit("_", 1) for x in labels]
@@ -87,15 +108,18 @@ def outline(fn: Function, runs: Sequence[Run]) -> Function:
                 label = "_".join([heads[0][0]] + [h[0].lstrip("stage") for h in heads[1:]]
                                  + [heads[0][1]])
         n = count[label] = count.get(label, 0) + 1
-        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text, keep)
+        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text,
+                           sorted(keep))
         for _, start, end, ext in members:
-            outs = [ops[start + j].outputs[k] for j, k in keep]
+            outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
             calls[start] = (end, Op(CALL, ext, None, outs, callee=callee))
     if not calls:
-        return fn
+        return ops, list(range(len(ops) + 1))
     out: list[Op] = []
+    at = [0] * (len(ops) + 1)
     j = 0
     while j < len(ops):
+        at[j] = len(out)
         got = calls.get(j)
         if got is not None:
             out.append(got[1])
@@ -103,9 +127,8 @@ def outline(fn: Function, runs: Sequence[Run]) -> Function:
         else:
             out.append(ops[j])
             j += 1
-    new = Function(fn.name, fn.params, out, fn.returns, fn.return_types)
-    new.initializers = dict(fn.initializers)
-    return new
+    at[len(ops)] = len(out)
+    return out, at
 
 
 def _function(name: str, body: list[Op], ext: list[Value], keep: list[tuple[int, int]],

@@ -7,7 +7,10 @@ microbatches.
   ``Function``: every op of stage ``s`` runs on that stage's sub-mesh, values crossing
   stages are moved with ``Send`` (redistributed first or after where the layouts differ),
   in the schedule's order; units of the schedule that are equal (a stage's microbatches
-  after the first, as a rule) are calls of one stage function (``outline``).
+  after the first, as a rule) are calls of one stage function, and equal repeated layers
+  inside a unit (or among the updates) calls of one layer function (``outline``; the
+  layers are ``Structure``'s anchors). The units of the middle microbatches are copies of
+  microbatch 1's where its template holds (``replay``), so they are not written op by op.
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner
@@ -41,12 +44,13 @@ the stages that read them and returns the sequential results on the sequential d
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from distir.errors import TransformError
-from distir.ir.builder import FunctionBuilder
+from distir.ir.builder import FunctionBuilder, normalize_attr
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
@@ -55,7 +59,7 @@ from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, mad
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
 from distir.transforms.spmd.outline import outline
 from distir.transforms.spmd.redistribute import plan
-from distir.transforms.spmd.rules import Outcome
+from distir.transforms.spmd.replay import Replay
 from distir.transforms.spmd.stage_values import StageValues, name_hint
 from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
@@ -70,7 +74,7 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     """The program of ``assignment`` cut in ``stages`` and run in ``sched`` (default: one
     microbatch, GPipe); verified. See the module docstring. With ``stage_functions``, the
     units of a stage and phase that are equal (microbatches after the first, as a rule)
-    are calls of one function (``outline``)."""
+    are calls of one function, and so are equal layers inside them (``outline``)."""
     sched = sched or schedule(stages)
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
@@ -78,7 +82,7 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     pipe = _Pipe(assignment, stages, sched)
     fn = pipe.run(self_contained)
     if stage_functions:
-        fn = outline(fn, pipe.runs)
+        fn = outline(fn, pipe.runs, pipe.layer_runs)
     bound = stages.prog.fn.initializers
     if bound:  # an imported model's weights: the same, or each device's piece of them
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
@@ -136,8 +140,19 @@ class _Pipe(StageValues):
         self.ranks_of = [[r for r in range(vm.size) if self.mb[r] == m] for m in range(k)]
         self.all = list(range(vm.size))
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
+        self.prepared: dict[int, _Prepared] = {}
+        self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
+        self.suffixes: dict[tuple[int, int, bool], str] = {}
+        self.reads_of: dict[Value, list[tuple[int, Spec, bool]]] = {}
         self.runs: list[tuple[str, int, int]] = []
         """The op range of each unit of the schedule (``outline``)."""
+        self.layer_runs: list[tuple[str, int, int]] = []
+        """The op range of each repeated layer's ops in a unit, or among the updates
+        (``outline``'s inner runs)."""
+        structure = st.structure
+        self.layer_of: dict[int, int] = {} if structure is None else {
+            i: a for i, a in structure.anchor.items() if 1 <= a <= structure.num_layers}
+        """The layer (``Structure``'s anchor) of each op of a repeated layer."""
         self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
         """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.stage = {i: s for i, s in enumerate(st.stage) if s is not None}
@@ -195,27 +210,42 @@ class _Pipe(StageValues):
                  for ph in "FB" for s in range(self.pp)}
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}
+        replay = Replay(self, units)
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
                 start = len(self.b.ops)
-                last = kind == "B" and m == self.k - 1
-                for i in units[(kind, s)]:
-                    self._op(i, self.ranks_of[m])
-                    for o in prog.ops[i].outputs:
-                        self._after(o, m, other_stages=False)
-                    made.append((i, m))
-                    for u in early[s].get(i, ()) if last else ():
-                        self._op(u, self.all)
                 phase = "fwd" if kind == "F" else "bwd"
+                made.extend((i, m) for i in units[(kind, s)])
+                if replay.copies(kind, s, m):  # a middle microbatch: a copy of the first's
+                    replay.write(kind, s, m)
+                else:
+                    replay.start(kind, s, m)
+                    n_layers = len(self.layer_runs)
+                    layers = _Layers(self, f"layer_{phase}")
+                    pull = early[s] if kind == "B" and m == self.k - 1 else {}
+                    for u in (u for lst in pull.values() for u in lst):
+                        self._shape_ins(u)  # before the layers, so that they stay alike
+                    for i in units[(kind, s)]:
+                        layers.at(i)
+                        self._op(i, self.ranks_of[m])
+                        for o in prog.ops[i].outputs:
+                            self._after(o, m, other_stages=False)
+                        for u in pull.get(i, ()):  # an update finishing a gradient: now
+                            self._op(u, self.all)  # (in i's layer run, if any)
+                    layers.at(None)
+                    replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
                 for o in prog.ops[i].outputs:
                     self._after(o, m, other_stages=True)
+        layers = _Layers(self, "layer_upd")
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
             if (st.phase[i] == "U" or i in self.deferred) and i not in pulled and \
                     self.assign[st.stage[i]].reads[i]:  # type: ignore[index]
+                layers.at(i if st.phase[i] == "U" else None)
                 self._op(i, self.all)
+        layers.at(None)
         return self.b.ret(*self._returns(self_contained))
 
     def _early_updates(self, unit: list[int]) -> dict[int, list[int]]:
@@ -346,61 +376,87 @@ class _Pipe(StageValues):
         return rets
 
     # -- ops -------------------------------------------------------------------------------
+    def _prepared(self, i: int) -> _Prepared:
+        """What writing op ``i`` needs that does not depend on the microbatch, made once."""
+        got = self.prepared.get(i)
+        if got is None:
+            s = self.st.stage[i]
+            assert s is not None
+            op, a = self.prog.ops[i], self.assign[s]
+            reads, out = a.reads[i], a.outcomes[i]
+            assert reads and out is not None
+            if op.op_type in BROADCASTS:
+                out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
+            vm = self.vmesh
+            scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
+                           for k, axes in enumerate(out.scaled) if axes)
+            attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+            got = self.prepared[i] = _Prepared(
+                s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
+                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
+                vocab_axis(self.prog, op, reads) is not None)
+        return got
+
+    def _suffix(self, s: int, r: int, per_mb: bool) -> str:
+        """The end of a piece's name on stage ``s`` at virtual rank ``r`` (``name``)."""
+        key = (s, r, per_mb)
+        got = self.suffixes.get(key)
+        if got is None:
+            got = self.suffixes[key] = self.name("", s, r, per_mb)
+        return got
+
     def _op(self, i: int, rs: list[int]) -> None:
-        prog, b, vm = self.prog, self.b, self.vmesh
-        s = self.st.stage[i]
-        assert s is not None
-        op = prog.ops[i]
-        a = self.assign[s]
-        reads, out = a.reads[i], a.outcomes[i]
-        assert reads and out is not None
-        if op.op_type in BROADCASTS:
-            out = made_as(prog, op, out, self._read_as(op.outputs[0]))
+        """Write op ``i`` for the virtual ranks ``rs``, with the redistributions its inputs
+        need first (one microbatch's ranks in a unit; all of them once)."""
+        b, vm = self.b, self.vmesh
+        pre = self._prepared(i)
+        s, op = pre.s, pre.op
         ins: list[list[Value | None]] = []
-        for k, (v, sp) in enumerate(zip(op.inputs, reads, strict=True)):
+        for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
             if v is None:
                 ins.append([None] * vm.size)
             elif is_shape_operand(op, k):
-                ins.append(self._shape_operand(op, k, out.outs, s))
+                ins.append(self._shape_ins(i)[k])
             else:
                 assert sp is not None
                 ins.append(self.get(v, s, sp, rs))
-        attrs = local_attrs(op, reads, vm)
-        per_mb = self.per_mb(i)
-        res: list[list[Value | None]] = [[None] * vm.size for _ in op.outputs]
-        once = bias_once(op, reads, out.outs)
-        if vocab_axis(prog, op, reads) is not None:  # its collectives span a group
+        per_mb = pre.per_mb
+        n_out = len(op.outputs)
+        res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
+        if pre.vocab:  # its collectives span a group
             group = (i, tuple(id(x[r]) for r in rs for x in ins))
             every = self.memo.get(group)
             if every is None:
-                every = write_vocab(b, prog, vm, op, reads, ins, rs, lambda r: self.dev(s, r),
-                                    self.const, [self.name(op.outputs[0], s, r, per_mb)
-                                                 for r in range(vm.size)])
+                every = write_vocab(b, self.prog, vm, op, pre.reads, ins, rs,
+                                    lambda r: self.dev(s, r), self.const,
+                                    [self.name(op.outputs[0], s, r, per_mb)
+                                     for r in range(vm.size)])
                 every = self.memo[group] = [None if v is None else
-                                          self._scaled(op, out, (v,), s, r, per_mb)[0]
+                                          self._scaled(pre, (v,), r)[0]
                                           for r, v in enumerate(every)]
             for r in rs:
                 res[0][r] = every[r]
         for r in rs if res[0][rs[0]] is None else ():
             d = self.dev(s, r)
             args = [x[r] for x in ins]
-            if any(vm.coords[r][ax] for ax in once):  # the bias added once to the sum
+            if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
-            key = (i, d, tuple(id(x) for x in args))
+            key = (i, d, tuple(map(id, args)))
             got = self.memo.get(key)
             if got is None:
+                attrs = pre.attrs  # shared: an op's attributes are immutable
                 if not op.inputs:
-                    attrs["device"] = d
-                vals = b.op(op.op_type, *args, num_results=len(op.outputs),
-                            name=[self.name(o, s, r, per_mb) for o in op.outputs], **attrs)
-                vals = (vals,) if len(op.outputs) == 1 else tuple(vals)
-                got = self.memo[key] = self._scaled(op, out, vals, s, r, per_mb)
-            for k in range(len(op.outputs)):
-                res[k][r] = got[k]  # type: ignore[index]
+                    attrs = {**attrs, "device": d}
+                suffix = self._suffix(s, r, per_mb)
+                vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
+                b.ops.append(Op(op.op_type, args, attrs, vals))
+                got = self.memo[key] = self._scaled(pre, vals, r)
+            for k in range(n_out):
+                res[k][r] = got[k]
         for k, o in enumerate(op.outputs):
             cache = self.pieces.setdefault((o, s), {})
-            self.base[(o, s)] = out.outs[k]
-            lst = cache.setdefault(out.outs[k], [None] * vm.size)
+            self.base[(o, s)] = pre.outs[k]
+            lst = cache.setdefault(pre.outs[k], [None] * vm.size)
             for r in rs:
                 lst[r] = res[k][r]
         if not per_mb:
@@ -417,18 +473,18 @@ class _Pipe(StageValues):
                 out.add(reads[k])  # type: ignore[arg-type]
         return out
 
-    def _scaled(self, op: Op, out: Outcome, vals: tuple, s: int, r: int,
-                per_mb: bool) -> tuple:
-        """Rank ``r``'s results of ``op``, those that are means over split axes scaled by
-        ``1/`` their devices (see ``Outcome``)."""
-        d = self.dev(s, r)
-        for k, (o, axes) in enumerate(zip(op.outputs, out.scaled, strict=True)):
-            if axes:
-                n = int(np.prod([self.vmesh.shape[ax] for ax in axes]))
-                c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
-                               f"{name_hint(o)}_scale")
-                vals = vals[:k] + (self.b.op("Mul", vals[k], c,
-                                             name=self.name(o, s, r, per_mb)),) + vals[k + 1:]
+    def _scaled(self, pre: _Prepared, vals: tuple, r: int) -> tuple:
+        """Rank ``r``'s results of ``pre``'s op, those that are means over split axes
+        scaled by ``1/`` their devices (see ``Outcome``)."""
+        if not pre.scaled:
+            return vals
+        d = self.dev(pre.s, r)
+        for k, n in pre.scaled:
+            o = pre.op.outputs[k]
+            c = self.const(np.asarray(1.0 / n, dtype=self.prog.type(o).dtype.np), d,
+                           f"{name_hint(o)}_scale")
+            vals = vals[:k] + (self.b.op("Mul", vals[k], c,
+                                         name=self.name(o, pre.s, r, pre.per_mb)),) + vals[k + 1:]
         return vals
 
     def _after(self, v: Value, m: int | None, other_stages: bool) -> None:
@@ -439,15 +495,20 @@ class _Pipe(StageValues):
         reader that runs once after the microbatches is served after the last one."""
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
-        for i, k in self.readers.get(v, ()):
-            s = self.st.stage[i]
-            assert s is not None
-            reads = self.assign[s].reads[i]
-            rd = reads[k] if reads else None
-            if rd is None or (other_stages and s == s0):
+        reads_of = self.reads_of.get(v)
+        if reads_of is None:  # (stage, spec, per microbatch) of every reader, made once
+            reads_of = self.reads_of[v] = []
+            for i, k in self.readers.get(v, ()):
+                s = self.stage[i]
+                reads = self.assign[s].reads[i]
+                rd = reads[k] if reads else None
+                if rd is not None:
+                    reads_of.append((s, rd, self.per_mb(i)))
+        for s, rd, per_mb in reads_of:
+            if other_stages and s == s0:
                 continue
             want = rs
-            if m is not None and not self.per_mb(i):
+            if m is not None and not per_mb:
                 if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
                     self._accumulate(v, s0, m)
                 if m != self.k - 1:
@@ -460,6 +521,18 @@ class _Pipe(StageValues):
             elif rd != self.spec(v, s0):
                 self.get(v, s, rd, want)
 
+    def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
+        """The constants of op ``i``'s shape operands on every rank (by input index),
+        made the first time they are asked for."""
+        got = self.shape_ins.get(i)
+        if got is None:
+            pre = self._prepared(i)
+            got = self.shape_ins[i] = {
+                k: self._shape_operand(pre.op, k, pre.outs, pre.s)
+                for k, v in enumerate(pre.op.inputs)
+                if v is not None and is_shape_operand(pre.op, k)}
+        return got
+
     def _shape_operand(self, op: Op, k: int, outs: tuple, s: int) -> list[Value | None]:
         prog = self.prog
         if op.op_type == "Split":
@@ -469,6 +542,46 @@ class _Pipe(StageValues):
             arr = np.asarray(shp, dtype=np.int64)
         hint = "sizes" if op.op_type == "Split" else "shape"
         return [self.const(arr, self.dev(s, r), hint) for r in self.all]
+
+
+@dataclass(frozen=True, slots=True, eq=False)
+class _Prepared:
+    """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
+    results' specs, local attributes (normalized), whether it runs per microbatch, the
+    mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
+    (``(result index, n)``), its results' name hints (``None`` for an unused one) and
+    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it)."""
+
+    s: int
+    op: Op
+    reads: tuple
+    outs: tuple
+    attrs: dict
+    per_mb: bool
+    once: tuple[int, ...]
+    scaled: tuple[tuple[int, int], ...]
+    hints: tuple[str | None, ...]
+    vocab: bool
+
+
+class _Layers:
+    """Cuts the ops written in a row into the runs of one repeated layer each
+    (``_Pipe.layer_runs``): ``at(i)`` before writing sequential op ``i``'s ops (``None``
+    before ops of no layer, and at the end)."""
+
+    def __init__(self, pipe: _Pipe, label: str) -> None:
+        self.pipe, self.label = pipe, label
+        self.layer: int | None = None
+        self.start = 0
+
+    def at(self, i: int | None) -> None:
+        layer = None if i is None else self.pipe.layer_of.get(i)
+        if layer == self.layer:
+            return
+        here = len(self.pipe.b.ops)
+        if self.layer is not None:
+            self.pipe.layer_runs.append((self.label, self.start, here))
+        self.layer, self.start = layer, here
 
 
 def _block(arr: np.ndarray, pl: Shard, n: int, c: int) -> np.ndarray:

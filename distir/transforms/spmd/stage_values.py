@@ -137,7 +137,12 @@ class StageValues:
         """The pieces of ``v`` on stage ``s``'s devices placed as ``dst``, for the virtual
         ranks ``rs`` (other entries may be ``None``)."""
         key = (v, s)
-        if key not in self.pieces or not _has(self.pieces[key].get(self.base[key]), rs):
+        made = self.pieces.get(key)
+        if made is not None:  # already placed so (then its base has ``rs`` too)
+            lst = made.get(dst)
+            if lst is not None and _has(lst, rs):
+                return lst
+        if made is None or not _has(made.get(self.base[key]), rs):
             self._arrive(v, s, dst, rs)
         cache = self.pieces[key]
         if _has(cache.get(dst), rs):

@@ -33,11 +33,12 @@ def _mlp(layers: int = 4, batch: int = 16) -> distir.Function:
 
 
 @cache
-def _gpt2_step() -> distir.Function:
+def _gpt2_step(n_layer: int = 2, batch: int = 8) -> distir.Function:
     from distir.models.gpt2 import GPT2Config
     from distir.transforms.training import training_step
 
-    cfg = GPT2Config(n_layer=2, d_model=16, n_head=8, vocab_size=32, seq_len=8, batch_size=8)
+    cfg = GPT2Config(n_layer=n_layer, d_model=16, n_head=8, vocab_size=32, seq_len=8,
+                     batch_size=batch)
     fn = cfg.build()
     names = [p.name for p in fn.params if p.name != "input_ids"]
     return training_step(fn, loss="cross_entropy", optimizer="sgd", lr=0.1, wrt=names,
@@ -444,6 +445,88 @@ def test_equal_units_are_calls_of_stage_functions() -> None:
     sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
     assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-12)
     assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
+
+
+def _callees(fn: distir.Function) -> dict[str, distir.Function]:
+    """Every function ``fn`` calls, directly or not, by name."""
+    out: dict[str, distir.Function] = {}
+    todo = [fn]
+    while todo:
+        for op in todo.pop().ops:
+            if op.callee is not None and op.callee.name not in out:
+                out[op.callee.name] = op.callee
+                todo.append(op.callee)
+    return out
+
+
+@pytest.mark.parametrize("model,dp,tp,pp,k", [("gpt2", 2, 2, 2, 4), ("gpt2", 1, 2, 2, 8),
+                                              ("gpt2", 2, 1, 1, 1), ("mlp", 2, 1, 2, 8),
+                                              ("mlp", 1, 2, 1, 1)])
+def test_repeated_layers_are_calls_of_layer_functions(model: str, dp: int, tp: int, pp: int,
+                                                      k: int) -> None:
+    """Equal repeated layers of a unit (and of the updates) are calls of one layer function,
+    inside the stage functions and in the units written out in @main: the same results,
+    simulated time and memory as the program written out, and far fewer ops."""
+    fn = _gpt2_step(4) if model == "gpt2" else _mlp(8)
+    calls = compose_dtp(fn, dp, tp, pp, k)
+    flat = compose_dtp(fn, dp, tp, pp, k, stage_functions=False)
+    called = _callees(calls)
+    layers = {n for n in called if n.startswith("layer_")}
+    assert layers and all(not _callees(called[n]) for n in layers)  # layers call nothing
+    assert any(op.is_call and op.callee.name in layers for op in calls.ops)  # type: ignore
+    if k > 2:  # stage functions (middle microbatches) call the layer functions
+        assert any(set(_callees(called[n])) & layers for n in called if n.startswith("stage"))
+    if model == "gpt2" and dp > 1 and pp == 1:  # the early bias updates (``_early_updates``)
+        # inside the last backward unit's layers: their shape constants are made before the
+        # unit, so that its first layer stays like the others
+        ops = flat.ops
+        made = {o: j for j, op in enumerate(ops) for o in op.outputs}
+        first = min(j for j, op in enumerate(ops) if op.op_type == "MatMulGrad")
+        early = [j for j, op in enumerate(ops) if op.op_type == "Reshape" and j > first
+                 and ops[made[op.inputs[0]]].op_type == "ReduceSum"]
+        assert early and all(made[ops[j].inputs[1]] < first for j in early)
+    assert len(calls.ops) * 2 < len(flat.ops)
+    text = dumps(calls)
+    assert dumps(parse(text)) == text
+    _same(fn, compose_dtp(fn, dp, tp, pp, k, self_contained=True))
+    sim = [distir.simulate(f, "h100-sxm") for f in (calls, flat)]
+    assert sim[0].latency_s == pytest.approx(sim[1].latency_s, rel=1e-9)
+    assert sim[0].peak_memory_bytes == sim[1].peak_memory_bytes
+
+
+@pytest.mark.parametrize("model,dp,tp,pp,k,kind", [("gpt2", 1, 2, 2, 8, "1f1b"),
+                                                   ("gpt2", 1, 1, 4, 8, "gpipe"),
+                                                   ("gpt2", 2, 1, 2, 8, "1f1b"),
+                                                   ("mlp", 2, 2, 2, 8, "1f1b")])
+def test_middle_microbatches_copied_are_the_units_written(
+        model: str, dp: int, tp: int, pp: int, k: int, kind: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The units of microbatches 3 .. K-2, copied from microbatch 1's (``Replay``), are the
+    program written op by op: the same text (placed and self-contained, with and without
+    stage functions), and the same results as the sequential step. With data parallelism
+    the GPT-2 step's bias gradients are finished inside the last microbatch's backward
+    units (``_early_updates``), which are written op by op, after the copies."""
+    from distir.transforms.spmd import pipeline, replay
+
+    fn = _gpt2_step(4, 8 * dp) if model == "gpt2" else _mlp(8)
+    plan = plan_dtp(fn, dp, tp, pp, k, kind)
+    copies: list[int] = []
+    write = replay.Replay.write
+    monkeypatch.setattr(replay.Replay, "write",
+                        lambda self, *a: copies.append(1) or write(self, *a))
+    pulled: list[int] = []
+    early = pipeline._Pipe._early_updates
+    monkeypatch.setattr(pipeline._Pipe, "_early_updates",
+                        lambda self, unit: (lambda e: pulled.extend(e) or e)(early(self, unit)))
+    got = [dumps(plan.lower(False, f)) for f in (False, True)]
+    assert len(copies) == 2 * 2 * pp * (k - 4)  # every middle unit but microbatches 1, 2
+    assert bool(pulled) == (model == "gpt2" and dp > 1)
+    # (self-contained, the batch is cut inside the first unit: microbatch 1's unit reads a
+    # piece microbatch 0's made, so it is no template, and the units are written op by op)
+    got += [dumps(plan.lower(True, f)) for f in (False, True)]
+    monkeypatch.setattr(replay.Replay, "copies", lambda self, *a: False)
+    assert got == [dumps(plan.lower(sc, f)) for sc in (False, True) for f in (False, True)]
+    _same(fn, plan.lower(self_contained=True))
 
 
 @pytest.mark.parametrize("dp,k", [(2, 1), (4, 1), (2, 2)])

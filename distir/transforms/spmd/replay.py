@@ -1,0 +1,176 @@
+"""Units written once, copied for the other microbatches (``lower_pipeline``'s speed).
+
+A stage's unit ``(phase, s, m)`` of a middle microbatch (neither the first, which makes the
+constants and starts the gradients' running sums, nor the last, which completes them) is
+as a rule the unit of microbatch 1 with other values. ``Replay`` records the *template* of
+the units of microbatches 1 and 2, both written op by op (``_Pipe._op``): the ops, and for
+each input, each piece the unit leaves in ``pieces`` and each running sum it leaves a
+*rule* that names the value without naming the microbatch (a result of the unit; the
+piece of ``pieces[key][spec]`` at the ``index``-th rank of the microbatch, as the unit
+starts; a running sum as the unit starts; a shared value: a weight, a constant, a
+batch-independent copy). Where the two templates are equal, the units of microbatches
+``3 .. K-2`` are copies of it (several times cheaper than writing them op by op); where
+they differ, those units are written op by op. The copies leave the pieces and running
+sums the template leaves, so the ops written after them (sends, later units, the updates)
+are the same as well; the tests compare the printed programs.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from distir.ir.core import Op, Value
+
+__all__ = ["Replay"]
+
+Rule = tuple
+"""``(op offset, result)`` of the unit; ``("piece", key, spec, index)``; ``("run", key,
+j)``; ``("same", value)`` (see the module docstring)."""
+Entry = tuple
+"""``(key, spec, index)``: the piece at the ``index``-th rank of the microbatch."""
+
+
+@dataclass(frozen=True, eq=False)
+class _Template:
+    ops: list[Op]
+    sig: list[tuple]
+    """Per op: its type, attributes, result count and its inputs' rules (``None`` for an
+    omitted one)."""
+    pieces: dict[Entry, Rule]
+    running: dict[tuple[Any, Any], Rule]
+    """The running sums ``(key, j)`` the unit leaves, and the keys whose count it moves."""
+    counted: frozenset
+    layers: list[tuple[str, int, int]]
+    """The layer runs inside the unit, offsets from its start."""
+
+    def same(self, other: _Template) -> bool:
+        return (self.sig == other.sig and self.pieces == other.pieces
+                and self.running == other.running and self.counted == other.counted
+                and self.layers == other.layers)
+
+
+class Replay:
+    """Templates of the middle units of a ``_Pipe`` (see the module docstring)."""
+
+    def __init__(self, pipe: Any, units: dict[tuple[str, int], list[int]]) -> None:
+        self.pipe, self.units = pipe, units
+        self.templates: dict[tuple[str, int], _Template | None] = {}
+        self.before: dict[Entry, Value] = {}
+        self.running: dict[tuple[Any, Any], Value] = {}
+        self.counts: dict[Any, int] = {}
+
+    def _recorded(self, m: int) -> bool:
+        return m in (1, 2) and self.pipe.k >= 5  # else no unit is copied
+
+    def copies(self, kind: str, s: int, m: int) -> bool:
+        """Whether unit ``(kind, s, m)`` is to be written as a copy (``write``)."""
+        return 3 <= m <= self.pipe.k - 2 and self.templates.get((kind, s)) is not None
+
+    def start(self, kind: str, s: int, m: int) -> None:
+        """Before writing unit ``(kind, s, m)`` op by op: note the state it starts from."""
+        if self._recorded(m):
+            self.before = self._pieces(kind, s, m)
+            self.running = {(key, j): x for key, run in self.pipe.running.items()
+                            for j, x in run.items() if j != "m"}
+            self.counts = {key: run.get("m") for key, run in self.pipe.running.items()}
+
+    def written(self, kind: str, s: int, m: int, start: int, layers: int) -> None:
+        """After writing unit ``(kind, s, m)`` op by op from op ``start`` (its layer runs
+        from ``layers``): record its template; keep it if microbatches 1 and 2 agree."""
+        if not self._recorded(m):
+            return
+        pipe = self.pipe
+        t = self._template(kind, s, m, pipe.b.ops[start:], pipe.layer_runs[layers:], start)
+        first = self.templates.get((kind, s))
+        if m == 1:
+            self.templates[(kind, s)] = t
+        elif first is not None and not t.same(first):
+            self.templates[(kind, s)] = None
+
+    def _pieces(self, kind: str, s: int, m: int) -> dict[Entry, Value]:
+        """The pieces at the ranks of microbatch ``m`` of the values the unit's ops read
+        or make (the only ones it can read or leave), on every stage."""
+        pipe = self.pipe
+        ranks = pipe.ranks_of[m]
+        vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
+                + pipe.prog.ops[i].outputs if v is not None}
+        out: dict[Entry, Value] = {}
+        for v in vals:
+            for x in range(pipe.pp):
+                for spec, lst in pipe.pieces.get((v, x), {}).items():
+                    for idx, r in enumerate(ranks):
+                        if lst[r] is not None:
+                            out[((v, x), spec, idx)] = lst[r]
+        return out
+
+    def _template(self, kind: str, s: int, m: int, ops: list[Op], layers: list,
+                  start: int) -> _Template:
+        pipe = self.pipe
+        made = {o: (j, q) for j, op in enumerate(ops) for q, o in enumerate(op.outputs)}
+        found: dict[Value, Rule] = {}
+        for e, x in self.before.items():
+            found.setdefault(x, ("piece",) + e)
+        started = {x: kj for kj, x in self.running.items()}
+
+        def rule(x: Value) -> Rule:
+            got = made.get(x)
+            if got is not None:
+                return got
+            kj = started.get(x)
+            return ("run",) + kj if kj is not None else found.get(x, ("same", x))
+
+        sig = [(op.op_type, op.attrs_key, len(op.outputs),
+                tuple(None if v is None else rule(v) for v in op.inputs)) for op in ops]
+        pieces = {e: rule(x) for e, x in self._pieces(kind, s, m).items()
+                  if self.before.get(e) is not x}
+        running = {(key, j): rule(x) for key, run in pipe.running.items()
+                   for j, x in run.items() if j != "m" and self.running.get((key, j)) is not x}
+        counted = frozenset(key for key, run in pipe.running.items()
+                            if run.get("m") != self.counts.get(key))
+        return _Template(ops, sig, pieces, running, counted,
+                         [(lb, a - start, b - start) for lb, a, b in layers])
+
+    def _value(self, rule: Rule, m: int, outs: list[tuple[Value, ...]]) -> Value | None:
+        """The value of ``rule`` for microbatch ``m`` as its unit starts (``outs``: the
+        results of the copy's ops so far)."""
+        head = rule[0]
+        if isinstance(head, int):
+            return outs[head][rule[1]]
+        pipe = self.pipe
+        if head == "piece":
+            (v, x), spec, idx = rule[1:]
+            lst = pipe.pieces.get((v, x), {}).get(spec)
+            return None if lst is None else lst[pipe.ranks_of[m][idx]]
+        if head == "run":
+            return pipe.running.get(rule[1], {}).get(rule[2])  # type: ignore[no-any-return]
+        return rule[1]  # type: ignore[no-any-return]
+
+    def write(self, kind: str, s: int, m: int) -> None:
+        """Write unit ``(kind, s, m)`` as a copy of its template, and leave its pieces,
+        running sums and layer runs as writing it op by op would."""
+        pipe = self.pipe
+        t = self.templates[(kind, s)]
+        assert t is not None
+        b = pipe.b
+        start = len(b.ops)
+        old, new = "_mb1_d", f"_mb{m}_d"
+        outs: list[tuple[Value, ...]] = []
+        for op, (_, _, _, rules) in zip(t.ops, t.sig, strict=True):
+            ins = [None if r is None else self._value(r, m, outs) for r in rules]
+            assert ins.count(None) == rules.count(None), "a copied unit's input is missing"
+            res = tuple(Value(o.name.replace(old, new) if o.name else o.name)
+                        for o in op.outputs)
+            b.ops.append(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
+            outs.append(res)
+        values = {e: self._value(r, m, outs) for e, r in t.pieces.items()}
+        sums = {kj: self._value(r, m, outs) for kj, r in t.running.items()}
+        ranks = pipe.ranks_of[m]
+        for ((v, x), spec, idx), y in values.items():
+            lst = pipe.pieces.setdefault((v, x), {}).setdefault(spec, [None] * pipe.vmesh.size)
+            lst[ranks[idx]] = y
+        for (key, j), y in sums.items():
+            pipe.running[key][j] = y
+        for key in t.counted:
+            pipe.running[key]["m"] = m
+        pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)
