@@ -325,8 +325,9 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
               base: str | None = None, devices: int | None = None, cpu: bool = False,
               cpu_procs: int = 2, comm: bool = True, nn: bool = True,
               shapes: int | None = None,
-              seed: int = 0, fit_only: str | None = None, measure_only: bool = False,
-              device_time: bool = False,
+              seed: int = 0, fit_only: str | Sequence[str] | None = None,
+              measure_only: bool = False, device_time: bool = False,
+              families: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
               command: str = "", log: Callable[[str], None] | None = None,
               ) -> dict[str, Any] | None:
     """Measure (unless ``fit_only`` names a measurements CSV), fit (unless
@@ -335,18 +336,41 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     every compute kernel on a GPU by its device time alone (``DeviceTimer``: the stream
     held while the host enqueues the calls), as a step replayed as a CUDA graph runs its
     kernels, rather than back to back from the host (where a small kernel's time is the
-    host's issue rate): a profile for ``--cuda-graph`` steps."""
+    host's issue rate): a profile for ``--cuda-graph`` steps. ``families`` measures only
+    those compute families (the CSV's ``family`` names), ``dtypes`` every family in those
+    dtypes; ``fit_only`` may name several CSVs, whose rows are pooled (the machine
+    description is the first's): a full calibration completed by a later one of some
+    families in another dtype."""
     log = log or _Log()
     t_start = time.perf_counter()
     gpu_s = 0.0
     if fit_only is not None:
-        rows, machine = read_measurements(fit_only)
+        paths = [fit_only] if isinstance(fit_only, (str, Path)) else list(fit_only)
+        rows, machine = read_measurements(paths[0])
         gpu_s = float(machine.pop("gpu_seconds", 0.0))
-        log(f"read {len(rows)} measurements from {fit_only}")
+        for more in paths[1:]:
+            extra_rows, meta = read_measurements(more)
+            if meta.get("device_name") != machine.get("device_name") or \
+                    bool(meta.get("device_time")) != bool(machine.get("device_time")):
+                raise ConfigError(f"{more}: measured on {meta.get('device_name')!r} "
+                                  f"(device time: {bool(meta.get('device_time'))}), "
+                                  f"{paths[0]} on {machine.get('device_name')!r} (device "
+                                  f"time: {bool(machine.get('device_time'))}); pool only "
+                                  "measurements of one kind of device, timed alike")
+            rows += extra_rows
+            gpu_s += float(meta.get("gpu_seconds", 0.0))
+        fit_only = paths[0]
+        log(f"read {len(rows)} measurements from {', '.join(map(str, paths))}")
     else:
+        _family_filter(families)  # bad options fail before anything is measured
+        bad = sorted(set(dtypes or ()) - {"Float32", "Float16", "BFloat16"})
+        if bad:
+            raise ConfigError(f"--dtypes: unknown {', '.join(bad)}; choose among Float32, "
+                              "Float16, BFloat16")
         rows, machine, gpu_s = _measure(quick=quick, devices=devices, cpu=cpu,
                                         cpu_procs=cpu_procs, comm=comm, nn=nn, shapes=shapes,
-                                        seed=seed, log=log, device_time=device_time)
+                                        seed=seed, log=log, device_time=device_time,
+                                        families=families, dtypes_arg=dtypes)
         machine["wall_s"] = time.perf_counter() - t_start
         machine["command"] = command or "distir calibrate"
     name = name or (Path(output).stem if output else default_name(machine["device_name"]))
@@ -392,7 +416,8 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
 
 def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, comm: bool,
              shapes: int | None, seed: int, log: Callable[[str], None], nn: bool = True,
-             device_time: bool = False,
+             device_time: bool = False, families: Sequence[str] | None = None,
+             dtypes_arg: Sequence[str] | None = None,
              ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     try:
         import torch
@@ -423,59 +448,77 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         dtypes = ["Float32"]
         ew_dtypes = ["Float32"]
         nn_dtypes = ["Float32"]
+    train_dtypes = ["Float32"]
+    if dtypes_arg is not None:
+        dtypes = ew_dtypes = nn_dtypes = train_dtypes = list(dtypes_arg)
+    want = _family_filter(families)
     n_shapes = shapes or (24 if quick else (300 if use_cuda else 80))
     grid = bench.matmul_shapes(quick, use_cuda, n_shapes, seed)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
-    log(f"matmul: {len(grid)} shapes x {len(dtypes)} dtypes")
-    rows.extend(r.as_dict() for r in bench.bench_matmuls(device, dtypes, grid, timer, log))
-    ugrid = bench.unaligned_matmul_shapes(quick, use_cuda, 8 if quick else
-                                          (60 if use_cuda else 16), seed)
-    log(f"matmul_unaligned: {len(ugrid)} shapes x {len(dtypes)} dtypes")
-    rows.extend(r.as_dict() for r in bench.bench_matmuls(device, dtypes, ugrid, timer, log,
-                                                         family="matmul_unaligned"))
-    sizes = bench.elementwise_sizes(quick, use_cuda)
-    log(f"elementwise: {len(sizes)} sizes x 2 ops x {len(ew_dtypes)} dtypes")
-    rows.extend(r.as_dict() for r in bench.bench_elementwise(device, ew_dtypes, sizes, timer,
+    if want("matmul"):
+        log(f"matmul: {len(grid)} shapes x {len(dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench.bench_matmuls(device, dtypes, grid, timer,
                                                              log))
-    from calibration.bench_broadcast import bench_broadcast, broadcast_sizes
+    if want("matmul_unaligned"):
+        ugrid = bench.unaligned_matmul_shapes(quick, use_cuda, 8 if quick else
+                                              (60 if use_cuda else 16), seed)
+        log(f"matmul_unaligned: {len(ugrid)} shapes x {len(dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench.bench_matmuls(
+            device, dtypes, ugrid, timer, log, family="matmul_unaligned"))
+    if want("elementwise"):
+        sizes = bench.elementwise_sizes(quick, use_cuda)
+        log(f"elementwise: {len(sizes)} sizes x 2 ops x {len(ew_dtypes)} dtypes")
+        rows.extend(r.as_dict() for r in bench.bench_elementwise(device, ew_dtypes, sizes,
+                                                                 timer, log))
+    if want("elementwise_bcast"):
+        from calibration.bench_broadcast import bench_broadcast, broadcast_sizes
 
-    rows.extend(r.as_dict() for r in bench_broadcast(device, dtypes, broadcast_sizes(
-        quick, use_cuda), timer, log))
+        rows.extend(r.as_dict() for r in bench_broadcast(device, dtypes, broadcast_sizes(
+            quick, use_cuda), timer, log))
     if nn:
         from calibration import bench_nn
 
         if use_cuda:
             torch.cuda.empty_cache()
-        att = bench_nn.attention_shapes(quick, use_cuda)
-        log(f"bmm: {len(att)} attention shapes x 2 products x {len(dtypes)} dtypes")
-        rows.extend(r.as_dict() for r in bench_nn.bench_bmm(device, dtypes, att, timer, log))
-        ksizes = bench_nn.kernel_sizes(quick, use_cuda)
-        log(f"softmax, layernorm, gelu, copy: {len(ksizes)} sizes x {len(nn_dtypes)} dtypes")
-        rows.extend(r.as_dict() for r in bench_nn.bench_kernels(device, nn_dtypes, ksizes,
-                                                                timer, log))
+        if want("bmm"):
+            att = bench_nn.attention_shapes(quick, use_cuda)
+            log(f"bmm: {len(att)} attention shapes x 2 products x {len(dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_nn.bench_bmm(device, dtypes, att, timer,
+                                                                log))
+        kfams = tuple(f for f in NN_KERNEL_FAMILIES if want(f))
+        if kfams:
+            ksizes = bench_nn.kernel_sizes(quick, use_cuda)
+            log(f"{', '.join(kfams)}: {len(ksizes)} sizes x {len(nn_dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_nn.bench_kernels(
+                device, nn_dtypes, ksizes, timer, log, families=kfams))
         from calibration import bench_train
 
         if use_cuda:
             torch.cuda.empty_cache()
-        tsizes = (bench.size_ladder(10, 14) if quick else
-                  bench.size_ladder(14, 28) if use_cuda else bench.size_ladder(12, 18))
-        log(f"training kernels: {len(tsizes)} sizes x {len(bench_train.TRAIN_FAMILIES)} "
-            "families, Float32")
-        rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
-            device, ["Float32"], tsizes, timer, log))
-        convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
-                                        (240 if use_cuda else 16), seed)
-        log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), Float32")
-        rows.extend(r.as_dict() for r in bench_train.bench_convs(device, ["Float32"], convs,
-                                                                 timer, log))
+        tfams = tuple(f for f in bench_train.TRAIN_FAMILIES if want(f))
+        if tfams:
+            tsizes = (bench.size_ladder(10, 14) if quick else
+                      bench.size_ladder(14, 28) if use_cuda else bench.size_ladder(12, 18))
+            log(f"training kernels: {len(tsizes)} sizes x {len(tfams)} families x "
+                f"{len(train_dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
+                device, train_dtypes, tsizes, timer, log, families=tfams))
+        if any(want(f) for f in bench_train.CONV_FAMILIES):
+            convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
+                                            (240 if use_cuda else 16), seed)
+            log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
+                f"{len(train_dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_train.bench_convs(
+                device, train_dtypes, convs, timer, log))
         from calibration.bench_matmul_grad import bench_all
 
         if use_cuda:
             torch.cuda.empty_cache()
-        log("products with a transposed operand (matmul_tn, matmul_nt, bmm_nt, bmm_tn) and "
-            f"repeated-index scatter-adds, {len(dtypes)} dtypes")
-        rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log))
+        if any(want(f) for f in MATMUL_GRAD_FAMILIES):
+            log("products with a transposed operand (matmul_tn, matmul_nt, bmm_nt, bmm_tn) "
+                f"and repeated-index scatter-adds, {len(dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0
@@ -502,6 +545,29 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
     return rows, machine, gpu_s
 
 
+NN_KERNEL_FAMILIES = ("softmax", "layernorm", "gelu", "copy")
+"""The families of ``bench_nn.bench_kernels``."""
+MATMUL_GRAD_FAMILIES = ("matmul_tn", "matmul_nt", "bmm_nt", "bmm_tn", "scatter_add_repeated")
+"""The families of ``bench_matmul_grad.bench_all``."""
+
+
+def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
+    """Whether a family is to be measured (all without ``families``); an unknown name is
+    refused in one line."""
+    if families is None:
+        return lambda f: True
+    from calibration.bench_train import CONV_FAMILIES, TRAIN_FAMILIES
+
+    known = {"matmul", "matmul_unaligned", "elementwise", "elementwise_bcast", "bmm",
+             *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *MATMUL_GRAD_FAMILIES}
+    bad = sorted(set(families) - known)
+    if bad:
+        raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "
+                          f"{', '.join(sorted(known))}")
+    chosen = set(families)
+    return chosen.__contains__
+
+
 def run_from_args(args: Any) -> int:
     """``distir calibrate`` / ``python -m calibration`` with parsed arguments."""
     calibrate(args.output, name=args.name, quick=args.quick, base=args.base,
@@ -509,6 +575,7 @@ def run_from_args(args: Any) -> int:
               comm=not args.no_comm, shapes=args.shapes, seed=args.seed,
               fit_only=args.fit_only, measure_only=args.measure_only,
               device_time=getattr(args, "device_time", False),
+              families=getattr(args, "families", None), dtypes=getattr(args, "dtypes", None),
               command=" ".join([getattr(args, "prog", "distir calibrate"),
                                 *(shlex.quote(a) for a in getattr(args, "argv", []))]))
     return 0

@@ -69,12 +69,21 @@ CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
 
+TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
+                 "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
+                 "maxpool", "maxpool_grad", "avgpool_grad")
+"""The memory-bound training families (``calibration.bench_train``)."""
+
 PER_DTYPE = (*MATMULS, *BMMS, *CONV, "softmax", "layernorm", "gelu", "copy",
-             "elementwise_bcast", "scatter_add_repeated")
+             "elementwise_bcast", "scatter_add_repeated", *TRAIN_KERNELS)
 """Families fitted per dtype (the memory-bound kernel families too: half-precision softmax,
-layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones);
-the other compute families are pooled under ``any`` (their feature is bytes), collectives
-keyed by group size."""
+layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones,
+and the training kernels of 16-bit tensors compute in float32: a bfloat16 layer-norm
+gradient or Adam update takes 1.4-2 times the float32 fit's time for its bytes, measured
+kernel by kernel in a replayed step, docs/fidelity.md); ``elementwise`` is pooled under
+``any`` (its feature is bytes), collectives keyed by group size. A dtype without its own fit
+takes the same-width dtype's, else ``any``'s, else float32's (``Hardware._kernel_fit``):
+a profile measured in float32 alone prices every dtype as before."""
 
 COMPUTE = ("elementwise", "batchnorm",
            "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",

@@ -43,8 +43,21 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--shapes", type=int, default=None, metavar="N",
                    help="matmul shapes per dtype (default 300 on a GPU, 80 on a CPU, 24 quick)")
     p.add_argument("--seed", type=int, default=0, help="seed of the matmul shape sample")
-    p.add_argument("--fit-only", metavar="CSV", default=None,
-                   help="refit from a measurements CSV instead of measuring")
+    p.add_argument("--fit-only", metavar="CSV", nargs="+", default=None,
+                   help="refit from measurements CSVs instead of measuring (several: their "
+                   "rows pooled, e.g. a full calibration and a later one of some families "
+                   "in another dtype; the machine description is the first file's)")
+    p.add_argument("--families", metavar="F", nargs="+", default=None,
+                   help="measure only these compute families (as the CSV's family column "
+                   "names them: matmul, matmul_unaligned, elementwise, elementwise_bcast, "
+                   "bmm, softmax, layernorm, gelu, copy, the training families such as adam, "
+                   "layernorm_grad, softmax_grad, cross_entropy_grad, conv, matmul_tn ...); "
+                   "add them to a full calibration with --fit-only FULL.csv THIS.csv")
+    p.add_argument("--dtypes", metavar="D", nargs="+", default=None,
+                   help="measure every compute family in these dtypes (Float32, Float16, "
+                   "BFloat16; default on a GPU: products in all three, elementwise in "
+                   "Float32 and BFloat16, the normalization kernels in Float32 and Float16, "
+                   "the training families and convolutions in Float32)")
     p.add_argument("--device-time", action="store_true",
                    help="time every compute kernel by its device time alone (the GPU held "
                    "while the calls are enqueued), as a step replayed as a CUDA graph runs "

@@ -157,3 +157,27 @@ def test_quick_calibration_on_gpu(tmp_path: Path) -> None:
     doc = calibrate(str(tmp_path / "gpu.json"), quick=True, log=lambda s: None)
     assert doc["calibrated"] and ("matmul", "BFloat16") in {
         (f, k) for f, ks in doc["fits"].items() for k in ks}
+
+
+def test_some_families_in_another_dtype_added_to_a_calibration(
+        quick: tuple[Path, dict], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out, doc = quick
+    full = out.with_name("cpu-quick.measurements.csv")
+    part = tmp_path / "part.json"
+    assert calibrate(str(part), quick=True, cpu=True, comm=False, measure_only=True,
+                     families=["adam", "layernorm_grad", "softmax"], dtypes=["Float16"],
+                     log=lambda s: None) is None
+    rows, _ = read_measurements(tmp_path / "part.measurements.csv")
+    assert {r["family"] for r in rows} == {"adam", "layernorm_grad", "softmax"}
+    assert {r["dtype"] for r in rows} == {"Float16"}
+    # pooled with the full calibration: the new dtype's fits join the others
+    dest = tmp_path / "pooled.json"
+    assert main(["calibrate", "--fit-only", str(full), str(tmp_path / "part.measurements.csv"),
+                 "-o", str(dest)]) == 0
+    capsys.readouterr()
+    fitted = {(fam, key) for fam, key, _ in load_hardware(str(dest)).fits}
+    assert {("adam", "Float16"), ("layernorm_grad", "Float16"), ("softmax", "Float16"),
+            ("adam", "Float32")} <= fitted
+    assert main(["calibrate", "--families", "adamw", "--cpu", "--quick"]) == 1
+    err = capsys.readouterr().err
+    assert "unknown adamw" in err and err.count("\n") == 1
