@@ -22,7 +22,7 @@ from distir.errors import ConfigError
 from distir.ir.core import Function, Module
 
 __all__ = ["Workload", "PRESETS", "TrainOptions", "workload", "DEFAULT_BATCHES",
-           "default_batches"]
+           "default_batches", "TRANSFORMS", "PASSES_MAX_DEVICES"]
 
 # GPT-2 presets made into training steps: cross-entropy over the vocabulary, Adam.
 _GPT2_TRAIN = TrainOptions("cross_entropy", "adam", 1e-4)
@@ -67,6 +67,10 @@ class Workload:
     sync: str = ""
     """How the data-parallel gradients travel: ``""`` as ``dtp`` writes them (one
     all-reduce each), ``"searched"`` as ``grid_search.sync_search.searched_step`` finds."""
+    transform: str = "dtp"
+    """What writes each configuration's program: ``"dtp"`` (the builder tower,
+    ``distir.transforms.dtp``) or ``"passes"`` (``distir.transforms.spmd.compose_dtp``:
+    layout assignment, stage partition, schedule, lowering); see ``program``."""
 
     @property
     def training(self) -> bool:
@@ -88,6 +92,35 @@ class Workload:
         src = self.source
         return analyze(self.build(batch_size), batch_inputs=list(self.batch_inputs) or None,
                        weights=src.weights if src is not None else (), hardware=hardware)
+
+    def program(self, analysis: Any, cfg: Any, hardware: Any = None) -> Function:
+        """The whole distributed program of ``cfg`` (a ``grid_search.space.Config``) for
+        ``analysis`` (``analyze(cfg.batch_size, hardware)``), written by ``transform``: the
+        one simulated and the one ``grid_search.real`` runs. The passes take the
+        sequential function itself and analyse it again; they are told its batch inputs
+        as the analysis found them where the function leaves weights' initializers out
+        (``UserModel.weights``: ``compose_dtp`` takes no ``weights``, and would otherwise
+        take those parameters for batch inputs)."""
+        from distir.transforms import dtp
+
+        if self.transform == "dtp":
+            return dtp(analysis, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
+                       microbatches=cfg.microbatches, schedule=cfg.schedule)
+        from distir.transforms.spmd.compose import compose_dtp
+
+        if cfg.devices > PASSES_MAX_DEVICES:
+            from distir.errors import TransformError
+
+            raise TransformError(
+                f"{cfg.devices} devices: the passes write and simulate every device's ops "
+                f"(no one-replica program as dtp_replica), which is searched up to "
+                f"{PASSES_MAX_DEVICES} devices; use --transform dtp")
+        src = self.source
+        names = (_batch_names(analysis) if src is not None and src.weights
+                 else list(self.batch_inputs) or None)
+        return compose_dtp(analysis.fn, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches,
+                           cfg.schedule, hardware=hardware if hardware is not None
+                           else "h100-sxm", batch_inputs=names)
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -161,6 +194,23 @@ class Workload:
         d, n = s["d_model"], s["n_layer"]
         return int(12 * n * d * d + s.get("vocab_size", 50257) * d
                    + s.get("seq_len", 1024) * d)
+
+
+TRANSFORMS = ("dtp", "passes")
+"""The transforms a search can write its programs with (``Workload.transform``)."""
+
+PASSES_MAX_DEVICES = 64
+"""The most devices a configuration written by the passes is searched on (each is written
+and simulated whole; see docs/grid-search.md, "Through the passes")."""
+
+
+def _batch_names(analysis: Any) -> list[str]:
+    """The parameters ``analysis`` splits along axis 0 by the batch, by name."""
+    from distir.transforms.layout import B
+
+    sh = analysis.sharding
+    return [str(p.name) for p in analysis.fn.params
+            if p in sh.data and sh.layout[p].marks[:1] == (B,)]
 
 
 def _trained(fn: Function, train: TrainOptions | None, where: str) -> Function:

@@ -97,11 +97,12 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     ``cuda_graph`` times each step replayed as a CUDA graph (``Session.run``); its rows say
     so (``cuda_graph`` ``true``), and ``study compare`` simulates them without host
     dispatch (``Hardware.for_cuda_graphs``). ``timeout_s``: how long a collective may wait
-    for its peers before the run is declared hung (its row then says so).
+    for its peers before the run is declared hung (its row then says so). The programs are
+    written as the search wrote them (``Workload.program``: ``dtp``, or the passes when
+    ``workload.transform`` is ``"passes"``).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
-    from distir.transforms import dtp
 
     by_size: dict[int, list[Config]] = {}
     for c in configs:
@@ -128,8 +129,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         if seq is None:
                             seq = models[c.batch_size] = workload.analyze(c.batch_size,
                                                                           hardware=hardware)
-                        fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
-                                 schedule=c.schedule)
+                        fn = workload.program(seq, c, hardware)
                         row["program_fingerprint"] = program_fingerprint(fn)
                         r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
                                   cuda_graph=cuda_graph)

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from distir.errors import ConfigError, DistIRError
 from distir.ir.core import Function, Module
 from grid_search.executors import Executor, LocalExecutor
-from grid_search.models import Workload
+from grid_search.models import TRANSFORMS, Workload
 from grid_search.space import Config, enumerate_space, strategy
 
 if TYPE_CHECKING:
@@ -34,11 +34,12 @@ __all__ = ["COLUMNS", "evaluate", "run_search", "read_rows", "SearchResult"]
 COLUMNS = [
     "model", "batch_size", "dp", "tp", "pp", "microbatches", "schedule", "strategy",
     "devices", "status", "fits", "latency_s", "throughput", "peak_memory_bytes",
-    "peak_memory_per_device", "ops", "sim_seconds", "reason", "hardware",
+    "peak_memory_per_device", "ops", "sim_seconds", "reason", "hardware", "transform",
 ]
 """The columns of a results CSV. ``hardware`` is the name of the profile simulated (with
-``+graph`` for steps replayed as CUDA graphs, ``Hardware.for_cuda_graphs``); files written
-before it existed have every column but that one."""
+``+graph`` for steps replayed as CUDA graphs, ``Hardware.for_cuda_graphs``); ``transform``
+what wrote the programs (``dtp`` or ``passes``, ``Workload.transform``). Files written
+before those existed lack the last one or two columns (their rows are ``dtp``'s)."""
 
 
 # -- one configuration (runs in a worker process) ------------------------------------------
@@ -107,13 +108,14 @@ def evaluate(cfg: Config) -> dict[str, Any]:
 def _evaluate(cfg: Config) -> dict[str, Any]:
     from distir.analysis.replicas import peers_run_alike, replicas_run_alike
     from distir.analysis.simulator import Simulator
-    from distir.transforms import dtp, dtp_replica
+    from distir.transforms import dtp_replica
 
     row: dict[str, Any] = {k: "" for k in COLUMNS}
     row.update(cfg.as_row())
     row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
     row["devices"] = cfg.devices
     row["hardware"] = getattr(_STATE.hardware, "name", _STATE.hardware)
+    row["transform"] = _STATE.workload.transform if _STATE.workload is not None else "dtp"
     t0 = time.perf_counter()
     step = "the transform"
     try:
@@ -125,15 +127,17 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         # (exact: distir.analysis.replicas), where the replicas (the ranks) run alike;
         # the synchronisation search rewrites every replica.
         hw = _STATE.simulator.hw
+        w = _STATE.workload
+        assert w is not None
         replicas = cfg.dp == 1 or replicas_run_alike(hw, cfg.dp, cfg.tp * cfg.pp)
         ranks = cfg.tp > 1 and peers_run_alike(hw, cfg.tp)
-        if not sync and replicas and (cfg.dp > 1 or ranks):
+        if w.transform == "dtp" and not sync and replicas and (cfg.dp > 1 or ranks):
             fn = dtp_replica(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
                              microbatches=cfg.microbatches, schedule=cfg.schedule,
                              fold_tp=ranks)
         else:
-            fn = dtp(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp, microbatches=cfg.microbatches,
-                     schedule=cfg.schedule)
+            # The passes have no one-replica form: their whole program is simulated.
+            fn = w.program(seq, cfg, hw)
         step = "the simulator"
         note = ""
         if sync:
@@ -218,15 +222,16 @@ def read_rows(path: str) -> list[dict[str, str]]:
     return [r for r in rows if None not in r.values() and None not in r]
 
 
-def _kept_rows(path: str, resume: bool, hardware: str) -> list[dict[str, str]]:
+def _kept_rows(path: str, resume: bool, hardware: str,
+               transform: str = "dtp") -> list[dict[str, str]]:
     """The complete rows of an old CSV that ``resume`` keeps (none without it); reads only.
-    Rows simulated on another profile than ``hardware`` (a name) are refused: a ranking
-    would mix two machines' figures."""
+    Rows simulated on another profile than ``hardware`` (a name), or written by another
+    transform, are refused: a ranking would mix two machines' (transforms') figures."""
     if not resume or not os.path.exists(path):
         return []
     with open(path, encoding="utf-8") as f:
         header = f.readline().strip().split(",")
-    if header[: len(COLUMNS)] != COLUMNS and header[: len(COLUMNS) - 1] != COLUMNS[:-1]:
+    if not any(header[: len(COLUMNS) - n] == COLUMNS[: len(COLUMNS) - n] for n in (0, 1, 2)):
         raise ConfigError(f"{path}: not a results file of this version (its columns differ); "
                           "write to a new file or drop --resume")
     rows = read_rows(path)
@@ -235,6 +240,11 @@ def _kept_rows(path: str, resume: bool, hardware: str) -> list[dict[str, str]]:
         raise ConfigError(f"{path}: its rows were simulated on {', '.join(other)}, this search "
                           f"on {hardware}: resume with that profile (and --cuda-graph as "
                           "then), or write to a new file")
+    written = sorted({t for r in rows if (t := r.get("transform") or "dtp") != transform})
+    if written:
+        raise ConfigError(f"{path}: its programs were written by --transform "
+                          f"{', '.join(written)}, this search's by {transform}: resume with "
+                          "that transform, or write to a new file")
     return rows
 
 
@@ -280,7 +290,8 @@ def run_search(workload: Workload | Function | Module,
                out: str | None = None, workers: int = 1, resume: bool = False,
                progress: Any = sys.stderr,
                on_row: Callable[[dict[str, Any]], None] | None = None,
-               executor: Executor | None = None, sync: str = "") -> SearchResult:
+               executor: Executor | None = None, sync: str = "",
+               transform: str = "dtp") -> SearchResult:
     """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
     processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
     is loaded here once. Bad options (an unknown profile, a results file of another format,
@@ -292,7 +303,11 @@ def run_search(workload: Workload | Function | Module,
     for every batch size of the configurations (``Workload.prepared``) and travels to the
     workers as functions. ``sync="searched"`` searches each data-parallel configuration's
     gradient synchronisation (``grid_search.sync_search.searched_step``; its choice is in
-    the row's ``reason``)."""
+    the row's ``reason``). ``transform="passes"`` writes each configuration with the
+    spmd passes (``distir.transforms.spmd.compose_dtp``) instead of ``dtp``, whole (no
+    one-replica program), up to ``PASSES_MAX_DEVICES`` devices (a larger configuration is
+    a refused row); a configuration they cannot write is a refused row with their reason
+    (``Workload.program``)."""
     from distir.analysis.hardware import load_hardware
     from grid_search.models import default_batches
     from grid_search.models import workload as make_workload
@@ -301,10 +316,15 @@ def run_search(workload: Workload | Function | Module,
         workload = make_workload(workload)
     if sync not in ("", "none", "searched"):
         raise ConfigError(f"run_search: sync must be 'none' or 'searched', got {sync!r}")
-    if sync == "searched":
+    if transform not in TRANSFORMS:
+        raise ConfigError(f"run_search: transform must be one of {', '.join(TRANSFORMS)}, "
+                          f"got {transform!r}")
+    if sync == "searched" or transform != workload.transform:
         import dataclasses
 
-        workload = dataclasses.replace(workload, sync=sync)
+        workload = dataclasses.replace(
+            workload, sync=sync if sync == "searched" else workload.sync,
+            transform=transform)
     if configs is None:
         if devices is None:
             raise ConfigError("run_search: give the configurations, or devices=N to search "
@@ -315,7 +335,7 @@ def run_search(workload: Workload | Function | Module,
     if executor is None:
         executor = LocalExecutor(workers)
     todo = list(configs)
-    kept = _kept_rows(out, resume, hw.name) if out is not None else []
+    kept = _kept_rows(out, resume, hw.name, transform) if out is not None else []
     done_keys = {_row_key(r) for r in kept}
     pending = [c for c in todo if c.key not in done_keys]
     workload = workload.prepared(sorted({c.batch_size for c in pending}))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 import sys
 
@@ -52,6 +53,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how data-parallel gradients travel: one all-reduce each (none), or "
                    "the fastest synchronisation distir sync-search finds per configuration "
                    "(searched; its choice in the row's reason)")
+    p.add_argument("--transform", default="dtp", choices=["dtp", "passes"],
+                   help="what writes each configuration's program: dtp (default), or the "
+                   "spmd passes (layout assignment, stage partition, schedule, lowering; "
+                   "each program simulated whole, up to 64 devices); --run-top runs the "
+                   "programs so written")
     p.add_argument("--max-microbatches", type=int, default=128)
     p.add_argument("--schedules", nargs="+", default=["1f1b"], choices=["1f1b", "gpipe"],
                    help="pipeline schedules to try for training (default: 1f1b)")
@@ -134,9 +140,11 @@ def run(args: argparse.Namespace) -> int:
     w = w.prepared(sorted(set(batches)))
     executor = make_executor(args.executor, workers=args.workers, address=args.address)
     print(f"distir: {len(configs)} configurations of {w.name} on {args.devices} devices "
-          f"({args.hardware}), {executor.describe()}", file=sys.stderr)
+          f"({args.hardware}), {executor.describe()}"
+          + (", written by the spmd passes" if args.transform == "passes" else ""),
+          file=sys.stderr)
     res = run_search(w, configs, hardware=hardware, out=args.out, resume=args.resume,
-                     executor=executor, sync=args.sync)
+                     executor=executor, sync=args.sync, transform=args.transform)
     rows = res.rows
     if args.out:
         from grid_search.search import read_rows
@@ -157,6 +165,7 @@ def run(args: argparse.Namespace) -> int:
     if args.run_top:
         from grid_search.real import run_top
 
-        run_top(rows, w, args.run_top, out=args.out, backend=args.backend,
+        run_top(rows, dataclasses.replace(w, transform=args.transform), args.run_top,
+                out=args.out, backend=args.backend,
                 hardware=hardware, cuda_graph=args.cuda_graph)
     return 0
