@@ -242,6 +242,12 @@ def test_replayed_graph_times_ops_by_the_matched_kernels(tmp_path: Any) -> None:
     assert ex.to_dict()["replay"]["0"]["unmatched"] == [1, 1]
     with pytest.raises(ExplainError, match="no replay trace of rank 0"):
         explain(fn, [eager], "h100-sxm", replay=[_other_rank(rdir)])
+    prog = os.path.join(str(tmp_path), "step.dir")
+    with open(prog, "w", encoding="utf-8") as f:
+        f.write(distir.dumps(fn))
+    r = distir_cmd("explain", eager, "--replay", rdir, "--program", prog, "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["replay"]["0"]["unmatched"] == [1, 1]
 
 
 def _other_rank(rdir: str) -> str:
