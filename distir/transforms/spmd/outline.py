@@ -34,22 +34,29 @@ function (``stage1_bwd``)."""
 
 def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
     """The canonical form of ``ops[start:end]`` and its externals."""
-    where: dict[Value, tuple[int, int]] = {}
+    where: dict[Value, tuple[int, ...]] = {}
     ext: dict[Value, int] = {}
     form = []
+    get = where.get
     for j in range(start, end):
         op = ops[j]
-        refs: list[tuple] = []
+        refs: list[tuple[int, ...]] = []
         for v in op.inputs:
             if v is None:
                 refs.append(())
-            elif v in where:
-                refs.append(where[v])
             else:
-                refs.append((ext.setdefault(v, len(ext)),))
-        form.append((op.op_type, op.attrs_key, id(op.callee), len(op.outputs), tuple(refs)))
-        for k, o in enumerate(op.outputs):
-            where[o] = (j - start, k)
+                ref = get(v)
+                if ref is None:
+                    ref = where[v] = (ext.setdefault(v, len(ext)),)  # an external
+                refs.append(ref)
+        outs = op.outputs
+        form.append((op.op_type, op.attrs_key, op.callee, len(outs), tuple(refs)))
+        off = j - start
+        if len(outs) == 1:
+            where[outs[0]] = (off, 0)
+        else:
+            for k, o in enumerate(outs):
+                where[o] = (off, k)
     return tuple(form), list(ext)
 
 

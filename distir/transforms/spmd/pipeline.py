@@ -143,7 +143,8 @@ class _Pipe(StageValues):
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
-        self.reads_of: dict[Value, list[tuple[int, Spec, bool]]] = {}
+        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool]]] = {}
+        """``_after``'s readers of a value (on other stages only, or all)."""
         self.runs: list[tuple[str, int, int]] = []
         """The op range of each unit of the schedule (``outline``)."""
         self.layer_runs: list[tuple[str, int, int]] = []
@@ -394,7 +395,10 @@ class _Pipe(StageValues):
             got = self.prepared[i] = _Prepared(
                 s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
                 scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
-                vocab_axis(self.prog, op, reads) is not None)
+                vocab_axis(self.prog, op, reads) is not None,
+                frozenset(k for k, v in enumerate(op.inputs)
+                          if v is not None and is_shape_operand(op, k)),
+                tuple(self.dev(s, r) for r in self.all))
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -409,17 +413,22 @@ class _Pipe(StageValues):
         """Write op ``i`` for the virtual ranks ``rs``, with the redistributions its inputs
         need first (one microbatch's ranks in a unit; all of them once)."""
         b, vm = self.b, self.vmesh
-        pre = self._prepared(i)
+        pre = self.prepared.get(i) or self._prepared(i)
         s, op = pre.s, pre.op
         ins: list[list[Value | None]] = []
+        pieces = self.pieces
         for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
             if v is None:
                 ins.append([None] * vm.size)
-            elif is_shape_operand(op, k):
+            elif k in pre.shape_ks:
                 ins.append(self._shape_ins(i)[k])
             else:
                 assert sp is not None
-                ins.append(self.get(v, s, sp, rs))
+                made = pieces.get((v, s))  # placed so already (``get``'s first case)
+                lst = None if made is None else made.get(sp)
+                if lst is None or any(lst[r] is None for r in rs):
+                    lst = self.get(v, s, sp, rs)
+                ins.append(lst)
         per_mb = pre.per_mb
         n_out = len(op.outputs)
         res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
@@ -436,13 +445,14 @@ class _Pipe(StageValues):
                                           for r, v in enumerate(every)]
             for r in rs:
                 res[0][r] = every[r]
+        devs, memo = pre.devs, self.memo
         for r in rs if res[0][rs[0]] is None else ():
-            d = self.dev(s, r)
+            d = devs[r]
             args = [x[r] for x in ins]
             if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
             key = (i, d, tuple(map(id, args)))
-            got = self.memo.get(key)
+            got = memo.get(key)
             if got is None:
                 attrs = pre.attrs  # shared: an op's attributes are immutable
                 if not op.inputs:
@@ -450,15 +460,16 @@ class _Pipe(StageValues):
                 suffix = self._suffix(s, r, per_mb)
                 vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
                 b.ops.append(Op(op.op_type, args, attrs, vals))
-                got = self.memo[key] = self._scaled(pre, vals, r)
+                got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
             for k in range(n_out):
                 res[k][r] = got[k]
         for k, o in enumerate(op.outputs):
-            cache = self.pieces.setdefault((o, s), {})
+            cache = pieces.setdefault((o, s), {})
             self.base[(o, s)] = pre.outs[k]
             lst = cache.setdefault(pre.outs[k], [None] * vm.size)
+            got_k = res[k]
             for r in rs:
-                lst[r] = res[k][r]
+                lst[r] = got_k[r]
         if not per_mb:
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
@@ -493,20 +504,22 @@ class _Pipe(StageValues):
         it is sent to other stages; after the tick's units, ``other_stages`` true: the
         sends, and the redistributions after them. So communication overlaps later work. A
         reader that runs once after the microbatches is served after the last one."""
-        s0 = self.home[v]
-        rs = self.ranks_of[m] if m is not None else self.all
-        reads_of = self.reads_of.get(v)
+        key = (v, other_stages)
+        reads_of = self.reads_of.get(key)
         if reads_of is None:  # (stage, spec, per microbatch) of every reader, made once
-            reads_of = self.reads_of[v] = []
+            reads_of = []
             for i, k in self.readers.get(v, ()):
                 s = self.stage[i]
                 reads = self.assign[s].reads[i]
                 rd = reads[k] if reads else None
-                if rd is not None:
+                if rd is not None and not (other_stages and s == self.home[v]):
                     reads_of.append((s, rd, self.per_mb(i)))
+            self.reads_of[key] = reads_of
+        if not reads_of:
+            return
+        s0 = self.home[v]
+        rs = self.ranks_of[m] if m is not None else self.all
         for s, rd, per_mb in reads_of:
-            if other_stages and s == s0:
-                continue
             want = rs
             if m is not None and not per_mb:
                 if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
@@ -549,8 +562,9 @@ class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
     results' specs, local attributes (normalized), whether it runs per microbatch, the
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
-    (``(result index, n)``), its results' name hints (``None`` for an unused one) and
-    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it)."""
+    (``(result index, n)``), its results' name hints (``None`` for an unused one),
+    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), the indices
+    of its shape operands and the device of each virtual rank on its stage."""
 
     s: int
     op: Op
@@ -562,6 +576,8 @@ class _Prepared:
     scaled: tuple[tuple[int, int], ...]
     hints: tuple[str | None, ...]
     vocab: bool
+    shape_ks: frozenset[int]
+    devs: tuple[int, ...]
 
 
 class _Layers:

@@ -43,6 +43,18 @@ class _Template:
     counted: frozenset
     layers: list[tuple[str, int, int]]
     """The layer runs inside the unit, offsets from its start."""
+    external: list[Rule]
+    """The distinct rules of the values from outside the unit that its ops read (the
+    first ``read``) or that it leaves as pieces or running sums."""
+    read: int
+    code: list[tuple[Op, tuple[int | None, ...], tuple[str | None, ...]]]
+    """Per op, its inputs as indices (``n >= 0``: the ``n``-th result of the unit's ops,
+    flattened; ``~n``: the ``n``-th of ``external``; ``None``: an omitted one) and its
+    results' names."""
+    leaves: list[tuple[Any, Any, tuple[tuple[int, int], ...]]]
+    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order."""
+    sums: list[tuple[Any, Any, int]]
+    """``running`` as ``(key, j, value index)``."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -128,8 +140,27 @@ class Replay:
                    for j, x in run.items() if j != "m" and self.running.get((key, j)) is not x}
         counted = frozenset(key for key, run in pipe.running.items()
                             if run.get("m") != self.counts.get(key))
+        flat: dict[tuple[int, int], int] = {}
+        external: dict[Rule, int] = {}
+
+        def index(r: Rule) -> int:
+            return flat[r] if isinstance(r[0], int) else ~external.setdefault(r, len(external))
+
+        code = []
+        for op, (_, _, n_out, rules) in zip(ops, sig, strict=True):
+            code.append((op, tuple(None if r is None else index(r) for r in rules),
+                         tuple(o.name for o in op.outputs)))
+            for q in range(n_out):
+                flat[(len(code) - 1, q)] = len(flat)
+        read = len(external)
+        leaves: dict[tuple, list[tuple[int, int]]] = {}
+        for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
+            leaves.setdefault((key, spec), []).append((idx, index(r)))
         return _Template(ops, sig, pieces, running, counted,
-                         [(lb, a - start, b - start) for lb, a, b in layers])
+                         [(lb, a - start, b - start) for lb, a, b in layers],
+                         list(external), read, code,
+                         [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
+                         [(key, j, index(r)) for (key, j), r in running.items()])
 
     def _value(self, rule: Rule, m: int, outs: list[tuple[Value, ...]]) -> Value | None:
         """The value of ``rule`` for microbatch ``m`` as its unit starts (``outs``: the
@@ -155,22 +186,23 @@ class Replay:
         b = pipe.b
         start = len(b.ops)
         old, new = "_mb1_d", f"_mb{m}_d"
-        outs: list[tuple[Value, ...]] = []
-        for op, (_, _, _, rules) in zip(t.ops, t.sig, strict=True):
-            ins = [None if r is None else self._value(r, m, outs) for r in rules]
-            assert ins.count(None) == rules.count(None), "a copied unit's input is missing"
-            res = tuple(Value(o.name.replace(old, new) if o.name else o.name)
-                        for o in op.outputs)
-            b.ops.append(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
-            outs.append(res)
-        values = {e: self._value(r, m, outs) for e, r in t.pieces.items()}
-        sums = {kj: self._value(r, m, outs) for kj, r in t.running.items()}
-        ranks = pipe.ranks_of[m]
-        for ((v, x), spec, idx), y in values.items():
-            lst = pipe.pieces.setdefault((v, x), {}).setdefault(spec, [None] * pipe.vmesh.size)
-            lst[ranks[idx]] = y
-        for (key, j), y in sums.items():
-            pipe.running[key][j] = y
+        # the values from outside the unit, as it starts: its ops change none of them
+        ext = [self._value(r, m, []) for r in t.external]
+        assert None not in ext[:t.read], "a copied unit's input is missing"
+        flat: list[Value | None] = []
+        emit, grow = b.ops.append, flat.extend
+        for op, code, names in t.code:
+            ins = [None if x is None else flat[x] if x >= 0 else ext[~x] for x in code]
+            res = tuple(Value(n.replace(old, new) if n else n) for n in names)
+            emit(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
+            grow(res)
+        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
+        for key, spec, leaves in t.leaves:
+            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
+            for idx, x in leaves:
+                lst[ranks[idx]] = flat[x] if x >= 0 else ext[~x]
+        for key, j, x in t.sums:
+            pipe.running[key][j] = flat[x] if x >= 0 else ext[~x]
         for key in t.counted:
             pipe.running[key]["m"] = m
         pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)

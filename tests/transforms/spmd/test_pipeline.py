@@ -190,6 +190,23 @@ def test_composition_prints_each_pass() -> None:
     distir.verify(out, num_devices=8)
 
 
+def test_configurations_planned_from_one_analysis() -> None:
+    """``plan_dtp``/``compose_dtp`` on an ``Analysis`` write the programs they write on the
+    function, and configurations on meshes of one shape share the op rules' memo."""
+    from distir.transforms.spmd.rules import OpRules
+
+    fn = _gpt2_step()
+    an = analyze(fn)
+    for cfg in [(2, 2, 2, 4, "1f1b"), (1, 2, 2, 2, "gpipe"), (2, 1, 1, 1, "1f1b")]:
+        assert distir.dumps(compose_dtp(an, *cfg)) == distir.dumps(compose_dtp(fn, *cfg))
+    c = plan_dtp(an, 2, 2, 1, 4)
+    assert c.assignment.prog is an.prog and c.stages.structure is an.structure
+    assert OpRules.of(an.prog, Mesh.of(8, 2)) is OpRules.of(an.prog, Mesh.of(8, 2))
+    assert OpRules.of(an.prog, Mesh.of(8, 2)) is not OpRules.of(an.prog, Mesh.of(4, 2))
+    with pytest.raises(TransformError, match="pass hardware to analyze"):
+        plan_dtp(an, 2, hardware="h100-sxm")
+
+
 DEGREES = (1, 2, 4, 8)
 MLP_GRID = [(dp, tp, pp, k) for dp, tp, pp, k in itertools.product(DEGREES, DEGREES, DEGREES,
                                                                     (1, 2, 4))
