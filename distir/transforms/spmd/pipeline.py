@@ -57,7 +57,7 @@ from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
-from distir.transforms.spmd.outline import outline
+from distir.transforms.spmd.outline import Copied, outline
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.replay import Replay
 from distir.transforms.spmd.stage_values import StageValues, name_hint
@@ -80,9 +80,9 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
     stages.check()
     pipe = _Pipe(assignment, stages, sched)
-    fn = pipe.run(self_contained)
+    fn = pipe.run(self_contained, stage_functions)
     if stage_functions:
-        fn = outline(fn, pipe.runs, pipe.layer_runs)
+        fn = outline(fn, pipe.runs, pipe.layer_runs, pipe.copied)
     bound = stages.prog.fn.initializers
     if bound:  # an imported model's weights: the same, or each device's piece of them
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
@@ -145,6 +145,8 @@ class _Pipe(StageValues):
         self.suffixes: dict[tuple[int, int, bool], str] = {}
         self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool]]] = {}
         """``_after``'s readers of a value (on other stages only, or all)."""
+        self.copied: dict[Op, Copied] = {}
+        """The placeholders of copied units (``Replay.write``), for ``outline``."""
         self.runs: list[tuple[str, int, int]] = []
         """The op range of each unit of the schedule (``outline``)."""
         self.layer_runs: list[tuple[str, int, int]] = []
@@ -200,7 +202,9 @@ class _Pipe(StageValues):
         return self.st.phase[i] in ("F", "B") and i not in self.deferred
 
     # -- the program -------------------------------------------------------------------------
-    def run(self, self_contained: bool) -> Function:
+    def run(self, self_contained: bool, outlined: bool = False) -> Function:
+        """The program written out, but where ``outlined``: then a copied unit that
+        ``outline`` makes a call is a placeholder (``copied``)."""
         prog, st = self.prog, self.st
         self._params(self_contained)
         for i in prog.live_ops:  # independent of the batch: once, before the microbatches
@@ -212,6 +216,8 @@ class _Pipe(StageValues):
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}
         replay = Replay(self, units)
+        sent = {i: [o for o in prog.ops[i].outputs if self._reads_of(o, True)]
+                for lst in units.values() for i in lst}  # read on other stages
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
@@ -219,7 +225,7 @@ class _Pipe(StageValues):
                 phase = "fwd" if kind == "F" else "bwd"
                 made.extend((i, m) for i in units[(kind, s)])
                 if replay.copies(kind, s, m):  # a middle microbatch: a copy of the first's
-                    replay.write(kind, s, m)
+                    replay.write(kind, s, m, outlined)
                 else:
                     replay.start(kind, s, m)
                     n_layers = len(self.layer_runs)
@@ -238,7 +244,7 @@ class _Pipe(StageValues):
                     replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
-                for o in prog.ops[i].outputs:
+                for o in sent[i]:
                     self._after(o, m, other_stages=True)
         layers = _Layers(self, "layer_upd")
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
@@ -504,17 +510,7 @@ class _Pipe(StageValues):
         it is sent to other stages; after the tick's units, ``other_stages`` true: the
         sends, and the redistributions after them. So communication overlaps later work. A
         reader that runs once after the microbatches is served after the last one."""
-        key = (v, other_stages)
-        reads_of = self.reads_of.get(key)
-        if reads_of is None:  # (stage, spec, per microbatch) of every reader, made once
-            reads_of = []
-            for i, k in self.readers.get(v, ()):
-                s = self.stage[i]
-                reads = self.assign[s].reads[i]
-                rd = reads[k] if reads else None
-                if rd is not None and not (other_stages and s == self.home[v]):
-                    reads_of.append((s, rd, self.per_mb(i)))
-            self.reads_of[key] = reads_of
+        reads_of = self._reads_of(v, other_stages)
         if not reads_of:
             return
         s0 = self.home[v]
@@ -533,6 +529,21 @@ class _Pipe(StageValues):
                 self.get(v, s0, self._tau(v, s, rd), want)
             elif rd != self.spec(v, s0):
                 self.get(v, s, rd, want)
+
+    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool]]:
+        """``(stage, spec, per microbatch)`` of every reader of ``v`` (on other stages
+        only, with ``other_stages``), made once."""
+        key = (v, other_stages)
+        got = self.reads_of.get(key)
+        if got is None:
+            got = self.reads_of[key] = []
+            for i, k in self.readers.get(v, ()):
+                s = self.stage[i]
+                reads = self.assign[s].reads[i]
+                rd = reads[k] if reads else None
+                if rd is not None and not (other_stages and s == self.home[v]):
+                    got.append((s, rd, self.per_mb(i)))
+        return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
         """The constants of op ``i``'s shape operands on every rank (by input index),

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distir.ir.core import Op, Value
+from distir.transforms.spmd.outline import COPIED, Copied
 
 __all__ = ["Replay"]
 
@@ -55,6 +56,13 @@ class _Template:
     """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order."""
     sums: list[tuple[Any, Any, int]]
     """``running`` as ``(key, j, value index)``."""
+    start: int = 0
+    """The unit's first op in the program."""
+    index_of: dict[Value, int] | None = None
+    """The value index of each value the unit reads from outside (the first ``read`` of
+    ``external``, as ``~n``) or makes."""
+    values: list[Value] | None = None
+    """The values the unit makes, by value index."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -71,6 +79,8 @@ class Replay:
         self.before: dict[Entry, Value] = {}
         self.running: dict[tuple[Any, Any], Value] = {}
         self.counts: dict[Any, int] = {}
+        self.keys: dict[tuple[str, int], list[tuple[Value, int]]] = {}
+        """The ``pieces`` keys a unit can read or leave (``_pieces``), per stage and phase."""
 
     def _recorded(self, m: int) -> bool:
         return m in (1, 2) and self.pipe.k >= 5  # else no unit is copied
@@ -104,16 +114,19 @@ class Replay:
         """The pieces at the ranks of microbatch ``m`` of the values the unit's ops read
         or make (the only ones it can read or leave), on every stage."""
         pipe = self.pipe
-        ranks = pipe.ranks_of[m]
-        vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
-                + pipe.prog.ops[i].outputs if v is not None}
+        ranks = list(enumerate(pipe.ranks_of[m]))
+        keys = self.keys.get((kind, s))
+        if keys is None:
+            vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
+                    + pipe.prog.ops[i].outputs if v is not None}
+            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in range(pipe.pp)]
         out: dict[Entry, Value] = {}
-        for v in vals:
-            for x in range(pipe.pp):
-                for spec, lst in pipe.pieces.get((v, x), {}).items():
-                    for idx, r in enumerate(ranks):
-                        if lst[r] is not None:
-                            out[((v, x), spec, idx)] = lst[r]
+        for key in keys:
+            for spec, lst in pipe.pieces.get(key, {}).items():
+                for idx, r in ranks:
+                    y = lst[r]
+                    if y is not None:
+                        out[(key, spec, idx)] = y
         return out
 
     def _template(self, kind: str, s: int, m: int, ops: list[Op], layers: list,
@@ -140,6 +153,9 @@ class Replay:
                    for j, x in run.items() if j != "m" and self.running.get((key, j)) is not x}
         counted = frozenset(key for key, run in pipe.running.items()
                             if run.get("m") != self.counts.get(key))
+        layers = [(lb, a - start, b - start) for lb, a, b in layers]
+        if m != 1:  # compared with microbatch 1's, never copied
+            return _Template(ops, sig, pieces, running, counted, layers, [], 0, [], [], [])
         flat: dict[tuple[int, int], int] = {}
         external: dict[Rule, int] = {}
 
@@ -147,20 +163,22 @@ class Replay:
             return flat[r] if isinstance(r[0], int) else ~external.setdefault(r, len(external))
 
         code = []
+        index_of: dict[Value, int] = {}
         for op, (_, _, n_out, rules) in zip(ops, sig, strict=True):
-            code.append((op, tuple(None if r is None else index(r) for r in rules),
-                         tuple(o.name for o in op.outputs)))
+            ins = tuple(None if r is None else index(r) for r in rules)
+            code.append((op, ins, tuple(o.name for o in op.outputs)))
+            index_of.update((v, x) for v, x in zip(op.inputs, ins, strict=True)
+                            if v is not None and x is not None and x < 0)
             for q in range(n_out):
-                flat[(len(code) - 1, q)] = len(flat)
+                index_of[op.outputs[q]] = flat[(len(code) - 1, q)] = len(flat)
         read = len(external)
         leaves: dict[tuple, list[tuple[int, int]]] = {}
         for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
             leaves.setdefault((key, spec), []).append((idx, index(r)))
-        return _Template(ops, sig, pieces, running, counted,
-                         [(lb, a - start, b - start) for lb, a, b in layers],
-                         list(external), read, code,
+        return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
                          [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
-                         [(key, j, index(r)) for (key, j), r in running.items()])
+                         [(key, j, index(r)) for (key, j), r in running.items()], start,
+                         index_of, [o for op in ops for o in op.outputs])
 
     def _value(self, rule: Rule, m: int, outs: list[tuple[Value, ...]]) -> Value | None:
         """The value of ``rule`` for microbatch ``m`` as its unit starts (``outs``: the
@@ -177,9 +195,12 @@ class Replay:
             return pipe.running.get(rule[1], {}).get(rule[2])  # type: ignore[no-any-return]
         return rule[1]  # type: ignore[no-any-return]
 
-    def write(self, kind: str, s: int, m: int) -> None:
+    def write(self, kind: str, s: int, m: int, outlined: bool = False) -> None:
         """Write unit ``(kind, s, m)`` as a copy of its template, and leave its pieces,
-        running sums and layer runs as writing it op by op would."""
+        running sums and layer runs as writing it op by op would. ``outlined`` (the
+        program is to be outlined): where the copy has its template's form (the values it
+        reads from outside are distinct, as the template's are), it is one placeholder op
+        (``Copied``), which ``outline`` makes a call of the template's function."""
         pipe = self.pipe
         t = self.templates[(kind, s)]
         assert t is not None
@@ -189,6 +210,9 @@ class Replay:
         # the values from outside the unit, as it starts: its ops change none of them
         ext = [self._value(r, m, []) for r in t.external]
         assert None not in ext[:t.read], "a copied unit's input is missing"
+        if outlined and len(t.code) >= 2 and len(set(map(id, ext[:t.read]))) == t.read:
+            self._placeholder(t, m, ext)
+            return
         flat: list[Value | None] = []
         emit, grow = b.ops.append, flat.extend
         for op, code, names in t.code:
@@ -206,3 +230,35 @@ class Replay:
         for key in t.counted:
             pipe.running[key]["m"] = m
         pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)
+
+    def _placeholder(self, t: _Template, m: int, ext: list[Value | None]) -> None:
+        """Unit ``m`` of template ``t`` as a ``Copied`` placeholder: only the values it
+        leaves (pieces, running sums) are made."""
+        pipe = self.pipe
+        names = [n for _, _, ns in t.code for n in ns]
+        made: dict[int, Value] = {}
+        old, new = "_mb1_d", f"_mb{m}_d"
+
+        def value(x: int) -> Value:
+            if x < 0:
+                return ext[~x]  # type: ignore[return-value]
+            y = made.get(x)
+            if y is None:
+                n = names[x]
+                y = made[x] = Value(n.replace(old, new) if n else n)
+            return y
+
+        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
+        for key, spec, leaves in t.leaves:
+            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
+            for idx, x in leaves:
+                lst[ranks[idx]] = value(x)
+        for key, j, x in t.sums:
+            pipe.running[key][j] = value(x)
+        for key in t.counted:
+            pipe.running[key]["m"] = m
+        assert t.index_of is not None and t.values is not None
+        op = Op(COPIED, ext[:t.read], None, tuple(made.values()))
+        pipe.b.ops.append(op)
+        pipe.copied[op] = Copied(t.start, len(t.code), tuple((a, e) for _, a, e in t.layers),
+                                 t.index_of, made, t.values, value)
