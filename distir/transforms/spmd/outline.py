@@ -67,12 +67,17 @@ Run = tuple[str, int, int]
 function (``stage1_bwd``)."""
 
 
-def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
-    """The canonical form of ``ops[start:end]`` and its externals."""
+def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] | None = None,
+           ) -> tuple[tuple, list[Value], list[tuple[int, int]]]:
+    """The canonical form of ``ops[start:end]``, its externals and (given ``used_after``,
+    the last op reading each value) the ``(op offset, result)`` of its values read after
+    it."""
     where: dict[Value, tuple[int, ...]] = {}
     ext: dict[Value, int] = {}
     form = []
+    after: list[tuple[int, int]] = []
     get = where.get
+    last = (used_after or {}).get
     for j in range(start, end):
         op = ops[j]
         refs: list[tuple[int, ...]] = []
@@ -87,12 +92,11 @@ def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
         outs = op.outputs
         form.append((op.op_type, op.attrs_key, op.callee, len(outs), tuple(refs)))
         off = j - start
-        if len(outs) == 1:
-            where[outs[0]] = (off, 0)
-        else:
-            for k, o in enumerate(outs):
-                where[o] = (off, k)
-    return tuple(form), list(ext)
+        for k, o in enumerate(outs):
+            where[o] = pos = (off, k)
+            if last(o, -1) >= end:
+                after.append(pos)
+    return tuple(form), list(ext), after
 
 
 Virtual = tuple[int, Copied, int, int, tuple[int, int] | None]
@@ -144,13 +148,13 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                 used_after[v] = j
     for v in returns:
         used_after[v] = len(ops)
-    classes: dict[tuple, list[tuple[str, int, int, list[Value]]]] = {}
+    classes: dict[tuple, list[tuple[str, int, int, list[Value], list[tuple[int, int]]]]] = {}
     shaped: dict[tuple[int, int], tuple[tuple, str, list[Value]]] = {}
     for label, start, end in runs:
         if end - start < 2:
             continue
-        form, ext = _shape(ops, start, end)
-        classes.setdefault(form, []).append((label, start, end, ext))
+        form, ext, after = _shape(ops, start, end, used_after)
+        classes.setdefault(form, []).append((label, start, end, ext, after))
         shaped[(start, end)] = (form, label, ext)
     copies: dict[tuple, list[tuple[str, int, Copied, int, int, set[Value], list[Value]]]] = {}
     read_in: dict[tuple[int, int], dict[Value, int]] = {}  # per template: last read in it
@@ -179,14 +183,11 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         virt = copies.get(form, [])
         if len(members) + len(virt) < 2:
             continue
-        label, t0, t1, text = members[0]
+        label, t0, t1, text, _ = members[0]
         # the results any copy hands on: (op offset, result index)
         keep: set[tuple[int, int]] = set()
-        for _, start, end, _ in members:
-            for j in range(start, end):
-                for k, o in enumerate(ops[j].outputs):
-                    if used_after.get(o, -1) >= end:
-                        keep.add((j - start, k))
+        for m in members:
+            keep.update(m[4])
         for _, here, cp, start, end, later, _ in virt:
             pos = {o: (j - start, k) for j in range(start, end)
                    for k, o in enumerate(ops[j].outputs)}
@@ -205,7 +206,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         n = count[label] = count.get(label, 0) + 1
         callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text,
                            sorted(keep))
-        for _, start, end, ext in members:
+        for _, start, end, ext, _ in members:
             outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
             calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
         if emit:

@@ -10,7 +10,8 @@ microbatches.
   after the first, as a rule) are calls of one stage function, and equal repeated layers
   inside a unit (or among the updates) calls of one layer function (``outline``; the
   layers are ``Structure``'s anchors). The units of the middle microbatches are copies of
-  microbatch 1's where its template holds (``replay``), so they are not written op by op.
+  microbatch 1's where its template holds (``replay``), so they are not written op by op
+  (with stage functions, each is a placeholder that ``outline`` makes a call).
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner

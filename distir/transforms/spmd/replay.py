@@ -12,7 +12,9 @@ batch-independent copy). Where the two templates are equal, the units of microba
 ``3 .. K-2`` are copies of it (several times cheaper than writing them op by op); where
 they differ, those units are written op by op. The copies leave the pieces and running
 sums the template leaves, so the ops written after them (sends, later units, the updates)
-are the same as well; the tests compare the printed programs.
+are the same as well; the tests compare the printed programs. With stage functions a copy
+whose form is its template's is not written out at all but left as one placeholder op
+(``outline.Copied``), which ``outline`` makes a call of the template's function.
 """
 
 from __future__ import annotations
@@ -133,10 +135,18 @@ class Replay:
                   start: int) -> _Template:
         pipe = self.pipe
         made = {o: (j, q) for j, op in enumerate(ops) for q, o in enumerate(op.outputs)}
-        found: dict[Value, Rule] = {}
-        for e, x in self.before.items():
-            found.setdefault(x, ("piece",) + e)
         started = {x: kj for kj, x in self.running.items()}
+        left = [(e, x) for e, x in self._pieces(kind, s, m).items()
+                if self.before.get(e) is not x]
+        sums = [((key, j), x) for key, run in pipe.running.items() for j, x in run.items()
+                if j != "m" and self.running.get((key, j)) is not x]
+        outside = {v for op in ops for v in op.inputs if v is not None}
+        outside.update(x for _, x in left)
+        outside.update(x for _, x in sums)
+        found: dict[Value, Rule] = {}  # the first piece of each value the rules name
+        for e, x in self.before.items():
+            if x in outside and x not in found:
+                found[x] = ("piece",) + e
 
         def rule(x: Value) -> Rule:
             got = made.get(x)
@@ -147,10 +157,8 @@ class Replay:
 
         sig = [(op.op_type, op.attrs_key, len(op.outputs),
                 tuple(None if v is None else rule(v) for v in op.inputs)) for op in ops]
-        pieces = {e: rule(x) for e, x in self._pieces(kind, s, m).items()
-                  if self.before.get(e) is not x}
-        running = {(key, j): rule(x) for key, run in pipe.running.items()
-                   for j, x in run.items() if j != "m" and self.running.get((key, j)) is not x}
+        pieces = {e: rule(x) for e, x in left}
+        running = {kj: rule(x) for kj, x in sums}
         counted = frozenset(key for key, run in pipe.running.items()
                             if run.get("m") != self.counts.get(key))
         layers = [(lb, a - start, b - start) for lb, a, b in layers]
@@ -235,16 +243,17 @@ class Replay:
         """Unit ``m`` of template ``t`` as a ``Copied`` placeholder: only the values it
         leaves (pieces, running sums) are made."""
         pipe = self.pipe
-        names = [n for _, _, ns in t.code for n in ns]
+        assert t.values is not None
         made: dict[int, Value] = {}
         old, new = "_mb1_d", f"_mb{m}_d"
+        values = t.values
 
         def value(x: int) -> Value:
             if x < 0:
                 return ext[~x]  # type: ignore[return-value]
             y = made.get(x)
             if y is None:
-                n = names[x]
+                n = values[x].name
                 y = made[x] = Value(n.replace(old, new) if n else n)
             return y
 
@@ -252,7 +261,8 @@ class Replay:
         for key, spec, leaves in t.leaves:
             lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
             for idx, x in leaves:
-                lst[ranks[idx]] = value(x)
+                y = made.get(x) if x >= 0 else ext[~x]
+                lst[ranks[idx]] = value(x) if y is None else y
         for key, j, x in t.sums:
             pipe.running[key][j] = value(x)
         for key in t.counted:

@@ -520,7 +520,8 @@ def test_middle_microbatches_copied_are_the_units_written(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The units of microbatches 3 .. K-2, copied from microbatch 1's (``Replay``), are the
     program written op by op: the same text (placed and self-contained, with and without
-    stage functions), and the same results as the sequential step. With data parallelism
+    stage functions; with them, each copy is a placeholder that ``outline`` makes a call
+    of its template's function), and the same results as the sequential step. With data parallelism
     the GPT-2 step's bias gradients are finished inside the last microbatch's backward
     units (``_early_updates``), which are written op by op, after the copies."""
     from distir.transforms.spmd import pipeline, replay
@@ -535,8 +536,13 @@ def test_middle_microbatches_copied_are_the_units_written(
     early = pipeline._Pipe._early_updates
     monkeypatch.setattr(pipeline._Pipe, "_early_updates",
                         lambda self, unit: (lambda e: pulled.extend(e) or e)(early(self, unit)))
+    held: list[int] = []  # copies outlined as placeholders, never written out
+    place = replay.Replay._placeholder
+    monkeypatch.setattr(replay.Replay, "_placeholder",
+                        lambda self, *a: held.append(1) or place(self, *a))
     got = [dumps(plan.lower(False, f)) for f in (False, True)]
     assert len(copies) == 2 * 2 * pp * (k - 4)  # every middle unit but microbatches 1, 2
+    assert len(held) == 2 * pp * (k - 4)  # with stage functions: each a call at once
     assert bool(pulled) == (model == "gpt2" and dp > 1)
     # (self-contained, the batch is cut inside the first unit: microbatch 1's unit reads a
     # piece microbatch 0's made, so it is no template, and the units are written op by op)
