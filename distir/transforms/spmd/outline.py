@@ -156,8 +156,13 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         form, ext, after = _shape(ops, start, end, used_after)
         classes.setdefault(form, []).append((label, start, end, ext, after))
         shaped[(start, end)] = (form, label, ext)
-    copies: dict[tuple, list[tuple[str, int, Copied, int, int, set[Value], list[Value]]]] = {}
+    copies: dict[tuple, list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
     read_in: dict[tuple[int, int], dict[Value, int]] = {}  # per template: last read in it
+    positions: dict[tuple[int, int], dict[Value, tuple[int, int]]] = {}  # per template run
+    later: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per template run: its values
+    # that its template unit reads after it (a copy's do too)
+    read_after: dict[int, list[Value]] = {}  # per copy: (the template's values of) its
+    # values read after it
     calls: dict[int, tuple[int, list[Op]]] = {}  # start -> (end, its ops: a call)
     for j, cp, t0, t1, whole in virtual:
         got = shaped.get((t0, t1))
@@ -169,15 +174,20 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                                     for op in ops[t0:t1]])
             continue
         form, label, text = got
-        later: set[Value] = set()  # the template's values read in it after this run
-        if whole is not None:
-            last = read_in.get(whole)
-            if last is None:
-                last = read_in[whole] = {v: x for x in range(*whole)
-                                         for v in ops[x].inputs if v is not None}
-            later = {o for x in range(t0, t1) for o in ops[x].outputs
-                     if last.get(o, -1) >= t1}
-        copies.setdefault(form, []).append((label, j, cp, t0, t1, later, text))
+        if (t0, t1) not in positions:
+            pos = positions[(t0, t1)] = {o: (x - t0, k) for x in range(t0, t1)
+                                         for k, o in enumerate(ops[x].outputs)}
+            last: dict[Value, int] = {}
+            if whole is not None:
+                last = read_in.get(whole)  # type: ignore[assignment]
+                if last is None:
+                    last = read_in[whole] = {v: x for x in range(*whole)
+                                             for v in ops[x].inputs if v is not None}
+            later[(t0, t1)] = [p for o, p in pos.items() if last.get(o, -1) >= t1]
+        if j not in read_after:
+            read_after[j] = [cp.values[x] for x, y in cp.made.items()
+                             if used_after.get(y, -1) > j]
+        copies.setdefault(form, []).append((label, j, cp, t0, t1, text))
     count: dict[str, int] = {}
     for form, members in classes.items():
         virt = copies.get(form, [])
@@ -188,15 +198,10 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         keep: set[tuple[int, int]] = set()
         for m in members:
             keep.update(m[4])
-        for _, here, cp, start, end, later, _ in virt:
-            pos = {o: (j - start, k) for j in range(start, end)
-                   for k, o in enumerate(ops[j].outputs)}
-            keep.update(pos[o] for o in later)
-            for x, y in cp.made.items():  # the copy's values read after it
-                if used_after.get(y, -1) > here:
-                    p = pos.get(cp.values[x])
-                    if p is not None:
-                        keep.add(p)
+        for _, here, _, start, end, _ in virt:
+            keep.update(later[(start, end)])
+            pos = positions[(start, end)]
+            keep.update(pos[o] for o in read_after[here] if o in pos)
         labels = sorted({m[0] for m in members} | {m[0] for m in virt})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
             heads = [x.rsplit("_", 1) for x in labels]
@@ -210,7 +215,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
             outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
             calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
         if emit:
-            for _, here, cp, start, _, _, ext in virt:
+            for _, here, cp, start, _, ext in virt:
                 outs = [cp.of(ops[start + j].outputs[k]) for j, k in sorted(keep)]
                 calls[here] = (here + 1, [Op(CALL, [cp.of(v) for v in ext], None, outs,
                                              callee=callee)])
