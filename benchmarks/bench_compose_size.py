@@ -10,6 +10,8 @@ every function it calls (each function counted once), the build time (best of
 ``--repeats``, process CPU seconds, so that other jobs on the machine count less), the
 simulation time, the simulated step time and the peak memory of the most loaded device
 on ``h100-sxm``. The composition with and without functions must simulate alike (checked).
+Then the build times of ``dtp`` and the composition from one ``analyze`` of the model
+(as a search over configurations builds them; best of ``--repeats``).
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import distir  # noqa: E402
 from distir.models import presets  # noqa: E402
-from distir.transforms import dtp  # noqa: E402
+from distir.transforms import analyze, dtp  # noqa: E402
 from distir.transforms.spmd.compose import compose_dtp  # noqa: E402
 
 CASES = [  # (label, preset, overrides, (D, T, P, K))
@@ -80,8 +82,13 @@ def main() -> None:
             sims[variant] = sim
             peak = max(sim.peak_memory_bytes.values()) / 2**30  # type: ignore[attr-defined]
             print(f"{label:42} {d:2} {t:2} {p:2} {k:2} {variant:10} {len(prog.ops):7,} "
-                  f"{_all_ops(prog):7,} {bt:8.2f} {st:6.2f} "
+                  f"{_all_ops(prog):7,} {bt:8.3f} {st:6.2f} "
                   f"{sim.latency_s * 1e3:10.3f} {peak:7.3f}", flush=True)  # type: ignore
+        an = analyze(fn)  # as the grid search builds many configurations from one analysis
+        ta, _ = _best(partial(dtp, an, d, t, p, k, "1f1b"), args.repeats)
+        tc, _ = _best(partial(compose_dtp, an, d, t, p, k, "1f1b"), args.repeats)
+        print(f"{'':42} built from one analysis: dtp {ta:.3f} s, composed {tc:.3f} s "
+              f"({tc / ta:.1f}x)", flush=True)
         a, b = sims["composed"], sims["flat"]
         assert abs(a.latency_s - b.latency_s) <= 1e-9 * b.latency_s  # type: ignore
         assert a.peak_memory_bytes == b.peak_memory_bytes  # type: ignore[attr-defined]

@@ -54,7 +54,7 @@ class Analysis:
         return self.prog.fn
 
 
-def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None,
+def analyze(fn: Function | Module | Program, batch_inputs: Sequence[str] | None = None,
             weights: Sequence[str] = (), hardware: Any = None) -> Analysis:
     """Analyze ``fn`` once; pass the result to ``dtp`` for each configuration.
 
@@ -64,7 +64,7 @@ def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None,
     left out, as the grid search's are): they are never batch inputs. ``hardware`` (a
     ``Hardware`` or a profile's name or path; default ``partition.PROFILE``) weighs the ops
     where pipeline stages are balanced by cost: the profile to be simulated, since the
-    ratios of its ops' costs decide the cuts."""
+    ratios of its ops' costs decide the cuts. A ``Program`` of ``fn`` is used as it is."""
     if isinstance(fn, Module):
         fn = fn.entry
     if isinstance(batch_inputs, str):
@@ -74,7 +74,7 @@ def analyze(fn: Function | Module, batch_inputs: Sequence[str] | None = None,
 
         hardware = load_hardware(hardware)
     with no_gc():
-        prog = Program(fn)
+        prog = fn if isinstance(fn, Program) else Program(fn)
         sh = Sharding(prog, batch_inputs, weights)
         st = Structure(prog, sh)
         return Analysis(prog, sh, st, StagePartition(st, hardware))

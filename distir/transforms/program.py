@@ -50,6 +50,9 @@ class Program:
         self._attrs: dict[tuple, dict[str, Any]] = {}
         self._full_attrs = full_attrs
         self._namer: _Named | None = None
+        self.derived: dict[Any, Any] = {}
+        """Memos of passes over this program, each under its pass's key (the spmd op rules
+        per mesh shape): kept as long as the program, shared by every configuration."""
         self.producer: dict[Value, int] = {}
         for i, op in enumerate(self.ops):
             for v in op.outputs:

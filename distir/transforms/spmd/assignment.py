@@ -101,7 +101,7 @@ class LayoutAssignment:
         """Raise ``TransformError`` at the first op whose outcome is not what the rules give
         for its reads, or whose reads cannot be made from its inputs' specs."""
         prog, mesh = self.prog, self.mesh
-        rules = OpRules(prog, mesh)
+        rules = OpRules.of(prog, mesh)
         for p, ps in zip(prog.fn.params, self.params, strict=True):
             why = check_spec(prog.shape(p), ps, mesh)
             if why is not None:

@@ -21,16 +21,20 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from distir._util import no_gc
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Value
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
 from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule
-from distir.transforms.spmd.propagate import program_of, propagate
+from distir.transforms.spmd.propagate import propagate
 from distir.transforms.spmd.stages import StagePartition, partition_stages
+
+if TYPE_CHECKING:
+    from distir.transforms.plan import Analysis
 
 __all__ = ["Composed", "plan_dtp", "compose_dtp", "dtp_layout_seeds"]
 
@@ -45,8 +49,10 @@ class Composed:
     sched: Schedule
 
     def lower(self, self_contained: bool = False, stage_functions: bool = True) -> Function:
-        return lower_pipeline(self.assignment, self.stages, self.sched,
-                              self_contained=self_contained, stage_functions=stage_functions)
+        with no_gc():  # many objects, almost no garbage (as dtp)
+            return lower_pipeline(self.assignment, self.stages, self.sched,
+                                  self_contained=self_contained,
+                                  stage_functions=stage_functions)
 
     def dumps(self) -> str:
         return (self.assignment.dumps() + "\n" + self.stages.dumps() + "\n"
@@ -82,41 +88,61 @@ def dtp_layout_seeds(prog: Program, analysis: Any, data: bool, tp: int,
     return seeds
 
 
-def plan_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int = 1,
-             microbatches: int = 1, schedule_kind: str = "1f1b", *,
-             hardware: Any = "h100-sxm", batch_inputs: Sequence[str] | None = None,
+def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 1,
+             pp: int = 1, microbatches: int = 1, schedule_kind: str = "1f1b", *,
+             hardware: Any = None, batch_inputs: Sequence[str] | None = None,
              ) -> Composed:
-    """Steps 1-4 of the module docstring for ``dp·tp·pp`` devices and ``microbatches``."""
-    from distir.transforms.plan import analyze
+    """Steps 1-4 of the module docstring for ``dp·tp·pp`` devices and ``microbatches``.
 
+    ``fn`` may be an ``Analysis`` (``distir.transforms.analyze(fn, batch_inputs,
+    hardware=...)``, as ``dtp`` takes one): configurations planned from one analysis share
+    its program, sharding, structure and stage cuts, and the op rules' memo per mesh shape
+    (``OpRules.of``), so a search over many configurations analyses the model once. Then
+    ``hardware`` and ``batch_inputs`` are the analysis's (passing them raises)."""
     for name, v in (("dp", dp), ("tp", tp), ("pp", pp), ("microbatches", microbatches)):
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise TransformError(f"{name} must be a positive integer, got {v!r}")
-    prog = program_of(fn)
-    an = analyze(prog.fn, list(batch_inputs) if batch_inputs is not None else None)
-    nb = dp * microbatches
-    if nb > 1 and an.sharding.batch_size is None:
-        raise TransformError(f"dp={dp} and microbatches={microbatches} need a batch to split, "
-                             f"but @{prog.fn.name} has no batch input; name it with "
-                             "batch_inputs=[...]")
-    bsz = an.sharding.batch_size
-    if nb > 1 and bsz is not None and bsz % nb:
-        raise TransformError(f"dp·microbatches = {dp}·{microbatches} does not divide the batch "
-                             f"size {bsz} of @{prog.fn.name}")
-    seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
-    # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
-    a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
-    stages = partition_stages(prog, pp, hardware,
-                              list(batch_inputs) if batch_inputs is not None else None)
-    return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
+    with no_gc():  # many objects, almost no garbage (as dtp)
+        an = _analysis(fn, batch_inputs, hardware)
+        prog = an.prog
+        nb = dp * microbatches
+        if nb > 1 and an.sharding.batch_size is None:
+            raise TransformError(f"dp={dp} and microbatches={microbatches} need a batch to "
+                                 f"split, but @{prog.fn.name} has no batch input; name it with "
+                                 "batch_inputs=[...]")
+        bsz = an.sharding.batch_size
+        if nb > 1 and bsz is not None and bsz % nb:
+            raise TransformError(f"dp·microbatches = {dp}·{microbatches} does not divide the "
+                                 f"batch size {bsz} of @{prog.fn.name}")
+        seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
+        # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
+        a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
+        stages = partition_stages(an, pp)
+        return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
 
 
-def compose_dtp(fn: Function | Module | Program, dp: int = 1, tp: int = 1, pp: int = 1,
-                microbatches: int = 1, schedule_kind: str = "1f1b", *,
-                self_contained: bool = False, hardware: Any = "h100-sxm",
+def _analysis(fn: Function | Module | Program | Analysis, batch_inputs: Sequence[str] | None,
+              hardware: Any) -> Analysis:
+    from distir.transforms.plan import Analysis, analyze
+
+    if isinstance(fn, Analysis):
+        for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
+            if v is not None:
+                raise TransformError(f"plan_dtp: pass {name} to analyze(), not with an "
+                                     "Analysis")
+        return fn
+    return analyze(fn, list(batch_inputs) if batch_inputs is not None else None,
+                   hardware=hardware)
+
+
+def compose_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 1,
+                pp: int = 1, microbatches: int = 1, schedule_kind: str = "1f1b", *,
+                self_contained: bool = False, hardware: Any = None,
                 batch_inputs: Sequence[str] | None = None, stage_functions: bool = True,
                 ) -> Function:
     """``dtp``'s configuration as a composition of passes (see the module docstring); the
-    devices are numbered as ``dtp`` numbers them. Verified."""
+    devices are numbered as ``dtp`` numbers them. Verified. ``fn`` may be an ``Analysis``
+    shared by many configurations (see ``plan_dtp``); ``hardware`` (default
+    ``"h100-sxm"``) weighs the stage cuts."""
     return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
                     batch_inputs=batch_inputs).lower(self_contained, stage_functions)

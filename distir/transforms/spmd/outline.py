@@ -21,60 +21,126 @@ external); names do not matter. A range with no equal is left as it is.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 
 from distir.ir.core import CALL, Function, Op, Value
 
-__all__ = ["outline"]
+__all__ = ["outline", "Copied", "COPIED"]
+
+COPIED = "copied"
+"""The type of a ``Copied`` placeholder op (never left in a program ``outline`` returns)."""
+
+
+@dataclass(frozen=True, eq=False)
+class Copied:
+    """A run that is a copy of an earlier run of the program (its *template*: its ops
+    again, reading other values from outside, in the same form), written as one
+    placeholder op of type ``COPIED``: its inputs are the values the copy reads from
+    outside (distinct, as the template's), its results those of its values that later
+    ops may read. ``outline`` makes it a call of the template's function, as it would
+    the copy written out; the copy's inner runs are the template's. (``pipeline``'s
+    middle microbatches, see ``replay``.)"""
+
+    start: int
+    """The template's first op in the program given to ``outline``."""
+    size: int
+    """The template's number of ops."""
+    inner: tuple[tuple[int, int], ...]
+    """The template's inner runs ``(start, end)``, offsets from ``start``."""
+    index_of: Mapping[Value, int]
+    """An index for each value the template reads from outside or makes."""
+    made: Mapping[int, Value]
+    """The copy's values made so far (those later ops may read), by index."""
+    values: Sequence[Value]
+    """The template's value of each index ``>= 0`` (those it makes)."""
+    value: Callable[[int], Value]
+    """The copy's value of an index (made when first asked for)."""
+
+    def of(self, v: Value) -> Value:
+        """The copy's value for the template's value ``v``."""
+        return self.value(self.index_of[v])
+
 
 Run = tuple[str, int, int]
 """``(label, start, end)``: the ops ``start .. end-1`` of the program; the label names the
 function (``stage1_bwd``)."""
 
 
-def _shape(ops: list[Op], start: int, end: int) -> tuple[tuple, list[Value]]:
-    """The canonical form of ``ops[start:end]`` and its externals."""
-    where: dict[Value, tuple[int, int]] = {}
+def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] | None = None,
+           ) -> tuple[tuple, list[Value], list[tuple[int, int]]]:
+    """The canonical form of ``ops[start:end]``, its externals and (given ``used_after``,
+    the last op reading each value) the ``(op offset, result)`` of its values read after
+    it."""
+    where: dict[Value, tuple[int, ...]] = {}
     ext: dict[Value, int] = {}
     form = []
+    after: list[tuple[int, int]] = []
+    get = where.get
+    last = (used_after or {}).get
     for j in range(start, end):
         op = ops[j]
-        refs: list[tuple] = []
+        refs: list[tuple[int, ...]] = []
         for v in op.inputs:
             if v is None:
                 refs.append(())
-            elif v in where:
-                refs.append(where[v])
             else:
-                refs.append((ext.setdefault(v, len(ext)),))
-        form.append((op.op_type, op.attrs_key, id(op.callee), len(op.outputs), tuple(refs)))
-        for k, o in enumerate(op.outputs):
-            where[o] = (j - start, k)
-    return tuple(form), list(ext)
+                ref = get(v)
+                if ref is None:
+                    ref = where[v] = (ext.setdefault(v, len(ext)),)  # an external
+                refs.append(ref)
+        outs = op.outputs
+        form.append((op.op_type, op.attrs_key, op.callee, len(outs), tuple(refs)))
+        off = j - start
+        for k, o in enumerate(outs):
+            where[o] = pos = (off, k)
+            if last(o, -1) >= end:
+                after.append(pos)
+    return tuple(form), list(ext), after
 
 
-def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = ()) -> Function:
+Virtual = tuple[int, Copied, int, int, tuple[int, int] | None]
+"""A run of a ``Copied`` placeholder: ``(placeholder index, copy, template run start,
+end, the template's whole run)``, the last ``None`` where the run is the whole copy (which
+then becomes a call)."""
+
+
+def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
+            copied: Mapping[Op, Copied] | None = None) -> Function:
     """``fn`` with the equal ``runs`` (two or more of one form) replaced by calls; the
     runs must not overlap. ``inner`` are runs nested in ``runs`` (a unit's layers), each
     inside one run or outside all: they are outlined first, so that equal layers are calls
     of one layer function inside the stage functions and inside the units that stay
-    written out. Returns a new function; ``fn`` is not changed."""
-    ops, at = _replace(fn.ops, fn.returns, inner)
+    written out. ``copied``: the placeholder ops of ``fn`` (``Copied``), each a member of
+    its template's classes, made a call of the template's function. Returns a new
+    function; ``fn`` is not changed."""
+    copied = copied or {}
+    where = [(j, copied[op]) for j, op in enumerate(fn.ops) if op.op_type == COPIED]
+    virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
+                               (cp.start, cp.start + cp.size))
+                              for j, cp in where for a, e in cp.inner]
+    ops, at = _replace(fn.ops, fn.returns, inner, virtual, False)
     if inner:
         runs = [(label, at[start], at[end]) for label, start, end in runs]
-    ops, _ = _replace(ops, fn.returns, runs)
+    whole: list[Virtual] = [(at[j], cp, at[cp.start], at[cp.start + cp.size], None)
+                            for j, cp in where]
+    ops, _ = _replace(ops, fn.returns, runs, whole, True)
     if ops is fn.ops:
         return fn
+    assert all(op.op_type != COPIED for op in ops), "a copied run was not outlined"
     new = Function(fn.name, fn.params, ops, fn.returns, fn.return_types)
     new.initializers = dict(fn.initializers)
     return new
 
 
 def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
+             virtual: Sequence[Virtual] = (), emit: bool = False,
              ) -> tuple[list[Op], list[int]]:
     """``ops`` with the equal ``runs`` replaced by calls, and the new index of each old
     index that starts a run or lies outside all (``len(ops)`` included); ``ops`` itself
-    when nothing is replaced."""
+    when nothing is replaced. The ``virtual`` runs (copies' runs, not written out) count
+    as members of their template run's class; with ``emit`` their placeholders become
+    calls."""
     used_after: dict[Value, int] = {}  # the last op index reading each value
     for j, op in enumerate(ops):
         for v in op.inputs:
@@ -82,26 +148,61 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                 used_after[v] = j
     for v in returns:
         used_after[v] = len(ops)
-    classes: dict[tuple, list[tuple[str, int, int, list[Value]]]] = {}
+    classes: dict[tuple, list[tuple[str, int, int, list[Value], list[tuple[int, int]]]]] = {}
+    shaped: dict[tuple[int, int], tuple[tuple, str, list[Value]]] = {}
     for label, start, end in runs:
         if end - start < 2:
             continue
-        form, ext = _shape(ops, start, end)
-        classes.setdefault(form, []).append((label, start, end, ext))
-    calls: dict[int, tuple[int, Op]] = {}  # start -> (end, call)
-    count: dict[str, int] = {}
-    for members in classes.values():
-        if len(members) < 2:
+        form, ext, after = _shape(ops, start, end, used_after)
+        classes.setdefault(form, []).append((label, start, end, ext, after))
+        shaped[(start, end)] = (form, label, ext)
+    copies: dict[tuple, list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
+    read_in: dict[tuple[int, int], dict[Value, int]] = {}  # per template: last read in it
+    positions: dict[tuple[int, int], dict[Value, tuple[int, int]]] = {}  # per template run
+    later: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per template run: its values
+    # that its template unit reads after it (a copy's do too)
+    read_after: dict[int, list[Value]] = {}  # per copy: (the template's values of) its
+    # values read after it
+    calls: dict[int, tuple[int, list[Op]]] = {}  # start -> (end, its ops: a call)
+    for j, cp, t0, t1, whole in virtual:
+        got = shaped.get((t0, t1))
+        if got is None:  # too short to outline (a layer's call): its ops again
+            if emit:
+                calls[j] = (j + 1, [Op(op.op_type, [None if v is None else cp.of(v)
+                                                    for v in op.inputs], op.attrs or None,
+                                       [cp.of(o) for o in op.outputs], callee=op.callee)
+                                    for op in ops[t0:t1]])
             continue
-        label, t0, t1, text = members[0]
+        form, label, text = got
+        if (t0, t1) not in positions:
+            pos = positions[(t0, t1)] = {o: (x - t0, k) for x in range(t0, t1)
+                                         for k, o in enumerate(ops[x].outputs)}
+            last: dict[Value, int] = {}
+            if whole is not None:
+                last = read_in.get(whole)  # type: ignore[assignment]
+                if last is None:
+                    last = read_in[whole] = {v: x for x in range(*whole)
+                                             for v in ops[x].inputs if v is not None}
+            later[(t0, t1)] = [p for o, p in pos.items() if last.get(o, -1) >= t1]
+        if j not in read_after:
+            read_after[j] = [cp.values[x] for x, y in cp.made.items()
+                             if used_after.get(y, -1) > j]
+        copies.setdefault(form, []).append((label, j, cp, t0, t1, text))
+    count: dict[str, int] = {}
+    for form, members in classes.items():
+        virt = copies.get(form, [])
+        if len(members) + len(virt) < 2:
+            continue
+        label, t0, t1, text, _ = members[0]
         # the results any copy hands on: (op offset, result index)
         keep: set[tuple[int, int]] = set()
-        for _, start, end, _ in members:
-            for j in range(start, end):
-                for k, o in enumerate(ops[j].outputs):
-                    if used_after.get(o, -1) >= end:
-                        keep.add((j - start, k))
-        labels = sorted({m[0] for m in members})
+        for m in members:
+            keep.update(m[4])
+        for _, here, _, start, end, _ in virt:
+            keep.update(later[(start, end)])
+            pos = positions[(start, end)]
+            keep.update(pos[o] for o in read_after[here] if o in pos)
+        labels = sorted({m[0] for m in members} | {m[0] for m in virt})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
             heads = [x.rsplit("_", 1) for x in labels]
             if all(len(h) == 2 and h[1] == heads[0][1] for h in heads):
@@ -110,9 +211,14 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         n = count[label] = count.get(label, 0) + 1
         callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text,
                            sorted(keep))
-        for _, start, end, ext in members:
+        for _, start, end, ext, _ in members:
             outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
-            calls[start] = (end, Op(CALL, ext, None, outs, callee=callee))
+            calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
+        if emit:
+            for _, here, cp, start, _, ext in virt:
+                outs = [cp.of(ops[start + j].outputs[k]) for j, k in sorted(keep)]
+                calls[here] = (here + 1, [Op(CALL, [cp.of(v) for v in ext], None, outs,
+                                             callee=callee)])
     if not calls:
         return ops, list(range(len(ops) + 1))
     out: list[Op] = []
@@ -120,10 +226,10 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     j = 0
     while j < len(ops):
         at[j] = len(out)
-        got = calls.get(j)
-        if got is not None:
-            out.append(got[1])
-            j = got[0]
+        call = calls.get(j)
+        if call is not None:
+            out.extend(call[1])
+            j = call[0]
         else:
             out.append(ops[j])
             j += 1

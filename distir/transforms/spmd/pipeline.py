@@ -10,7 +10,8 @@ microbatches.
   after the first, as a rule) are calls of one stage function, and equal repeated layers
   inside a unit (or among the updates) calls of one layer function (``outline``; the
   layers are ``Structure``'s anchors). The units of the middle microbatches are copies of
-  microbatch 1's where its template holds (``replay``), so they are not written op by op.
+  microbatch 1's where its template holds (``replay``), so they are not written op by op
+  (with stage functions, each is a placeholder that ``outline`` makes a call).
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner
@@ -57,7 +58,7 @@ from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
-from distir.transforms.spmd.outline import outline
+from distir.transforms.spmd.outline import Copied, outline
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.replay import Replay
 from distir.transforms.spmd.stage_values import StageValues, name_hint
@@ -80,9 +81,9 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
     stages.check()
     pipe = _Pipe(assignment, stages, sched)
-    fn = pipe.run(self_contained)
+    fn = pipe.run(self_contained, stage_functions)
     if stage_functions:
-        fn = outline(fn, pipe.runs, pipe.layer_runs)
+        fn = outline(fn, pipe.runs, pipe.layer_runs, pipe.copied)
     bound = stages.prog.fn.initializers
     if bound:  # an imported model's weights: the same, or each device's piece of them
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
@@ -143,7 +144,10 @@ class _Pipe(StageValues):
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
-        self.reads_of: dict[Value, list[tuple[int, Spec, bool]]] = {}
+        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool]]] = {}
+        """``_after``'s readers of a value (on other stages only, or all)."""
+        self.copied: dict[Op, Copied] = {}
+        """The placeholders of copied units (``Replay.write``), for ``outline``."""
         self.runs: list[tuple[str, int, int]] = []
         """The op range of each unit of the schedule (``outline``)."""
         self.layer_runs: list[tuple[str, int, int]] = []
@@ -199,7 +203,9 @@ class _Pipe(StageValues):
         return self.st.phase[i] in ("F", "B") and i not in self.deferred
 
     # -- the program -------------------------------------------------------------------------
-    def run(self, self_contained: bool) -> Function:
+    def run(self, self_contained: bool, outlined: bool = False) -> Function:
+        """The program written out, but where ``outlined``: then a copied unit that
+        ``outline`` makes a call is a placeholder (``copied``)."""
         prog, st = self.prog, self.st
         self._params(self_contained)
         for i in prog.live_ops:  # independent of the batch: once, before the microbatches
@@ -211,6 +217,8 @@ class _Pipe(StageValues):
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}
         replay = Replay(self, units)
+        sent = {i: [o for o in prog.ops[i].outputs if self._reads_of(o, True)]
+                for lst in units.values() for i in lst}  # read on other stages
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
@@ -218,7 +226,7 @@ class _Pipe(StageValues):
                 phase = "fwd" if kind == "F" else "bwd"
                 made.extend((i, m) for i in units[(kind, s)])
                 if replay.copies(kind, s, m):  # a middle microbatch: a copy of the first's
-                    replay.write(kind, s, m)
+                    replay.write(kind, s, m, outlined)
                 else:
                     replay.start(kind, s, m)
                     n_layers = len(self.layer_runs)
@@ -237,7 +245,7 @@ class _Pipe(StageValues):
                     replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
             for i, m in made:  # transfers after the tick's units, so stages overlap
-                for o in prog.ops[i].outputs:
+                for o in sent[i]:
                     self._after(o, m, other_stages=True)
         layers = _Layers(self, "layer_upd")
         for i in prog.live_ops:  # the updates (and deferred ops): once, after the microbatches
@@ -394,7 +402,10 @@ class _Pipe(StageValues):
             got = self.prepared[i] = _Prepared(
                 s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
                 scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
-                vocab_axis(self.prog, op, reads) is not None)
+                vocab_axis(self.prog, op, reads) is not None,
+                frozenset(k for k, v in enumerate(op.inputs)
+                          if v is not None and is_shape_operand(op, k)),
+                tuple(self.dev(s, r) for r in self.all))
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -409,17 +420,22 @@ class _Pipe(StageValues):
         """Write op ``i`` for the virtual ranks ``rs``, with the redistributions its inputs
         need first (one microbatch's ranks in a unit; all of them once)."""
         b, vm = self.b, self.vmesh
-        pre = self._prepared(i)
+        pre = self.prepared.get(i) or self._prepared(i)
         s, op = pre.s, pre.op
         ins: list[list[Value | None]] = []
+        pieces = self.pieces
         for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
             if v is None:
                 ins.append([None] * vm.size)
-            elif is_shape_operand(op, k):
+            elif k in pre.shape_ks:
                 ins.append(self._shape_ins(i)[k])
             else:
                 assert sp is not None
-                ins.append(self.get(v, s, sp, rs))
+                made = pieces.get((v, s))  # placed so already (``get``'s first case)
+                lst = None if made is None else made.get(sp)
+                if lst is None or any(lst[r] is None for r in rs):
+                    lst = self.get(v, s, sp, rs)
+                ins.append(lst)
         per_mb = pre.per_mb
         n_out = len(op.outputs)
         res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
@@ -436,13 +452,14 @@ class _Pipe(StageValues):
                                           for r, v in enumerate(every)]
             for r in rs:
                 res[0][r] = every[r]
+        devs, memo = pre.devs, self.memo
         for r in rs if res[0][rs[0]] is None else ():
-            d = self.dev(s, r)
+            d = devs[r]
             args = [x[r] for x in ins]
             if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
             key = (i, d, tuple(map(id, args)))
-            got = self.memo.get(key)
+            got = memo.get(key)
             if got is None:
                 attrs = pre.attrs  # shared: an op's attributes are immutable
                 if not op.inputs:
@@ -450,15 +467,16 @@ class _Pipe(StageValues):
                 suffix = self._suffix(s, r, per_mb)
                 vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
                 b.ops.append(Op(op.op_type, args, attrs, vals))
-                got = self.memo[key] = self._scaled(pre, vals, r)
+                got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
             for k in range(n_out):
                 res[k][r] = got[k]
         for k, o in enumerate(op.outputs):
-            cache = self.pieces.setdefault((o, s), {})
+            cache = pieces.setdefault((o, s), {})
             self.base[(o, s)] = pre.outs[k]
             lst = cache.setdefault(pre.outs[k], [None] * vm.size)
+            got_k = res[k]
             for r in rs:
-                lst[r] = res[k][r]
+                lst[r] = got_k[r]
         if not per_mb:
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
@@ -493,20 +511,12 @@ class _Pipe(StageValues):
         it is sent to other stages; after the tick's units, ``other_stages`` true: the
         sends, and the redistributions after them. So communication overlaps later work. A
         reader that runs once after the microbatches is served after the last one."""
+        reads_of = self._reads_of(v, other_stages)
+        if not reads_of:
+            return
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
-        reads_of = self.reads_of.get(v)
-        if reads_of is None:  # (stage, spec, per microbatch) of every reader, made once
-            reads_of = self.reads_of[v] = []
-            for i, k in self.readers.get(v, ()):
-                s = self.stage[i]
-                reads = self.assign[s].reads[i]
-                rd = reads[k] if reads else None
-                if rd is not None:
-                    reads_of.append((s, rd, self.per_mb(i)))
         for s, rd, per_mb in reads_of:
-            if other_stages and s == s0:
-                continue
             want = rs
             if m is not None and not per_mb:
                 if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
@@ -520,6 +530,21 @@ class _Pipe(StageValues):
                 self.get(v, s0, self._tau(v, s, rd), want)
             elif rd != self.spec(v, s0):
                 self.get(v, s, rd, want)
+
+    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool]]:
+        """``(stage, spec, per microbatch)`` of every reader of ``v`` (on other stages
+        only, with ``other_stages``), made once."""
+        key = (v, other_stages)
+        got = self.reads_of.get(key)
+        if got is None:
+            got = self.reads_of[key] = []
+            for i, k in self.readers.get(v, ()):
+                s = self.stage[i]
+                reads = self.assign[s].reads[i]
+                rd = reads[k] if reads else None
+                if rd is not None and not (other_stages and s == self.home[v]):
+                    got.append((s, rd, self.per_mb(i)))
+        return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
         """The constants of op ``i``'s shape operands on every rank (by input index),
@@ -549,8 +574,9 @@ class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
     results' specs, local attributes (normalized), whether it runs per microbatch, the
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
-    (``(result index, n)``), its results' name hints (``None`` for an unused one) and
-    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it)."""
+    (``(result index, n)``), its results' name hints (``None`` for an unused one),
+    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), the indices
+    of its shape operands and the device of each virtual rank on its stage."""
 
     s: int
     op: Op
@@ -562,6 +588,8 @@ class _Prepared:
     scaled: tuple[tuple[int, int], ...]
     hints: tuple[str | None, ...]
     vocab: bool
+    shape_ks: frozenset[int]
+    devs: tuple[int, ...]
 
 
 class _Layers:

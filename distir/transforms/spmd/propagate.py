@@ -79,7 +79,7 @@ def propagate(fn: Function | Module | Program, mesh: Mesh, seeds: Seeds | None =
     by forward propagation through the layout rules. Never raises on an op the rules can
     run replicated; the result passes ``check``."""
     prog = program_of(fn)
-    rules = OpRules(prog, mesh)
+    rules = OpRules.of(prog, mesh)
     pins = resolve_seeds(prog, mesh, seeds or {})
     rep = replicated(mesh)
     params = tuple(pins.get(p, rep) for p in prog.fn.params)

@@ -12,7 +12,9 @@ batch-independent copy). Where the two templates are equal, the units of microba
 ``3 .. K-2`` are copies of it (several times cheaper than writing them op by op); where
 they differ, those units are written op by op. The copies leave the pieces and running
 sums the template leaves, so the ops written after them (sends, later units, the updates)
-are the same as well; the tests compare the printed programs.
+are the same as well; the tests compare the printed programs. With stage functions a copy
+whose form is its template's is not written out at all but left as one placeholder op
+(``outline.Copied``), which ``outline`` makes a call of the template's function.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distir.ir.core import Op, Value
+from distir.transforms.spmd.outline import COPIED, Copied
 
 __all__ = ["Replay"]
 
@@ -43,6 +46,25 @@ class _Template:
     counted: frozenset
     layers: list[tuple[str, int, int]]
     """The layer runs inside the unit, offsets from its start."""
+    external: list[Rule]
+    """The distinct rules of the values from outside the unit that its ops read (the
+    first ``read``) or that it leaves as pieces or running sums."""
+    read: int
+    code: list[tuple[Op, tuple[int | None, ...], tuple[str | None, ...]]]
+    """Per op, its inputs as indices (``n >= 0``: the ``n``-th result of the unit's ops,
+    flattened; ``~n``: the ``n``-th of ``external``; ``None``: an omitted one) and its
+    results' names."""
+    leaves: list[tuple[Any, Any, tuple[tuple[int, int], ...]]]
+    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order."""
+    sums: list[tuple[Any, Any, int]]
+    """``running`` as ``(key, j, value index)``."""
+    start: int = 0
+    """The unit's first op in the program."""
+    index_of: dict[Value, int] | None = None
+    """The value index of each value the unit reads from outside (the first ``read`` of
+    ``external``, as ``~n``) or makes."""
+    values: list[Value] | None = None
+    """The values the unit makes, by value index."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -59,6 +81,8 @@ class Replay:
         self.before: dict[Entry, Value] = {}
         self.running: dict[tuple[Any, Any], Value] = {}
         self.counts: dict[Any, int] = {}
+        self.keys: dict[tuple[str, int], list[tuple[Value, int]]] = {}
+        """The ``pieces`` keys a unit can read or leave (``_pieces``), per stage and phase."""
 
     def _recorded(self, m: int) -> bool:
         return m in (1, 2) and self.pipe.k >= 5  # else no unit is copied
@@ -92,26 +116,37 @@ class Replay:
         """The pieces at the ranks of microbatch ``m`` of the values the unit's ops read
         or make (the only ones it can read or leave), on every stage."""
         pipe = self.pipe
-        ranks = pipe.ranks_of[m]
-        vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
-                + pipe.prog.ops[i].outputs if v is not None}
+        ranks = list(enumerate(pipe.ranks_of[m]))
+        keys = self.keys.get((kind, s))
+        if keys is None:
+            vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
+                    + pipe.prog.ops[i].outputs if v is not None}
+            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in range(pipe.pp)]
         out: dict[Entry, Value] = {}
-        for v in vals:
-            for x in range(pipe.pp):
-                for spec, lst in pipe.pieces.get((v, x), {}).items():
-                    for idx, r in enumerate(ranks):
-                        if lst[r] is not None:
-                            out[((v, x), spec, idx)] = lst[r]
+        for key in keys:
+            for spec, lst in pipe.pieces.get(key, {}).items():
+                for idx, r in ranks:
+                    y = lst[r]
+                    if y is not None:
+                        out[(key, spec, idx)] = y
         return out
 
     def _template(self, kind: str, s: int, m: int, ops: list[Op], layers: list,
                   start: int) -> _Template:
         pipe = self.pipe
         made = {o: (j, q) for j, op in enumerate(ops) for q, o in enumerate(op.outputs)}
-        found: dict[Value, Rule] = {}
-        for e, x in self.before.items():
-            found.setdefault(x, ("piece",) + e)
         started = {x: kj for kj, x in self.running.items()}
+        left = [(e, x) for e, x in self._pieces(kind, s, m).items()
+                if self.before.get(e) is not x]
+        sums = [((key, j), x) for key, run in pipe.running.items() for j, x in run.items()
+                if j != "m" and self.running.get((key, j)) is not x]
+        outside = {v for op in ops for v in op.inputs if v is not None}
+        outside.update(x for _, x in left)
+        outside.update(x for _, x in sums)
+        found: dict[Value, Rule] = {}  # the first piece of each value the rules name
+        for e, x in self.before.items():
+            if x in outside and x not in found:
+                found[x] = ("piece",) + e
 
         def rule(x: Value) -> Rule:
             got = made.get(x)
@@ -122,14 +157,36 @@ class Replay:
 
         sig = [(op.op_type, op.attrs_key, len(op.outputs),
                 tuple(None if v is None else rule(v) for v in op.inputs)) for op in ops]
-        pieces = {e: rule(x) for e, x in self._pieces(kind, s, m).items()
-                  if self.before.get(e) is not x}
-        running = {(key, j): rule(x) for key, run in pipe.running.items()
-                   for j, x in run.items() if j != "m" and self.running.get((key, j)) is not x}
+        pieces = {e: rule(x) for e, x in left}
+        running = {kj: rule(x) for kj, x in sums}
         counted = frozenset(key for key, run in pipe.running.items()
                             if run.get("m") != self.counts.get(key))
-        return _Template(ops, sig, pieces, running, counted,
-                         [(lb, a - start, b - start) for lb, a, b in layers])
+        layers = [(lb, a - start, b - start) for lb, a, b in layers]
+        if m != 1:  # compared with microbatch 1's, never copied
+            return _Template(ops, sig, pieces, running, counted, layers, [], 0, [], [], [])
+        flat: dict[tuple[int, int], int] = {}
+        external: dict[Rule, int] = {}
+
+        def index(r: Rule) -> int:
+            return flat[r] if isinstance(r[0], int) else ~external.setdefault(r, len(external))
+
+        code = []
+        index_of: dict[Value, int] = {}
+        for op, (_, _, n_out, rules) in zip(ops, sig, strict=True):
+            ins = tuple(None if r is None else index(r) for r in rules)
+            code.append((op, ins, tuple(o.name for o in op.outputs)))
+            index_of.update((v, x) for v, x in zip(op.inputs, ins, strict=True)
+                            if v is not None and x is not None and x < 0)
+            for q in range(n_out):
+                index_of[op.outputs[q]] = flat[(len(code) - 1, q)] = len(flat)
+        read = len(external)
+        leaves: dict[tuple, list[tuple[int, int]]] = {}
+        for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
+            leaves.setdefault((key, spec), []).append((idx, index(r)))
+        return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
+                         [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
+                         [(key, j, index(r)) for (key, j), r in running.items()], start,
+                         index_of, [o for op in ops for o in op.outputs])
 
     def _value(self, rule: Rule, m: int, outs: list[tuple[Value, ...]]) -> Value | None:
         """The value of ``rule`` for microbatch ``m`` as its unit starts (``outs``: the
@@ -146,31 +203,72 @@ class Replay:
             return pipe.running.get(rule[1], {}).get(rule[2])  # type: ignore[no-any-return]
         return rule[1]  # type: ignore[no-any-return]
 
-    def write(self, kind: str, s: int, m: int) -> None:
+    def write(self, kind: str, s: int, m: int, outlined: bool = False) -> None:
         """Write unit ``(kind, s, m)`` as a copy of its template, and leave its pieces,
-        running sums and layer runs as writing it op by op would."""
+        running sums and layer runs as writing it op by op would. ``outlined`` (the
+        program is to be outlined): where the copy has its template's form (the values it
+        reads from outside are distinct, as the template's are), it is one placeholder op
+        (``Copied``), which ``outline`` makes a call of the template's function."""
         pipe = self.pipe
         t = self.templates[(kind, s)]
         assert t is not None
         b = pipe.b
         start = len(b.ops)
         old, new = "_mb1_d", f"_mb{m}_d"
-        outs: list[tuple[Value, ...]] = []
-        for op, (_, _, _, rules) in zip(t.ops, t.sig, strict=True):
-            ins = [None if r is None else self._value(r, m, outs) for r in rules]
-            assert ins.count(None) == rules.count(None), "a copied unit's input is missing"
-            res = tuple(Value(o.name.replace(old, new) if o.name else o.name)
-                        for o in op.outputs)
-            b.ops.append(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
-            outs.append(res)
-        values = {e: self._value(r, m, outs) for e, r in t.pieces.items()}
-        sums = {kj: self._value(r, m, outs) for kj, r in t.running.items()}
-        ranks = pipe.ranks_of[m]
-        for ((v, x), spec, idx), y in values.items():
-            lst = pipe.pieces.setdefault((v, x), {}).setdefault(spec, [None] * pipe.vmesh.size)
-            lst[ranks[idx]] = y
-        for (key, j), y in sums.items():
-            pipe.running[key][j] = y
+        # the values from outside the unit, as it starts: its ops change none of them
+        ext = [self._value(r, m, []) for r in t.external]
+        assert None not in ext[:t.read], "a copied unit's input is missing"
+        if outlined and len(t.code) >= 2 and len(set(map(id, ext[:t.read]))) == t.read:
+            self._placeholder(t, m, ext)
+            return
+        flat: list[Value | None] = []
+        emit, grow = b.ops.append, flat.extend
+        for op, code, names in t.code:
+            ins = [None if x is None else flat[x] if x >= 0 else ext[~x] for x in code]
+            res = tuple(Value(n.replace(old, new) if n else n) for n in names)
+            emit(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
+            grow(res)
+        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
+        for key, spec, leaves in t.leaves:
+            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
+            for idx, x in leaves:
+                lst[ranks[idx]] = flat[x] if x >= 0 else ext[~x]
+        for key, j, x in t.sums:
+            pipe.running[key][j] = flat[x] if x >= 0 else ext[~x]
         for key in t.counted:
             pipe.running[key]["m"] = m
         pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)
+
+    def _placeholder(self, t: _Template, m: int, ext: list[Value | None]) -> None:
+        """Unit ``m`` of template ``t`` as a ``Copied`` placeholder: only the values it
+        leaves (pieces, running sums) are made."""
+        pipe = self.pipe
+        assert t.values is not None
+        made: dict[int, Value] = {}
+        old, new = "_mb1_d", f"_mb{m}_d"
+        values = t.values
+
+        def value(x: int) -> Value:
+            if x < 0:
+                return ext[~x]  # type: ignore[return-value]
+            y = made.get(x)
+            if y is None:
+                n = values[x].name
+                y = made[x] = Value(n.replace(old, new) if n else n)
+            return y
+
+        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
+        for key, spec, leaves in t.leaves:
+            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
+            for idx, x in leaves:
+                y = made.get(x) if x >= 0 else ext[~x]
+                lst[ranks[idx]] = value(x) if y is None else y
+        for key, j, x in t.sums:
+            pipe.running[key][j] = value(x)
+        for key in t.counted:
+            pipe.running[key]["m"] = m
+        assert t.index_of is not None and t.values is not None
+        op = Op(COPIED, ext[:t.read], None, tuple(made.values()))
+        pipe.b.ops.append(op)
+        pipe.copied[op] = Copied(t.start, len(t.code), tuple((a, e) for _, a, e in t.layers),
+                                 t.index_of, made, t.values, value)

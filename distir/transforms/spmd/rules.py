@@ -6,13 +6,18 @@ and a result that a rule calls partial over ``"t"`` is ``Partial``. A rule's ``R
 ``Demand`` becomes ``NotLocal`` (with the demanded placement, if any). ``Partial`` inputs,
 which the layout rules do not take, follow a small linearity table: ``Add(P, P) = P``,
 ``MatMul(P, R) = P``, ``ReluGrad(x, P) = P`` (for ``x`` replicated on that axis), and so on.
-Results are memoized per (op, input specs) on the ``OpRules`` object.
+Results are memoized per (op, input specs) and per (op form, input specs) on the
+``OpRules`` object (the ops of repeated layers share them); ``OpRules.of`` keeps
+one per program and mesh shape, so propagation, the assignment's check and every
+configuration on a mesh of that shape share the memo.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from distir.ir.core import Op
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
@@ -78,7 +83,18 @@ class OpRules:
     def __init__(self, prog: Program, mesh: Mesh) -> None:
         self.prog = prog
         self.mesh = mesh
-        self._memo: dict[tuple[Op, tuple[Spec | None, ...]], Outcome | NotLocal] = {}
+        self._memo: dict[tuple[Any, tuple[Spec | None, ...]], Outcome | NotLocal] = {}
+        self._forms: dict[Op, tuple] = {}
+
+    @staticmethod
+    def of(prog: Program, mesh: Mesh) -> OpRules:
+        """The rules of ``prog`` on meshes of ``mesh``'s shape (they read no device), one
+        memo per program and shape (kept in ``prog.derived``)."""
+        key = ("spmd.OpRules", mesh.shape)
+        got = prog.derived.get(key)
+        if got is None:
+            got = prog.derived[key] = OpRules(prog, mesh)
+        return got  # type: ignore[no-any-return]
 
     def apply(self, op: Op, ins: tuple[Spec | None, ...]) -> Outcome:
         """The ``Outcome`` of ``op`` on input specs ``ins`` (``None`` for an omitted input
@@ -86,14 +102,38 @@ class OpRules:
         key = (op, ins)
         hit = self._memo.get(key)
         if hit is None:
-            try:
-                hit = self._apply(op, ins)
-            except NotLocal as e:
-                hit = e
+            form = (self._form(op), ins)  # a repeated layer's ops share their outcomes
+            hit = self._memo.get(form)
+            if hit is None:
+                try:
+                    hit = self._apply(op, ins)
+                except NotLocal as e:
+                    hit = e
+                self._memo[form] = hit
             self._memo[key] = hit
         if isinstance(hit, NotLocal):
             raise hit
         return hit
+
+    def _form(self, op: Op) -> tuple:
+        """All that ``_apply`` reads of ``op`` besides the input specs: its type,
+        attributes, input and result shapes, its inputs' known values (small ones by
+        value, others by identity) and, for a ``ScatterND``, whether it adds into zeros."""
+        got = self._forms.get(op)
+        if got is None:
+            prog = self.prog
+            known = []
+            for v in op.inputs:
+                c = prog.const(v)
+                c = None if c is None else np.asarray(c)
+                known.append(None if c is None else
+                             (c.dtype.str, c.shape, c.tobytes()) if c.size <= 64 else id(v))
+            got = self._forms[op] = (
+                op.op_type, op.attrs_key,
+                tuple(None if v is None else prog.shape(v) for v in op.inputs),
+                tuple(prog.shape(o) for o in op.outputs), tuple(known),
+                op.op_type == "ScatterND" and prog.is_zeros(op.inputs[0]))
+        return got
 
     def _apply(self, op: Op, ins: tuple[Spec | None, ...]) -> Outcome:
         prog, mesh = self.prog, self.mesh

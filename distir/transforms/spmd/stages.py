@@ -22,12 +22,15 @@ computed from a loss gradient) to the same or earlier ones; so the stages form a
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from distir.errors import TransformError
 from distir.ir.core import Function, Module
 from distir.transforms.program import SHAPE_OPS, Program
 from distir.transforms.spmd.propagate import program_of
+
+if TYPE_CHECKING:
+    from distir.transforms.plan import Analysis
 
 __all__ = ["StagePartition", "partition_stages"]
 
@@ -96,21 +99,30 @@ class StagePartition:
         return "\n".join(lines) + "\n"
 
 
-def partition_stages(fn: Function | Module | Program, pp: int, hardware: Any = "h100-sxm",
-                     batch_inputs: list[str] | None = None) -> StagePartition:
+def partition_stages(fn: Function | Module | Program | Analysis, pp: int,
+                     hardware: Any = "h100-sxm", batch_inputs: list[str] | None = None,
+                     ) -> StagePartition:
     """Cut ``fn`` into ``pp`` pipeline stages balanced by simulated cost on ``hardware``
     (a profile name or ``Hardware``), as ``dtp`` does; checked. ``batch_inputs`` names the
-    parameters whose axis 0 is the batch (default: found by ``dtp``'s analysis)."""
+    parameters whose axis 0 is the batch (default: found by ``dtp``'s analysis). An
+    ``Analysis`` (``distir.transforms.analyze``) gives its program, structure and cost
+    balance (its own hardware; ``hardware`` and ``batch_inputs`` are not read), so that
+    configurations share them."""
     from distir.analysis.hardware import load_hardware
     from distir.transforms.partition import StagePartition as Cuts
+    from distir.transforms.plan import Analysis
     from distir.transforms.sharding import Sharding
     from distir.transforms.structure import HOIST, POST, Structure
 
     if not isinstance(pp, int) or isinstance(pp, bool) or pp < 1:
         raise TransformError(f"pp must be a positive integer, got {pp!r}")
-    prog = program_of(fn)
-    st = Structure(prog, Sharding(prog, batch_inputs))
-    units = Cuts(st, load_hardware(hardware)).stage_map(pp)
+    if isinstance(fn, Analysis):
+        prog, st = fn.prog, fn.structure
+        units = fn.partition.stage_map(pp)
+    else:
+        prog = program_of(fn)
+        st = Structure(prog, Sharding(prog, batch_inputs))
+        units = Cuts(st, load_hardware(hardware)).stage_map(pp)
     n_fwd = sum(1 for i in st.pos if st.kind[i] != POST and i not in st.backward)
     if pp > max(n_fwd, 1):
         raise TransformError(f"pp={pp} is more pipeline stages than the {n_fwd} forward ops "

@@ -190,6 +190,23 @@ def test_composition_prints_each_pass() -> None:
     distir.verify(out, num_devices=8)
 
 
+def test_configurations_planned_from_one_analysis() -> None:
+    """``plan_dtp``/``compose_dtp`` on an ``Analysis`` write the programs they write on the
+    function, and configurations on meshes of one shape share the op rules' memo."""
+    from distir.transforms.spmd.rules import OpRules
+
+    fn = _gpt2_step()
+    an = analyze(fn)
+    for cfg in [(2, 2, 2, 4, "1f1b"), (1, 2, 2, 2, "gpipe"), (2, 1, 1, 1, "1f1b")]:
+        assert distir.dumps(compose_dtp(an, *cfg)) == distir.dumps(compose_dtp(fn, *cfg))
+    c = plan_dtp(an, 2, 2, 1, 4)
+    assert c.assignment.prog is an.prog and c.stages.structure is an.structure
+    assert OpRules.of(an.prog, Mesh.of(8, 2)) is OpRules.of(an.prog, Mesh.of(8, 2))
+    assert OpRules.of(an.prog, Mesh.of(8, 2)) is not OpRules.of(an.prog, Mesh.of(4, 2))
+    with pytest.raises(TransformError, match="pass hardware to analyze"):
+        plan_dtp(an, 2, hardware="h100-sxm")
+
+
 DEGREES = (1, 2, 4, 8)
 MLP_GRID = [(dp, tp, pp, k) for dp, tp, pp, k in itertools.product(DEGREES, DEGREES, DEGREES,
                                                                     (1, 2, 4))
@@ -503,7 +520,8 @@ def test_middle_microbatches_copied_are_the_units_written(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """The units of microbatches 3 .. K-2, copied from microbatch 1's (``Replay``), are the
     program written op by op: the same text (placed and self-contained, with and without
-    stage functions), and the same results as the sequential step. With data parallelism
+    stage functions; with them, each copy is a placeholder that ``outline`` makes a call
+    of its template's function), and the same results as the sequential step. With data parallelism
     the GPT-2 step's bias gradients are finished inside the last microbatch's backward
     units (``_early_updates``), which are written op by op, after the copies."""
     from distir.transforms.spmd import pipeline, replay
@@ -518,8 +536,13 @@ def test_middle_microbatches_copied_are_the_units_written(
     early = pipeline._Pipe._early_updates
     monkeypatch.setattr(pipeline._Pipe, "_early_updates",
                         lambda self, unit: (lambda e: pulled.extend(e) or e)(early(self, unit)))
+    held: list[int] = []  # copies outlined as placeholders, never written out
+    place = replay.Replay._placeholder
+    monkeypatch.setattr(replay.Replay, "_placeholder",
+                        lambda self, *a: held.append(1) or place(self, *a))
     got = [dumps(plan.lower(False, f)) for f in (False, True)]
     assert len(copies) == 2 * 2 * pp * (k - 4)  # every middle unit but microbatches 1, 2
+    assert len(held) == 2 * pp * (k - 4)  # with stage functions: each a call at once
     assert bool(pulled) == (model == "gpt2" and dp > 1)
     # (self-contained, the batch is cut inside the first unit: microbatch 1's unit reads a
     # piece microbatch 0's made, so it is no template, and the units are written op by op)
