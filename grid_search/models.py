@@ -96,11 +96,9 @@ class Workload:
     def program(self, analysis: Any, cfg: Any, hardware: Any = None) -> Function:
         """The whole distributed program of ``cfg`` (a ``grid_search.space.Config``) for
         ``analysis`` (``analyze(cfg.batch_size, hardware)``), written by ``transform``: the
-        one simulated and the one ``grid_search.real`` runs. The passes take the
-        sequential function itself and analyse it again; they are told its batch inputs
-        as the analysis found them where the function leaves weights' initializers out
-        (``UserModel.weights``: ``compose_dtp`` takes no ``weights``, and would otherwise
-        take those parameters for batch inputs)."""
+        one simulated and the one ``grid_search.real`` runs. Both transforms take the same
+        analysis (its batch inputs, the weights whose initializers the function leaves out,
+        the stage cuts weighed by ``hardware``), computed once per batch size."""
         from distir.transforms import dtp
 
         if self.transform == "dtp":
@@ -115,12 +113,7 @@ class Workload:
                 f"{cfg.devices} devices: the passes write and simulate every device's ops "
                 f"(no one-replica program as dtp_replica), which is searched up to "
                 f"{PASSES_MAX_DEVICES} devices; use --transform dtp")
-        src = self.source
-        names = (_batch_names(analysis) if src is not None and src.weights
-                 else list(self.batch_inputs) or None)
-        return compose_dtp(analysis.fn, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches,
-                           cfg.schedule, hardware=hardware if hardware is not None
-                           else "h100-sxm", batch_inputs=names)
+        return compose_dtp(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches, cfg.schedule)
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -202,15 +195,6 @@ TRANSFORMS = ("dtp", "passes")
 PASSES_MAX_DEVICES = 64
 """The most devices a configuration written by the passes is searched on (each is written
 and simulated whole; see docs/grid-search.md, "Through the passes")."""
-
-
-def _batch_names(analysis: Any) -> list[str]:
-    """The parameters ``analysis`` splits along axis 0 by the batch, by name."""
-    from distir.transforms.layout import B
-
-    sh = analysis.sharding
-    return [str(p.name) for p in analysis.fn.params
-            if p in sh.data and sh.layout[p].marks[:1] == (B,)]
 
 
 def _trained(fn: Function, train: TrainOptions | None, where: str) -> Function:
