@@ -106,14 +106,18 @@ class Workload:
                        microbatches=cfg.microbatches, schedule=cfg.schedule)
         from distir.transforms.spmd.compose import compose_dtp
 
-        if cfg.devices > PASSES_MAX_DEVICES:
-            from distir.errors import TransformError
-
-            raise TransformError(
-                f"{cfg.devices} devices: the passes write and simulate every device's ops "
-                f"(no one-replica program as dtp_replica), which is searched up to "
-                f"{PASSES_MAX_DEVICES} devices; use --transform dtp")
+        _passes_fit(cfg.devices, "")
         return compose_dtp(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches, cfg.schedule)
+
+    def replica_program(self, analysis: Any, cfg: Any) -> Any:
+        """The passes' program of data-parallel replica 0 of ``cfg``
+        (``compose_dtp_replica``: a ``ReplicaProgram``, which simulates as ``program``'s of
+        every replica where the replicas run alike); ``dtp``'s is ``dtp_replica``."""
+        from distir.transforms.spmd.compose import compose_dtp_replica
+
+        _passes_fit(cfg.tp * cfg.pp, " of one replica")
+        return compose_dtp_replica(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches,
+                                   cfg.schedule)
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -193,8 +197,20 @@ TRANSFORMS = ("dtp", "passes")
 """The transforms a search can write its programs with (``Workload.transform``)."""
 
 PASSES_MAX_DEVICES = 64
-"""The most devices a configuration written by the passes is searched on (each is written
-and simulated whole; see docs/grid-search.md, "Through the passes")."""
+"""The most devices a program written by the passes spans in a search: the whole
+configuration's, or one replica's (``tp·pp``) where replica 0's program is simulated for
+all (``Workload.replica_program``); see docs/grid-search.md, "Through the passes"."""
+
+
+def _passes_fit(devices: int, what: str) -> None:
+    """Refuse a program of the passes over more than ``PASSES_MAX_DEVICES`` devices."""
+    if devices > PASSES_MAX_DEVICES:
+        from distir.errors import TransformError
+
+        raise TransformError(
+            f"{devices} devices{what}: the passes write and simulate every device's ops "
+            f"(one replica's where the replicas run alike), which is searched up to "
+            f"{PASSES_MAX_DEVICES} devices; use --transform dtp")
 
 
 def _trained(fn: Function, train: TrainOptions | None, where: str) -> Function:

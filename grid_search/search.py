@@ -135,8 +135,10 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
             fn = dtp_replica(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
                              microbatches=cfg.microbatches, schedule=cfg.schedule,
                              fold_tp=ranks)
+        elif w.transform == "passes" and not sync and replicas and cfg.dp > 1:
+            # The passes write replica 0 alone (compose_dtp_replica), every rank of it.
+            fn = w.replica_program(seq, cfg)
         else:
-            # The passes have no one-replica form: their whole program is simulated.
             fn = w.program(seq, cfg, hw)
         step = "the simulator"
         note = ""
@@ -304,10 +306,11 @@ def run_search(workload: Workload | Function | Module,
     workers as functions. ``sync="searched"`` searches each data-parallel configuration's
     gradient synchronisation (``grid_search.sync_search.searched_step``; its choice is in
     the row's ``reason``). ``transform="passes"`` writes each configuration with the
-    spmd passes (``distir.transforms.spmd.compose_dtp``) instead of ``dtp``, whole (no
-    one-replica program), up to ``PASSES_MAX_DEVICES`` devices (a larger configuration is
-    a refused row); a configuration they cannot write is a refused row with their reason
-    (``Workload.program``)."""
+    spmd passes (``distir.transforms.spmd.compose_dtp``) instead of ``dtp``: replica 0's
+    program (``compose_dtp_replica``) where the replicas run alike, else the whole one,
+    spanning up to ``PASSES_MAX_DEVICES`` devices (a larger one is a refused row); a
+    configuration they cannot write is a refused row with their reason
+    (``Workload.program``, ``Workload.replica_program``)."""
     from distir.analysis.hardware import load_hardware
     from grid_search.models import default_batches
     from grid_search.models import workload as make_workload

@@ -52,13 +52,41 @@ def test_the_passes_rank_and_time_as_dtp(w, devices: int, batch: int, max_k: int
 def test_a_configuration_the_passes_refuse_is_a_row_with_its_reason() -> None:
     cs = [Config(MLP.name, 6, 4, 1, 1, 1, "1f1b"),  # dp 4 does not divide the batch 6
           Config(MLP.name, 6, 2, 1, 1, 1, "1f1b"),
-          Config(MLP.name, 256, 2 * PASSES_MAX_DEVICES, 1, 1, 1, "1f1b")]
+          Config(MLP.name, 256, 1, 2 * PASSES_MAX_DEVICES, 1, 1, "1f1b"),
+          Config(MLP.name, 256, 2, PASSES_MAX_DEVICES, 2, 1, "1f1b"),
+          # replica 0's program alone spans more than one device but fewer than the limit
+          Config(MLP.name, 256, 2 * PASSES_MAX_DEVICES, 1, 2, 1, "1f1b")]
     rows = run_search(MLP, cs, progress=None, transform="passes").rows
-    assert [r["status"] for r in rows] == ["refused", "ok", "refused"]
+    assert [r["status"] for r in rows] == ["refused", "ok", "refused", "refused", "ok"]
     assert "does not divide the batch size 6" in rows[0]["reason"]
-    assert f"searched up to {PASSES_MAX_DEVICES} devices" in rows[2]["reason"]
+    assert f"{2 * PASSES_MAX_DEVICES} devices: " in rows[2]["reason"]
+    assert f"{2 * PASSES_MAX_DEVICES} devices of one replica" in rows[3]["reason"]
+    for r in rows[2:4]:
+        assert f"searched up to {PASSES_MAX_DEVICES} devices" in r["reason"]
     assert all("\n" not in r["reason"] and "Traceback" not in r["reason"] for r in rows)
     assert math.isfinite(rows[1]["latency_s"])
+
+
+def test_data_parallel_rows_simulate_replica_0_as_every_replica(monkeypatch) -> None:
+    """With ``dp > 1`` the search simulates ``compose_dtp_replica``'s program: its rows
+    are those of the search simulating the whole program (``Workload.program``)."""
+    from grid_search.models import Workload
+
+    w = workload("mlp", num_layers=4, width=64)
+    cs = [Config(w.name, 64, 4, 2, 2, 2, "1f1b"), Config(w.name, 64, 8, 1, 1, 1, "gpipe")]
+    one = run_search(w, cs, hardware="h100-sxm", progress=None,
+                     transform="passes").rows
+    called: list[int] = []
+    monkeypatch.setattr(Workload, "replica_program",
+                        lambda self, an, cfg: called.append(1) or self.program(an, cfg))
+    full = run_search(w, cs, hardware="h100-sxm", progress=None,
+                     transform="passes").rows
+    assert len(called) == len(cs)
+    for a, b in zip(one, full, strict=True):
+        assert a["status"] == b["status"] == "ok"
+        assert a["latency_s"] == pytest.approx(b["latency_s"], rel=1e-9)
+        assert a["peak_memory_bytes"] == b["peak_memory_bytes"]
+        assert a["ops"] == b["ops"]
 
 
 def test_resume_refuses_rows_of_the_other_transform(tmp_path) -> None:

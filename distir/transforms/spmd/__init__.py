@@ -21,7 +21,7 @@ See ``docs/spmd.md``.
 from __future__ import annotations
 
 from distir.transforms.spmd.assignment import LayoutAssignment, Redistribution
-from distir.transforms.spmd.compose import Composed, compose_dtp, plan_dtp
+from distir.transforms.spmd.compose import Composed, compose_dtp, compose_dtp_replica, plan_dtp
 from distir.transforms.spmd.cost import comm_breakdown, communicated_elements
 from distir.transforms.spmd.lower import lower
 from distir.transforms.spmd.mapping import OptimizeResult, optimize
@@ -45,4 +45,5 @@ __all__ = ["Mesh", "Shard", "Replicate", "Partial", "Placement", "Spec", "R", "P
            "local_shape", "LayoutAssignment", "Redistribution", "propagate", "lower",
            "communicated_elements", "comm_breakdown", "search_small", "SearchResult",
            "optimize", "OptimizeResult", "partition_stages", "StagePartition", "schedule",
-           "Schedule", "lower_pipeline", "stage_meshes", "compose_dtp", "plan_dtp", "Composed"]
+           "Schedule", "lower_pipeline", "stage_meshes", "compose_dtp", "plan_dtp", "Composed",
+           "compose_dtp_replica"]

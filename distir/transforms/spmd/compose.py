@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from distir._util import no_gc
+from distir.analysis.replicas import ReplicaProgram
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Value
 from distir.transforms.program import Program
@@ -36,7 +37,7 @@ from distir.transforms.spmd.stages import StagePartition, partition_stages
 if TYPE_CHECKING:
     from distir.transforms.plan import Analysis
 
-__all__ = ["Composed", "plan_dtp", "compose_dtp", "dtp_layout_seeds"]
+__all__ = ["Composed", "plan_dtp", "compose_dtp", "compose_dtp_replica", "dtp_layout_seeds"]
 
 
 @dataclass(frozen=True, eq=False)
@@ -53,6 +54,17 @@ class Composed:
             return lower_pipeline(self.assignment, self.stages, self.sched,
                                   self_contained=self_contained,
                                   stage_functions=stage_functions)
+
+    def lower_replica(self, stage_functions: bool = True) -> ReplicaProgram:
+        """The program of data-parallel replica 0 alone (devices ``0 .. tp·pp-1``), each
+        sum over the replicas its part of one (``ReplicaAllreduce``), as a
+        ``ReplicaProgram``: ``distir.simulate`` gives the figures of ``lower()``'s program
+        of every replica, at a cost that does not grow with ``dp`` (as ``dtp_replica``)."""
+        with no_gc():
+            fn = lower_pipeline(self.assignment, self.stages, self.sched,
+                                stage_functions=stage_functions, one_replica=True)
+        mesh = self.assignment.mesh
+        return ReplicaProgram(fn, mesh.shape[0], mesh.size // mesh.shape[0] * self.stages.pp)
 
     def dumps(self) -> str:
         return (self.assignment.dumps() + "\n" + self.stages.dumps() + "\n"
@@ -146,3 +158,14 @@ def compose_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int
     ``"h100-sxm"``) weighs the stage cuts."""
     return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
                     batch_inputs=batch_inputs).lower(self_contained, stage_functions)
+
+
+def compose_dtp_replica(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 1,
+                        pp: int = 1, microbatches: int = 1, schedule_kind: str = "1f1b", *,
+                        hardware: Any = None, batch_inputs: Sequence[str] | None = None,
+                        stage_functions: bool = True) -> ReplicaProgram:
+    """``compose_dtp``'s program of data-parallel replica 0 alone (``Composed.lower_replica``),
+    as ``dtp_replica`` writes ``dtp``'s: simulated, it gives the figures of the program of
+    every replica. Placed parameters (replica 0's pieces)."""
+    return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
+                    batch_inputs=batch_inputs).lower_replica(stage_functions)

@@ -71,16 +71,21 @@ __all__ = ["Schedule", "schedule", "lower_pipeline", "stage_meshes"]
 
 def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
                    stages: StagePartition, sched: Schedule | None = None, *,
-                   self_contained: bool = False, stage_functions: bool = True) -> Function:
+                   self_contained: bool = False, stage_functions: bool = True,
+                   one_replica: bool = False) -> Function:
     """The program of ``assignment`` cut in ``stages`` and run in ``sched`` (default: one
     microbatch, GPipe); verified. See the module docstring. With ``stage_functions``, the
     units of a stage and phase that are equal (microbatches after the first, as a rule)
-    are calls of one function, and so are equal layers inside them (``outline``)."""
+    are calls of one function, and so are equal layers inside them (``outline``). With
+    ``one_replica``, the program of data coordinate 0 alone (see "One replica")."""
     sched = sched or schedule(stages)
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
+    if one_replica and self_contained:
+        raise TransformError("one_replica writes replica 0's placed program; "
+                             "self_contained needs every replica's")
     stages.check()
-    pipe = _Pipe(assignment, stages, sched)
+    pipe = _Pipe(assignment, stages, sched, one_replica)
     fn = pipe.run(self_contained, stage_functions)
     if stage_functions:
         fn = outline(fn, pipe.runs, pipe.layer_runs, pipe.copied)
@@ -99,7 +104,7 @@ class _Pipe(StageValues):
         return max(d for x in a for d in x.mesh.devices) + 1
 
     def __init__(self, a: LayoutAssignment | Sequence[LayoutAssignment], st: StagePartition,
-                 sched: Schedule) -> None:
+                 sched: Schedule, one_replica: bool = False) -> None:
         pp, k = st.pp, sched.microbatches
         if isinstance(a, LayoutAssignment):
             self.meshes = stage_meshes(a.mesh.shape, pp)
@@ -136,10 +141,12 @@ class _Pipe(StageValues):
         self.b = FunctionBuilder(prog.fn.name)
         vm = self.vmesh
         self.mb = [c[0] % k for c in vm.coords]
-        inner = self.meshes[0].size // shape[0]
+        self.inner = inner = self.meshes[0].size // shape[0]
         self.prank = [(c[0] // k) * inner + (r % inner) for r, c in enumerate(vm.coords)]
-        self.ranks_of = [[r for r in range(vm.size) if self.mb[r] == m] for m in range(k)]
-        self.all = list(range(vm.size))
+        self.written = 1 if one_replica else shape[0]
+        """The replicas written: all, or replica 0 alone (its virtual ranks come first)."""
+        self.all = list(range(self.written * k * inner))
+        self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
@@ -328,7 +335,7 @@ class _Pipe(StageValues):
                 spec, mesh = self.spec(p, s), self.meshes[s]
                 shp = local_shape(t.shape, spec, mesh)
                 placed = [b.param(f"{p.name}_d{d}", TensorType(t.dtype, shp, d))
-                          for d in mesh.devices]
+                          for d in mesh.devices[:self.written * self.inner]]
                 self.origin.extend((x, p, spec, mesh, j) for j, x in enumerate(placed))
                 lst = [placed[self.prank[r]] for r in self.all]
                 if self.k > 1 and isinstance(spec[0], Shard):  # the replica's microbatches
@@ -374,7 +381,7 @@ class _Pipe(StageValues):
             spec = self.spec(v, s)
             summed = tuple(R if isinstance(x, Partial) else x for x in spec)
             lst = self.get(v, s, summed, self.all)
-            for j in range(self.meshes[s].size):
+            for j in range(self.written * self.inner):
                 own = [lst[r] for r in self.all if self.prank[r] == j]
                 if self.k > 1 and isinstance(summed[0], Shard):
                     rets.append(self.b.op("Concat", *own, axis=summed[0].dim,

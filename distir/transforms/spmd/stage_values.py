@@ -57,6 +57,12 @@ class StageValues:
     """The rank in its stage's mesh of each virtual rank's device."""
     ranks_of: list[list[int]]
     all: list[int]
+    """The virtual ranks written: every one, or replica 0's (the first ``K·inner``)."""
+    written: int
+    """The replicas written (``dp``, or 1: replica 0's program, see ``_replica_sum``)."""
+    inner: int
+    """The devices of one replica of a stage (the mesh ranks ``d·inner ...`` of replica
+    ``d``)."""
     stage: dict[int, int]
     home: dict[Value, int]
     readers: dict[Value, list[tuple[int, int]]]
@@ -217,6 +223,11 @@ class StageValues:
         if step.axis == 0 and k > 1:
             self._data_step(v, s, step, op_type, extra, cur, nxt, rs)
             return
+        if step.axis == 0 and self.written < vm.shape[0]:  # replica 0's part of each
+            for r in rs:
+                if nxt[r] is None:
+                    nxt[r] = self._replica_sum(v, s, step, cur[r], r)
+            return
         want = set(rs)
         for g in vm.groups(step.axis):
             if not want.issuperset(g) or all(nxt[r] is not None for r in g):
@@ -244,7 +255,7 @@ class StageValues:
         collective runs over the ``dp`` replicas."""
         assert isinstance(step, Step)
         vm, b, k = self.vmesh, self.b, self.k
-        if set(rs) != set(self.all) or any(x is None for x in cur):
+        if set(rs) != set(self.all) or any(cur[r] is None for r in self.all):
             raise TransformError(
                 f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
                 f"{spec_str(step.before)}: that needs every microbatch inside the pipeline "
@@ -253,9 +264,9 @@ class StageValues:
             raise TransformError(f"%{v.name} is split in groups along the data axis: cannot "
                                  "gather it over microbatches")
         dp = vm.shape[0] // k
-        for g in vm.groups(0):  # virtual coordinate d*K + m along the data axis
+        for g in vm.groups(0)[:self.inner]:  # virtual coordinate d*K + m on the data axis
             per: list[Value] = []
-            for d in range(dp):
+            for d in range(self.written):
                 own = [cur[r] for r in g[d * k:(d + 1) * k]]
                 name = f"{name_hint(v)}_d{self.dev(s, g[d * k])}"
                 run = self.running.get((v, s))
@@ -269,12 +280,14 @@ class StageValues:
                     for x in own[1:]:
                         acc = b.op("Add", acc, x, name=name)
                     per.append(acc)  # type: ignore[arg-type]
-            if dp > 1:
+            if self.written < dp:
+                per = [self._replica_sum(v, s, step, per[0], g[0])]
+            elif dp > 1:
                 res = b.op(op_type, *per, num_results=dp,
                            name=[f"{name_hint(v)}_d{self.dev(s, g[d * k])}" for d in range(dp)],
                            **extra)
                 per = list(res)
-            for d in range(dp):
+            for d in range(self.written):
                 mine = g[d * k:(d + 1) * k]
                 if step.kind == "reduce_scatter":
                     parts = b.op("Split", per[d], axis=step.dim, num_outputs=k,
@@ -284,6 +297,26 @@ class StageValues:
                 else:
                     for r in mine:
                         nxt[r] = per[d]
+
+    def _replica_sum(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
+        """Replica 0's part of the all-reduce of ``x`` (virtual rank ``r``'s piece of
+        ``v`` on stage ``s``) over the replicas: a ``ReplicaAllreduce`` over the device of
+        ``r`` and its copies on the other replicas. Gathers and reduce-scatters over the
+        replicas have no replica form and are refused."""
+        if step.kind != "allreduce":
+            raise TransformError(
+                f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
+                f"{spec_str(step.before)}: a {step.kind} over the replicas, which replica "
+                "0's program cannot write (only all-reduces); write every replica's")
+        mk = ("replica", id(x))
+        y = self.memo.get(mk)
+        if y is None:
+            devs = self.meshes[s].devices
+            j = self.prank[r]
+            group = [devs[j + d * self.inner] for d in range(self.vmesh.shape[0] // self.k)]
+            y = self.memo[mk] = self.b.op("ReplicaAllreduce", x, devices=group,
+                                          name=self.name(v, s, r, per_mb=False))
+        return y
 
     def _regroup(self, v: Value, s: int, g: tuple[int, ...], cur: list[Value], dim: int,
                  groups: int) -> list[Value]:
