@@ -109,15 +109,20 @@ class Workload:
         _passes_fit(cfg.devices, "")
         return compose_dtp(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches, cfg.schedule)
 
-    def replica_program(self, analysis: Any, cfg: Any) -> Any:
+    def replica_program(self, analysis: Any, cfg: Any, fold_tp: bool = False) -> Any:
         """The passes' program of data-parallel replica 0 of ``cfg``
         (``compose_dtp_replica``: a ``ReplicaProgram``, which simulates as ``program``'s of
-        every replica where the replicas run alike); ``dtp``'s is ``dtp_replica``."""
-        from distir.transforms.spmd.compose import compose_dtp_replica
+        every replica where the replicas run alike); with ``fold_tp``, of its
+        tensor-parallel rank 0 alone where the ranks run alike (``Composed.folds``: then
+        ``pp`` devices are written, not ``tp·pp``); ``dtp``'s is ``dtp_replica``."""
+        from distir.transforms.spmd.compose import plan_dtp
 
-        _passes_fit(cfg.tp * cfg.pp, " of one replica")
-        return compose_dtp_replica(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches,
-                                   cfg.schedule)
+        _passes_fit(cfg.pp, " of one replica's tensor-parallel rank")  # written anyway
+        plan = plan_dtp(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches, cfg.schedule)
+        fold = fold_tp and cfg.tp > 1 and plan.folds()
+        if not fold:
+            _passes_fit(cfg.tp * cfg.pp, " of one replica")
+        return plan.lower_replica(fold_tp=fold)
 
     def build(self, batch_size: int) -> Function:
         built = self.functions.get(batch_size)
@@ -199,7 +204,8 @@ TRANSFORMS = ("dtp", "passes")
 PASSES_MAX_DEVICES = 64
 """The most devices a program written by the passes spans in a search: the whole
 configuration's, or one replica's (``tp·pp``) where replica 0's program is simulated for
-all (``Workload.replica_program``); see docs/grid-search.md, "Through the passes"."""
+all, or ``pp`` where its tensor-parallel rank 0's is (``Workload.replica_program``); see
+docs/grid-search.md, "Through the passes"."""
 
 
 def _passes_fit(devices: int, what: str) -> None:

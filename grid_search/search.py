@@ -135,9 +135,10 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
             fn = dtp_replica(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
                              microbatches=cfg.microbatches, schedule=cfg.schedule,
                              fold_tp=ranks)
-        elif w.transform == "passes" and not sync and replicas and cfg.dp > 1:
-            # The passes write replica 0 alone (compose_dtp_replica), every rank of it.
-            fn = w.replica_program(seq, cfg)
+        elif w.transform == "passes" and not sync and replicas and (cfg.dp > 1 or ranks):
+            # The passes write replica 0 alone (compose_dtp_replica), and its rank 0 alone
+            # where the ranks run alike.
+            fn = w.replica_program(seq, cfg, ranks)
         else:
             fn = w.program(seq, cfg, hw)
         step = "the simulator"
@@ -307,8 +308,9 @@ def run_search(workload: Workload | Function | Module,
     gradient synchronisation (``grid_search.sync_search.searched_step``; its choice is in
     the row's ``reason``). ``transform="passes"`` writes each configuration with the
     spmd passes (``distir.transforms.spmd.compose_dtp``) instead of ``dtp``: replica 0's
-    program (``compose_dtp_replica``) where the replicas run alike, else the whole one,
-    spanning up to ``PASSES_MAX_DEVICES`` devices (a larger one is a refused row); a
+    program (``compose_dtp_replica``, of its tensor-parallel rank 0 alone where the ranks
+    run alike) where the replicas run alike, else the whole one, writing up to
+    ``PASSES_MAX_DEVICES`` devices (a larger one is a refused row); a
     configuration they cannot write is a refused row with their reason
     (``Workload.program``, ``Workload.replica_program``)."""
     from distir.analysis.hardware import load_hardware

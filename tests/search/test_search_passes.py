@@ -52,15 +52,18 @@ def test_the_passes_rank_and_time_as_dtp(w, devices: int, batch: int, max_k: int
 def test_a_configuration_the_passes_refuse_is_a_row_with_its_reason() -> None:
     cs = [Config(MLP.name, 6, 4, 1, 1, 1, "1f1b"),  # dp 4 does not divide the batch 6
           Config(MLP.name, 6, 2, 1, 1, 1, "1f1b"),
-          Config(MLP.name, 256, 1, 2 * PASSES_MAX_DEVICES, 1, 1, "1f1b"),
-          Config(MLP.name, 256, 2, PASSES_MAX_DEVICES, 2, 1, "1f1b"),
+          Config(MLP.name, 256, 1, 1, 2 * PASSES_MAX_DEVICES, 1, "1f1b"),
+          Config(MLP.name, 256, 2, 1, 2 * PASSES_MAX_DEVICES, 1, "1f1b"),
           # replica 0's program alone spans more than one device but fewer than the limit
-          Config(MLP.name, 256, 2 * PASSES_MAX_DEVICES, 1, 2, 1, "1f1b")]
+          Config(MLP.name, 256, 2 * PASSES_MAX_DEVICES, 1, 2, 1, "1f1b"),
+          # the MLP's ranks run alike: rank 0 of replica 0 alone, 2 devices written of 256
+          Config(MLP.name, 256, 2, PASSES_MAX_DEVICES, 2, 1, "1f1b")]
     rows = run_search(MLP, cs, progress=None, transform="passes").rows
-    assert [r["status"] for r in rows] == ["refused", "ok", "refused", "refused", "ok"]
+    assert [r["status"] for r in rows] == ["refused", "ok", "refused", "refused", "ok", "ok"]
     assert "does not divide the batch size 6" in rows[0]["reason"]
     assert f"{2 * PASSES_MAX_DEVICES} devices: " in rows[2]["reason"]
-    assert f"{2 * PASSES_MAX_DEVICES} devices of one replica" in rows[3]["reason"]
+    assert (f"{2 * PASSES_MAX_DEVICES} devices of one replica's tensor-parallel rank"
+            in rows[3]["reason"])
     for r in rows[2:4]:
         assert f"searched up to {PASSES_MAX_DEVICES} devices" in r["reason"]
     assert all("\n" not in r["reason"] and "Traceback" not in r["reason"] for r in rows)
@@ -78,7 +81,8 @@ def test_data_parallel_rows_simulate_replica_0_as_every_replica(monkeypatch) -> 
                      transform="passes").rows
     called: list[int] = []
     monkeypatch.setattr(Workload, "replica_program",
-                        lambda self, an, cfg: called.append(1) or self.program(an, cfg))
+                        lambda self, an, cfg, fold_tp=False: called.append(1)
+                        or self.program(an, cfg))
     full = run_search(w, cs, hardware="h100-sxm", progress=None,
                      transform="passes").rows
     assert len(called) == len(cs)

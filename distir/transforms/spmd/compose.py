@@ -30,8 +30,9 @@ from distir.ir.core import Function, Module, Value
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
-from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule
+from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, ranks_alike, schedule
 from distir.transforms.spmd.propagate import propagate
+from distir.transforms.spmd.stage_values import Unfoldable
 from distir.transforms.spmd.stages import StagePartition, partition_stages
 
 if TYPE_CHECKING:
@@ -55,16 +56,31 @@ class Composed:
                                   self_contained=self_contained,
                                   stage_functions=stage_functions)
 
-    def lower_replica(self, stage_functions: bool = True) -> ReplicaProgram:
+    def lower_replica(self, stage_functions: bool = True, fold_tp: bool = True,
+                      ) -> ReplicaProgram:
         """The program of data-parallel replica 0 alone (devices ``0 .. tp·pp-1``), each
         sum over the replicas its part of one (``ReplicaAllreduce``), as a
         ``ReplicaProgram``: ``distir.simulate`` gives the figures of ``lower()``'s program
         of every replica, at a cost that does not grow with ``dp`` (as ``dtp_replica``)."""
-        with no_gc():
-            fn = lower_pipeline(self.assignment, self.stages, self.sched,
-                                stage_functions=stage_functions, one_replica=True)
         mesh = self.assignment.mesh
-        return ReplicaProgram(fn, mesh.shape[0], mesh.size // mesh.shape[0] * self.stages.pp)
+        tp = mesh.size // mesh.shape[0]
+        fold = fold_tp and self.folds()
+        with no_gc():
+            try:
+                fn = lower_pipeline(self.assignment, self.stages, self.sched,
+                                    stage_functions=stage_functions, one_replica=True,
+                                    fold_tp=fold)
+            except Unfoldable:  # a collective over the ranks with no rank-0 form
+                fold = False
+                fn = lower_pipeline(self.assignment, self.stages, self.sched,
+                                    stage_functions=stage_functions, one_replica=True)
+        return ReplicaProgram(fn, mesh.shape[0], tp * self.stages.pp, tp if fold else 1)
+
+    def folds(self) -> bool:
+        """Whether ``lower_replica`` writes tensor-parallel rank 0 alone (the ranks of
+        every stage run alike: ``pipeline.ranks_alike``), so that it writes ``pp``
+        devices, not ``tp·pp`` (unless a collective over the ranks has no rank-0 form)."""
+        return ranks_alike(self.assignment, self.stages)
 
     def dumps(self) -> str:
         return (self.assignment.dumps() + "\n" + self.stages.dumps() + "\n"
@@ -163,9 +179,11 @@ def compose_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int
 def compose_dtp_replica(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 1,
                         pp: int = 1, microbatches: int = 1, schedule_kind: str = "1f1b", *,
                         hardware: Any = None, batch_inputs: Sequence[str] | None = None,
-                        stage_functions: bool = True) -> ReplicaProgram:
+                        stage_functions: bool = True, fold_tp: bool = True) -> ReplicaProgram:
     """``compose_dtp``'s program of data-parallel replica 0 alone (``Composed.lower_replica``),
     as ``dtp_replica`` writes ``dtp``'s: simulated, it gives the figures of the program of
-    every replica. Placed parameters (replica 0's pieces)."""
+    every replica. Placed parameters (replica 0's pieces). With ``fold_tp``, where the
+    tensor-parallel ranks run alike, of its rank 0 alone (``peers = tp``), as
+    ``dtp_replica(fold_tp=True)``."""
     return plan_dtp(fn, dp, tp, pp, microbatches, schedule_kind, hardware=hardware,
-                    batch_inputs=batch_inputs).lower_replica(stage_functions)
+                    batch_inputs=batch_inputs).lower_replica(stage_functions, fold_tp)

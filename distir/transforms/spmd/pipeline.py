@@ -66,26 +66,33 @@ from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
 from distir.transforms.spmd.vocab import vocab_axis, write_vocab
 
-__all__ = ["Schedule", "schedule", "lower_pipeline", "stage_meshes"]
+__all__ = ["Schedule", "schedule", "lower_pipeline", "ranks_alike", "stage_meshes"]
 
 
 def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
                    stages: StagePartition, sched: Schedule | None = None, *,
                    self_contained: bool = False, stage_functions: bool = True,
-                   one_replica: bool = False) -> Function:
+                   one_replica: bool = False, fold_tp: bool = False) -> Function:
     """The program of ``assignment`` cut in ``stages`` and run in ``sched`` (default: one
     microbatch, GPipe); verified. See the module docstring. With ``stage_functions``, the
     units of a stage and phase that are equal (microbatches after the first, as a rule)
     are calls of one function, and so are equal layers inside them (``outline``). With
-    ``one_replica``, the program of data coordinate 0 alone (see "One replica")."""
+    ``one_replica``, the program of data coordinate 0 alone (see "One replica"); with
+    ``fold_tp`` too, of its tensor-parallel rank 0 alone where the ranks of every stage
+    run alike (``ranks_alike``, else refused), each collective over the tensor axis being
+    rank 0's part of one (``PeerAllreduce``, ``PeerAllgather``: ``StageValues._peer``;
+    another raises ``Unfoldable``)."""
     sched = sched or schedule(stages)
     if sched.pp != stages.pp:
         raise TransformError(f"the schedule has {sched.pp} stages, the partition {stages.pp}")
     if one_replica and self_contained:
         raise TransformError("one_replica writes replica 0's placed program; "
                              "self_contained needs every replica's")
+    if fold_tp and not (one_replica and ranks_alike(assignment, stages)):
+        raise TransformError("fold_tp writes tensor-parallel rank 0 of replica 0 alone: it "
+                             "needs one_replica and ranks that run alike (ranks_alike)")
     stages.check()
-    pipe = _Pipe(assignment, stages, sched, one_replica)
+    pipe = _Pipe(assignment, stages, sched, one_replica, one_replica and fold_tp)
     fn = pipe.run(self_contained, stage_functions)
     if stage_functions:
         fn = outline(fn, pipe.runs, pipe.layer_runs, pipe.copied)
@@ -96,6 +103,35 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     return fn
 
 
+def ranks_alike(assignment: LayoutAssignment | Sequence[LayoutAssignment],
+                stages: StagePartition) -> bool:
+    """Whether the tensor-parallel ranks (mesh axis 1 of a 2-axis mesh, more than one) of
+    every stage run the same ops on equal local shapes, so that rank 0's program
+    simulates as every rank's (``distir.analysis.replicas``): no op adds a bias on the
+    tensor axis's coordinate 0 alone (``bias_once``) and none runs vocabulary-parallel
+    over it (each rank's constants, its first row, differ, and coincide on some ranks with
+    constants every rank holds). The placements split evenly (``check_spec``), so the
+    other ops' local shapes are equal."""
+    per = [assignment] * stages.pp if isinstance(assignment, LayoutAssignment) else list(
+        assignment)
+    shape = per[0].mesh.shape
+    if len(shape) != 2 or shape[1] < 2:
+        return False
+    prog = stages.prog
+    for i in prog.live_ops:
+        s = stages.stage[i]
+        if s is None:
+            continue
+        a = per[s]
+        reads, out = a.reads[i], a.outcomes[i]
+        if not reads or out is None:
+            continue
+        op = prog.ops[i]
+        if 1 in bias_once(op, reads, out.outs) or vocab_axis(prog, op, reads) == 1:
+            return False
+    return True
+
+
 class _Pipe(StageValues):
     @staticmethod
     def device_count(a: LayoutAssignment | Sequence[LayoutAssignment], pp: int) -> int:
@@ -104,7 +140,7 @@ class _Pipe(StageValues):
         return max(d for x in a for d in x.mesh.devices) + 1
 
     def __init__(self, a: LayoutAssignment | Sequence[LayoutAssignment], st: StagePartition,
-                 sched: Schedule, one_replica: bool = False) -> None:
+                 sched: Schedule, one_replica: bool = False, fold: bool = False) -> None:
         pp, k = st.pp, sched.microbatches
         if isinstance(a, LayoutAssignment):
             self.meshes = stage_meshes(a.mesh.shape, pp)
@@ -145,7 +181,8 @@ class _Pipe(StageValues):
         self.prank = [(c[0] // k) * inner + (r % inner) for r, c in enumerate(vm.coords)]
         self.written = 1 if one_replica else shape[0]
         """The replicas written: all, or replica 0 alone (its virtual ranks come first)."""
-        self.all = list(range(self.written * k * inner))
+        self.fold = fold and len(shape) == 2 and inner > 1
+        self.all = list(range(0, self.written * k * inner, inner if self.fold else 1))
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
         self.prepared: dict[int, _Prepared] = {}
@@ -334,18 +371,20 @@ class _Pipe(StageValues):
             for s in used:
                 spec, mesh = self.spec(p, s), self.meshes[s]
                 shp = local_shape(t.shape, spec, mesh)
-                placed = [b.param(f"{p.name}_d{d}", TensorType(t.dtype, shp, d))
-                          for d in mesh.devices[:self.written * self.inner]]
-                self.origin.extend((x, p, spec, mesh, j) for j, x in enumerate(placed))
-                lst = [placed[self.prank[r]] for r in self.all]
+                placed = {j: b.param(f"{p.name}_d{mesh.devices[j]}",
+                                     TensorType(t.dtype, shp, mesh.devices[j]))
+                          for j in self.pranks()}
+                self.origin.extend((x, p, spec, mesh, j) for j, x in placed.items())
+                lst = self.each(lambda r, placed=placed: placed[self.prank[r]])
                 if self.k > 1 and isinstance(spec[0], Shard):  # the replica's microbatches
                     if spec[0].groups != 1:
                         raise TransformError(f"parameter %{p.name} is split in groups along "
                                              "the data axis: cannot cut it in microbatches")
                     parts = [b.op("Split", x, axis=spec[0].dim, num_outputs=self.k,
                                   name=[f"{p.name}_mb{m}_d{x.type.device}"  # type: ignore
-                                        for m in range(self.k)]) for x in placed]
-                    lst = [parts[self.prank[r]][self.mb[r]] for r in self.all]
+                                        for m in range(self.k)]) for x in placed.values()]
+                    at = dict(zip(placed, parts, strict=True))
+                    lst = self.each(lambda r, at=at: at[self.prank[r]][self.mb[r]])
                 self.pieces[(p, s)] = {spec: lst}
                 self.base[(p, s)] = spec
 
@@ -381,7 +420,7 @@ class _Pipe(StageValues):
             spec = self.spec(v, s)
             summed = tuple(R if isinstance(x, Partial) else x for x in spec)
             lst = self.get(v, s, summed, self.all)
-            for j in range(self.written * self.inner):
+            for j in self.pranks():
                 own = [lst[r] for r in self.all if self.prank[r] == j]
                 if self.k > 1 and isinstance(summed[0], Shard):
                     rets.append(self.b.op("Concat", *own, axis=summed[0].dim,
@@ -412,7 +451,7 @@ class _Pipe(StageValues):
                 vocab_axis(self.prog, op, reads) is not None,
                 frozenset(k for k, v in enumerate(op.inputs)
                           if v is not None and is_shape_operand(op, k)),
-                tuple(self.dev(s, r) for r in self.all))
+                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)))
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -573,7 +612,7 @@ class _Pipe(StageValues):
             shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.vmesh)
             arr = np.asarray(shp, dtype=np.int64)
         hint = "sizes" if op.op_type == "Split" else "shape"
-        return [self.const(arr, self.dev(s, r), hint) for r in self.all]
+        return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -35,7 +35,7 @@ from distir.transforms.spmd.mesh import (
 from distir.transforms.spmd.redistribute import Step, plan
 from distir.transforms.spmd.stages import StagePartition
 
-__all__ = ["StageValues", "Pieces", "name_hint"]
+__all__ = ["StageValues", "Pieces", "Unfoldable", "name_hint"]
 
 Pieces = dict[Spec, list[Value | None]]
 
@@ -60,6 +60,9 @@ class StageValues:
     """The virtual ranks written: every one, or replica 0's (the first ``K·inner``)."""
     written: int
     """The replicas written (``dp``, or 1: replica 0's program, see ``_replica_sum``)."""
+    fold: bool
+    """Whether tensor-parallel rank 0 alone is written (``all`` then holds the virtual
+    ranks at tensor coordinate 0; see ``_peer``)."""
     inner: int
     """The devices of one replica of a stage (the mesh ranks ``d·inner ...`` of replica
     ``d``)."""
@@ -77,6 +80,19 @@ class StageValues:
     """Running sums over microbatches per device (``_accumulate``)."""
 
     # -- devices and names -----------------------------------------------------------------
+    def each(self, f: Any) -> list[Value | None]:
+        """``f(r)`` at each written virtual rank ``r`` (``None`` at the others), indexed
+        by rank."""
+        out: list[Value | None] = [None] * (self.all[-1] + 1)
+        for r in self.all:
+            out[r] = f(r)
+        return out
+
+    def pranks(self) -> range:
+        """The stage-mesh ranks written (replica 0's first ``inner``, or of those the
+        first alone when folded; every replica's)."""
+        return range(0, self.written * self.inner, self.inner if self.fold else 1)
+
     def dev(self, s: int, r: int) -> int:
         return self.meshes[s].devices[self.prank[r]]
 
@@ -172,8 +188,7 @@ class StageValues:
             if arr is None:
                 raise TransformError(f"`{prog.op_text(prog.ops[i])}`: its result is not known "
                                      "before running")
-            lst: list[Value | None] = [self.const(np.asarray(arr), self.dev(s, r), name_hint(v))
-                                       for r in self.all]
+            lst = self.each(lambda r: self.const(np.asarray(arr), self.dev(s, r), name_hint(v)))
             self.pieces[key] = {replicated(vm): lst}
             self.base[key] = replicated(vm)
             return
@@ -228,6 +243,11 @@ class StageValues:
                 if nxt[r] is None:
                     nxt[r] = self._replica_sum(v, s, step, cur[r], r)
             return
+        if self.fold:  # tensor-parallel rank 0's part of each
+            for r in rs:
+                if nxt[r] is None:
+                    nxt[r] = self._peer(v, s, step, cur[r], r)
+            return
         want = set(rs)
         for g in vm.groups(step.axis):
             if not want.issuperset(g) or all(nxt[r] is not None for r in g):
@@ -264,7 +284,8 @@ class StageValues:
             raise TransformError(f"%{v.name} is split in groups along the data axis: cannot "
                                  "gather it over microbatches")
         dp = vm.shape[0] // k
-        for g in vm.groups(0)[:self.inner]:  # virtual coordinate d*K + m on the data axis
+        for g in vm.groups(0)[:self.inner:self.inner if self.fold else 1]:  # virtual
+            # coordinate d*K + m on the data axis, at each written inner coordinate
             per: list[Value] = []
             for d in range(self.written):
                 own = [cur[r] for r in g[d * k:(d + 1) * k]]
@@ -318,10 +339,33 @@ class StageValues:
                                           name=self.name(v, s, r, per_mb=False))
         return y
 
+    def _peer(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
+        """Rank 0's part of the collective ``step`` over the tensor axis of ``x`` (virtual
+        rank ``r``'s piece of ``v`` on stage ``s``): ``PeerAllreduce`` or
+        ``PeerAllgather`` over its device and the next ``tp - 1`` (the ranks' copies), a
+        grouped gather put back in group-major order. A reduce-scatter has no such form:
+        ``Unfoldable`` (the caller writes every rank)."""
+        tp = self.vmesh.shape[step.axis]
+        if step.kind == "reduce_scatter":
+            raise Unfoldable(f"%{name_hint(v)}: a reduce-scatter over the tensor axis")
+        mk = ("peer", step.kind, step.dim, step.groups, id(x))
+        y = self.memo.get(mk)
+        if y is None:
+            name = self.name(v, s, r)
+            if step.kind == "allreduce":
+                y = self.b.op("PeerAllreduce", x, peers=tp, name=name)
+            else:
+                y = self.b.op("PeerAllgather", x, axis=step.dim, peers=tp, name=name)
+                if step.groups != 1:
+                    y = self._regroup(v, s, (r,), [y], step.dim, step.groups, tp)[0]
+            self.memo[mk] = y
+        return y
+
     def _regroup(self, v: Value, s: int, g: tuple[int, ...], cur: list[Value], dim: int,
-                 groups: int) -> list[Value]:
-        """Device-major blocks of a gathered grouped shard back in group-major order."""
-        n, b = len(g), self.b
+                 groups: int, n: int = 0) -> list[Value]:
+        """Device-major blocks of a gathered grouped shard back in group-major order
+        (``n``: the devices gathered over, by default ``len(g)``)."""
+        n, b = n or len(g), self.b
         out = []
         for r, x in zip(g, cur, strict=True):
             parts = b.op("Split", x, axis=dim, num_outputs=n * groups,
@@ -329,6 +373,10 @@ class StageValues:
             order = [parts[c * groups + j] for j in range(groups) for c in range(n)]
             out.append(b.op("Concat", *order, axis=dim, name=self.name(v, s, r)))
         return out
+
+
+class Unfoldable(TransformError):
+    """A collective over the tensor axis that rank 0's program cannot write alone."""
 
 
 def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:

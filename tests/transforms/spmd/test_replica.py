@@ -18,6 +18,7 @@ from distir.errors import TransformError
 from distir.transforms.plan import analyze
 from distir.transforms.spmd import compose_dtp, compose_dtp_replica, plan_dtp
 from distir.transforms.spmd.pipeline import lower_pipeline
+from tests.analysis.test_simulator_peers import _gemm_step
 from tests.analysis.test_simulator_replicas import assert_same_as_every_replica
 from tests.transforms.spmd.test_pipeline import _gpt2_step, _mlp
 
@@ -28,12 +29,14 @@ CONFIGS = [(1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (2, 1, 2, 2), (2, 2, 2, 2),
 
 
 def _check(fn: distir.Function | object, cfg: tuple, hw: object = HW,
-           kind: str = "1f1b") -> ReplicaProgram:
+           kind: str = "1f1b", peers: int = 1, fold_tp: bool = True) -> ReplicaProgram:
     dp, tp, pp, k = cfg
-    one = compose_dtp_replica(fn, dp, tp, pp, k, kind)  # type: ignore[arg-type]
-    assert (one.replicas, one.stride) == (dp, tp * pp)
+    one = compose_dtp_replica(fn, dp, tp, pp, k, kind,  # type: ignore[arg-type]
+                              fold_tp=fold_tp)
+    assert (one.replicas, one.stride, one.peers) == (dp, tp * pp, peers)
     devices = {t.device for t in type_env(one.fn).values() if hasattr(t, "device")}
-    assert devices <= set(range(tp * pp)), "only replica 0's devices are written"
+    assert devices <= set(range(0, tp * pp, peers)), "only replica 0's devices are written"
+    assert len(devices) == tp * pp // peers, "one device per written rank of each stage"
     full = compose_dtp(fn, dp, tp, pp, k, kind)  # type: ignore[arg-type]
     assert one.num_ops(inline_calls=True) == full.num_ops(inline_calls=True)
     assert_same_as_every_replica(simulate(one, hw), simulate(full, hw))
@@ -43,12 +46,20 @@ def _check(fn: distir.Function | object, cfg: tuple, hw: object = HW,
 @pytest.mark.parametrize("kind", ["1f1b", "gpipe"])
 @pytest.mark.parametrize("cfg", CONFIGS)
 def test_mlp_replica_simulates_as_every_replica(cfg: tuple, kind: str) -> None:
-    _check(_mlp(), cfg, kind=kind)
+    """The MLP's tensor-parallel ranks run alike (no bias added on rank 0 alone): rank 0
+    of replica 0 is written (``Peer*`` collectives), or every rank with ``fold_tp``
+    off."""
+    _check(_mlp(), cfg, kind=kind, peers=cfg[1])
+    if cfg[1] > 1:
+        _check(_mlp(), cfg, kind=kind, fold_tp=False)
 
 
 @pytest.mark.parametrize("cfg", CONFIGS[:8])
 def test_gpt2_step_replica_simulates_as_every_replica(cfg: tuple) -> None:
+    """GPT-2's vocabulary-parallel embedding and loss make rank-dependent constants: every
+    tensor-parallel rank is written (``peers`` 1)."""
     one = _check(_gpt2_step(), cfg)
+    assert not plan_dtp(_gpt2_step(), *cfg).folds() or cfg[1] == 1
     # the gradients are summed over the replicas by replica 0's parts (ReplicaAllreduce),
     # which describe the replicas as the program was written
     read = replica_program(one.fn)
@@ -71,10 +82,15 @@ def test_gpt2_adam_replica_on_a_multinode_machine() -> None:
 
 def test_replica_program_takes_replica_0s_parameters() -> None:
     full = compose_dtp(_mlp(), 4, 2, 2, 2)
-    one = compose_dtp_replica(_mlp(), 4, 2, 2, 2)
+    one = compose_dtp_replica(_mlp(), 4, 2, 2, 2, fold_tp=False)
     mine = {p.name for p in full.params if p.type.device < 4}  # type: ignore[union-attr]
     assert {p.name for p in one.fn.params} == mine
     assert len(one.fn.returns) * 4 == len(full.returns)
+    rank0 = compose_dtp_replica(_mlp(), 4, 2, 2, 2)  # tensor-parallel rank 0's alone
+    assert rank0.peers == 2
+    assert {p.name for p in rank0.fn.params} == {
+        p.name for p in full.params if p.type.device in (0, 2)}  # type: ignore[union-attr]
+    assert len(rank0.fn.returns) * 8 == len(full.returns)
 
 
 def test_self_contained_replica_is_refused() -> None:
@@ -98,3 +114,35 @@ def test_replica_program_is_fast_at_large_dp() -> None:
     assert s_one.latency_s == pytest.approx(s_full.latency_s, rel=1e-9)
     assert s_one.peak_memory_bytes == s_full.peak_memory_bytes
     assert t_one < 0.5 and t_one < t_full / 3, (t_one, t_full)
+
+
+@pytest.mark.parametrize("cfg", [(1, 2, 1, 1), (2, 2, 1, 2), (2, 4, 1, 1)])
+def test_a_row_parallel_bias_writes_every_rank(cfg: tuple) -> None:
+    """Two ``Gemm`` layers with biases, the second row-parallel (its bias added on rank 0
+    alone): the ranks do not run alike, every rank is written (``peers`` 1)."""
+    an = analyze(_gemm_step())
+    assert not plan_dtp(an, *cfg).folds()
+    _check(an, cfg)
+
+
+def test_fold_tp_is_refused_where_ranks_differ() -> None:
+    c = plan_dtp(_gemm_step(), 2, 2, 1, 2)
+    with pytest.raises(TransformError, match="fold_tp"):
+        lower_pipeline(c.assignment, c.stages, c.sched, one_replica=True, fold_tp=True)
+
+
+def test_folded_replica_is_fast_at_scale() -> None:
+    """D16 T8 P4 K4 of the MLP (512 devices): rank 0 of replica 0 (4 devices written),
+    built and simulated in well under a second, as the program of every device."""
+    an = analyze(_mlp(batch=256))
+    compose_dtp_replica(an, 2, 8, 4, 4)  # warm the op rules' memo for this mesh shape
+    t0 = time.perf_counter()
+    one = compose_dtp_replica(an, 16, 8, 4, 4)
+    s_one = simulate(one, HW)
+    t_one = time.perf_counter() - t0
+    assert one.peers == 8 and len(s_one.devices) == 512
+    s_full = simulate(compose_dtp(an, 2, 8, 4, 4), HW)  # D2 whole, as a check of D16
+    s_two = simulate(compose_dtp_replica(an, 2, 8, 4, 4), HW)
+    assert s_two.latency_s == pytest.approx(s_full.latency_s, rel=1e-9)
+    assert s_two.peak_memory_bytes == s_full.peak_memory_bytes
+    assert t_one < 0.5, t_one
