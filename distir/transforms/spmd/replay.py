@@ -65,6 +65,9 @@ class _Template:
     ``external``, as ``~n``) or makes."""
     values: list[Value] | None = None
     """The values the unit makes, by value index."""
+    left: tuple[int, ...] = ()
+    """The value indices of the unit's values it leaves (``leaves``, ``sums``), each once,
+    in order: those a copy makes first (``Replay._placeholder``)."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -183,25 +186,30 @@ class Replay:
         leaves: dict[tuple, list[tuple[int, int]]] = {}
         for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
             leaves.setdefault((key, spec), []).append((idx, index(r)))
+        sum_at = [(key, j, index(r)) for (key, j), r in running.items()]
+        kept = [x for lst in leaves.values() for _, x in lst] + [x for _, _, x in sum_at]
         return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
                          [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
-                         [(key, j, index(r)) for (key, j), r in running.items()], start,
-                         index_of, [o for op in ops for o in op.outputs])
+                         sum_at, start, index_of, [o for op in ops for o in op.outputs],
+                         tuple(dict.fromkeys(x for x in kept if x >= 0)))
 
-    def _value(self, rule: Rule, m: int, outs: list[tuple[Value, ...]]) -> Value | None:
-        """The value of ``rule`` for microbatch ``m`` as its unit starts (``outs``: the
-        results of the copy's ops so far)."""
-        head = rule[0]
-        if isinstance(head, int):
-            return outs[head][rule[1]]
+    def _externals(self, t: _Template, m: int) -> list[Value | None]:
+        """The value of each of ``t.external`` for microbatch ``m`` as its unit starts
+        (see ``Rule``)."""
         pipe = self.pipe
-        if head == "piece":
-            (v, x), spec, idx = rule[1:]
-            lst = pipe.pieces.get((v, x), {}).get(spec)
-            return None if lst is None else lst[pipe.ranks_of[m][idx]]
-        if head == "run":
-            return pipe.running.get(rule[1], {}).get(rule[2])  # type: ignore[no-any-return]
-        return rule[1]  # type: ignore[no-any-return]
+        pieces, running, ranks = pipe.pieces, pipe.running, pipe.ranks_of[m]
+        out: list[Value | None] = []
+        add = out.append
+        for rule in t.external:
+            head = rule[0]
+            if head == "piece":
+                lst = pieces.get(rule[1], {}).get(rule[2])
+                add(None if lst is None else lst[ranks[rule[3]]])
+            elif head == "run":
+                add(running.get(rule[1], {}).get(rule[2]))
+            else:
+                add(rule[1])
+        return out
 
     def write(self, kind: str, s: int, m: int, outlined: bool = False) -> None:
         """Write unit ``(kind, s, m)`` as a copy of its template, and leave its pieces,
@@ -216,7 +224,7 @@ class Replay:
         start = len(b.ops)
         old, new = "_mb1_d", f"_mb{m}_d"
         # the values from outside the unit, as it starts: its ops change none of them
-        ext = [self._value(r, m, []) for r in t.external]
+        ext = self._externals(t, m)
         assert None not in ext[:t.read], "a copied unit's input is missing"
         if outlined and len(t.code) >= 2 and len(set(map(id, ext[:t.read]))) == t.read:
             self._placeholder(t, m, ext)
@@ -244,9 +252,12 @@ class Replay:
         leaves (pieces, running sums) are made."""
         pipe = self.pipe
         assert t.values is not None
-        made: dict[int, Value] = {}
         old, new = "_mb1_d", f"_mb{m}_d"
         values = t.values
+        made: dict[int, Value] = {}
+        for x in t.left:
+            n = values[x].name
+            made[x] = Value(n.replace(old, new) if n else n)
 
         def value(x: int) -> Value:
             if x < 0:
@@ -261,10 +272,9 @@ class Replay:
         for key, spec, leaves in t.leaves:
             lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
             for idx, x in leaves:
-                y = made.get(x) if x >= 0 else ext[~x]
-                lst[ranks[idx]] = value(x) if y is None else y
+                lst[ranks[idx]] = made[x] if x >= 0 else ext[~x]  # type: ignore[assignment]
         for key, j, x in t.sums:
-            pipe.running[key][j] = value(x)
+            pipe.running[key][j] = made[x] if x >= 0 else ext[~x]
         for key in t.counted:
             pipe.running[key]["m"] = m
         assert t.index_of is not None and t.values is not None
