@@ -93,7 +93,7 @@ class Workload:
         return analyze(self.build(batch_size), batch_inputs=list(self.batch_inputs) or None,
                        weights=src.weights if src is not None else (), hardware=hardware)
 
-    def program(self, analysis: Any, cfg: Any, hardware: Any = None) -> Function:
+    def program(self, analysis: Any, cfg: Any) -> Function:
         """The whole distributed program of ``cfg`` (a ``grid_search.space.Config``) for
         ``analysis`` (``analyze(cfg.batch_size, hardware)``), written by ``transform``: the
         one simulated and the one ``grid_search.real`` runs. Both transforms take the same
@@ -110,11 +110,17 @@ class Workload:
         return compose_dtp(analysis, cfg.dp, cfg.tp, cfg.pp, cfg.microbatches, cfg.schedule)
 
     def replica_program(self, analysis: Any, cfg: Any, fold_tp: bool = False) -> Any:
-        """The passes' program of data-parallel replica 0 of ``cfg``
-        (``compose_dtp_replica``: a ``ReplicaProgram``, which simulates as ``program``'s of
-        every replica where the replicas run alike); with ``fold_tp``, of its
-        tensor-parallel rank 0 alone where the ranks run alike (``Composed.folds``: then
-        ``pp`` devices are written, not ``tp·pp``); ``dtp``'s is ``dtp_replica``."""
+        """The program of data-parallel replica 0 of ``cfg``, written by ``transform``: a
+        ``ReplicaProgram``, which simulates as ``program``'s of every replica where the
+        replicas run alike (``dtp_replica``, or the passes' ``compose_dtp_replica``); with
+        ``fold_tp``, of its tensor-parallel rank 0 alone where the ranks run alike (for the
+        passes, ``Composed.folds``: then ``pp`` devices are written, not ``tp·pp``)."""
+        if self.transform == "dtp":
+            from distir.transforms import dtp_replica
+
+            return dtp_replica(analysis, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
+                               microbatches=cfg.microbatches, schedule=cfg.schedule,
+                               fold_tp=fold_tp)
         from distir.transforms.spmd.compose import plan_dtp
 
         _passes_fit(cfg.pp, " of one replica's tensor-parallel rank")  # written anyway

@@ -129,7 +129,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         if seq is None:
                             seq = models[c.batch_size] = workload.analyze(c.batch_size,
                                                                           hardware=hardware)
-                        fn = workload.program(seq, c, hardware)
+                        fn = workload.program(seq, c)
                         row["program_fingerprint"] = program_fingerprint(fn)
                         r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
                                   cuda_graph=cuda_graph)

@@ -108,8 +108,6 @@ def evaluate(cfg: Config) -> dict[str, Any]:
 def _evaluate(cfg: Config) -> dict[str, Any]:
     from distir.analysis.replicas import peers_run_alike, replicas_run_alike
     from distir.analysis.simulator import Simulator
-    from distir.transforms import dtp_replica
-
     row: dict[str, Any] = {k: "" for k in COLUMNS}
     row.update(cfg.as_row())
     row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
@@ -131,16 +129,10 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         assert w is not None
         replicas = cfg.dp == 1 or replicas_run_alike(hw, cfg.dp, cfg.tp * cfg.pp)
         ranks = cfg.tp > 1 and peers_run_alike(hw, cfg.tp)
-        if w.transform == "dtp" and not sync and replicas and (cfg.dp > 1 or ranks):
-            fn = dtp_replica(seq, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
-                             microbatches=cfg.microbatches, schedule=cfg.schedule,
-                             fold_tp=ranks)
-        elif w.transform == "passes" and not sync and replicas and (cfg.dp > 1 or ranks):
-            # The passes write replica 0 alone (compose_dtp_replica), and its rank 0 alone
-            # where the ranks run alike.
+        if not sync and replicas and (cfg.dp > 1 or ranks):
             fn = w.replica_program(seq, cfg, ranks)
         else:
-            fn = w.program(seq, cfg, hw)
+            fn = w.program(seq, cfg)
         step = "the simulator"
         note = ""
         if sync:

@@ -120,8 +120,8 @@ def test_run_top_runs_the_program_the_passes_simulated() -> None:
     row, = iter_measure(passes, [c], backend="gloo", steps=1, warmup=0, progress=None,
                         hardware=hw)
     assert row["measured_status"] == "ok"
-    assert row["program_fingerprint"] == program_fingerprint(passes.program(an, c, hw))
-    assert row["program_fingerprint"] != program_fingerprint(w.program(an, c, hw))
+    assert row["program_fingerprint"] == program_fingerprint(passes.program(an, c))
+    assert row["program_fingerprint"] != program_fingerprint(w.program(an, c))
 
 
 def test_the_cli_searches_and_runs_through_the_passes(tmp_path, capsys) -> None:
