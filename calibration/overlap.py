@@ -20,8 +20,14 @@ t_compute) / t_comm``, and the profile gets their median (clipped to [0, 1]).
     python -m calibration.overlap                         # all GPUs; prints the table
     python -m calibration.overlap --profile calibration/profiles/h200-sxm.json
     python -m calibration.overlap --cpu --world 2         # gloo smoke test
+    python -m calibration.overlap --cuda-graph            # each run replayed as a CUDA graph
 
 ``--profile`` writes the median into that profile (in place, or to ``--write``).
+
+``--cuda-graph`` captures each of the three runs (the all-reduce, the products, both) once
+as a CUDA graph, after two eager warm-ups, and times its replays, as the backend times a
+step with ``cuda_graph=True``: the host then launches nothing between the kernels, so the
+figure is the one a device-time profile (``--device-time``) wants.
 """
 
 from __future__ import annotations
@@ -45,16 +51,20 @@ CPU_SIZES = [1 << 20, 4 << 20]
 
 
 def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int = 7,
-                    timeout_s: float = 300.0) -> list[dict[str, Any]]:
+                    timeout_s: float = 300.0, cuda_graph: bool = False,
+                    ) -> list[dict[str, Any]]:
     """One row per message size: ``bytes``, ``t_comm``, ``t_compute``, ``t_both``,
-    ``reps`` (products per run), ``slowdown``, ``device``, ``group_size``."""
+    ``reps`` (products per run), ``slowdown``, ``device``, ``group_size``, ``cuda_graph``
+    (each run replayed as a CUDA graph: NCCL only)."""
+    if cuda_graph and backend != "nccl":
+        raise ValueError("--cuda-graph needs GPUs (NCCL): gloo collectives cannot be captured")
     import torch.multiprocessing as mp
 
     os.environ.update(SAFE_ENV)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        mp.spawn(_worker, args=(world, backend, sizes, trials, _free_port(), out, timeout_s),
-                 nprocs=world, join=True)
+        mp.spawn(_worker, args=(world, backend, sizes, trials, _free_port(), out, timeout_s,
+                                cuda_graph), nprocs=world, join=True)
         with open(out, encoding="utf-8") as f:
             rows: list[dict[str, Any]] = json.load(f)
     return rows
@@ -80,7 +90,7 @@ def write_profile(path: str, value: float, out: str | None = None) -> None:
 
 
 def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, port: int,
-            out: str, timeout_s: float) -> None:
+            out: str, timeout_s: float, cuda_graph: bool = False) -> None:
     import datetime
 
     import torch
@@ -94,7 +104,7 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        rows = _measure(rank, device, sizes, trials)
+        rows = _measure(rank, device, sizes, trials, cuda_graph)
         if rank == 0:
             with open(out, "w", encoding="utf-8") as f:
                 json.dump(rows, f)
@@ -102,7 +112,8 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
         dist.destroy_process_group()
 
 
-def _measure(rank: int, device: Any, sizes: list[int], trials: int) -> list[dict[str, Any]]:
+def _measure(rank: int, device: Any, sizes: list[int], trials: int,
+             cuda_graph: bool = False) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
@@ -116,8 +127,30 @@ def _measure(rank: int, device: Any, sizes: list[int], trials: int) -> list[dict
         if cuda:
             torch.cuda.synchronize(device)
 
+    graphs: list[Any] = []  # kept alive (with their pools) until the sizes are done
+
+    def replayed(fn: Any) -> Any:
+        """``fn`` captured once as a CUDA graph (its collective included), after two eager
+        warm-ups on the capturing stream; returns the graph's replay."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        sync()
+        g = torch.cuda.CUDAGraph()
+        # Thread-local, as the backend captures: NCCL's watchdog may query earlier events.
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            fn()
+        graphs.append(g)
+        return g.replay
+
     def slowest(fn: Any) -> float:
-        """The median over trials of the slowest rank's time of ``fn``."""
+        """The median over trials of the slowest rank's time of ``fn`` (of its replay as
+        a CUDA graph with ``cuda_graph``)."""
+        if cuda_graph:
+            fn = replayed(fn)
         fn()
         samples = []
         for _ in range(trials):
@@ -138,7 +171,7 @@ def _measure(rank: int, device: Any, sizes: list[int], trials: int) -> list[dict
         t_comm, t_compute, t_both, reps = _one_size(slowest, buf, a, b, t_mm)
         rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
                      "t_comm": t_comm, "t_compute": t_compute, "t_both": t_both,
-                     "slowdown": (t_both - t_compute) / t_comm,
+                     "slowdown": (t_both - t_compute) / t_comm, "cuda_graph": cuda_graph,
                      "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
     return rows
 
@@ -174,6 +207,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", help="write the measured slowdown into this profile")
     ap.add_argument("--write", help="with --profile: write the result here instead")
     ap.add_argument("--json", help="write the measurements to this file")
+    ap.add_argument("--cuda-graph", action="store_true",
+                    help="time each run replayed as a CUDA graph (GPUs only), as the "
+                    "backend's --cuda-graph steps run")
     args = ap.parse_args(argv)
     if args.profile:  # a bad profile fails before anything is measured
         from distir.analysis.hardware import load_hardware
@@ -188,6 +224,10 @@ def main(argv: list[str] | None = None) -> int:
             print(e, file=sys.stderr)
             return 2
     if args.cpu:
+        if args.cuda_graph:
+            print("error: --cuda-graph needs GPUs: gloo collectives cannot be captured",
+                  file=sys.stderr)
+            return 2
         backend, world, sizes = "gloo", args.world or 2, CPU_SIZES
     else:
         import torch
@@ -200,8 +240,10 @@ def main(argv: list[str] | None = None) -> int:
     if world < 2:
         print(f"error: the overlap needs 2 or more processes, got {world}", file=sys.stderr)
         return 2
-    rows = measure_overlap(world, backend, sizes, trials=args.trials)
-    print(f"overlap of all-reduce and matrix products, {world} x {rows[0]['device']}")
+    rows = measure_overlap(world, backend, sizes, trials=args.trials,
+                           cuda_graph=args.cuda_graph)
+    how = ", replayed as CUDA graphs" if args.cuda_graph else ""
+    print(f"overlap of all-reduce and matrix products, {world} x {rows[0]['device']}{how}")
     print(f"{'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} {'slowdown':>9}")
     for r in rows:
         print(f"{r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} {r['t_compute'] * 1e3:>11.3f} "

@@ -66,3 +66,18 @@ def test_bad_profile_is_one_line_before_measuring(tmp_path: Path, capsys: pytest
     assert expect in err and "\n" not in err and err.count("error:") == 1
     assert main(["--cpu", "--profile", "h200-sxm"]) == 2
     assert ".json file" in capsys.readouterr().err
+
+
+def test_cuda_graph_on_cpu_is_refused_in_one_line(capsys: pytest.CaptureFixture) -> None:
+    assert main(["--cpu", "--cuda-graph"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--cuda-graph needs GPUs" in err and "\n" not in err
+
+
+@pytest.mark.skipif("not __import__('torch').cuda.is_available() or "
+                    "__import__('torch').cuda.device_count() < 2", reason="needs 2 GPUs")
+def test_cuda_graph_rows_on_gpus() -> None:
+    from calibration.overlap import measure_overlap
+
+    rows = measure_overlap(2, "nccl", [8 << 20], trials=2, cuda_graph=True)
+    assert rows[0]["cuda_graph"] and min(rows[0]["t_comm"], rows[0]["t_both"]) > 0
