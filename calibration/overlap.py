@@ -52,10 +52,12 @@ CPU_SIZES = [1 << 20, 4 << 20]
 
 def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int = 7,
                     timeout_s: float = 300.0, cuda_graph: bool = False,
-                    ) -> list[dict[str, Any]]:
+                    memory: bool = False) -> list[dict[str, Any]]:
     """One row per message size: ``bytes``, ``t_comm``, ``t_compute``, ``t_both``,
-    ``reps`` (products per run), ``slowdown``, ``device``, ``group_size``, ``cuda_graph``
-    (each run replayed as a CUDA graph: NCCL only)."""
+    ``reps`` (kernels per run), ``slowdown``, ``device``, ``group_size``, ``cuda_graph``
+    (each run replayed as a CUDA graph: NCCL only), ``compute`` (``"mm"``: matrix
+    products); with ``memory``, as many rows again beside a bandwidth-bound kernel
+    (``"memory"``: an elementwise sum of 128 MiB tensors)."""
     if cuda_graph and backend != "nccl":
         raise ValueError("--cuda-graph needs GPUs (NCCL): gloo collectives cannot be captured")
     import torch.multiprocessing as mp
@@ -64,17 +66,20 @@ def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int =
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         mp.spawn(_worker, args=(world, backend, sizes, trials, _free_port(), out, timeout_s,
-                                cuda_graph), nprocs=world, join=True)
+                                cuda_graph, memory), nprocs=world, join=True)
         with open(out, encoding="utf-8") as f:
             rows: list[dict[str, Any]] = json.load(f)
     return rows
 
 
-def slowdown(rows: list[dict[str, Any]]) -> float:
-    """The profile's ``overlap_slowdown``: the median over sizes, clipped to [0, 1]."""
-    if not rows:
-        raise ValueError("no overlap measurements")
-    return min(1.0, max(0.0, statistics.median(r["slowdown"] for r in rows)))
+def slowdown(rows: list[dict[str, Any]], compute: str = "mm") -> float:
+    """The profile's ``overlap_slowdown``: the median over sizes of the rows beside
+    ``compute`` kernels (matrix products by default; rows without the key count as
+    such), clipped to [0, 1]."""
+    xs = [r["slowdown"] for r in rows if r.get("compute", "mm") == compute]
+    if not xs:
+        raise ValueError(f"no overlap measurements beside {compute!r} kernels")
+    return min(1.0, max(0.0, statistics.median(xs)))
 
 
 def write_profile(path: str, value: float, out: str | None = None) -> None:
@@ -90,7 +95,8 @@ def write_profile(path: str, value: float, out: str | None = None) -> None:
 
 
 def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, port: int,
-            out: str, timeout_s: float, cuda_graph: bool = False) -> None:
+            out: str, timeout_s: float, cuda_graph: bool = False,
+            memory: bool = False) -> None:
     import datetime
 
     import torch
@@ -104,7 +110,7 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        rows = _measure(rank, device, sizes, trials, cuda_graph)
+        rows = _measure(rank, device, sizes, trials, cuda_graph, memory)
         if rank == 0:
             with open(out, "w", encoding="utf-8") as f:
                 json.dump(rows, f)
@@ -113,7 +119,7 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
 
 
 def _measure(rank: int, device: Any, sizes: list[int], trials: int,
-             cuda_graph: bool = False) -> list[dict[str, Any]]:
+             cuda_graph: bool = False, memory: bool = False) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
@@ -164,30 +170,37 @@ def _measure(rank: int, device: Any, sizes: list[int], trials: int,
             samples.append(float(t.item()))
         return statistics.median(samples)
 
-    t_mm = slowest(lambda: torch.mm(a, b))
+    kernels: dict[str, Any] = {"mm": lambda: torch.mm(a, b)}
+    if memory:  # a bandwidth-bound kernel: an elementwise sum of two large tensors
+        m = (128 << 20) // 2 if cuda else (4 << 20) // 4
+        x, y, z = (torch.ones(m, dtype=dt, device=device) for _ in range(3))
+        kernels["memory"] = lambda: torch.add(x, y, out=z)
     rows = []
-    for nbytes in sizes:
-        buf = torch.ones(nbytes // 2 if cuda else nbytes // 4, dtype=dt, device=device)
-        t_comm, t_compute, t_both, reps = _one_size(slowest, buf, a, b, t_mm)
-        rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
-                     "t_comm": t_comm, "t_compute": t_compute, "t_both": t_both,
-                     "slowdown": (t_both - t_compute) / t_comm, "cuda_graph": cuda_graph,
-                     "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
+    for kind, kernel in kernels.items():
+        t_kernel = slowest(kernel)
+        for nbytes in sizes:
+            buf = torch.ones(nbytes // 2 if cuda else nbytes // 4, dtype=dt, device=device)
+            t_comm, t_compute, t_both, reps = _one_size(slowest, buf, kernel, t_kernel)
+            rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
+                         "compute": kind, "t_comm": t_comm, "t_compute": t_compute,
+                         "t_both": t_both, "slowdown": (t_both - t_compute) / t_comm,
+                         "cuda_graph": cuda_graph,
+                         "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
     return rows
 
 
-def _one_size(slowest: Any, buf: Any, a: Any, b: Any, t_mm: float,
+def _one_size(slowest: Any, buf: Any, kernel: Any, t_kernel: float,
               ) -> tuple[float, float, float, int]:
-    """``(t_comm, t_compute, t_both, reps)`` for one all-reduce buffer."""
-    import torch
+    """``(t_comm, t_compute, t_both, reps)`` for one all-reduce buffer beside ``kernel``
+    repeated to last about 2.5 x the all-reduce."""
     import torch.distributed as dist
 
     t_comm = slowest(lambda: dist.all_reduce(buf))
-    reps = max(1, round(2.5 * t_comm / max(t_mm, 1e-9)))
+    reps = max(1, round(2.5 * t_comm / max(t_kernel, 1e-9)))
 
     def compute() -> None:
         for _ in range(reps):
-            torch.mm(a, b)
+            kernel()
 
     def both() -> None:
         work = dist.all_reduce(buf, async_op=True)
@@ -207,6 +220,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--profile", help="write the measured slowdown into this profile")
     ap.add_argument("--write", help="with --profile: write the result here instead")
     ap.add_argument("--json", help="write the measurements to this file")
+    ap.add_argument("--memory", action="store_true",
+                    help="also beside a bandwidth-bound kernel (an elementwise sum); "
+                    "--profile still stores the products' median")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="time each run replayed as a CUDA graph (GPUs only), as the "
                     "backend's --cuda-graph steps run")
@@ -241,15 +257,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the overlap needs 2 or more processes, got {world}", file=sys.stderr)
         return 2
     rows = measure_overlap(world, backend, sizes, trials=args.trials,
-                           cuda_graph=args.cuda_graph)
+                           cuda_graph=args.cuda_graph, memory=args.memory)
     how = ", replayed as CUDA graphs" if args.cuda_graph else ""
-    print(f"overlap of all-reduce and matrix products, {world} x {rows[0]['device']}{how}")
-    print(f"{'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} {'slowdown':>9}")
+    print(f"overlap of all-reduce and compute, {world} x {rows[0]['device']}{how}")
+    print(f"{'compute':>8} {'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} "
+          f"{'slowdown':>9}")
     for r in rows:
-        print(f"{r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} {r['t_compute'] * 1e3:>11.3f} "
-              f"{r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f}")
+        print(f"{r['compute']:>8} {r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} "
+              f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f}")
+    if args.memory:
+        print(f"beside the bandwidth-bound kernel (median): {slowdown(rows, 'memory'):.3f}")
     value = slowdown(rows)
-    print(f"overlap_slowdown (median, clipped to [0, 1]): {value:.3f}")
+    print(f"overlap_slowdown (median beside the products, clipped to [0, 1]): {value:.3f}")
     if args.json:
         Path(args.json).write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
     if args.profile:

@@ -21,6 +21,9 @@ def test_slowdown_is_the_clipped_median() -> None:
     assert slowdown([{"slowdown": 1.7}]) == 1.0
     with pytest.raises(ValueError):
         slowdown([])
+    both = [{"slowdown": 0.2, "compute": "mm"}, {"slowdown": 0.9, "compute": "memory"}]
+    assert slowdown(both) == pytest.approx(0.2)
+    assert slowdown(both, "memory") == pytest.approx(0.9)
 
 
 def test_write_profile_sets_the_field_the_simulator_reads(tmp_path: Path) -> None:
@@ -46,6 +49,18 @@ def test_gloo_run_writes_rows_and_the_profile(tmp_path: Path,
         assert min(r["t_comm"], r["t_compute"], r["t_both"]) > 0
     assert 0.0 <= load_hardware(str(out)).overlap_slowdown <= 1.0
     assert "overlap_slowdown (median" in capsys.readouterr().out
+
+
+def test_gloo_run_beside_a_bandwidth_bound_kernel(tmp_path: Path,
+                                                  capsys: pytest.CaptureFixture) -> None:
+    rows_path = tmp_path / "rows.json"
+    assert main(["--cpu", "--world", "2", "--trials", "1", "--memory",
+                 "--json", str(rows_path)]) == 0
+    rows = json.loads(rows_path.read_text())
+    assert [(r["compute"], r["bytes"]) for r in rows] == [
+        ("mm", 1 << 20), ("mm", 4 << 20), ("memory", 1 << 20), ("memory", 4 << 20)]
+    assert slowdown(rows) == slowdown(rows[:2])  # the profile's value: the products'
+    assert "beside the bandwidth-bound kernel" in capsys.readouterr().out
 
 
 def test_one_process_is_refused(capsys: pytest.CaptureFixture) -> None:
