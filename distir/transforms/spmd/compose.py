@@ -76,6 +76,15 @@ class Composed:
                                     stage_functions=stage_functions, one_replica=True)
         return ReplicaProgram(fn, mesh.shape[0], tp * self.stages.pp, tp if fold else 1)
 
+    def deferred(self) -> list[int]:
+        """The forward and backward ops (indices into ``stages.prog.ops``) that run once
+        after the microbatches, not in the schedule's units: those reading a value
+        gathered over the batch, and every one reading their results (``lower_pipeline``'s
+        module docstring)."""
+        from distir.transforms.spmd.pipeline import deferred_ops
+
+        return deferred_ops(self.assignment, self.stages, self.sched)
+
     def folds(self) -> bool:
         """Whether ``lower_replica`` writes tensor-parallel rank 0 alone (the ranks of
         every stage run alike: ``pipeline.ranks_alike``), so that it writes ``pp``

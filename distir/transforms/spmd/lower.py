@@ -31,6 +31,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.program import Program
+from distir.transforms.spmd.aligned import aligned_axis, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.mesh import (
     Mesh,
@@ -163,6 +164,11 @@ class _Lowering:
                 ins.append([None] * mesh.size)
             elif is_shape_operand(op, k):
                 ins.append(list(self._shape_operand(op, k, out.outs)))
+            elif k == 1 and aligned_axis(prog, op, reads) is not None:  # known indices
+                ins.append([self._const_on(local_indices(prog, op, reads, mesh, c), d,
+                                           _name(v)) for c, d in zip(mesh.coords,
+                                                                     mesh.devices,
+                                                                     strict=True)])
             else:
                 assert s is not None
                 ins.append(list(self._get(v, s)))

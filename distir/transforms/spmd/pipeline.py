@@ -55,6 +55,7 @@ from distir.ir.builder import FunctionBuilder, normalize_attr
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
+from distir.transforms.spmd.aligned import aligned_axis, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
@@ -66,7 +67,7 @@ from distir.transforms.spmd.stages import StagePartition
 from distir.transforms.spmd.units import Schedule, schedule, stage_meshes
 from distir.transforms.spmd.vocab import vocab_axis, write_vocab
 
-__all__ = ["Schedule", "schedule", "lower_pipeline", "ranks_alike", "stage_meshes"]
+__all__ = ["Schedule", "schedule", "lower_pipeline", "ranks_alike", "stage_meshes", "deferred_ops"]
 
 
 def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
@@ -101,6 +102,13 @@ def lower_pipeline(assignment: LayoutAssignment | Sequence[LayoutAssignment],
         fn.initializers = dict(bound) if self_contained else pipe.placed_initializers(bound)
     verify(fn, num_devices=_Pipe.device_count(assignment, stages.pp))
     return fn
+
+
+def deferred_ops(assignment: LayoutAssignment | Sequence[LayoutAssignment],
+                 stages: StagePartition, sched: Schedule) -> list[int]:
+    """The forward and backward ops of ``stages.prog`` that ``lower_pipeline`` runs once
+    after the microbatches (``_Pipe._deferred``), in program order."""
+    return sorted(_Pipe(assignment, stages, sched).deferred)
 
 
 def ranks_alike(assignment: LayoutAssignment | Sequence[LayoutAssignment],
@@ -449,6 +457,7 @@ class _Pipe(StageValues):
                 s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
                 scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
                 vocab_axis(self.prog, op, reads) is not None,
+                aligned_axis(self.prog, op, reads) is not None,
                 frozenset(k for k, v in enumerate(op.inputs)
                           if v is not None and is_shape_operand(op, k)),
                 tuple(self.dev(s, r) for r in range(self.all[-1] + 1)))
@@ -475,6 +484,8 @@ class _Pipe(StageValues):
                 ins.append([None] * vm.size)
             elif k in pre.shape_ks:
                 ins.append(self._shape_ins(i)[k])
+            elif k == 1 and pre.aligned:  # known indices: each device's, at its rows
+                ins.append(self._aligned_ins(i, rs))
             else:
                 assert sp is not None
                 made = pieces.get((v, s))  # placed so already (``get``'s first case)
@@ -604,6 +615,18 @@ class _Pipe(StageValues):
                 if v is not None and is_shape_operand(pre.op, k)}
         return got
 
+    def _aligned_ins(self, i: int, rs: list[int]) -> list[Value | None]:
+        """The indices of op ``i``, a lookup of known indices aligned with its split data
+        (``aligned``), at the virtual ranks ``rs``: each device's block, shifted to its
+        rows, as a constant."""
+        pre, vm = self._prepared(i), self.vmesh
+        out: list[Value | None] = [None] * vm.size
+        hint = name_hint(pre.op.inputs[1])  # type: ignore[arg-type]
+        for r in rs:
+            arr = local_indices(self.prog, pre.op, pre.reads, vm, vm.coords[r])
+            out[r] = self.const(arr, pre.devs[r], hint)
+        return out
+
     def _shape_operand(self, op: Op, k: int, outs: tuple, s: int) -> list[Value | None]:
         prog = self.prog
         if op.op_type == "Split":
@@ -621,7 +644,8 @@ class _Prepared:
     results' specs, local attributes (normalized), whether it runs per microbatch, the
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
     (``(result index, n)``), its results' name hints (``None`` for an unused one),
-    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), the indices
+    whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), whether it
+    is a lookup of known indices aligned with its split data (``aligned``), the indices
     of its shape operands and the device of each virtual rank on its stage."""
 
     s: int
@@ -634,6 +658,7 @@ class _Prepared:
     scaled: tuple[tuple[int, int], ...]
     hints: tuple[str | None, ...]
     vocab: bool
+    aligned: bool
     shape_ks: frozenset[int]
     devs: tuple[int, ...]
 

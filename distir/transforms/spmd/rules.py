@@ -23,6 +23,7 @@ from distir.ir.core import Op
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import MEAN_SCALED, apply_rule, mean_scale_marks
 from distir.transforms.program import Program
+from distir.transforms.spmd.aligned import aligned_dim
 from distir.transforms.spmd.mesh import (
     Mesh,
     P,
@@ -171,6 +172,13 @@ class OpRules:
             # each device adds its own rows into its zeros: the sum over devices is the
             # whole result (an embedding's gradient under a split batch, as dtp does)
             return (P,), []
+        if isinstance(pl[0], Shard) and t == "Gather":
+            k = aligned_dim(self.prog, op, pl[0], self.mesh.shape[axis])
+            if k is not None and pl[1] == Shard(k):  # known indices in each device's rows
+                return (Shard(pl[0].dim + k),), []
+            if k is not None and isinstance(pl[1], Replicate):
+                raise NotLocal(f"{t}: indices aligned with the data's blocks when split "
+                               f"along {k}", (1, axis, Shard(k)), axis)
         vocab = accepts_vocab(t, pl, shapes, attrs)
         if not vocab and t in _XENT and isinstance(pl[0], Shard) and \
                 pl[0].dim == len(shapes[0]) - 1:

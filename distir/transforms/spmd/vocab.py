@@ -68,12 +68,13 @@ def accepts(op_type: str, pl: list[Placement | None], shapes: tuple,
 
 def vocab_axis(prog: Program, op: Op, reads: tuple[Spec | None, ...]) -> int | None:
     """The mesh axis on which ``op``, reading ``reads`` (accepted by the rules), runs
-    vocabulary-parallel, else ``None``."""
+    vocabulary-parallel (its other inputs whole on it), else ``None``."""
     if op.op_type not in VOCAB_OPS or not reads or reads[0] is None or op.inputs[0] is None:
         return None
     dim = _vocab_dim(op.op_type, prog.shape(op.inputs[0]), prog.attrs(op))
     for a, p in enumerate(reads[0]):
-        if isinstance(p, Shard) and p.dim == dim:
+        if isinstance(p, Shard) and p.dim == dim and all(
+                s is None or isinstance(s[a], Replicate) for s in reads[1:]):
             return a
     return None
 
