@@ -8,9 +8,9 @@ L=$OUT/run.log
 echo "### project commit $(cat COMMIT)" >> "$L"
 nvidia-smi -L >> "$L"
 for i in 1 2; do
-  timeout -s INT -k 20 120 python3 -m calibration.overlap --memory --json "$OUT/eager_$i.json" >> "$L" 2>&1
+  timeout -s INT -k 20 120 python3 -m calibration.overlap --json "$OUT/eager_$i.json" >> "$L" 2>&1
   echo "### eager $i rc $?" >> "$L"
-  timeout -s INT -k 20 120 python3 -m calibration.overlap --memory --cuda-graph --json "$OUT/graph_$i.json" >> "$L" 2>&1
+  timeout -s INT -k 20 120 python3 -m calibration.overlap --cuda-graph --json "$OUT/graph_$i.json" >> "$L" 2>&1
   echo "### graph $i rc $?" >> "$L"
 done
 timeout -s INT -k 20 120 python3 -m pytest -q -p no:cacheprovider tests/calibration/test_overlap.py >> "$L" 2>&1
