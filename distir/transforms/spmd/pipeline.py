@@ -57,7 +57,16 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
-from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    Partial,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    local_shape,
+    replicated,
+)
 from distir.transforms.spmd.outline import Copied, outline
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.replay import Replay
@@ -185,10 +194,11 @@ class _Pipe(StageValues):
         self.all = list(range(0, self.written * k * inner, inner if self.fold else 1))
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
+        self.collapsed, self.sums, self.unsummed = set(), {}, {}
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
-        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool]]] = {}
+        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool, bool]]] = {}
         """``_after``'s readers of a value (on other stages only, or all)."""
         self.copied: dict[Op, Copied] = {}
         """The placeholders of copied units (``Replay.write``), for ``outline``."""
@@ -215,6 +225,7 @@ class _Pipe(StageValues):
             for kk, v in enumerate(op.inputs):
                 if v is not None and not is_shape_operand(op, kk):
                     self.readers.setdefault(v, []).append((i, kk))
+        self.summed = self._summed_ops() if k > 1 else set()
 
     def _deferred(self) -> set[int]:
         """The forward and backward ops that need every microbatch (a read that changes the
@@ -240,6 +251,31 @@ class _Pipe(StageValues):
                 if any(x.axis == 0 and x.kind != "split" for x in plan(src, rd)):
                     out.add(i)
                     break
+        return out
+
+    def _summed_ops(self) -> set[int]:
+        """The ops run once after the microbatches (updates, deferred ops) that read a
+        value partial on the data axis and keep it so: every result partial on it, every
+        input read partial or whole on it, a bias not added once on it (``bias_once``),
+        not vocabulary-parallel. By its layout rule such an op is linear in its partial
+        inputs, so it runs once per device on each device's sum over its microbatches
+        (``_summed``; its results ``collapsed``), not on each microbatch's piece."""
+        prog, st = self.prog, self.st
+        out: set[int] = set()
+        for i in prog.live_ops:
+            s = self.stage[i]
+            a = self.assign[s]
+            reads, got = a.reads[i], a.outcomes[i]
+            if self.per_mb(i) or not reads or got is None or st.phase[i] == "H":
+                continue
+            op = prog.ops[i]
+            firsts = [rd[0] for rd in reads if rd is not None]
+            if all(o is not None and isinstance(o[0], Partial) for o in got.outs) and \
+                    any(isinstance(x, Partial) for x in firsts) and \
+                    all(isinstance(x, Partial | Replicate) for x in firsts) and \
+                    0 not in bias_once(op, reads, got.outs) and \
+                    vocab_axis(prog, op, reads) is None:
+                out.add(i)
         return out
 
     def per_mb(self, i: int) -> bool:
@@ -451,7 +487,8 @@ class _Pipe(StageValues):
                 vocab_axis(self.prog, op, reads) is not None,
                 frozenset(k for k, v in enumerate(op.inputs)
                           if v is not None and is_shape_operand(op, k)),
-                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)))
+                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)),
+                i in self.summed)
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -477,6 +514,8 @@ class _Pipe(StageValues):
                 ins.append(self._shape_ins(i)[k])
             else:
                 assert sp is not None
+                if pre.summed and isinstance(sp[0], Partial) and v not in self.collapsed:
+                    v = self._summed(v)  # each device's sum over its microbatches
                 made = pieces.get((v, s))  # placed so already (``get``'s first case)
                 lst = None if made is None else made.get(sp)
                 if lst is None or any(lst[r] is None for r in rs):
@@ -523,6 +562,8 @@ class _Pipe(StageValues):
             got_k = res[k]
             for r in rs:
                 lst[r] = got_k[r]
+        if pre.summed:
+            self.collapsed.update(op.outputs)
         if not per_mb:
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
@@ -562,24 +603,29 @@ class _Pipe(StageValues):
             return
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
-        for s, rd, per_mb in reads_of:
-            want = rs
+        for s, rd, per_mb, summed in reads_of:
+            want, x = rs, v
             if m is not None and not per_mb:
-                if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
+                if not other_stages and self.k > 1 and (summed or not isinstance(rd[0],
+                                                                                 Partial)):
                     self._accumulate(v, s0, m)
                 if m != self.k - 1:
                     continue
                 want = self.all
+                if summed:  # its reader runs on the sums (``_summed``)
+                    x = self._summed(v)
             if other_stages:
-                self.get(v, s, rd, want)
+                self.get(x, s, rd, want)
             elif s != s0:
-                self.get(v, s0, self._tau(v, s, rd), want)
+                self.get(x, s0, self._tau(x, s, rd), want)
             elif rd != self.spec(v, s0):
-                self.get(v, s, rd, want)
+                self.get(x, s, rd, want)
 
-    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool]]:
-        """``(stage, spec, per microbatch)`` of every reader of ``v`` (on other stages
-        only, with ``other_stages``), made once."""
+    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool, bool]]:
+        """``(stage, spec, per microbatch, on the sums)`` of every reader of ``v`` (on
+        other stages only, with ``other_stages``), made once; ``on the sums``: it reads
+        each device's sum over its microbatches of ``v``, made once per microbatch
+        (``_summed``)."""
         key = (v, other_stages)
         got = self.reads_of.get(key)
         if got is None:
@@ -589,7 +635,9 @@ class _Pipe(StageValues):
                 reads = self.assign[s].reads[i]
                 rd = reads[k] if reads else None
                 if rd is not None and not (other_stages and s == self.home[v]):
-                    got.append((s, rd, self.per_mb(i)))
+                    j = self.prog.producer.get(v)
+                    got.append((s, rd, self.per_mb(i), i in self.summed and j is not None
+                                and self.per_mb(j) and isinstance(rd[0], Partial)))
         return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
@@ -622,7 +670,8 @@ class _Prepared:
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
     (``(result index, n)``), its results' name hints (``None`` for an unused one),
     whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), the indices
-    of its shape operands and the device of each virtual rank on its stage."""
+    of its shape operands, the device of each virtual rank on its stage and whether it
+    runs on each device's sums over its microbatches (``_Pipe.summed``)."""
 
     s: int
     op: Op
@@ -636,6 +685,7 @@ class _Prepared:
     vocab: bool
     shape_ks: frozenset[int]
     devs: tuple[int, ...]
+    summed: bool
 
 
 class _Layers:
