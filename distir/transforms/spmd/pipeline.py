@@ -195,6 +195,9 @@ class _Pipe(StageValues):
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
         self.collapsed, self.sums, self.unsummed = set(), {}, {}
+        self.held: list[tuple[Value, int, int]] = []
+        """Pieces made in the current layer's run, to add to their running sums at its
+        end (``_release``)."""
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
@@ -211,6 +214,11 @@ class _Pipe(StageValues):
         self.layer_of: dict[int, int] = {} if structure is None else {
             i: a for i, a in structure.anchor.items() if 1 <= a <= structure.num_layers}
         """The layer (``Structure``'s anchor) of each op of a repeated layer."""
+        stages_of: dict[int, set[int | None]] = {}
+        for i, layer in self.layer_of.items():
+            stages_of.setdefault(layer, set()).add(st.stage[i])
+        self.whole = {layer for layer, ss in stages_of.items() if len(ss) == 1}
+        """The repeated layers whose ops are all on one stage."""
         self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
         """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.stage = {i: s for i, s in enumerate(st.stage) if s is not None}
@@ -488,7 +496,12 @@ class _Pipe(StageValues):
                 frozenset(k for k, v in enumerate(op.inputs)
                           if v is not None and is_shape_operand(op, k)),
                 tuple(self.dev(s, r) for r in range(self.all[-1] + 1)),
-                i in self.summed)
+                i in self.summed, i)
+            if self.st.phase[i] == "H" and op.inputs and not got.vocab:
+                # independent of the batch: equal ops on equal values are one value on a
+                # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
+                got.form = (op.op_type, tuple(sorted(attrs.items())), got.outs, got.scaled,
+                            got.once)
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -543,7 +556,7 @@ class _Pipe(StageValues):
             args = [x[r] for x in ins]
             if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
-            key = (i, d, tuple(map(id, args)))
+            key = (pre.form, d, tuple(map(id, args)))
             got = memo.get(key)
             if got is None:
                 attrs = pre.attrs  # shared: an op's attributes are immutable
@@ -608,7 +621,11 @@ class _Pipe(StageValues):
             if m is not None and not per_mb:
                 if not other_stages and self.k > 1 and (summed or not isinstance(rd[0],
                                                                                  Partial)):
-                    self._accumulate(v, s0, m)
+                    if m < self.k - 1 and self.layer_of.get(self.prog.producer[v]) in \
+                            self.whole:  # added at the end of its layer (``_release``)
+                        self.held.append((v, s0, m))
+                    else:  # now: its sum over the replicas starts right away
+                        self._accumulate(v, s0, m)
                 if m != self.k - 1:
                     continue
                 want = self.all
@@ -620,6 +637,16 @@ class _Pipe(StageValues):
                 self.get(x, s0, self._tau(x, s, rd), want)
             elif rd != self.spec(v, s0):
                 self.get(x, s, rd, want)
+
+    def _release(self) -> None:
+        """Add the pieces ``held`` to their running sums. A microbatch's gradient pieces
+        (but the last microbatch's, whose sums are all-reduced as soon as complete) are
+        added at the end of their layer's backward run, as ``dtp`` adds them, when that
+        layer's activations are freed: added as each is made, the old and new sums and
+        the piece would be live together beside them, at the stage's peak."""
+        held, self.held = self.held, []
+        for v, s, m in held:
+            self._accumulate(v, s, m)
 
     def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool, bool]]:
         """``(stage, spec, per microbatch, on the sums)`` of every reader of ``v`` (on
@@ -663,7 +690,7 @@ class _Pipe(StageValues):
         return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
     results' specs, local attributes (normalized), whether it runs per microbatch, the
@@ -686,6 +713,9 @@ class _Prepared:
     shape_ks: frozenset[int]
     devs: tuple[int, ...]
     summed: bool
+    form: Any
+    """The op's key among the ops written (``_Pipe.memo``): its index, or for a
+    batch-independent op its type, attributes and results' specs."""
 
 
 class _Layers:
@@ -702,6 +732,7 @@ class _Layers:
         layer = None if i is None else self.pipe.layer_of.get(i)
         if layer == self.layer:
             return
+        self.pipe._release()  # the layer's pieces into their running sums, in its run
         here = len(self.pipe.b.ops)
         if self.layer is not None:
             self.pipe.layer_runs.append((self.label, self.start, here))
