@@ -31,9 +31,14 @@ its microbatches), the optimizer updates once after them. A change of placement 
 data axis needs every microbatch: a sum (gradients, ``P -> R``) adds the ``K`` pieces on
 each device, then all-reduces over the ``dp`` replicas, right after the last microbatch
 made them (so it overlaps the remaining backward work); a gather concatenates the ``K``
-pieces and all-gathers. A forward or backward op that needs such a change (a value
-gathered over the batch: GPT-2's token-embedding gradient), and every op reading its
-results, runs once after the units, on every microbatch's pieces.
+pieces and all-gathers. A microbatch's pieces made in a repeated layer whole on its stage
+are added at the end of the layer's run (``_release``), as ``dtp`` adds after its layer
+call. An op run once after the microbatches that is linear in a value partial on the data
+axis (by its layout rule) runs once per device on the running sums (``_summed_ops``,
+``StageValues._summed``), so that no device keeps every microbatch's piece to the end.
+A forward or backward op that needs such a change (a value gathered over the batch: HF
+GPT-2's attention mask), and every op reading its results, runs once after the units, on
+every microbatch's pieces.
 
 The placed variant takes each device's parameters (``{name}_d{device}``, a batch input
 as its replica's slice, cut into the ``K`` microbatches by a ``Split``) and returns every
