@@ -31,9 +31,14 @@ its microbatches), the optimizer updates once after them. A change of placement 
 data axis needs every microbatch: a sum (gradients, ``P -> R``) adds the ``K`` pieces on
 each device, then all-reduces over the ``dp`` replicas, right after the last microbatch
 made them (so it overlaps the remaining backward work); a gather concatenates the ``K``
-pieces and all-gathers. A forward or backward op that needs such a change (a value
-gathered over the batch: GPT-2's token-embedding gradient), and every op reading its
-results, runs once after the units, on every microbatch's pieces.
+pieces and all-gathers. A microbatch's pieces made in a repeated layer whole on its stage
+are added at the end of the layer's run (``_release``), as ``dtp`` adds after its layer
+call. An op run once after the microbatches that is linear in a value partial on the data
+axis (by its layout rule) runs once per device on the running sums (``_summed_ops``,
+``StageValues._summed``), so that no device keeps every microbatch's piece to the end.
+A forward or backward op that needs such a change (a value gathered over the batch: HF
+GPT-2's attention mask), and every op reading its results, runs once after the units, on
+every microbatch's pieces.
 
 The placed variant takes each device's parameters (``{name}_d{device}``, a batch input
 as its replica's slice, cut into the ``K`` microbatches by a ``Split``) and returns every
@@ -58,7 +63,16 @@ from distir.ir.verify import verify
 from distir.transforms.spmd.aligned import aligned_axis, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
-from distir.transforms.spmd.mesh import Mesh, Partial, R, Shard, Spec, local_shape, replicated
+from distir.transforms.spmd.mesh import (
+    Mesh,
+    Partial,
+    R,
+    Replicate,
+    Shard,
+    Spec,
+    local_shape,
+    replicated,
+)
 from distir.transforms.spmd.outline import Copied, outline
 from distir.transforms.spmd.redistribute import plan
 from distir.transforms.spmd.replay import Replay
@@ -193,10 +207,14 @@ class _Pipe(StageValues):
         self.all = list(range(0, self.written * k * inner, inner if self.fold else 1))
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
+        self.collapsed, self.sums, self.unsummed = set(), {}, {}
+        self.held: list[tuple[Value, int, int]] = []
+        """Pieces made in the current layer's run, to add to their running sums at its
+        end (``_release``)."""
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
-        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool]]] = {}
+        self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool, bool]]] = {}
         """``_after``'s readers of a value (on other stages only, or all)."""
         self.copied: dict[Op, Copied] = {}
         """The placeholders of copied units (``Replay.write``), for ``outline``."""
@@ -209,6 +227,11 @@ class _Pipe(StageValues):
         self.layer_of: dict[int, int] = {} if structure is None else {
             i: a for i, a in structure.anchor.items() if 1 <= a <= structure.num_layers}
         """The layer (``Structure``'s anchor) of each op of a repeated layer."""
+        stages_of: dict[int, set[int | None]] = {}
+        for i, layer in self.layer_of.items():
+            stages_of.setdefault(layer, set()).add(st.stage[i])
+        self.whole = {layer for layer, ss in stages_of.items() if len(ss) == 1}
+        """The repeated layers whose ops are all on one stage."""
         self.origin: list[tuple[Value, Value, Spec, Mesh, int]] = []
         """Each placed parameter: ``(placed, sequential, spec, stage mesh, mesh rank)``."""
         self.stage = {i: s for i, s in enumerate(st.stage) if s is not None}
@@ -223,6 +246,7 @@ class _Pipe(StageValues):
             for kk, v in enumerate(op.inputs):
                 if v is not None and not is_shape_operand(op, kk):
                     self.readers.setdefault(v, []).append((i, kk))
+        self.summed = self._summed_ops() if k > 1 else set()
 
     def _deferred(self) -> set[int]:
         """The forward and backward ops that need every microbatch (a read that changes the
@@ -248,6 +272,31 @@ class _Pipe(StageValues):
                 if any(x.axis == 0 and x.kind != "split" for x in plan(src, rd)):
                     out.add(i)
                     break
+        return out
+
+    def _summed_ops(self) -> set[int]:
+        """The ops run once after the microbatches (updates, deferred ops) that read a
+        value partial on the data axis and keep it so: every result partial on it, every
+        input read partial or whole on it, a bias not added once on it (``bias_once``),
+        not vocabulary-parallel. By its layout rule such an op is linear in its partial
+        inputs, so it runs once per device on each device's sum over its microbatches
+        (``_summed``; its results ``collapsed``), not on each microbatch's piece."""
+        prog, st = self.prog, self.st
+        out: set[int] = set()
+        for i in prog.live_ops:
+            s = self.stage[i]
+            a = self.assign[s]
+            reads, got = a.reads[i], a.outcomes[i]
+            if self.per_mb(i) or not reads or got is None or st.phase[i] == "H":
+                continue
+            op = prog.ops[i]
+            firsts = [rd[0] for rd in reads if rd is not None]
+            if all(o is not None and isinstance(o[0], Partial) for o in got.outs) and \
+                    any(isinstance(x, Partial) for x in firsts) and \
+                    all(isinstance(x, Partial | Replicate) for x in firsts) and \
+                    0 not in bias_once(op, reads, got.outs) and \
+                    vocab_axis(prog, op, reads) is None:
+                out.add(i)
         return out
 
     def per_mb(self, i: int) -> bool:
@@ -460,7 +509,13 @@ class _Pipe(StageValues):
                 aligned_axis(self.prog, op, reads) is not None,
                 frozenset(k for k, v in enumerate(op.inputs)
                           if v is not None and is_shape_operand(op, k)),
-                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)))
+                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)),
+                i in self.summed, i)
+            if self.st.phase[i] == "H" and op.inputs and not got.vocab:
+                # independent of the batch: equal ops on equal values are one value on a
+                # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
+                got.form = (op.op_type, tuple(sorted(attrs.items())), got.outs, got.scaled,
+                            got.once)
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -488,6 +543,8 @@ class _Pipe(StageValues):
                 ins.append(self._aligned_ins(i, rs))
             else:
                 assert sp is not None
+                if pre.summed and isinstance(sp[0], Partial) and v not in self.collapsed:
+                    v = self._summed(v)  # each device's sum over its microbatches
                 made = pieces.get((v, s))  # placed so already (``get``'s first case)
                 lst = None if made is None else made.get(sp)
                 if lst is None or any(lst[r] is None for r in rs):
@@ -515,7 +572,7 @@ class _Pipe(StageValues):
             args = [x[r] for x in ins]
             if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
                 args = args[:2]
-            key = (i, d, tuple(map(id, args)))
+            key = (pre.form, d, tuple(map(id, args)))
             got = memo.get(key)
             if got is None:
                 attrs = pre.attrs  # shared: an op's attributes are immutable
@@ -534,6 +591,8 @@ class _Pipe(StageValues):
             got_k = res[k]
             for r in rs:
                 lst[r] = got_k[r]
+        if pre.summed:
+            self.collapsed.update(op.outputs)
         if not per_mb:
             for o in op.outputs:
                 self._after(o, None, other_stages=False)
@@ -573,24 +632,43 @@ class _Pipe(StageValues):
             return
         s0 = self.home[v]
         rs = self.ranks_of[m] if m is not None else self.all
-        for s, rd, per_mb in reads_of:
-            want = rs
+        for s, rd, per_mb, summed in reads_of:
+            want, x = rs, v
             if m is not None and not per_mb:
-                if not other_stages and self.k > 1 and not isinstance(rd[0], Partial):
-                    self._accumulate(v, s0, m)
+                if not other_stages and self.k > 1 and (summed or not isinstance(rd[0],
+                                                                                 Partial)):
+                    if m < self.k - 1 and self.layer_of.get(self.prog.producer[v]) in \
+                            self.whole:  # added at the end of its layer (``_release``)
+                        self.held.append((v, s0, m))
+                    else:  # now: its sum over the replicas starts right away
+                        self._accumulate(v, s0, m)
                 if m != self.k - 1:
                     continue
                 want = self.all
+                if summed:  # its reader runs on the sums (``_summed``)
+                    x = self._summed(v)
             if other_stages:
-                self.get(v, s, rd, want)
+                self.get(x, s, rd, want)
             elif s != s0:
-                self.get(v, s0, self._tau(v, s, rd), want)
+                self.get(x, s0, self._tau(x, s, rd), want)
             elif rd != self.spec(v, s0):
-                self.get(v, s, rd, want)
+                self.get(x, s, rd, want)
 
-    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool]]:
-        """``(stage, spec, per microbatch)`` of every reader of ``v`` (on other stages
-        only, with ``other_stages``), made once."""
+    def _release(self) -> None:
+        """Add the pieces ``held`` to their running sums. A microbatch's gradient pieces
+        (but the last microbatch's, whose sums are all-reduced as soon as complete) are
+        added at the end of their layer's backward run, as ``dtp`` adds them, when that
+        layer's activations are freed: added as each is made, the old and new sums and
+        the piece would be live together beside them, at the stage's peak."""
+        held, self.held = self.held, []
+        for v, s, m in held:
+            self._accumulate(v, s, m)
+
+    def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool, bool]]:
+        """``(stage, spec, per microbatch, on the sums)`` of every reader of ``v`` (on
+        other stages only, with ``other_stages``), made once; ``on the sums``: it reads
+        each device's sum over its microbatches of ``v``, made once per microbatch
+        (``_summed``)."""
         key = (v, other_stages)
         got = self.reads_of.get(key)
         if got is None:
@@ -600,7 +678,9 @@ class _Pipe(StageValues):
                 reads = self.assign[s].reads[i]
                 rd = reads[k] if reads else None
                 if rd is not None and not (other_stages and s == self.home[v]):
-                    got.append((s, rd, self.per_mb(i)))
+                    j = self.prog.producer.get(v)
+                    got.append((s, rd, self.per_mb(i), i in self.summed and j is not None
+                                and self.per_mb(j) and isinstance(rd[0], Partial)))
         return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
@@ -638,7 +718,7 @@ class _Pipe(StageValues):
         return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
 
 
-@dataclass(frozen=True, slots=True, eq=False)
+@dataclass(slots=True, eq=False)
 class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
     results' specs, local attributes (normalized), whether it runs per microbatch, the
@@ -646,7 +726,8 @@ class _Prepared:
     (``(result index, n)``), its results' name hints (``None`` for an unused one),
     whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), whether it
     is a lookup of known indices aligned with its split data (``aligned``), the indices
-    of its shape operands and the device of each virtual rank on its stage."""
+    of its shape operands, the device of each virtual rank on its stage and whether it
+    runs on each device's sums over its microbatches (``_Pipe.summed``)."""
 
     s: int
     op: Op
@@ -661,6 +742,10 @@ class _Prepared:
     aligned: bool
     shape_ks: frozenset[int]
     devs: tuple[int, ...]
+    summed: bool
+    form: Any
+    """The op's key among the ops written (``_Pipe.memo``): its index, or for a
+    batch-independent op its type, attributes and results' specs."""
 
 
 class _Layers:
@@ -677,6 +762,7 @@ class _Layers:
         layer = None if i is None else self.pipe.layer_of.get(i)
         if layer == self.layer:
             return
+        self.pipe._release()  # the layer's pieces into their running sums, in its run
         here = len(self.pipe.b.ops)
         if self.layer is not None:
             self.pipe.layer_runs.append((self.label, self.start, here))

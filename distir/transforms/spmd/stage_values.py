@@ -78,6 +78,15 @@ class StageValues:
     microbatches is written once."""
     running: dict[tuple[Value, int], dict[Any, Any]]
     """Running sums over microbatches per device (``_accumulate``)."""
+    collapsed: set[Value]
+    """Values partial on the data axis whose pieces are each device's sum over its
+    microbatches, the same piece at each of its microbatches' ranks (the results of the
+    ops run once on such sums, ``_Pipe.summed``, and ``_summed``'s values): a sum over
+    the data axis adds one piece per device, not ``K``."""
+    sums: dict[Value, Value]
+    """``_summed``'s value of each value summed over the microbatches."""
+    unsummed: dict[Value, Value]
+    """The value of which each of ``sums``' values is the sum."""
 
     # -- devices and names -----------------------------------------------------------------
     def each(self, f: Any) -> list[Value | None]:
@@ -113,6 +122,7 @@ class StageValues:
 
     def spec(self, v: Value, s: int) -> Spec:
         """The spec ``v`` is produced with (a parameter: as placed on stage ``s``)."""
+        v = self.unsummed.get(v, v)
         if v in self.prog.param_set:
             return self.assign[s].spec(v)
         return self.assign[self.home[v]].spec(v)
@@ -130,7 +140,8 @@ class StageValues:
                 if reads and reads[k] is not None:
                     dsts.append(reads[k])  # type: ignore[arg-type]
             tau = _moved(src, dsts)
-            if check_spec(self.prog.shape(v), tau, self.vmesh) is not None:
+            if check_spec(self.prog.shape(self.unsummed.get(v, v)), tau,
+                          self.vmesh) is not None:
                 tau = src
             self.base[key] = tau
         return tau
@@ -153,6 +164,37 @@ class StageValues:
             j = self.prank[r]
             run[j] = x if m == 0 else self.b.op("Add", run[j], x,
                                                 name=f"{name_hint(v)}_d{self.dev(s, r)}")
+
+    def _summed(self, v: Value) -> Value:
+        """A value standing for each device's sum of its microbatches' pieces of ``v``
+        (partial on the data axis, made once per microbatch): the running sums when they
+        are complete (``_accumulate``), else the pieces added now; ``collapsed``, on
+        ``v``'s stage in its spec. An op run once after the microbatches that reads ``v``
+        partial on the data axis and keeps it so (linear in it, by its layout rule) reads
+        this instead, once per device, so that no device holds its ``K`` pieces, its
+        ``K`` results or their ``K`` sends (as ``dtp``'s running sums)."""
+        got = self.sums.get(v)
+        if got is not None:
+            return got
+        s = self.home[v]
+        key = (v, s)
+        base = self.base[key]
+        run = self.running.get(key)
+        if run is None or run["m"] != self.k - 1:  # no running sum: add the pieces now
+            lst = self.pieces[key][base]
+            run = {}
+            for r in self.all:
+                j = self.prank[r]
+                x = lst[r]
+                run[j] = x if j not in run else self.b.op(
+                    "Add", run[j], x, name=f"{name_hint(v)}_d{self.dev(s, r)}")
+        got = self.sums[v] = Value(v.name, v.type)
+        self.unsummed[got] = v
+        self.home[got] = s
+        self.collapsed.add(got)
+        self.pieces[(got, s)] = {base: self.each(lambda r: run[self.prank[r]])}
+        self.base[(got, s)] = base
+        return got
 
     # -- values on stages ------------------------------------------------------------------
     def get(self, v: Value, s: int, dst: Spec, rs: list[int]) -> list[Value | None]:
@@ -182,7 +224,7 @@ class StageValues:
         what the producer holds whole)."""
         prog, vm = self.prog, self.vmesh
         key = (v, s)
-        i = prog.producer.get(v)
+        i = prog.producer.get(self.unsummed.get(v, v))
         if i is not None and not self.assign[self.home[v]].reads[i]:  # known before running
             arr = prog.const(v)
             if arr is None:
@@ -284,11 +326,12 @@ class StageValues:
             raise TransformError(f"%{v.name} is split in groups along the data axis: cannot "
                                  "gather it over microbatches")
         dp = vm.shape[0] // k
+        once = v in self.collapsed and isinstance(step.before[0], Partial)  # a piece per
         for g in vm.groups(0)[:self.inner:self.inner if self.fold else 1]:  # virtual
             # coordinate d*K + m on the data axis, at each written inner coordinate
             per: list[Value] = []
-            for d in range(self.written):
-                own = [cur[r] for r in g[d * k:(d + 1) * k]]
+            for d in range(self.written):  # device: its microbatches' sum
+                own = [cur[r] for r in g[d * k:(d + 1) * k:k if once else 1]]
                 name = f"{name_hint(v)}_d{self.dev(s, g[d * k])}"
                 run = self.running.get((v, s))
                 if step.kind == "allgather":
