@@ -21,7 +21,7 @@ G="python3 -m distir grid-search --model gpt2 --n-layer 12 --d-model 1024 --n-he
 for round in 1 2; do
   for t in dtp passes; do
     s=$SECONDS
-    timeout -s INT -k 20 200 $G --transform $t -o "$OUT/${t}_$round.csv" >> "$L" 2>&1
+    timeout -s INT -k 20 130 $G --transform $t -o "$OUT/${t}_$round.csv" >> "$L" 2>&1
     echo "### $t round $round rc $? after $((SECONDS - s)) s" >> "$L"
   done
 done
