@@ -10,7 +10,7 @@ message sizes, each the median of ``trials`` trials started at a barrier and end
 rank is done (perf_counter around a device synchronization, the slowest rank's time):
 
 - ``t_comm``: the all-reduce alone;
-- ``t_compute``: ``reps`` matrix products, chosen to last about 2.5 x ``t_comm``;
+- ``t_compute``: ``reps`` matrix products, chosen to last about 2.5 x ``t_comm`` (``--ratio``);
 - ``t_both``: the all-reduce started with ``async_op=True``, then the products, then a wait.
 
 With the compute longer than the collective, the simulator's model says
@@ -21,6 +21,7 @@ t_compute) / t_comm``, and the profile gets their median (clipped to [0, 1]).
     python -m calibration.overlap --profile calibration/profiles/h200-sxm.json
     python -m calibration.overlap --cpu --world 2         # gloo smoke test
     python -m calibration.overlap --cuda-graph            # each run replayed as a CUDA graph
+    python -m calibration.overlap --ratio 0.4             # compute shorter than the collective
 
 ``--profile`` writes the median into that profile (in place, or to ``--write``).
 
@@ -52,12 +53,17 @@ CPU_SIZES = [1 << 20, 4 << 20]
 
 def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int = 7,
                     timeout_s: float = 300.0, cuda_graph: bool = False,
-                    memory: bool = False) -> list[dict[str, Any]]:
+                    memory: bool = False, ratio: float = 2.5) -> list[dict[str, Any]]:
     """One row per message size: ``bytes``, ``t_comm``, ``t_compute``, ``t_both``,
     ``reps`` (kernels per run), ``slowdown``, ``device``, ``group_size``, ``cuda_graph``
     (each run replayed as a CUDA graph: NCCL only), ``compute`` (``"mm"``: matrix
     products); with ``memory``, as many rows again beside a bandwidth-bound kernel
-    (``"memory"``: an elementwise sum of 128 MiB tensors)."""
+    (``"memory"``: an elementwise sum of 128 MiB tensors). The compute lasts about
+    ``ratio`` x the all-reduce alone: below 1 the all-reduce is the longer, and ``t_both``
+    over ``t_comm`` shows how much the compute beside it slows the collective itself
+    (the simulator keeps an overlapped collective at its time alone)."""
+    if ratio <= 0:
+        raise ValueError(f"ratio must be positive, got {ratio}")
     if cuda_graph and backend != "nccl":
         raise ValueError("--cuda-graph needs GPUs (NCCL): gloo collectives cannot be captured")
     import torch.multiprocessing as mp
@@ -66,7 +72,7 @@ def measure_overlap(world: int, backend: str, sizes: list[int], *, trials: int =
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
         mp.spawn(_worker, args=(world, backend, sizes, trials, _free_port(), out, timeout_s,
-                                cuda_graph, memory), nprocs=world, join=True)
+                                cuda_graph, memory, ratio), nprocs=world, join=True)
         with open(out, encoding="utf-8") as f:
             rows: list[dict[str, Any]] = json.load(f)
     return rows
@@ -96,7 +102,7 @@ def write_profile(path: str, value: float, out: str | None = None) -> None:
 
 def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, port: int,
             out: str, timeout_s: float, cuda_graph: bool = False,
-            memory: bool = False) -> None:
+            memory: bool = False, ratio: float = 2.5) -> None:
     import datetime
 
     import torch
@@ -110,7 +116,7 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        rows = _measure(rank, device, sizes, trials, cuda_graph, memory)
+        rows = _measure(rank, device, sizes, trials, cuda_graph, memory, ratio)
         if rank == 0:
             with open(out, "w", encoding="utf-8") as f:
                 json.dump(rows, f)
@@ -119,7 +125,8 @@ def _worker(rank: int, world: int, backend: str, sizes: list[int], trials: int, 
 
 
 def _measure(rank: int, device: Any, sizes: list[int], trials: int,
-             cuda_graph: bool = False, memory: bool = False) -> list[dict[str, Any]]:
+             cuda_graph: bool = False, memory: bool = False, ratio: float = 2.5,
+             ) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
@@ -180,23 +187,24 @@ def _measure(rank: int, device: Any, sizes: list[int], trials: int,
         t_kernel = slowest(kernel)
         for nbytes in sizes:
             buf = torch.ones(nbytes // 2 if cuda else nbytes // 4, dtype=dt, device=device)
-            t_comm, t_compute, t_both, reps = _one_size(slowest, buf, kernel, t_kernel)
+            t_comm, t_compute, t_both, reps = _one_size(slowest, buf, kernel, t_kernel, ratio)
             rows.append({"bytes": nbytes, "group_size": dist.get_world_size(), "reps": reps,
                          "compute": kind, "t_comm": t_comm, "t_compute": t_compute,
                          "t_both": t_both, "slowdown": (t_both - t_compute) / t_comm,
+                         "ratio": ratio,
                          "cuda_graph": cuda_graph,
                          "device": torch.cuda.get_device_name(device) if cuda else "cpu"})
     return rows
 
 
-def _one_size(slowest: Any, buf: Any, kernel: Any, t_kernel: float,
+def _one_size(slowest: Any, buf: Any, kernel: Any, t_kernel: float, ratio: float = 2.5,
               ) -> tuple[float, float, float, int]:
     """``(t_comm, t_compute, t_both, reps)`` for one all-reduce buffer beside ``kernel``
-    repeated to last about 2.5 x the all-reduce."""
+    repeated to last about ``ratio`` x the all-reduce."""
     import torch.distributed as dist
 
     t_comm = slowest(lambda: dist.all_reduce(buf))
-    reps = max(1, round(2.5 * t_comm / max(t_kernel, 1e-9)))
+    reps = max(1, round(ratio * t_comm / max(t_kernel, 1e-9)))
 
     def compute() -> None:
         for _ in range(reps):
@@ -223,6 +231,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--memory", action="store_true",
                     help="also beside a bandwidth-bound kernel (an elementwise sum); "
                     "--profile still stores the products' median")
+    ap.add_argument("--ratio", type=float, default=2.5,
+                    help="the compute's length over the all-reduce's (default 2.5); below "
+                    "1 the table's last column shows the collective slowed by the compute")
     ap.add_argument("--cuda-graph", action="store_true",
                     help="time each run replayed as a CUDA graph (GPUs only), as the "
                     "backend's --cuda-graph steps run")
@@ -239,6 +250,10 @@ def main(argv: list[str] | None = None) -> int:
         except DistIRError as e:
             print(e, file=sys.stderr)
             return 2
+    if not args.ratio > 0:
+        print(f"error: --ratio {args.ratio}: give the compute's length over the "
+              "all-reduce's, a positive number (e.g. 0.4 or 2.5)", file=sys.stderr)
+        return 2
     if args.cpu:
         if args.cuda_graph:
             print("error: --cuda-graph needs GPUs: gloo collectives cannot be captured",
@@ -257,14 +272,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: the overlap needs 2 or more processes, got {world}", file=sys.stderr)
         return 2
     rows = measure_overlap(world, backend, sizes, trials=args.trials,
-                           cuda_graph=args.cuda_graph, memory=args.memory)
+                           cuda_graph=args.cuda_graph, memory=args.memory,
+                           ratio=args.ratio)
     how = ", replayed as CUDA graphs" if args.cuda_graph else ""
     print(f"overlap of all-reduce and compute, {world} x {rows[0]['device']}{how}")
     print(f"{'compute':>8} {'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} "
-          f"{'slowdown':>9}")
+          f"{'slowdown':>9} {'both/longer':>12}")
     for r in rows:
+        longer = max(r["t_comm"], r["t_compute"])
         print(f"{r['compute']:>8} {r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} "
-              f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f}")
+              f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f} "
+              f"{r['t_both'] / longer:>12.3f}")
     if args.memory:
         print(f"beside the bandwidth-bound kernel (median): {slowdown(rows, 'memory'):.3f}")
     value = slowdown(rows)

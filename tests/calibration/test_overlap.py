@@ -96,3 +96,16 @@ def test_cuda_graph_rows_on_gpus() -> None:
 
     rows = measure_overlap(2, "nccl", [8 << 20], trials=2, cuda_graph=True)
     assert rows[0]["cuda_graph"] and min(rows[0]["t_comm"], rows[0]["t_both"]) > 0
+
+
+def test_a_short_compute_rows_and_a_bad_ratio(tmp_path: Path,
+                                               capsys: pytest.CaptureFixture) -> None:
+    rows_path = tmp_path / "rows.json"
+    assert main(["--cpu", "--world", "2", "--trials", "1", "--ratio", "0.4",
+                 "--json", str(rows_path)]) == 0
+    rows = json.loads(rows_path.read_text())
+    assert all(r["ratio"] == 0.4 and r["reps"] >= 1 for r in rows)
+    assert "both/longer" in capsys.readouterr().out
+    assert main(["--cpu", "--ratio", "0"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert "--ratio 0.0" in err and "\n" not in err
