@@ -10,8 +10,9 @@ echo "### project commit $(cat COMMIT)" >> "$L"
 nvidia-smi -L >> "$L"
 for i in 1 2; do
   for g in "" "--cuda-graph"; do
+    m=eager; [ -n "$g" ] && m=graph
     for r in 0.4 2.5; do
-      n=r${r}_${g:+graph}${g:-eager}_$i
+      n=r${r}_${m}_$i
       timeout -s INT -k 20 100 python3 -m calibration.overlap --memory --ratio $r $g \
           --json "$OUT/$n.json" >> "$L" 2>&1
       echo "### $n rc $?" >> "$L"
