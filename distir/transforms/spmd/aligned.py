@@ -12,6 +12,11 @@ such a lookup on a batch split: with it, the mask and every op reading it stay s
 the batch (per microbatch in a pipeline), as ``dtp`` keeps them (``Sharding._pull_batch``,
 which reaches the same split by recomputing the positions from the local batch size).
 
+The indices are ``Program.known``'s: kept by the type propagator, or computed once from
+the constants and shapes they are made of where they are too many to be kept (a mask over
+more than ``CONCRETE_LIMIT`` positions), up to ``KNOWN_LIMIT`` elements; the ops making
+them are then left out of the lowered programs (``index_only``).
+
 ``aligned_dim`` is the rule's test (``rules`` asks for the indices split so, and gives the
 result split along the indices' dimension); ``local_indices`` is what both lowerings
 (``lower``, ``lower_pipeline``) give a device's lookup instead of the indices' piece: its
