@@ -20,13 +20,18 @@ from distir.ir.printer import Namer, _Printer
 from distir.ir.schemas import COMM_OPS
 from distir.ir.types import TensorType
 
-__all__ = ["Program", "SHAPE_OPERANDS", "inline_calls"]
+__all__ = ["Program", "SHAPE_OPERANDS", "KNOWN_LIMIT", "inline_calls"]
 
 SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Split", 1),
                             ("ConstantOfShape", 0)})
 """``(op, input)`` pairs whose value is a shape that transforms recompute locally."""
 
 SHAPE_OPS = frozenset({"Shape", "Size"})
+
+KNOWN_LIMIT = 1 << 22
+"""The most elements ``Program.known`` computes for one value, summed over the results of
+the ops it evaluates (4,194,304: 32 MiB of ``Int64``); a value that needs more stays
+unknown."""
 
 
 class Program:
@@ -50,6 +55,7 @@ class Program:
         self._attrs: dict[tuple, dict[str, Any]] = {}
         self._full_attrs = full_attrs
         self._namer: _Named | None = None
+        self._known: dict[Value, np.ndarray | None] = {}
         self.derived: dict[Any, Any] = {}
         """Memos of passes over this program, each under its pass's key (the spmd op rules
         per mesh shape): kept as long as the program, shared by every configuration."""
@@ -102,6 +108,62 @@ class Program:
             return None
         a = self.env.get(v)
         return getattr(a, "value", None)
+
+    def known(self, v: Value | None) -> np.ndarray | None:
+        """The value of ``v`` where it is known before running: ``const``'s, else computed
+        once (memoized) with the reference rules from known values (constants, shapes) where
+        the ops making ``v`` read no parameter but known ones and their results hold at most
+        ``KNOWN_LIMIT`` elements in all (the type propagator keeps values of at most
+        ``CONCRETE_LIMIT`` elements: positions over a large batch are not kept); else
+        ``None``."""
+        if v is None:
+            return None
+        c = self.const(v)
+        if c is not None:
+            return np.asarray(c)
+        if v not in self._known:
+            self._known[v] = self._evaluate(v)
+        return self._known[v]
+
+    def _evaluate(self, v: Value) -> np.ndarray | None:
+        """``v`` computed from the known values its ops read (``known``), or ``None``."""
+        from distir.analysis.interpreter import NumpyInterpreter
+        from distir.errors import DistIRError
+
+        need: set[int] = set()
+        stack, seen, total = [v], {v}, 0
+        while stack:
+            u = stack.pop()
+            if self.const(u) is not None:
+                continue
+            i = self.producer.get(u)
+            if i is None:  # a parameter: data
+                return None
+            if i in need:
+                continue
+            need.add(i)
+            op = self.ops[i]
+            for o in op.outputs:
+                t = self.type(o)
+                total += t.numel if isinstance(t, TensorType) else KNOWN_LIMIT + 1
+            if total > KNOWN_LIMIT:
+                return None
+            for w in op.inputs:
+                if w is not None and w not in seen:
+                    seen.add(w)
+                    stack.append(w)
+        interp = NumpyInterpreter()
+        env: dict[Value, Any] = {}
+        for i in sorted(need):  # program order
+            op = self.ops[i]
+            args = tuple(None if w is None else env[w] if w in env else self.const(w)
+                         for w in op.inputs)
+            try:
+                env.update(zip(op.outputs, interp.eval_op(op, args), strict=True))
+            except DistIRError:  # no reference rule: not known
+                return None
+        t = self.type(v)
+        return np.asarray(env[v], dtype=t.dtype.np).reshape(t.shape)
 
     def attrs(self, op: Op) -> dict[str, Any]:
         key = (op.op_type, op.attrs_key)

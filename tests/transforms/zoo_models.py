@@ -15,13 +15,15 @@ from tests.zoo.models import BY_NAME
 BATCH = 4
 """The batch size the zoo transform tests bind."""
 
-_cache: dict[tuple[str, str], Any] = {}
+_cache: dict[tuple, Any] = {}
 
 
-def zoo_analysis(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
-    """The imported model (batch ``BATCH``) and its analysis; skipped when the exporter
-    fails on the model (the zoo's own tests report that). Callers must not modify them."""
-    key = (name, exporter)
+def zoo_analysis(name: str, exporter: str, batch: int = BATCH, seq: int | None = None,
+                 ) -> tuple[distir.Module, Analysis]:
+    """The imported model (batch ``batch``, sequences of ``seq`` tokens for token models,
+    default the zoo's) and its analysis; skipped when the exporter fails on the model (the
+    zoo's own tests report that). Callers must not modify them."""
+    key = (name, exporter, batch, seq)
     if key not in _cache:
         spec = BY_NAME[name]
         try:
@@ -29,7 +31,8 @@ def zoo_analysis(name: str, exporter: str) -> tuple[distir.Module, Analysis]:
         except ExportFailed as e:
             _cache[key] = str(e)
         else:
-            m = distir.import_onnx(path, dims=spec.dims(batch=BATCH))
+            dims = spec.dims(batch=batch) if seq is None else spec.dims(batch=batch, seq=seq)
+            m = distir.import_onnx(path, dims=dims)
             _cache[key] = (m, analyze(m.entry))
     got = _cache[key]
     if isinstance(got, str):

@@ -12,6 +12,11 @@ such a lookup on a batch split: with it, the mask and every op reading it stay s
 the batch (per microbatch in a pipeline), as ``dtp`` keeps them (``Sharding._pull_batch``,
 which reaches the same split by recomputing the positions from the local batch size).
 
+The indices are ``Program.known``'s: kept by the type propagator, or computed once from
+the constants and shapes they are made of where they are too many to be kept (a mask over
+more than ``CONCRETE_LIMIT`` positions), up to ``KNOWN_LIMIT`` elements; the ops making
+them are then left out of the lowered programs (``index_only``).
+
 ``aligned_dim`` is the rule's test (``rules`` asks for the indices split so, and gives the
 result split along the indices' dimension); ``local_indices`` is what both lowerings
 (``lower``, ``lower_pipeline``) give a device's lookup instead of the indices' piece: its
@@ -20,23 +25,24 @@ block, shifted to its rows, as a constant.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 
-from distir.ir.core import Op
-from distir.transforms.program import Program
+from distir.ir.core import Op, Value
+from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS, Program
 from distir.transforms.spmd.mesh import Mesh, Placement, Shard, Spec
 
-__all__ = ["aligned_dim", "aligned_axis", "local_indices"]
+__all__ = ["aligned_dim", "aligned_axis", "local_indices", "index_only"]
 
 
 def _known_indices(prog: Program, op: Op, rows: int) -> np.ndarray | None:
-    """``op``'s indices, known before running, with negative ones made positive."""
-    c = prog.const(op.inputs[1])
-    if c is None:
+    """``op``'s indices, known before running (``Program.known``: computed once where the
+    type propagator did not keep them), with negative ones made positive."""
+    idx = prog.known(op.inputs[1])
+    if idx is None:
         return None
-    idx = np.asarray(c)
     if idx.dtype.kind not in "iu" or idx.size == 0:
         return None
     return np.where(idx < 0, idx + rows, idx)
@@ -102,5 +108,32 @@ def local_indices(prog: Program, op: Op, reads: tuple[Spec | None, ...], mesh: M
         if isinstance(p, Shard):
             idx = np.split(idx, mesh.shape[ax], axis=p.dim)[coords[ax]]
     first = coords[a] * (rows // mesh.shape[a])
-    dt: Any = np.asarray(prog.const(op.inputs[1])).dtype
+    dt: Any = prog.type(op.inputs[1]).dtype.np  # type: ignore[arg-type]
     return np.ascontiguousarray(idx - first, dtype=dt)
+
+
+def index_only(prog: Program, reads_of: Callable[[int], tuple[Spec | None, ...] | None],
+               ) -> frozenset[int]:
+    """The live ops of ``prog`` whose results are read only as the indices of aligned
+    lookups (op ``i`` reads ``reads_of(i)``), directly or through other such ops: the
+    lowerings give those lookups constants (``local_indices``) and leave these ops out
+    (positions too many for the type propagator to keep are otherwise computed on every
+    device for nothing)."""
+    skip = {i for i in prog.live_ops if prog.ops[i].op_type == "Gather" and
+            aligned_axis(prog, prog.ops[i], reads_of(i) or ()) is not None}
+    if not skip:
+        return frozenset()
+    read: set[Value] = set(prog.fn.returns)
+    out: set[int] = set()
+    for i in reversed(prog.live_ops):
+        op = prog.ops[i]
+        if not any(o in read for o in op.outputs):
+            out.add(i)
+            continue
+        if op.op_type in SHAPE_OPS:
+            continue
+        for k, v in enumerate(op.inputs):
+            if v is not None and (op.op_type, k) not in SHAPE_OPERANDS and \
+                    not (k == 1 and i in skip):
+                read.add(v)
+    return frozenset(out)

@@ -31,7 +31,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.program import Program
-from distir.transforms.spmd.aligned import aligned_axis, local_indices
+from distir.transforms.spmd.aligned import aligned_axis, index_only, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.mesh import (
     Mesh,
@@ -83,11 +83,14 @@ class _Lowering:
         self.read_as: dict[Value, set[Spec]] = {v: {replicated(self.mesh)}
                                                  for v in a.prog.fn.returns}
         """Every spec each value is read in (a result: whole)."""
+        self.index_only = index_only(a.prog, a.reads.__getitem__)
+        """Ops read only as an aligned lookup's indices: not written."""
         for op, reads in zip(a.prog.ops, a.reads, strict=True):
             if not reads:
                 continue
+            aligned = aligned_axis(a.prog, op, reads) is not None
             for k, (v, s) in enumerate(zip(op.inputs, reads, strict=True)):
-                if v is None or s is None or is_shape_operand(op, k):
+                if v is None or s is None or is_shape_operand(op, k) or (aligned and k == 1):
                     continue
                 self.read_as.setdefault(v, set()).add(s)
                 if s != a.spec(v) and s not in self.needs.setdefault(v, []):
@@ -128,7 +131,8 @@ class _Lowering:
         for p in prog.fn.params:
             self._made(p)
         for i in prog.live_ops:
-            self._op(prog.ops[i], i)
+            if i not in self.index_only:
+                self._op(prog.ops[i], i)
         rets: list[Value] = []
         for v in prog.fn.returns:
             if not self_contained:

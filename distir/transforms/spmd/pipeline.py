@@ -60,7 +60,7 @@ from distir.ir.builder import FunctionBuilder, normalize_attr
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType
 from distir.ir.verify import verify
-from distir.transforms.spmd.aligned import aligned_axis, local_indices
+from distir.transforms.spmd.aligned import aligned_axis, index_only, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import (
@@ -240,13 +240,21 @@ class _Pipe(StageValues):
             for o in prog.ops[i].outputs:
                 self.home[o] = self.stage[i]
         self.deferred = self._deferred() if k > 1 else set()
+        self.index_only = index_only(prog, self._reads)
+        """Ops read only as an aligned lookup's indices: not written."""
         self.readers = {}  # (op index, input index) of every live read but shape operands
-        for i in prog.live_ops:
+        for i in prog.live_ops:  # and an aligned lookup's indices (constants)
             op = prog.ops[i]
+            aligned = aligned_axis(prog, op, self._reads(i) or ()) is not None
             for kk, v in enumerate(op.inputs):
-                if v is not None and not is_shape_operand(op, kk):
+                if v is not None and not is_shape_operand(op, kk) and not (aligned and kk == 1):
                     self.readers.setdefault(v, []).append((i, kk))
         self.summed = self._summed_ops() if k > 1 else set()
+
+    def _reads(self, i: int) -> tuple | None:
+        """The specs op ``i`` reads on its stage (``None`` for an op on no stage)."""
+        s = self.stage.get(i)
+        return None if s is None else self.assign[s].reads[i]
 
     def _deferred(self) -> set[int]:
         """The forward and backward ops that need every microbatch (a read that changes the
@@ -310,10 +318,11 @@ class _Pipe(StageValues):
         prog, st = self.prog, self.st
         self._params(self_contained)
         for i in prog.live_ops:  # independent of the batch: once, before the microbatches
-            if st.phase[i] == "H" and self.assign[st.stage[i]].reads[i]:  # type: ignore[index]
+            if st.phase[i] == "H" and self._reads(i) and i not in self.index_only:
                 self._op(i, self.all)
         units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
-                           and self.assign[s].reads[i] and i not in self.deferred]
+                           and self.assign[s].reads[i] and i not in self.deferred
+                           and i not in self.index_only]
                  for ph in "FB" for s in range(self.pp)}
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}

@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 
 import distir
-from distir.transforms.spmd import Mesh, R, Shard, communicated_elements, lower, propagate
+from distir.transforms.program import inline_calls
+from distir.transforms.spmd import Mesh, Shard, communicated_elements, lower, propagate
 
-MASKED = """func @main(%x: Tensor[Float32, (4, 8), 0]) {{
+MASKED = """func @main(%x: Tensor[Float32, ({b}, {s}), 0]) {{
   %rows = Shape(%x, end=1)
   %cols = Shape(%x, start=1)
   %zero = Constant(value=dense<Int64, ()>[0])
@@ -26,8 +27,8 @@ MASKED = """func @main(%x: Tensor[Float32, (4, 8), 0]) {{
   %ps0 = Unsqueeze(%ps, %ax0)
   %start = Mul(%pb1, %cols)
   %pos = Add(%start, %ps0)
-  %n = Constant(value=dense<Int64>[32])
-  %last = Constant(value=dense<Int64>[31])
+  %n = Constant(value=dense<Int64>[{n}])
+  %last = Constant(value=dense<Int64>[{last}])
   %order = {order}
   %flat = Reshape(%x, %n)
   %m = Gather(%flat, %order, axis=0)
@@ -37,8 +38,8 @@ MASKED = """func @main(%x: Tensor[Float32, (4, 8), 0]) {{
 """
 
 
-def _fn(order: str) -> distir.Function:
-    return distir.parse(MASKED.format(order=order)).entry
+def _fn(order: str, b: int = 4, s: int = 8) -> distir.Function:
+    return distir.parse(MASKED.format(order=order, b=b, s=s, n=b * s, last=b * s - 1)).entry
 
 
 @pytest.mark.parametrize("order,split", [
@@ -46,37 +47,74 @@ def _fn(order: str) -> distir.Function:
     ("Sub(%pos, %n)", True),  # the same rows counted from the end (negative indices)
     ("Sub(%last, %pos)", False),  # the rows reversed: the other device's, gathered
 ], ids=["own", "negative", "crossed"])
-def test_positions_in_the_own_rows_stay_split(order: str, split: bool) -> None:
-    fn = _fn(order)
+@pytest.mark.parametrize("shape", [(4, 8), (64, 128)], ids=["small", "unkept"])
+def test_positions_in_the_own_rows_stay_split(order: str, split: bool,
+                                              shape: tuple[int, int]) -> None:
+    """Also at 8,192 positions, more than the type propagator keeps (``CONCRETE_LIMIT``):
+    they are computed from the shapes (``Program.known``)."""
+    fn = _fn(order, *shape)
     a = propagate(fn, Mesh.of(2), {"x": (Shard(0),)})
     m = next(o for op in a.prog.ops for o in op.outputs if o.name == "m")
-    assert a.spec(m) == ((Shard(0),) if split else (R,))
-    x = np.arange(32, dtype=np.float32).reshape(4, 8)
+    assert (a.spec(m) == (Shard(0),)) == split  # else gathered or a vocabulary lookup
+    x = np.arange(np.prod(shape), dtype=np.float32).reshape(shape)
     want = distir.execute(fn, [x])[0]
     np.testing.assert_array_equal(distir.execute(lower(a, self_contained=True), [x])[0], want)
     assert (communicated_elements(lower(a)) == 0) == split
 
 
+def test_positions_over_the_limit_gather(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Positions whose computation makes more than ``KNOWN_LIMIT`` elements are not known:
+    the lookup gathers the table, and is still right."""
+    import distir.transforms.program as program
+
+    fn = _fn("Identity(%pos)", 64, 128)
+    monkeypatch.setattr(program, "KNOWN_LIMIT", 8192)  # the positions alone, not the chain
+    a = propagate(fn, Mesh.of(2), {"x": (Shard(0),)})
+    m = next(o for op in a.prog.ops for o in op.outputs if o.name == "m")
+    assert a.spec(m) != (Shard(0),)
+    assert communicated_elements(lower(a)) > 0
+    x = np.arange(8192, dtype=np.float32).reshape(64, 128)
+    np.testing.assert_array_equal(distir.execute(lower(a, self_contained=True), [x])[0],
+                                  distir.execute(fn, [x])[0])
+
+
 @pytest.mark.parametrize("cfg", [(1, 1, 2, 2), (2, 1, 2, 2)], ids=["P2K2", "D2P2K2"])
-def test_hf_gpt2_mask_runs_per_microbatch(cfg: tuple[int, int, int, int]) -> None:
+@pytest.mark.parametrize("size", [(4, None), (72, 64)], ids=["b4", "b72s64"])
+def test_hf_gpt2_mask_runs_per_microbatch(cfg: tuple[int, int, int, int],
+                                          size: tuple[int, int | None]) -> None:
     """HF GPT-2 (``transformers``' ``GPT2Model`` with an attention mask, exported with
     torchscript; 2 layers, d 32) as a training step: its mask, read at positions of the
-    flattened batch, no longer makes the passes run the model after the microbatches."""
+    flattened batch, no longer makes the passes run the model after the microbatches; also
+    at batch 72 x sequence 64, 4,608 positions, more than the type propagator keeps
+    (``CONCRETE_LIMIT``): computed once from the shapes (``Program.known``), and the ops
+    making them left out of the program."""
     from distir.analysis import random_inputs
+    from distir.analysis.values import CONCRETE_LIMIT
     from distir.transforms import analyze, training_step
     from distir.transforms.spmd import plan_dtp
     from tests.transforms.zoo_models import zoo_analysis
 
-    m, _ = zoo_analysis("gpt2", "torchscript")
+    m, _ = zoo_analysis("gpt2", "torchscript", *size)
     assert "Flatten" in {op.op_type for op in m.entry.ops}  # the graph this test is about
     step = training_step(m.entry, loss="cross_entropy", optimizer="sgd")
     ins = random_inputs(step, seed=0)
-    b, s = ins[1].shape  # the attention mask: sample j padded by j positions on the right
-    ins[1] = (np.arange(s)[None, :] < s - np.arange(b)[:, None]).astype(ins[1].dtype)
+    b, s = ins[1].shape  # the attention mask: sample j padded by j % (s/2) on the right
+    ins[1] = (np.arange(s)[None, :] < s - np.arange(b)[:, None] % (s // 2)).astype(
+        ins[1].dtype)
     want = distir.execute(step, ins)
     assert not any(np.isnan(w).any() for w in want)
-    plan = plan_dtp(analyze(step), *cfg)
+    a = analyze(step)
+    lookup = next(op for op in a.prog.ops if op.op_type == "Gather" and
+                  a.prog.producer_op(op.inputs[0]) is not None and
+                  a.prog.producer_op(op.inputs[0]).op_type == "Flatten")  # type: ignore
+    assert (b * s > CONCRETE_LIMIT) == (a.prog.const(lookup.inputs[1]) is None)
+    plan = plan_dtp(a, *cfg)
     assert plan.deferred() == []  # as dtp, which keeps every op per microbatch
-    got = distir.execute(plan.lower(self_contained=True), ins)
+    lowered = plan.lower(self_contained=True)
+    flat = inline_calls(lowered)  # no op computes the positions: each device's are constants
+    made = {o: op.op_type for op in flat.ops for o in op.outputs}
+    assert {made.get(op.inputs[1]) for op in flat.ops if op.op_type == "Gather"  # type: ignore
+            and made.get(op.inputs[0]) == "Flatten"} == {"Constant"}  # type: ignore
+    got = distir.execute(lowered, ins)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
