@@ -5,9 +5,11 @@ Liveness (``distir.analysis.memory``) counts the bytes of the live values: what 
 allocator has handed out. A device needs more: a freed block stays mapped for later
 requests, and a request that no free block holds grows the segment at its end, so the
 device holds the high-water mark of a segment whose free space may be in pieces too
-small for the next request. A GPT-2 350M training step on an H200 ran out of memory with
-2.3 GiB free in such pieces and 133.6 GiB allocated, where its liveness peak (135.7 GiB)
-was below what the card offers tensors (137.0 GiB): see ``docs/fidelity.md``.
+small for the next request, until, out of pages, it unmaps the free ones. A GPT-2 350M
+training step on an H200 ran out of memory where its liveness peak (135.7 GiB) was below
+what the card offers tensors: its softmax backward held one more attention tensor than
+the liveness counts, and the pages it needed were not there even after that release (see
+``docs/fidelity.md``).
 
 ``allocator_reserve(fn)`` replays each device's program (``project``) through a model of
 the allocator as the backend runs it (``expandable_segments:True``, one stream):
@@ -21,11 +23,19 @@ the allocator as the backend runs it (``expandable_segments:True``, one stream):
   least 512 bytes;
 - when no other free block holds a request, the end block serves it, grown by whole pages
   as needed (or a new one at the end);
-- a freed block merges with its free neighbours; pages are never unmapped;
+- a freed block merges with its free neighbours; its pages stay mapped;
+- given a ``limit`` (``near_capacity`` gives the card's room less ``MARGIN``), a request
+  whose pages would take the mapped bytes over it first unmaps every page that no live
+  block touches, in both pools, and retries (PyTorch's ``release_cached_blocks``, its
+  last resort when mapping fails: ``release_available_cached_blocks`` does nothing unless
+  ``max_split_size_mb`` is set, and ``garbage_collection_threshold`` is off by default;
+  ``ExpandableSegment::unmap`` frees only the whole pages inside a free block); the
+  replay runs out of memory when even that leaves too few pages;
 - the parameters are allocated first, in order; then, per op, its results in order, and
   then its dead inputs and unused results are freed (the liveness model's order); an op
   of ``TRANSIENT_INPUT`` first allocates a temporary the size of its first input, freed
-  once its results are allocated;
+  once its results are allocated; a ``SoftmaxGrad`` allocates, after its result, a
+  temporary the size of its gradient input (``TRANSIENT_AFTER``);
 - a result the backend computes as a view (``VIEW_OPS``, of the same element type as the
   op's first input) holds no block of its own: it keeps its base's block alive until the
   base and its views are all dead; but a ``Transpose`` that the backend makes contiguous
@@ -34,6 +44,15 @@ the allocator as the backend runs it (``expandable_segments:True``, one stream):
   copy, of a transposed view, is taken for a view too: the allocator's counts per op
   agreed better so, within 0.03 GiB on the traces below against 0.3 GiB when such
   reshapes were copies, measured before the backend made those transposes contiguous.)
+
+After a release, placement stays best fit over the free blocks as if they were mapped,
+mapping the pages a block needs; PyTorch serves a request from its mapped free pieces,
+else maps the lowest unmapped hole with room for it: the two can differ after a release.
+Checked against the allocator's histories (``grid_search/results/memtrace_2gpu``, calls 3
+and 4): both steps released 2.2-2.4 GiB of free pages inside the backward's first
+``SoftmaxGrad``; GPT-2 1.6B (batch 92, P2 K2) then held 136.98 GiB and ran, GPT-2 350M
+(batch 140, P2 K2) needed 137.98 GiB of live blocks, over what the card offered, and ran
+out.
 
 Not modelled: other temporaries inside ops, copies that kernels make of non-contiguous
 operands, results written in place into a donated input, blocks of communication
@@ -63,6 +82,12 @@ lowerings registered with ``view=True``; a test keeps the two equal)."""
 TRANSIENT_INPUT = frozenset({"SoftmaxCrossEntropyLoss"})
 """Ops whose kernels hold a temporary the size of their first input while they run (the
 loss's log-softmax of the logits), measured as such by ``calibration.memory_trace``."""
+TRANSIENT_AFTER = {"SoftmaxGrad": 1}
+"""Ops whose kernels allocate, once their result is allocated, a temporary the size of
+the input named (PyTorch's softmax backward on CUDA writes the product of the gradient
+and the softmax into a tensor of its own before reducing it), freed within the op;
+measured by ``calibration.memory_trace``: 2.19 and 1.44 GiB, one attention tensor, at every
+``SoftmaxGrad`` of GPT-2 350M and 1.6B."""
 
 def _copied_transpose(op: Any) -> bool:
     """Whether ``op`` is a ``Transpose`` that the backend computes as a contiguous copy."""
@@ -98,6 +123,11 @@ class Reserve:
     allocated_bytes: int
     """The most bytes of live blocks at once (views holding none of their own)."""
     reserved_bytes: int
+    """The most bytes mapped at once; for a replay that ran out of memory, what it
+    needed mapped at the request that failed."""
+    out_of_memory: bool = False
+    """Whether a request found too few pages within the replay's ``limit``, even once
+    the free pages were unmapped (never without a limit)."""
 
 
 class _Block:
@@ -112,7 +142,8 @@ class _Block:
 
 
 class _Segment:
-    """One expandable segment: its blocks in address order, its free ones by size."""
+    """One expandable segment: its blocks in address order, its free ones by size, and
+    its pages: those mapped and, per page, how many live blocks touch it."""
 
     def __init__(self, page: int, keep_rest: int) -> None:
         self.page = page
@@ -120,7 +151,40 @@ class _Segment:
         self.free: list[tuple[int, int]] = []  # (size, addr), sorted
         self.at: dict[int, _Block] = {}  # free blocks by address
         self.last: _Block | None = None
-        self.mapped = 0
+        self.mapped = 0  # the extent of the blocks: every page below it was mapped once
+        self.pages: set[int] = set()  # the pages mapped now
+        self.use: dict[int, int] = {}  # page -> the live blocks touching it
+
+    def _span(self, b: _Block) -> range:
+        return range(b.addr // self.page, (b.addr + b.size - 1) // self.page + 1)
+
+    def unmapped_bytes(self, b: _Block) -> int:
+        """The bytes of the pages that ``b`` touches and that are not mapped."""
+        return sum(p not in self.pages for p in self._span(b)) * self.page
+
+    def hold(self, b: _Block) -> None:
+        """``b`` is live: its pages are mapped (those that were not, now)."""
+        for p in self._span(b):
+            self.use[p] = self.use.get(p, 0) + 1
+            self.pages.add(p)
+
+    def drop(self, b: _Block) -> None:
+        """``b`` is about to be freed: its pages stay mapped."""
+        for p in self._span(b):
+            k = self.use[p] - 1
+            if k:
+                self.use[p] = k
+            else:
+                del self.use[p]
+
+    def unmap_free(self) -> None:
+        """Unmap every page that no live block touches (the whole pages of the free
+        blocks)."""
+        self.pages = {p for p in self.pages if p in self.use}
+
+    @property
+    def mapped_bytes(self) -> int:
+        return len(self.pages) * self.page
 
     def _take(self, b: _Block) -> None:
         del self.free[bisect_left(self.free, (b.size, b.addr))]
@@ -191,28 +255,47 @@ class _Segment:
         self._give(b)
 
 
-def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
+class _OutOfMemory(Exception):
+    pass
+
+
+def replay(fn: Function, trace: list[tuple[int, int]] | None = None,
+           limit: int | None = None) -> Reserve:
     """``Reserve`` of one device's flat program (a ``RankProgram``'s function: every value
     typed, on one device), by the model in the module's docstring. ``trace``, when given,
-    receives per op the bytes allocated and mapped once its dead inputs are freed."""
-    from distir.analysis.memory import liveness
+    receives per op the bytes allocated and mapped once its dead inputs are freed.
+    ``limit``: the bytes the allocator may map (what the card offers it); a request that
+    would map more unmaps the free pages and retries, and the replay stops, out of memory,
+    when that is not enough. Without it, pages are never unmapped."""
 
     small = _Segment(SMALL_PAGE, 512)
     large = _Segment(LARGE_PAGE, 512)
     block: dict[Value, tuple[_Segment, _Block]] = {}
     root: dict[Value, Value] = {}  # a view -> the value owning its block
     refs: dict[Value, int] = {}
-    live = peak = 0
+    live = peak = reserved = 0
 
     def alloc(v: Value) -> None:
-        nonlocal live, peak
+        nonlocal live, peak, reserved
         t = v.type
         n = t.size_bytes if t is not None else 0
         if n <= 0:
             return
         n = -(-n // 512) * 512
         seg = small if n <= SMALL_REQUEST else large
-        block[v] = (seg, seg.alloc(n))
+        b = seg.alloc(n)
+        if limit is not None:
+            need = small.mapped_bytes + large.mapped_bytes + seg.unmapped_bytes(b)
+            if need > limit:  # the allocator's last resort: unmap every free page, retry
+                small.unmap_free()
+                large.unmap_free()
+                need = small.mapped_bytes + large.mapped_bytes + seg.unmapped_bytes(b)
+                if need > limit:
+                    reserved = max(reserved, need)
+                    raise _OutOfMemory
+        seg.hold(b)
+        reserved = max(reserved, small.mapped_bytes + large.mapped_bytes)
+        block[v] = (seg, b)
         refs[v] = 1
         live += n
         if live > peak:
@@ -232,7 +315,21 @@ def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
         del refs[r]
         seg, b = block.pop(r)
         live -= b.size
+        seg.drop(b)
         seg.release(b)
+
+    try:
+        _run(fn, alloc, release, block, root, refs, trace,
+             lambda: (live, small.mapped_bytes + large.mapped_bytes))
+    except _OutOfMemory:
+        return Reserve(max(peak, live), reserved, out_of_memory=True)
+    return Reserve(peak, reserved)
+
+
+def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, Value],
+         refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any) -> None:
+    """``replay``'s walk over the program: its allocations and frees, in order."""
+    from distir.analysis.memory import liveness
 
     for p in fn.params:
         alloc(p)
@@ -263,14 +360,19 @@ def replay(fn: Function, trace: list[tuple[int, int]] | None = None) -> Reserve:
             alloc(v)
         if temp is not None:
             release(temp)
+        after = TRANSIENT_AFTER.get(op.op_type)
+        if after is not None and len(op.inputs) > after and op.inputs[after] is not None \
+                and op.inputs[after].type is not None:  # type: ignore[union-attr]
+            temp = Value("temporary", op.inputs[after].type)  # type: ignore[union-attr]
+            alloc(temp)
+            release(temp)
         _, free_in, _, free_out, _, _ = lv[op]
         for i in free_in:
             release(op.inputs[i])
         for i in free_out:
             release(op.outputs[i])
         if trace is not None:
-            trace.append((live, small.mapped + large.mapped))
-    return Reserve(peak, small.mapped + large.mapped)
+            trace.append(now())
 
 
 def allocator_reserve(fn: Function | Module, input_types: Sequence[Any] | None = None,
@@ -309,8 +411,9 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
                   world_size: int | None = None, limit: int | None = None,
                   ) -> Verdict | None:
     """For a program whose liveness peaks (``peak_bytes`` per device) come within
-    ``NEAR_CAPACITY`` of what a device offers tensors: whether every device's allocator
-    reserve (``allocator_reserve``) fits its capacity less ``MARGIN``, the capacity being
+    ``NEAR_CAPACITY`` of what a device offers tensors: whether every device's replay
+    (``replay``), limited to its capacity less ``MARGIN``, runs without running out of
+    memory, the capacity being
     the card's memory less what lies outside the allocator on that rank
     (``Hardware.reserved_for``: the world's communicator and one per device group it
     communicates in, of a ``world_size``-device run; by default as many devices as
@@ -352,9 +455,9 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
         if not (p.fn.ops or p.fn.params) or \
                 peak_bytes.get(p.device, worst) < NEAR_CAPACITY * low:
             continue  # (a device far below the capacity is not replayed)
-        r = replay(p.fn)
         cap = room(sum(p.device in g for g in groups))
-        verdicts.append(Verdict(r.reserved_bytes <= cap * (1 - MARGIN), p.device, r, cap))
+        r = replay(p.fn, limit=int(cap * (1 - MARGIN)))
+        verdicts.append(Verdict(not r.out_of_memory, p.device, r, cap))
     if not verdicts:
         return None
     least = max(verdicts, key=lambda v: v.reserve.reserved_bytes - v.capacity * (1 - MARGIN))

@@ -273,3 +273,51 @@ def test_the_backend_copies_exactly_those_transposes() -> None:
     (u,) = c.steps[1].kernel(b)
     assert t.is_contiguous() and torch.equal(t, a.T)
     assert u.data_ptr() == b.data_ptr()
+
+
+def test_free_pages_are_unmapped_only_when_none_of_a_live_block_touches_them() -> None:
+    seg = _Segment(LARGE_PAGE, 512)
+    a = seg.alloc(30 * MIB)  # pages 0 and 1
+    seg.hold(a)
+    b = seg.alloc(30 * MIB)  # pages 1 and 2
+    seg.hold(b)
+    assert seg.mapped_bytes == 60 * MIB == seg.mapped
+    seg.drop(a)
+    seg.release(a)
+    seg.unmap_free()  # page 0 is free; page 1 holds the start of b
+    assert seg.pages == {1, 2} and seg.mapped_bytes == 40 * MIB
+    c = seg.alloc(10 * MIB)  # best fit: the free block [0, 30), whose page 0 is unmapped
+    assert c.addr == 0 and seg.unmapped_bytes(c) == 20 * MIB
+
+
+_RELEASE = """func @main(%x: Tensor[Float32, (1024, 10240), 0]) {
+  %a = Neg(%x)
+  %c = Concat(%a, %a, axis=0)
+  %d = Concat(%c, %x, axis=0)
+  return %d
+}"""
+
+
+def test_a_request_over_the_limit_unmaps_the_free_pages_and_retries() -> None:
+    # 40 MiB blocks: x [0, 40), a [40, 80), c [80, 160); a dies, its pages 2 and 3 stay
+    # mapped; d (120 MiB) fits no free block and grows the segment to 280 MiB.
+    fn = _program(_RELEASE)
+    assert replay(fn).reserved_bytes == 280 * MIB
+    r = replay(fn, limit=240 * MIB)  # enough once a's two pages are unmapped
+    assert not r.out_of_memory and r.reserved_bytes == 240 * MIB
+    r = replay(fn, limit=230 * MIB)  # not even then
+    assert r.out_of_memory and r.reserved_bytes == 240 * MIB
+
+
+def test_softmax_grad_holds_a_temporary_after_its_result() -> None:
+    fn = _program("""func @main(%y: Tensor[Float32, (1024, 1024), 0],
+                                %dy: Tensor[Float32, (1024, 1024), 0]) {
+  %g = SoftmaxGrad(%y, %dy, axis=-1)
+  %h = Neg(%g)
+  return %h
+}""")
+    trace: list[tuple[int, int]] = []
+    r = replay(fn, trace)
+    x = 4 * MIB
+    assert r.allocated_bytes == 4 * x  # y, dy, g and the product of dy and y
+    assert trace[0][0] <= 3 * x  # freed within the op
