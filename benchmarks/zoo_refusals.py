@@ -4,6 +4,7 @@ Not a test: it prints counts. Run from the repository root (the zoo exports are 
 ``.pytest_cache/distir-zoo``)::
 
     PYTHONPATH=. .venv/bin/python benchmarks/zoo_refusals.py [--full] [--models a,b]
+        [--transform dtp|passes]
 
 Grid: every zoo model, both torch exporters, its inference program and its training step
 (``training_step(fn, loss="cross_entropy", optimizer="sgd")``), every ``(dp, tp, pp)`` with
@@ -11,7 +12,9 @@ Grid: every zoo model, both torch exporters, its inference program and its train
 6720 = 64·105, so that every ``dp·K`` divides it and no refusal is the batch size's). Each
 model and mode is analysed once; each configuration is checked by ``Plan`` (the checks that
 refuse: divisibility, stages, the batch split), or, with ``--full``, transformed by ``dtp``
-(slower: the whole program is written).
+(slower: the whole program is written). ``--transform passes`` checks the spmd passes'
+composition instead: ``plan_dtp`` (layout assignment, stages, schedule), or with ``--full``
+``compose_dtp`` (lowered too); ``--execute`` then runs ``compose_dtp``'s programs.
 
 Prints one line per (model, exporter, mode) with its refusals, the refusal reasons grouped
 (numbers stripped), and the totals: overall, and at ``dp, tp, pp <= 4`` for GPT-2, Llama,
@@ -43,6 +46,7 @@ import distir.analysis  # noqa: E402
 from distir.errors import DistIRError, TransformError  # noqa: E402
 from distir.transforms import analyze, dtp, training_step  # noqa: E402
 from distir.transforms.plan import Plan  # noqa: E402
+from distir.transforms.spmd import compose_dtp, plan_dtp  # noqa: E402
 
 KEY_MODELS = ("gpt2", "llama", "bert", "vit", "resnet50")
 """The models issue 16 wants refused nowhere at D, T, P <= 4."""
@@ -70,7 +74,10 @@ def main() -> None:
     ap.add_argument("--execute", type=int, default=0, metavar="N",
                     help="run N sampled configurations per model and mode at batch 8")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--transform", choices=("dtp", "passes"), default="dtp",
+                    help="the builder tower's dtp (default) or the spmd passes' composition")
     args = ap.parse_args()
+    passes = args.transform == "passes"
 
     from tests.zoo.export import ExportFailed, exported
     from tests.zoo.models import SPECS
@@ -100,7 +107,11 @@ def main() -> None:
                 for d, t, p, k in grid:
                     key = spec.name in KEY_MODELS and max(d, t, p) <= 4
                     try:
-                        if args.full:
+                        if passes and args.full:
+                            compose_dtp(an, d, t, p, k)
+                        elif passes:
+                            plan_dtp(an, d, t, p, k)
+                        elif args.full:
                             dtp(an, dp=d, tp=t, pp=p, microbatches=k)
                         else:
                             Plan(an, d, t, p, k, "1f1b")
@@ -119,7 +130,7 @@ def main() -> None:
                 print(f"{spec.name:20s} {ex:11s} {mode:9s} refused {n:3d} of {len(grid)}",
                       flush=True)
                 if args.execute:
-                    r = _execute(spec, path, mode, grid, args.execute, rng)
+                    r = _execute(spec, path, mode, grid, args.execute, rng, passes)
                     ran += r[0]
                     wrong += r[1]
     print("\nreasons:")
@@ -134,8 +145,9 @@ def main() -> None:
 
 
 def _execute(spec: Any, path: str, mode: str, grid: list, n: int,
-             rng: np.random.Generator) -> tuple[int, int]:
-    """Run ``n`` sampled configurations of ``grid`` that batch 8 admits; (run, wrong)."""
+             rng: np.random.Generator, passes: bool = False) -> tuple[int, int]:
+    """Run ``n`` sampled configurations of ``grid`` that batch 8 admits (by ``dtp``, or
+    with ``passes`` by ``compose_dtp``); (run, wrong)."""
     m = distir.import_onnx(path, dims=spec.dims(batch=8))
     fn = m.entry
     ins = [t.numpy() for t in spec.inputs(8, 8)]
@@ -147,7 +159,10 @@ def _execute(spec: Any, path: str, mode: str, grid: list, n: int,
     ok = []
     for cfg in grid:
         try:
-            Plan(an, *cfg, "1f1b")
+            if passes:
+                plan_dtp(an, *cfg)
+            else:
+                Plan(an, *cfg, "1f1b")
         except TransformError:
             continue
         ok.append(cfg)
@@ -155,8 +170,9 @@ def _execute(spec: Any, path: str, mode: str, grid: list, n: int,
     ran = wrong = 0
     for i in rng.choice(len(ok), size=min(n, len(ok)), replace=False):
         d, t, p, k = ok[int(i)]
-        got = distir.execute(dtp(an, dp=d, tp=t, pp=p, microbatches=k, self_contained=True),
-                             ins, check_types=False)
+        prog = compose_dtp(an, d, t, p, k, self_contained=True) if passes else \
+            dtp(an, dp=d, tp=t, pp=p, microbatches=k, self_contained=True)
+        got = distir.execute(prog, ins, check_types=False)
         ran += 1
         bad = any(np.shape(g) != np.shape(w) or np.max(np.abs(np.asarray(g) - w), initial=0)
                   > 1e-4 * (1 + np.max(np.abs(w), initial=0)) for g, w in zip(got, want))

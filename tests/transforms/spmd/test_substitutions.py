@@ -250,7 +250,10 @@ def _same_step(original: Function, r: object) -> None:
     args = [by_name[p.name] for p in plan.params if p.name not in plan.initializers]
     got = distir.execute(plan, args)
     for g, w in zip(got, distir.execute(original, list(ins)), strict=True):
-        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-4)
+        # float32, summed in another order (a fused product is one wider BLAS call): the
+        # error scales with the result's largest magnitude, not each element's
+        scale = 1.0 + float(np.max(np.abs(w), initial=0.0))
+        np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5 * scale)
 
 
 def test_search_no_worse_than_without_substitutions() -> None:
