@@ -4,6 +4,7 @@
 TorchScript exporter, at 16 devices.
 
     .venv/bin/python benchmarks/bench_user_search.py [--batch-sizes 16 64] [--workers 2]
+        [--transform dtp|passes]
 
 The export (about 20 s, a 650 MB file) is cached in ``--cache`` (default
 ``~/.cache/distir/bench``) and not timed. Each batch size is one run of the command as a
@@ -71,6 +72,8 @@ def main() -> int:
     p.add_argument("--devices", type=int, default=16)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--hardware", default="h100-sxm")
+    p.add_argument("--transform", choices=("dtp", "passes"), default="dtp",
+                   help="what writes each configuration (grid-search --transform)")
     p.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache",
                                                    "distir", "bench"))
     args = p.parse_args()
@@ -85,7 +88,7 @@ def main() -> int:
             cmd = [distir, "grid-search", "--model", model, "--dim", f"batch={b}",
                    "--dim", "seq=128", *(train if mode == "training step" else []),
                    "--devices", str(args.devices), "--workers", str(args.workers),
-                   "--hardware", args.hardware, "-o", out]
+                   "--hardware", args.hardware, "--transform", args.transform, "-o", out]
             t0 = time.perf_counter()
             r = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True)
             dt = time.perf_counter() - t0
@@ -96,7 +99,8 @@ def main() -> int:
                 rows = [line.split(",")[9] for line in f.readlines()[1:]]
             counts = {s: rows.count(s) for s in sorted(set(rows))}
         worst = max(worst, dt)
-        print(f"HF GPT-2 small {mode}, batch {b}, seq 128, {args.devices} devices: "
+        print(f"HF GPT-2 small {mode}, batch {b}, seq 128, {args.devices} devices, "
+              f"{args.transform}: "
               f"{len(rows)} configurations {counts} in {dt:.1f} s "
               f"(target <= {TARGET_SECONDS:.0f} s)")
     print(f"load average at the end {os.getloadavg()[0]:.1f}")
