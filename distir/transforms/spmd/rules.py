@@ -23,7 +23,7 @@ from distir.ir.core import Op
 from distir.transforms.layout import B, Demand, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import MEAN_SCALED, apply_rule, mean_scale_marks
 from distir.transforms.program import Program
-from distir.transforms.spmd.aligned import aligned_dim
+from distir.transforms.spmd.aligned import LOOKUPS, aligned_dim, result_dim
 from distir.transforms.spmd.mesh import (
     Mesh,
     P,
@@ -119,16 +119,20 @@ class OpRules:
     def _form(self, op: Op) -> tuple:
         """All that ``_apply`` reads of ``op`` besides the input specs: its type,
         attributes, input and result shapes, its inputs' known values (small ones by
-        value, others by identity) and, for a ``ScatterND``, whether it adds into zeros."""
+        value, others by identity; a lookup's indices by identity also where the type
+        propagator did not keep them: ``Program.known`` may compute them) and, for a
+        ``ScatterND``, whether it adds into zeros."""
         got = self._forms.get(op)
         if got is None:
             prog = self.prog
-            known = []
-            for v in op.inputs:
+            known: list[Any] = []
+            for k, v in enumerate(op.inputs):
                 c = prog.const(v)
                 c = None if c is None else np.asarray(c)
-                known.append(None if c is None else
-                             (c.dtype.str, c.shape, c.tobytes()) if c.size <= 64 else id(v))
+                if c is None:  # a lookup's indices may be known though not kept
+                    known.append(id(v) if k == 1 and op.op_type in LOOKUPS else None)
+                else:
+                    known.append((c.dtype.str, c.shape, c.tobytes()) if c.size <= 64 else id(v))
             got = self._forms[op] = (
                 op.op_type, op.attrs_key,
                 tuple(None if v is None else prog.shape(v) for v in op.inputs),
@@ -172,10 +176,10 @@ class OpRules:
             # each device adds its own rows into its zeros: the sum over devices is the
             # whole result (an embedding's gradient under a split batch, as dtp does)
             return (P,), []
-        if isinstance(pl[0], Shard) and t == "Gather":
+        if isinstance(pl[0], Shard) and t in LOOKUPS:
             k = aligned_dim(self.prog, op, pl[0], self.mesh.shape[axis])
             if k is not None and pl[1] == Shard(k):  # known indices in each device's rows
-                return (Shard(pl[0].dim + k),), []
+                return (Shard(result_dim(self.prog, op, k)),), []
             if k is not None and isinstance(pl[1], Replicate):
                 raise NotLocal(f"{t}: indices aligned with the data's blocks when split "
                                f"along {k}", (1, axis, Shard(k)), axis)
