@@ -48,11 +48,17 @@ def _is_float(a: Any) -> bool:
 
 def default_wrt(fn: Function) -> list[str]:
     """The parameters differentiated by default: every floating-point parameter bound to an
-    initializer, in parameter order."""
+    initializer of at least one dimension, in parameter order. A 0-d initializer is taken
+    for a constant of the forward pass that the exporter stored as an initializer (torch's
+    dynamo exporter stores every scalar so: an attention scale, a mask's fill value, the
+    exponent of a ``Pow``, whose gradient ``x^y·log x`` is NaN wherever ``x < 0``); ONNX
+    does not say which initializers are trained, and module parameters are tensors of at
+    least one dimension but for rare learnable scalars, which ``wrt`` names."""
     out = []
     for p in fn.params:
         if p.name is not None and p.name in fn.initializers:
-            if np.issubdtype(np.asarray(fn.initializers[p.name]).dtype, np.floating):
+            a = np.asarray(fn.initializers[p.name])
+            if np.issubdtype(a.dtype, np.floating) and a.ndim > 0:
                 out.append(p.name)
     return out
 

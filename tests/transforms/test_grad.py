@@ -21,6 +21,7 @@ from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Value
 from distir.ir.schemas import SCHEMAS
 from distir.transforms import grad
+from distir.transforms.grad import default_wrt
 from distir.transforms.vjp import VJP_RULES, load_vjp_rules
 
 F64 = DType.Float64
@@ -412,6 +413,25 @@ def test_default_wrt_is_the_float_initializers_and_zero_for_unused() -> None:
     assert loss == 6.0
     np.testing.assert_array_equal(gw, [1, 2, 3])
     np.testing.assert_array_equal(gu, [0, 0])
+
+
+def test_default_wrt_leaves_out_an_exporters_scalar_constants() -> None:
+    """A 0-d initializer (torch's dynamo exporter stores the forward pass's scalars so) is
+    a constant by default: here the exponent of a Pow, whose gradient is NaN for negative
+    bases; named in wrt, it is differentiated."""
+    b = FunctionBuilder("main")
+    w = b.param("w", TensorType(DType.Float32, (3,), 0))
+    e = b.param("e", TensorType(DType.Float32, (), 0))
+    xv = b.param("x", TensorType(DType.Float32, (3,), 0))
+    fn = b.ret(b.op("ReduceSum", b.op("Pow", b.op("Mul", w, xv), e), keepdims=0))
+    fn.initializers = {"w": np.ones(3, np.float32), "e": np.array(3.0, np.float32)}
+    assert default_wrt(fn) == ["w"]
+    x = np.array([-1.0, 2.0, 3.0], np.float32)
+    loss, gw = distir.execute(grad(fn), [x])
+    assert loss == 34.0 and np.isfinite(gw).all()
+    np.testing.assert_allclose(gw, 3 * x ** 3)
+    _, _, ge = distir.execute(grad(fn, wrt=["w", "e"]), [x])
+    assert np.isnan(ge)  # x^e·log x at x = -1
 
 
 def _simple() -> Function:
