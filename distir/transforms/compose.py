@@ -261,13 +261,13 @@ class MainBuilder(BuilderBase):
         self._anchors = self._stage_anchors() if plan.pp > 1 else None
         main_ops, self.ops = self.ops, []
 
-        def constant(attr: DenseAttr, key: tuple, hint: str) -> list[Value]:
+        def constant(attrs: list[DenseAttr], key: tuple, hint: str) -> list[Value]:
             # A constant the ops need and @main has not made: made in @main, before the
             # calls, for every replica; the function takes replica 0's.
             self.outline = None  # (named as @main's values)
             for d in range(plan.written):
                 outside.add(key[:1] + (d,) + key[2:])
-                self._constants(attr, key[:1] + (d,) + key[2:], hint, main_ops)
+                self._constants(attrs, key[:1] + (d,) + key[2:], hint, main_ops)
             self.outline = constant
             new = []
             for t, x in enumerate(self.hoisted[key]):

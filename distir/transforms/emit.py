@@ -26,6 +26,7 @@ and by the top-level function (which places constants with ``Constant(device=...
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Protocol
 
 import numpy as np
 
@@ -40,8 +41,15 @@ __all__ = ["Emitter", "Namer", "base_name", "scaled_outputs", "local_group"]
 
 Namer = Callable[[str], list[str]]
 """``base name -> the names of its local values``, one per rank."""
-ConstFn = Callable[[np.ndarray, str], list[Value]]
-"""``(array, name hint) -> one value per rank`` holding that constant."""
+class ConstFn(Protocol):
+    """``(array, name hint) -> one value per rank`` holding that constant. With
+    ``per_rank``, ``array`` stacks one constant per rank of the group (rank ``t``'s is
+    ``array[t]``: its first row, its class ids), kept apart from every constant of equal
+    value (``Plan.const_key``), so that every rank holds as many constants as the
+    others."""
+
+    def __call__(self, arr: np.ndarray, hint: str, per_rank: bool = False) -> list[Value]:
+        ...
 
 
 def scaled_outputs(plan: Plan, op: Op) -> list[tuple[int, str]]:

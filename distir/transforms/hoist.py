@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from functools import partial
 
 import numpy as np
 
@@ -51,7 +52,7 @@ class BuilderBase:
         # Inside @replica (compose.py), the value that names each (stage, rank)'s device.
         self._anchors: dict[tuple[int, int], Value] | None = None
         # Inside a function written per replica (compose.py): makes a new constant.
-        self.outline: Callable[[DenseAttr, tuple, str], list[Value]] | None = None
+        self.outline: Callable[[list[DenseAttr], tuple, str], list[Value]] | None = None
         self.home: dict[Value, int] = {}
         for i in self.prog.live_ops:
             if plan.kind(i) != HOIST:
@@ -156,25 +157,31 @@ class BuilderBase:
         self.env[(v, m, d, s)] = vals
         return vals
 
-    def const(self, arr: np.ndarray, hint: str, d: int, s: int) -> list[Value]:
+    def const(self, arr: np.ndarray, hint: str, d: int, s: int,
+              per_rank: bool = False) -> list[Value]:
+        """The local values of a constant on replica ``d``, stage ``s`` (``ConstFn``)."""
         attr = DenseAttr.from_array(arr)
-        key = (self.plan.const_key(attr), d, s)
+        key = (self.plan.const_key(attr, per_rank), d, s)
         vals = self.hoisted.get(key)
         if vals is None:
+            ranks = self.plan.ranks()
+            attrs = [DenseAttr.from_array(arr[t, ...]) for t in ranks] if per_rank else \
+                [attr] * len(ranks)
             if self.outline is not None:  # inside a function written per replica
-                return self.outline(attr, key, hint)
-            vals = self._constants(attr, key, hint, self.ops)
+                return self.outline(attrs, key, hint)
+            vals = self._constants(attrs, key, hint, self.ops)
         return vals
 
-    def _constants(self, attr: DenseAttr, key: tuple, hint: str, ops: list[Op]) -> list[Value]:
-        """``Constant``s of ``attr`` on the ranks of ``key``'s replica and stage, appended
-        to ``ops`` and recorded as hoisted."""
+    def _constants(self, attrs: list[DenseAttr], key: tuple, hint: str,
+                   ops: list[Op]) -> list[Value]:
+        """``Constant``s of ``attrs`` (one per rank) on the ranks of ``key``'s replica and
+        stage, appended to ``ops`` and recorded as hoisted."""
         _, d, s = key
         names = self.namer(s if self.plan.pp > 1 else None, None, d)(hint)
         vals = []
         for t in self.plan.ranks():
             y = Value(names[t])
-            ops.append(Op("Constant", [], {"value": attr,
+            ops.append(Op("Constant", [], {"value": attrs[t],
                                            "device": self.plan.device(d, s, t)}, [y]))
             vals.append(y)
         self.hoisted[key] = vals
@@ -215,7 +222,7 @@ class BuilderBase:
             local[v] = vals
         else:
             Emitter(plan, self.ops, local, name,
-                    lambda arr, hint: self.const(arr, hint, d, s)).emit(op)
+                    partial(self.const, d=d, s=s)).emit(op)
         for o in op.outputs:
             self.hoisted[(plan.canon(o), d, s)] = local[o]
         return self.hoisted[key]
@@ -278,8 +285,8 @@ class BuilderBase:
                     for d in range(plan.written):
                         if inp[0] == "h":
                             self.hoist(inp[2], d, g.stage)
-                        elif inp[0] == "c":
-                            self.const(inp[2], inp[3], d, g.stage)
+                        elif inp[0] in ("c", "r"):
+                            self.const(inp[2], inp[3], d, g.stage, inp[0] == "r")
         for i in prog.live_ops:
             if plan.kind(i) != POST:
                 continue

@@ -157,7 +157,8 @@ class LayerTable:
             env[v] = blocks[idx]
         ops: list[Op] = []
         em = Emitter(plan, ops, env, lambda b: [b + r for r in ranks],
-                     lambda arr, hint: consts[plan.const_key(DenseAttr.from_array(arr))])
+                     lambda arr, hint, per_rank=False:
+                     consts[plan.const_key(DenseAttr.from_array(arr), per_rank)])
         for i in seg.ops:
             em.emit(plan.prog.ops[i])
         return Function(fname, params, ops, [x for v in seg.escaping for x in env[v]])

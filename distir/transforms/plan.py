@@ -214,10 +214,9 @@ class Plan:
         every split is even (``_check_tensor``), and no op runs on rank 0 only, which a
         row-parallel ``Gemm``/``Conv`` with a bias (``emit``: the bias added once) and a
         returned per-microbatch value that is not split (returned, so kept to the end, by
-        rank 0 alone) would; and no vocabulary-parallel op, whose constants of each rank
-        (its first row, its class ids) coincide on some ranks with constants all ranks
-        hold (0, the row count), so that those ranks hold fewer distinct constants than
-        the others. Depends only on the sharding (of this ``tp``): found once per
+        rank 0 alone) would. (A vocabulary-parallel op's constants of each rank, its first
+        row and class ids, are kept apart from equal constants, ``ConstFn``: every rank
+        holds as many.) Depends only on the sharding (of this ``tp``): found once per
         sharding."""
         hit = _RANKS_ALIKE.get(self.sh)
         if hit is None:
@@ -225,15 +224,11 @@ class Plan:
         return hit
 
     def _ranks_alike_once(self) -> bool:
-        from distir.transforms.vocab_parallel import VOCAB_OPS, is_vocab_parallel
-
         prog, sh = self.prog, self.sh
         for i in prog.live_ops:
             op = prog.ops[i]
             if op.op_type in ("Gemm", "Conv") and len(op.inputs) > 2 and any(
                     T in sh.partial.get(o, "") and o in prog.live_values for o in op.outputs):
-                return False
-            if op.op_type in VOCAB_OPS and is_vocab_parallel(self, op):
                 return False
         return not any(self.st.value_kind.get(v) == "m" and T not in sh.layout[v].marks
                        for v in prog.fn.returns)
@@ -302,8 +297,11 @@ class Plan:
         return self.st.kind[i]
 
     # -- canonical keys of batch-independent values --------------------------------------------
-    def const_key(self, attr: DenseAttr) -> int:
-        return self._intern(("c", attr))
+    def const_key(self, attr: DenseAttr, per_rank: bool = False) -> int:
+        """The key of a constant: its value; with ``per_rank``, ``attr`` stacks each rank's
+        constant (``ConstFn``), whose keys are never those of a constant every rank
+        holds, even of equal value on some rank."""
+        return self._intern(("r" if per_rank else "c", attr))
 
     def canon(self, v: Value) -> int:
         """Equal keys for batch-independent values that are equal on every device (the

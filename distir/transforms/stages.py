@@ -35,6 +35,7 @@ __all__ = ["StageFunction", "build_stage_functions", "Input"]
 Input = tuple
 """A parameter block: ``("v", value)`` a value of the caller's environment,
 ``("h", key, value)`` a batch-independent value, ``("c", key, array, name)`` a constant,
+``("r", key, array, name)`` one constant per rank (``ConstFn``),
 ``("acc", value)`` a running sum."""
 
 
@@ -123,13 +124,12 @@ def _build(plan: Plan, g: StageFunction, segments: list[Segment], layers: LayerT
         params.extend(vals)
         return vals
 
-    def const(arr: np.ndarray, hint: str) -> list[Value]:
-        attr = DenseAttr.from_array(arr)
-        key = plan.const_key(attr)
+    def const(arr: np.ndarray, hint: str, per_rank: bool = False) -> list[Value]:
+        key = plan.const_key(DenseAttr.from_array(arr), per_rank)
         vals = by_key.get(key)
         if vals is None:
             vals = by_key[key] = block(hint)
-            inputs.append(("c", key, arr, hint))
+            inputs.append(("r" if per_rank else "c", key, arr, hint))
         return vals
 
     prod = prog.producer

@@ -104,9 +104,9 @@ class _Ranks:
         return self.em.const(arr, f"{self.base}.{hint}")
 
     def per_rank(self, arrs: list[np.ndarray], hint: str) -> list[Value]:
-        """Rank ``t``'s constant ``arrs[t]``. (Written for every rank: a plan with
-        vocabulary-parallel ops writes every rank, ``Plan._ranks_alike``.)"""
-        return [self.em.const(a, f"{self.base}.{hint}")[t] for t, a in enumerate(arrs)]
+        """Rank ``t``'s constant ``arrs[t]`` (of the ranks written), apart from equal
+        constants (``ConstFn``)."""
+        return self.em.const(np.stack(arrs), f"{self.base}.{hint}", True)
 
 
 def _in_range(r: _Ranks, ids: list[Value], dtype: np.dtype, n: int, hint: str,

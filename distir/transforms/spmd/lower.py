@@ -23,6 +23,8 @@ Two variants, as for ``dtp``:
 
 from __future__ import annotations
 
+from collections.abc import Hashable
+
 import numpy as np
 
 from distir.errors import TransformError
@@ -106,7 +108,10 @@ class _Lowering:
     def _const(self, arr: np.ndarray, hint: str) -> list[Value]:
         return [self._const_on(arr, d, hint) for d in self.mesh.devices]
 
-    def _const_on(self, arr: np.ndarray, device: int, hint: str) -> Value:
+    def _const_on(self, arr: np.ndarray, device: int, hint: str,
+                  apart: Hashable = None) -> Value:
+        """A constant of its own on ``device`` (``vocab.Const``: none is shared here, so
+        ``apart`` changes nothing)."""
         return self.b.op("Constant", value=arr, device=device, name=f"{hint}_d{device}")
 
     def run(self, self_contained: bool) -> Function:

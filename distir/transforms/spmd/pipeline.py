@@ -130,10 +130,10 @@ def ranks_alike(assignment: LayoutAssignment | Sequence[LayoutAssignment],
     """Whether the tensor-parallel ranks (mesh axis 1 of a 2-axis mesh, more than one) of
     every stage run the same ops on equal local shapes, so that rank 0's program
     simulates as every rank's (``distir.analysis.replicas``): no op adds a bias on the
-    tensor axis's coordinate 0 alone (``bias_once``) and none runs vocabulary-parallel
-    over it (each rank's constants, its first row, differ, and coincide on some ranks with
-    constants every rank holds). The placements split evenly (``check_spec``), so the
-    other ops' local shapes are equal."""
+    tensor axis's coordinate 0 alone (``bias_once``). The placements split evenly
+    (``check_spec``), so the local shapes are equal; a vocabulary-parallel op's constants
+    of each rank (its first row, its class ids) are kept apart from equal constants
+    (``vocab.Const``), so every rank holds as many."""
     per = [assignment] * stages.pp if isinstance(assignment, LayoutAssignment) else list(
         assignment)
     shape = per[0].mesh.shape
@@ -149,7 +149,7 @@ def ranks_alike(assignment: LayoutAssignment | Sequence[LayoutAssignment],
         if not reads or out is None:
             continue
         op = prog.ops[i]
-        if 1 in bias_once(op, reads, out.outs) or vocab_axis(prog, op, reads) == 1:
+        if 1 in bias_once(op, reads, out.outs):
             return False
     return True
 

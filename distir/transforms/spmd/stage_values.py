@@ -12,6 +12,7 @@ needs every microbatch's piece (``_data_step``). A value read on another stage c
 
 from __future__ import annotations
 
+from collections.abc import Hashable
 from typing import Any
 
 import numpy as np
@@ -112,8 +113,11 @@ class StageValues:
         mb = f"_mb{self.mb[r]}" if self.k > 1 and per_mb else ""
         return f"{base}{mb}_d{self.dev(s, r)}"
 
-    def const(self, arr: np.ndarray, device: int, hint: str) -> Value:
-        key = (device, arr.dtype.str, arr.shape, arr.tobytes())
+    def const(self, arr: np.ndarray, device: int, hint: str,
+              apart: Hashable = None) -> Value:
+        """The constant ``arr`` on ``device``, one per value and key ``apart``
+        (``vocab.Const``)."""
+        key = (device, arr.dtype.str, arr.shape, arr.tobytes(), apart)
         c = self.consts.get(key)
         if c is None:
             c = self.consts[key] = self.b.op("Constant", value=arr, device=device,

@@ -24,8 +24,8 @@ Ids and labels are taken to be in ``[0, rows)``, as ``dtp`` takes them.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Hashable
+from typing import Any, Protocol
 
 import numpy as np
 
@@ -79,8 +79,16 @@ def vocab_axis(prog: Program, op: Op, reads: tuple[Spec | None, ...]) -> int | N
     return None
 
 
-Const = Callable[[np.ndarray, int, str], Value]
-"""``const(array, device, hint)``: a constant on a device (the lowering's, shared)."""
+class Const(Protocol):
+    """``const(array, device, hint, apart)``: a constant on a device (the lowering's,
+    shared by value); one with a key ``apart`` is shared only with constants of that key,
+    so that each device's own constant of a group (its first row, its class ids), keyed
+    by the group's constants, is never one that every device holds (0, the row count):
+    every device of the group holds as many constants (``pipeline.ranks_alike``)."""
+
+    def __call__(self, arr: np.ndarray, device: int, hint: str,
+                 apart: Hashable = None) -> Value:
+        ...
 
 
 class _Devices:
@@ -90,6 +98,7 @@ class _Devices:
     def __init__(self, b: FunctionBuilder, mesh: Mesh, axis: int, ranks: list[int],
                  device: Callable[[int], int], const: Const, base: str) -> None:
         self.b, self.mesh, self.axis, self.ranks = b, mesh, axis, ranks
+        self.written = set(ranks)
         self.device, self._const, self.base = device, const, base
 
     def coord(self, r: int) -> int:
@@ -109,7 +118,13 @@ class _Devices:
         if self.mesh.shape[self.axis] == 1:
             return out
         for g in self.mesh.groups(self.axis):
-            if g[0] not in self.ranks:
+            if g[0] not in self.written:
+                continue
+            if g[1] not in self.written:  # rank 0 of the group alone (``fold_tp``): its part
+                peer = "PeerAllreduce" if op_type == "MPIAllreduce" else "PeerAllgather"
+                out[g[0]] = self.b.op(peer, ins[g[0]], peers=len(g),
+                                      name=f"{self.base}_{hint}_d{self.device(g[0])}",
+                                      **attrs)
                 continue
             res = self.b.op(op_type, *(ins[r] for r in g), num_results=len(g),
                             name=[f"{self.base}_{hint}_d{self.device(r)}" for r in g], **attrs)
@@ -118,14 +133,22 @@ class _Devices:
         return out
 
     def const(self, arr: Callable[[int], np.ndarray], hint: str) -> list[Any]:
-        """Rank ``r``'s constant ``arr(coordinate of r)``."""
+        """Rank ``r``'s constant ``arr(coordinate of r)``, kept apart from equal constants
+        (``Const``)."""
+        every = np.stack([arr(c) for c in range(self.mesh.shape[self.axis])])
+        apart = (every.dtype.str, every.shape, every.tobytes())
         out: list[Any] = [None] * self.mesh.size
         for r in self.ranks:
-            out[r] = self._const(arr(self.coord(r)), self.device(r), f"{self.base}.{hint}")
+            out[r] = self._const(every[self.coord(r), ...], self.device(r), f"{self.base}.{hint}",
+                                 apart)
         return out
 
     def same(self, arr: np.ndarray, hint: str) -> list[Any]:
-        return self.const(lambda _c: arr, hint)
+        """The constant ``arr`` on every rank."""
+        out: list[Any] = [None] * self.mesh.size
+        for r in self.ranks:
+            out[r] = self._const(arr, self.device(r), f"{self.base}.{hint}")
+        return out
 
 
 def write_vocab(b: FunctionBuilder, prog: Program, mesh: Mesh, op: Op,

@@ -56,10 +56,11 @@ def test_mlp_replica_simulates_as_every_replica(cfg: tuple, kind: str) -> None:
 
 @pytest.mark.parametrize("cfg", CONFIGS[:8])
 def test_gpt2_step_replica_simulates_as_every_replica(cfg: tuple) -> None:
-    """GPT-2's vocabulary-parallel embedding and loss make rank-dependent constants: every
-    tensor-parallel rank is written (``peers`` 1)."""
-    one = _check(_gpt2_step(), cfg)
-    assert not plan_dtp(_gpt2_step(), *cfg).folds() or cfg[1] == 1
+    """GPT-2's vocabulary-parallel embedding and loss: each rank's constants (its first
+    row, its class ids) are kept apart from equal ones, so the ranks run alike and rank 0
+    is written alone (``peers == tp``)."""
+    one = _check(_gpt2_step(), cfg, peers=cfg[1])
+    assert plan_dtp(_gpt2_step(), *cfg).folds() or cfg[1] == 1
     # the gradients are summed over the replicas by replica 0's parts (ReplicaAllreduce),
     # which describe the replicas as the program was written
     read = replica_program(one.fn)
@@ -67,9 +68,26 @@ def test_gpt2_step_replica_simulates_as_every_replica(cfg: tuple) -> None:
     assert read is None or (read.replicas, read.stride) == (one.replicas, one.stride)
 
 
+@pytest.mark.parametrize("cfg", [(1, 2, 1, 1), (2, 2, 1, 2), (1, 2, 2, 1), (1, 2, 2, 2),
+                                 (1, 4, 1, 1), (2, 4, 1, 2), (1, 4, 2, 1), (1, 4, 2, 4)])
+def test_built_in_gpt2_training_folds_exactly(cfg: tuple) -> None:
+    """The built-in GPT-2 training step (vocabulary-parallel embedding and loss, Adam) at
+    T2 and T4, with and without P and K: rank 0 alone (``peers == tp``) simulates as
+    the program of every rank, and as replica 0's program of every rank."""
+    from distir.models.gpt2 import GPT2Config
+    from distir.models.presets import TrainingConfig
+
+    g = GPT2Config(n_layer=2, d_model=32, n_head=4, vocab_size=64, seq_len=8, batch_size=8)
+    an = analyze(TrainingConfig(g).build())
+    assert plan_dtp(an, *cfg).folds()
+    _check(an, cfg, peers=cfg[1])
+    _check(an, cfg, fold_tp=False)
+
+
 def test_gpt2_adam_replica_on_a_multinode_machine() -> None:
     """Replicas of 4 devices on nodes of 2: every stage-to-stage transfer crosses a node
-    boundary, on every replica alike."""
+    boundary, on every replica alike; rank 0 of each stage is written alone, and with
+    ``fold_tp`` off every rank."""
     from distir.models.gpt2 import GPT2Config
     from distir.models.presets import TrainingConfig
 
@@ -77,7 +95,8 @@ def test_gpt2_adam_replica_on_a_multinode_machine() -> None:
     an = analyze(TrainingConfig(g).build())
     two = dataclasses.replace(HW, name="two-per-node", devices_per_node=2,
                               inter_node=(LinkSpec(2, 5e7, 2.1),))
-    _check(an, (2, 2, 2, 2), hw=two)
+    _check(an, (2, 2, 2, 2), hw=two, peers=2)
+    _check(an, (2, 2, 2, 2), hw=two, fold_tp=False)
 
 
 def test_replica_program_takes_replica_0s_parameters() -> None:
