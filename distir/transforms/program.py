@@ -65,7 +65,12 @@ class Program:
                 self.producer[v] = i
         self._liveness()
 
-    def _liveness(self) -> None:
+    def live(self, unread: frozenset[tuple[int, int]] = frozenset(),
+             ) -> tuple[list[bool], set[Value]]:
+        """Per op, whether the results need it, and the values they read: backwards from
+        the results, through every input but shape operands (``SHAPE_OPS``' inputs,
+        ``SHAPE_OPERANDS``: known before running) and the ``(op index, input index)``
+        reads in ``unread`` (reads a lowering serves otherwise)."""
         ops = self.ops
         live_vals: set[Value] = set(self.fn.returns)
         live = [False] * len(ops)
@@ -78,8 +83,14 @@ class Program:
             if t in SHAPE_OPS:
                 continue
             for k, v in enumerate(op.inputs):
-                if v is not None and (t, k) not in SHAPE_OPERANDS:
+                if v is not None and (t, k) not in SHAPE_OPERANDS and \
+                        (not unread or (i, k) not in unread):
                     live_vals.add(v)
+        return live, live_vals
+
+    def _liveness(self) -> None:
+        ops = self.ops
+        live, live_vals = self.live()
         self.live_ops: list[int] = [i for i in range(len(ops)) if live[i]]
         self.live_values = live_vals
         users: dict[Value, list[int]] = {}

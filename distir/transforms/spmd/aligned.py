@@ -34,8 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from distir.ir.core import Op, Value
-from distir.transforms.program import SHAPE_OPERANDS, SHAPE_OPS, Program
+from distir.ir.core import Op
+from distir.transforms.program import Program
 from distir.transforms.spmd.mesh import Mesh, Placement, Shard, Spec
 
 __all__ = ["LOOKUPS", "aligned_dim", "aligned_axis", "result_dim", "local_indices",
@@ -173,21 +173,9 @@ def index_only(prog: Program, reads_of: Callable[[int], tuple[Spec | None, ...] 
     lowerings give those lookups constants (``local_indices``) and leave these ops out
     (positions too many for the type propagator to keep are otherwise computed on every
     device for nothing)."""
-    skip = {i for i in prog.live_ops if prog.ops[i].op_type in LOOKUPS and
-            aligned_axis(prog, prog.ops[i], reads_of(i) or ()) is not None}
+    skip = frozenset((i, 1) for i in prog.live_ops if prog.ops[i].op_type in LOOKUPS and
+                     aligned_axis(prog, prog.ops[i], reads_of(i) or ()) is not None)
     if not skip:
         return frozenset()
-    read: set[Value] = set(prog.fn.returns)
-    out: set[int] = set()
-    for i in reversed(prog.live_ops):
-        op = prog.ops[i]
-        if not any(o in read for o in op.outputs):
-            out.add(i)
-            continue
-        if op.op_type in SHAPE_OPS:
-            continue
-        for k, v in enumerate(op.inputs):
-            if v is not None and (op.op_type, k) not in SHAPE_OPERANDS and \
-                    not (k == 1 and i in skip):
-                read.add(v)
-    return frozenset(out)
+    live, _ = prog.live(skip)
+    return frozenset(i for i in prog.live_ops if not live[i])
