@@ -25,6 +25,18 @@ t_compute) / t_comm``, and the profile gets their median (clipped to [0, 1]).
 
 ``--profile`` writes the median into that profile (in place, or to ``--write``).
 
+The collective's own slowdown (the profile's ``interconnect.overlap_comm_slowdown``): with
+``--memory --ratio 0.4`` the bandwidth-bound kernel (an elementwise sum) is shorter than
+the all-reduce, and the pair ends later than the all-reduce alone. The simulator stretches
+a collective by ``overlap_comm_slowdown`` x the bandwidth-bound compute beside it, that
+compute starting after the ``overlap_slowdown`` it loses (``distir.analysis.trace.
+replay``); each such row gives ``(t_both - t_comm) / min(t_compute, (1 - overlap_slowdown)
+* t_comm)``, and ``comm_slowdown`` their median. From measurements already taken (the
+JSON files of ``--json``), without a GPU:
+
+    python -m calibration.overlap --fit-comm r0.4_graph_1.json r0.4_graph_2.json \
+        --overlap-slowdown 0.3738 [--profile calibration/profiles/h200-sxm-graph.json]
+
 ``--cuda-graph`` captures each of the three runs (the all-reduce, the products, both) once
 as a CUDA graph, after two eager warm-ups, and times its replays, as the backend times a
 step with ``cuda_graph=True``: the host then launches nothing between the kernels, so the
@@ -45,7 +57,7 @@ from typing import Any
 
 from calibration.comm import SAFE_ENV, _free_port
 
-__all__ = ["measure_overlap", "slowdown", "write_profile", "main"]
+__all__ = ["measure_overlap", "slowdown", "comm_slowdown", "write_profile", "main"]
 
 GPU_SIZES = [32 << 20, 64 << 20, 128 << 20, 256 << 20]
 CPU_SIZES = [1 << 20, 4 << 20]
@@ -88,14 +100,38 @@ def slowdown(rows: list[dict[str, Any]], compute: str = "mm") -> float:
     return min(1.0, max(0.0, statistics.median(xs)))
 
 
-def write_profile(path: str, value: float, out: str | None = None) -> None:
-    """Set ``interconnect.overlap_slowdown`` of the profile at ``path`` (written to ``out``,
-    by default in place), checked by loading it back."""
+def comm_slowdown(rows: list[dict[str, Any]], overlap_slowdown: float,
+                  compute: str = "memory") -> float:
+    """The profile's ``overlap_comm_slowdown``: over the rows beside ``compute`` kernels
+    (the bandwidth-bound sum by default) shorter than the all-reduce, the median of the
+    all-reduce's extra time per second of compute beside it, ``(t_both - t_comm) /
+    min(t_compute, (1 - overlap_slowdown) * t_comm)`` (the simulator starts that compute
+    ``overlap_slowdown * t_comm`` late, so only that much of it runs beside the
+    collective), floored at 0."""
+    xs = [(r["t_both"] - r["t_comm"])
+          / min(r["t_compute"], (1.0 - overlap_slowdown) * r["t_comm"])
+          for r in rows if r.get("compute", "mm") == compute and r["t_compute"] < r["t_comm"]]
+    if not xs or not 0.0 <= overlap_slowdown < 1.0:
+        raise ValueError(f"no all-reduce longer than the {compute!r} kernels beside it "
+                         "(measure with --memory --ratio 0.4), or overlap_slowdown "
+                         f"{overlap_slowdown} outside [0, 1)")
+    return max(0.0, statistics.median(xs))
+
+
+def write_profile(path: str, value: float, out: str | None = None,
+                  key: str = "overlap_slowdown", note: str | None = None) -> None:
+    """Set ``interconnect.<key>`` (``overlap_slowdown`` or ``overlap_comm_slowdown``) of
+    the profile at ``path`` (written to ``out``, by default in place), checked by loading
+    it back; ``note``, where given, replaces the profile's comment on ``key`` (the one
+    starting with it) or is added to its comments."""
     from calibration.calibrate import dumps_profile
     from distir.analysis.hardware import Hardware
 
     data = json.loads(Path(path).read_text(encoding="utf-8"))
-    data["interconnect"]["overlap_slowdown"] = round(value, 4)
+    data["interconnect"][key] = round(value, 4)
+    if note is not None:
+        comments = [c for c in data.get("comment", []) if not c.startswith(f"{key} ")]
+        data["comment"] = [*comments, f"{key} {note}"]
     Hardware.from_json(data, path)
     Path(out or path).write_text(dumps_profile(data) + "\n", encoding="utf-8")
 
@@ -237,7 +273,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graph", action="store_true",
                     help="time each run replayed as a CUDA graph (GPUs only), as the "
                     "backend's --cuda-graph steps run")
+    ap.add_argument("--fit-comm", nargs="+", metavar="JSON",
+                    help="measure nothing: fit overlap_comm_slowdown on these --json files "
+                    "(--memory --ratio 0.4 runs); --profile stores it there")
+    ap.add_argument("--overlap-slowdown", type=float,
+                    help="with --fit-comm: the profile's overlap_slowdown (default: "
+                    "--profile's)")
     args = ap.parse_args(argv)
+    if args.fit_comm:
+        return _fit_comm(args)
     if args.profile:  # a bad profile fails before anything is measured
         from distir.analysis.hardware import load_hardware
         from distir.errors import DistIRError
@@ -292,6 +336,43 @@ def main(argv: list[str] | None = None) -> int:
     if args.profile:
         write_profile(args.profile, value, args.write)
         print(f"wrote overlap_slowdown={value:.4f} into {args.write or args.profile}")
+    return 0
+
+
+def _fit_comm(args: argparse.Namespace) -> int:
+    """``--fit-comm``: ``overlap_comm_slowdown`` from measurements already taken."""
+    from distir.analysis.hardware import load_hardware
+    from distir.errors import DistIRError
+
+    s = args.overlap_slowdown
+    try:
+        if s is None:
+            if not args.profile:
+                raise DistIRError("--fit-comm needs --overlap-slowdown or --profile (whose "
+                                  "overlap_slowdown the fit takes)")
+            s = load_hardware(args.profile).overlap_slowdown
+        rows = [r for f in args.fit_comm
+                for r in json.loads(Path(f).read_text(encoding="utf-8"))]
+        value = comm_slowdown(rows, s)
+    except (DistIRError, OSError, ValueError, KeyError) as e:
+        print(f"error: --fit-comm: {e}", file=sys.stderr)
+        return 2
+    print(f"{'MiB':>6} {'comm ms':>9} {'compute ms':>11} {'both ms':>9} {'per s beside':>13}")
+    for r in rows:
+        if r.get("compute") == "memory" and r["t_compute"] < r["t_comm"]:
+            beside = min(r["t_compute"], (1.0 - s) * r["t_comm"])
+            print(f"{r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} "
+                  f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} "
+                  f"{(r['t_both'] - r['t_comm']) / beside:>13.3f}")
+    print(f"overlap_comm_slowdown (median, overlap_slowdown {s}): {value:.4f}")
+    if args.profile:
+        names = ", ".join(Path(f).as_posix() for f in args.fit_comm)
+        write_profile(args.profile, value, args.write, "overlap_comm_slowdown",
+                      f"{round(value, 4)}: the all-reduce's extra time per second of "
+                      "bandwidth-bound compute beside it, median over the rows of "
+                      f"{names} (python -m calibration.overlap --memory --ratio 0.4; fitted "
+                      f"by --fit-comm with overlap_slowdown {s}).")
+        print(f"wrote overlap_comm_slowdown={value:.4f} into {args.write or args.profile}")
     return 0
 
 

@@ -11,7 +11,9 @@ A profile describes one kind of device and how devices are linked. It is a JSON 
   bandwidth" of NCCL's tests) and latency (s per step) by group size, within a node and
   across nodes; optionally ``overlap_slowdown``, the compute time lost per second of an
   asynchronous collective running beside it (0 if absent: a free overlap; measured by
-  ``python -m calibration.overlap``);
+  ``python -m calibration.overlap``), and ``overlap_comm_slowdown``, the time a collective
+  loses per second of bandwidth-bound compute beside it (0 if absent; measured by
+  ``python -m calibration.overlap --memory --ratio 0.4``, see ``bandwidth_bound``);
 - optionally ``base``, another profile's name: the file then lists only what differs
   from it (``device``, ``interconnect`` and ``fits`` keys, ``name``, ``description``);
 - optionally, for machines of several nodes: ``nodes`` (how many; absent: any number, a
@@ -504,6 +506,10 @@ class Hardware:
     calibrated: bool = False
     source: str = ""
     overlap_slowdown: float = 0.0
+    overlap_comm_slowdown: float = 0.0
+    """Seconds an asynchronous collective is stretched per second of bandwidth-bound
+    compute (``bandwidth_bound``) that runs beside it on one of its devices (0: the
+    collective keeps its time alone); see docs/simulation.md."""
     nodes: int = 0
     """How many nodes the machine has; 0: any number (a program's devices decide)."""
     nics_per_node: int = 0
@@ -539,6 +545,9 @@ class Hardware:
         if any(not (x >= 0.0) for _, x in self.host_dispatch):
             raise ConfigError(f"profile {self.name}: device.host_dispatch times must be "
                               "seconds >= 0")
+        if not (self.overlap_comm_slowdown >= 0.0):
+            raise ConfigError(f"profile {self.name}: interconnect.overlap_comm_slowdown must "
+                              f"be >= 0, got {self.overlap_comm_slowdown}")
         self._fits.update({(fam, key): m for fam, key, m in self.fits})
         if not self.intra_node:
             raise ConfigError(f"profile {self.name}: interconnect.intra_node needs an entry")
@@ -592,6 +601,14 @@ class Hardware:
         if p is None:
             p = self._peak.get("Float32") or max(self._peak.values())
         return p
+
+    def bandwidth_bound(self, flops: float, nbytes: float, dtype: str) -> bool:
+        """Whether a compute kernel of ``flops`` moving ``nbytes`` is bandwidth-bound on
+        this device: its memory time at ``memory_bandwidth`` at least its arithmetic time
+        at ``peak(dtype)`` (its arithmetic intensity at most the roofline's ridge point).
+        An elementwise op, a normalization or an optimizer update is; a large product
+        is not."""
+        return nbytes > 0 and nbytes * self.peak(dtype) >= flops * self.memory_bandwidth
 
     @property
     def models_host(self) -> bool:
@@ -803,6 +820,8 @@ class Hardware:
                 "inter_node": [_link_json(s) for s in self.inter_node],
                 **({"overlap_slowdown": self.overlap_slowdown} if self.overlap_slowdown
                    else {}),
+                **({"overlap_comm_slowdown": self.overlap_comm_slowdown}
+                   if self.overlap_comm_slowdown else {}),
                 **({"nodes": self.nodes} if self.nodes else {}),
                 **({"nics_per_node": self.nics_per_node} if self.nics_per_node else {}),
             },
@@ -840,6 +859,7 @@ class Hardware:
                 intra_node=tuple(_link(x) for x in net["intra_node"]),
                 inter_node=tuple(_link(x) for x in net.get("inter_node", ())),
                 overlap_slowdown=float(net.get("overlap_slowdown", 0.0)),
+                overlap_comm_slowdown=float(net.get("overlap_comm_slowdown", 0.0)),
                 nodes=int(net.get("nodes", 0)),
                 nics_per_node=int(net.get("nics_per_node", 0)),
                 fits=tuple(fits),

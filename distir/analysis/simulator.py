@@ -44,7 +44,7 @@ from operator import itemgetter
 from typing import Any
 
 from distir._util import no_gc
-from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules
+from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
@@ -205,7 +205,8 @@ class CallSummary:
 #   of the results, 6 ((device, bytes), ...) per input, 7 detail: (OpCost, input types,
 #   result types, ((device, bytes), ...) per result), 8 for an asynchronous collective the
 #   device of each result, else None, 9 the seconds each of its devices' host spends
-#   issuing it (0 where the profile does not model the host)
+#   issuing it (0 where the profile does not model the host), 10 whether it is bandwidth-
+#   bound compute on one device (only where the profile sets ``overlap_comm_slowdown``)
 _Rec = tuple
 
 
@@ -610,9 +611,13 @@ class Simulator(TypeInterpreter):
         if op.op_type in ASYNC_OPS:
             one = -1
             async_devs = tuple(t.devices[0] for t in out_types)
+        # Whether it is bandwidth-bound compute on one device, where the profile stretches
+        # a collective beside such compute (``trace.replay``).
+        bw = bool(self.hw.overlap_comm_slowdown) and one >= 0 and not cost.comm \
+            and self.hw.bandwidth_bound(cost.flops, cost.bytes, main_dtype(in_types, out_types))
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
                (cost, in_types, out_types, per_out), async_devs,
-               self.hw.host_seconds(op.op_type) if self._host else 0.0)
+               self.hw.host_seconds(op.op_type) if self._host else 0.0, bw)
         self._rec_by_id[id(rec)] = rec
         return rec
 
@@ -880,6 +885,13 @@ class Simulator(TypeInterpreter):
         devices = sorted(d for d in clocks | set(mem) if d >= 0)
         # The step ends when every device's compute and communication clocks have.
         latency = max((base[k][ROOT] + shift[k] for k in clocks), default=0.0)
+        if self.hw.overlap_comm_slowdown:
+            # Collectives stretched by the bandwidth-bound compute beside them: that needs
+            # concrete clocks, so the step is replayed (calls expanded) for its end.
+            from distir.analysis.trace import replay
+
+            latency = replay(self._events, fn.name, self.hw.overlap_slowdown,
+                             self.hw.overlap_comm_slowdown)[1]
         comp_d, comm_d, host_d, n_ops = self._busy()
         comp = {d: comp_d.get(d, 0.0) for d in devices}
         comm = {d: comm_d.get(d, 0.0) for d in devices}
@@ -961,7 +973,8 @@ class Simulation:
         order, calls expanded (``detail`` is ``(OpCost, input types, result types, ...)``)."""
         from distir.analysis.trace import expand_events
 
-        evs = expand_events(self._events, self.function, self.hardware.overlap_slowdown)
+        evs = expand_events(self._events, self.function, self.hardware.overlap_slowdown,
+                            self.hardware.overlap_comm_slowdown)
         if self.replicas is None:
             return evs
         from distir.analysis.replicas import expand_replica_events

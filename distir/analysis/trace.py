@@ -20,20 +20,42 @@ from distir.ir.schemas import ASYNC_OPS
 if TYPE_CHECKING:
     from distir.analysis.simulator import Simulation
 
-__all__ = ["expand_events", "write_chrome_trace", "chrome_trace_events", "COMM_TRACK"]
+__all__ = ["expand_events", "replay", "write_chrome_trace", "chrome_trace_events", "COMM_TRACK"]
 
 COMM_TRACK = 100_000
 """Device ``d``'s asynchronous collectives go on track ``COMM_TRACK + d``."""
 
 
-def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) -> list[tuple]:
+def expand_events(events: list, function: str, overlap_slowdown: float = 0.0,
+                  comm_slowdown: float = 0.0) -> list[tuple]:
     """``(start_s, seconds, devices, op, detail, function name)`` for every op in program
     order, calls expanded: the clocks are replayed exactly as the simulator ran them (an
     op starts when all its devices are free and ends on all of them together; an
     asynchronous collective runs on the devices' communication clocks, and the first op
     to read one of its results waits for it; where the profile models host dispatch, no
-    op starts before each of its devices' hosts has issued it)."""
-    from collections import defaultdict
+    op starts before each of its devices' hosts has issued it). With ``comm_slowdown``
+    (``Hardware.overlap_comm_slowdown``) a collective's ``seconds`` include its stretch
+    by the bandwidth-bound compute beside it (``replay``)."""
+    return replay(events, function, overlap_slowdown, comm_slowdown)[0]
+
+
+def replay(events: list, function: str, overlap_slowdown: float = 0.0,
+           comm_slowdown: float = 0.0) -> tuple[list[tuple], float]:
+    """``(expand_events' list, the step's end)``, the end being when the last clock
+    (compute, communication or host) stops.
+
+    ``comm_slowdown`` stretches asynchronous collectives by the bandwidth-bound compute
+    beside them (the records' flag, ``Hardware.bandwidth_bound``): a bandwidth-bound op
+    on device ``d`` running ``[t, t + w]`` while ``d``'s communication stream is busy
+    until ``c > t`` delays that stream by ``comm_slowdown * min(w, c - t)``, so every
+    collective of ``d`` still running or queued at ``t`` ends that much later. A
+    collective on several devices ends with its most delayed device (the devices' stretches
+    are not summed: replicas slowed alike slow a ring once), and the next collective on
+    them starts after it; each device's overlap is reckoned on its own stream's time, so
+    that replicas written out and one replica folded (``distir.analysis.replicas``) time
+    alike. This needs concrete clocks, so it is a replay of the simulator's events (calls
+    expanded), run only where the profile sets ``overlap_comm_slowdown``."""
+    from collections import defaultdict, deque
 
     from distir.analysis.renaming import rename_detail
     from distir.analysis.simulator import comm_key
@@ -41,12 +63,39 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
     clock: defaultdict[int, float] = defaultdict(float)
     host: defaultdict[int, float] = defaultdict(float)  # where the profile models hosts
     out: list[tuple] = []
+    # With ``comm_slowdown``: each device's collectives not yet ended, oldest first, as
+    # boxes ``[end alone, {device: stretch}, devices, index in out, start alone,
+    # {device: delay of its start}]``.
+    flight: defaultdict[int, deque] = defaultdict(deque)
+    boxes: list[list] = []
+
+    def ready(box: Any) -> float:
+        return box if not isinstance(box, list) else box[0] + max(box[1].values(),
+                                                                  default=0.0)
 
     def wait(inputs: list, pending: dict) -> None:
         for v in inputs:
             p = pending.pop(v, None)
-            if p is not None and p[1] > clock[p[0]]:
-                clock[p[0]] = p[1]
+            if p is not None:
+                r = ready(p[1])
+                if r > clock[p[0]]:
+                    clock[p[0]] = r
+
+    def stretch(d: int, t: float, w: float) -> None:
+        """A bandwidth-bound op on ``d`` runs ``[t, t + w]``: slow ``d``'s stream."""
+        c = comm_key(d)
+        busy = clock[c] - t
+        if busy <= 0.0:
+            return
+        x = comm_slowdown * (w if w < busy else busy)
+        q = flight[d]
+        while q and ready(q[0]) <= t:  # ended before the op began
+            q.popleft()
+        for box in q:
+            box[1][d] = box[1].get(d, 0.0) + x
+            if box[4] > t:  # queued behind the one slowed: it starts later
+                box[5][d] = box[5].get(d, 0.0) + x
+        clock[c] += x
 
     def walk(evs: list, fname: str, pending: dict, m: dict[int, int] | None) -> None:
         # ``m``: the devices of ``evs`` -> the program's (None: the same), for the events
@@ -80,18 +129,31 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0) ->
                 end = start + secs
                 for d in devs:
                     clock[d] = end
+                if comm_slowdown and rec[10] and secs:
+                    stretch(devs[0], start, secs)
             else:
                 start = max(max(clock[d], clock[comm_key(d)], host[d]) for d in devs)
                 end = start + secs
                 for d in devs:
                     clock[comm_key(d)] = end
                     clock[d] += overlap_slowdown * secs
+                done: Any = end
+                if comm_slowdown:
+                    done = [end, {}, devs, len(out), start, {}]
+                    boxes.append(done)
+                    for d in devs:
+                        flight[d].append(done)
                 for v, d in zip(head.outputs, adevs):
-                    pending[v] = (d, end)
+                    pending[v] = (d, done)
             out.append((start, secs, devs, head, detail, fname))
 
     walk(events, function, {}, None)
-    return out
+    for box in boxes:  # each collective's time as stretched
+        i = box[3]
+        e = out[i]
+        t = e[0] + max(box[5].values(), default=0.0)
+        out[i] = (t, ready(box) - t, *e[2:])
+    return out, max(max(clock.values(), default=0.0), max(host.values(), default=0.0))
 
 
 def chrome_trace_events(sim: Simulation) -> list[dict[str, Any]]:

@@ -11,6 +11,8 @@ import dataclasses
 import json
 from pathlib import Path
 
+import pytest
+
 import distir
 from distir.analysis.simulator import simulate
 from distir.ir.inline import inline_calls
@@ -172,3 +174,125 @@ def test_async_ops_are_the_backends_asynchronous_lowerings() -> None:
     folded = REPLICA_OPS | PEER_OPS
     assert {n for n, e in LOWERINGS.rules.items() if e.asynchronous} == ASYNC_OPS - folded
     assert not folded & set(LOWERINGS.rules)
+
+
+# -- the collective's own slowdown beside bandwidth-bound compute (overlap_comm_slowdown) --
+
+def test_bandwidth_bound_compute_stretches_the_collective_beside_it() -> None:
+    hw = dataclasses.replace(UNIT, overlap_comm_slowdown=0.5)
+    sim = sim_text(OVERLAP, hw)
+    # (UNIT's infinite rates make every kernel bandwidth-bound.) Device 0's Relus run 0-2
+    # beside the allreduce (0-3): 2 s, so it ends 0.5 x 2 s later, at 4; device 1's Relu
+    # (0-1) stretches its own part by 0.5 s, within that: the slowest device sets the end.
+    assert timeline(sim) == [("MPIAllreduce", 0.0, 4.0, (0, 1)), ("Relu", 0.0, 1.0, (0,)),
+                             ("Relu", 1.0, 2.0, (0,)), ("Relu", 0.0, 1.0, (1,)),
+                             ("Add", 4.0, 5.0, (0,)), ("Add", 4.0, 5.0, (1,))]
+    assert sim.latency_s == 5.0
+    # Only what runs beside it counts: a Relu after the allreduce ended adds nothing.
+    after = f"""
+func @main(%x: {T.format(0)}, %y: {T.format(1)}) {{
+  %s0, %s1 = MPIAllreduce(%x, %y)
+  %a = Relu(%s0)
+  %b = Relu(%a)
+  return %b, %s1
+}}"""
+    assert sim_text(after, hw).latency_s == sim_text(after).latency_s == 5.0
+
+
+def test_comm_slowdown_counts_what_the_compute_slowdown_leaves_beside() -> None:
+    # With both: the Relus start 1.5 s late (overlap_slowdown 0.5 x 3 s). Device 0's
+    # first runs 1.5-2.5, beside the allreduce (0-3), which then ends at 3.5; its second
+    # runs 2.5-3.5, beside it as stretched, so it ends at 4.
+    hw = dataclasses.replace(UNIT, overlap_slowdown=0.5, overlap_comm_slowdown=0.5)
+    sim = sim_text(OVERLAP, hw)
+    assert timeline(sim)[:3] == [("MPIAllreduce", 0.0, 4.0, (0, 1)),
+                                 ("Relu", 1.5, 2.5, (0,)), ("Relu", 2.5, 3.5, (0,))]
+    assert sim.latency_s == 5.0  # device 0's Add waits for it
+    # Two Relus more on device 0: the third (3.5-4.5) is half beside it (0.25 s more),
+    # the fourth (4.5-5.5) after it.
+    late = OVERLAP.replace("%b = Relu(%a)", "%a2 = Relu(%a)\n  %a3 = Relu(%a2)\n"
+                           "  %b = Relu(%a3)")
+    assert timeline(sim_text(late, hw))[0] == ("MPIAllreduce", 0.0, 4.25, (0, 1))
+
+
+def test_comm_slowdown_delays_the_collectives_queued_behind() -> None:
+    hw = dataclasses.replace(UNIT, overlap_comm_slowdown=0.5)
+    sim = sim_text(f"""
+func @main(%x: {T.format(0)}, %y: {T.format(1)}) {{
+  %s0, %s1 = MPIAllreduce(%x, %y)
+  %t0, %t1 = MPIAllreduce(%x, %y)
+  %a = Relu(%x)
+  %b = Add(%a, %t0)
+  return %b, %s0, %s1, %t1
+}}""", hw)
+    # The Relu (0-1) beside the first allreduce delays both by 0.5 s: the second starts
+    # when the first ends.
+    assert timeline(sim)[:3] == [("MPIAllreduce", 0.0, 3.5, (0, 1)),
+                                 ("MPIAllreduce", 3.5, 6.5, (0, 1)), ("Relu", 0.0, 1.0, (0,))]
+    assert sim.latency_s == 7.5
+
+
+def test_compute_bound_kernels_leave_the_collective_alone() -> None:
+    from distir.analysis.hardware import Hardware, LinkSpec
+
+    # Rates whose ridge (0.25 FLOP/byte) puts a 4 x 4 product (0.67 FLOP/byte) above it
+    # and a Relu (0.125) below; every kernel costs about its 1-s launch.
+    hw = Hardware(name="ridge", memory_bytes=1 << 40, peak_flops=(("Float32", 2.5e14),),
+                  memory_bandwidth=1e15, launch_overhead=1.0, devices_per_node=1 << 20,
+                  intra_node=(LinkSpec(2, 1e300, 1.0),), inter_node=(),
+                  overlap_comm_slowdown=0.5)
+    assert not hw.bandwidth_bound(128.0, 192.0, "Float32")
+    assert hw.bandwidth_bound(16.0, 128.0, "Float32")
+    prog = f"""
+func @main(%x: {T.format(0)}, %y: {T.format(1)}) {{
+  %s0, %s1 = MPIAllreduce(%x, %y)
+  %a = KERNEL(%x, %x)
+  %d = Add(%a, %s0)
+  return %d, %s1
+}}"""
+    plain = dataclasses.replace(hw, overlap_comm_slowdown=0.0, _peak={}, _fits={}, _host={})
+    mm = prog.replace("KERNEL", "MatMul")
+    assert sim_text(mm, hw).latency_s == sim_text(mm, plain).latency_s
+    add = prog.replace("KERNEL", "Add")  # bandwidth-bound: 1 s beside, 0.5 s later
+    assert sim_text(add, hw).latency_s == pytest.approx(sim_text(add, plain).latency_s + 0.5)
+
+
+def test_comm_slowdown_across_calls_as_inlined() -> None:
+    hw = dataclasses.replace(UNIT, overlap_slowdown=0.25, overlap_comm_slowdown=0.5)
+    m = distir.parse(CALLS)
+    a, b = simulate(m, hw), simulate(inline_calls(m.entry), hw)
+    assert a.latency_s == b.latency_s > simulate(m, UNIT).latency_s
+    assert [(e[3].op_type, e[0], e[1]) for e in a.events()] == \
+        [(e[3].op_type, e[0], e[1]) for e in b.events()]
+
+
+def test_overlap_comm_slowdown_in_profiles() -> None:
+    from distir.analysis.hardware import Hardware
+    from distir.errors import ConfigError
+
+    hw = dataclasses.replace(UNIT, overlap_comm_slowdown=0.3)
+    data = hw.to_json()
+    assert data["interconnect"]["overlap_comm_slowdown"] == 0.3
+    assert Hardware.from_json(data).overlap_comm_slowdown == 0.3
+    assert "overlap_comm_slowdown" not in UNIT.to_json()["interconnect"]  # 0: absent
+    data["interconnect"]["overlap_comm_slowdown"] = -1
+    with pytest.raises(ConfigError, match="overlap_comm_slowdown must be >= 0"):
+        Hardware.from_json(data)
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (4, 1, 2, 2), (2, 2, 1, 2)])
+def test_comm_slowdown_on_one_replica_as_on_every_replica(cfg: tuple) -> None:
+    """A data-parallel step simulated as one replica (``dtp_replica``) or written out
+    (``dtp``) gives the same times with the collectives' stretch as without."""
+    from distir.transforms import analyze, dtp, dtp_replica
+    from tests.analysis.test_simulator_calls import HW
+    from tests.analysis.test_simulator_replicas import _mlp, assert_same_as_every_replica
+
+    an = analyze(_mlp())
+    hw = dataclasses.replace(HW, overlap_slowdown=0.3, overlap_comm_slowdown=0.5)
+    one, full = simulate(dtp_replica(an, *cfg), hw), simulate(dtp(an, *cfg), hw)
+    assert_same_as_every_replica(one, full)
+    plain = simulate(dtp(an, *cfg), dataclasses.replace(hw, overlap_comm_slowdown=0.0))
+    # (D2 x T2: the stretched all-reduces end before the compute does.)
+    assert full.latency_s > plain.latency_s if cfg[1] == 1 else \
+        full.latency_s == plain.latency_s

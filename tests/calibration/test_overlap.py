@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from calibration.overlap import main, slowdown, write_profile
+from calibration.overlap import comm_slowdown, main, slowdown, write_profile
 from distir.analysis.hardware import load_hardware
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -33,6 +33,33 @@ def test_write_profile_sets_the_field_the_simulator_reads(tmp_path: Path) -> Non
     assert json.loads(out.read_text())["interconnect"]["overlap_slowdown"] == 0.1235
     assert load_hardware(str(out)).overlap_slowdown == pytest.approx(0.1235)
     assert load_hardware(str(src)).overlap_slowdown == 0.0  # absent: a free overlap
+
+
+def test_comm_slowdown_is_the_collectives_extra_time_per_second_beside() -> None:
+    # 1 ms all-reduce, 0.2 ms kernel beside it, both 1.06 ms: 0.3 s per second; a kernel
+    # longer than the collective, or of the other kind, is not counted.
+    row = {"compute": "memory", "t_comm": 1e-3, "t_compute": 2e-4, "t_both": 1.06e-3}
+    assert comm_slowdown([row], 0.0) == pytest.approx(0.3)
+    # 0.9 ms kernel: only (1 - 0.5) x 1 ms of it runs beside (it starts 0.5 ms late).
+    assert comm_slowdown([{**row, "t_compute": 9e-4}], 0.5) == pytest.approx(0.12)
+    with pytest.raises(ValueError):
+        comm_slowdown([{**row, "t_compute": 2e-3}, {**row, "compute": "mm"}], 0.0)
+
+
+def test_fit_comm_on_the_committed_measurements(tmp_path: Path,
+                                                capsys: pytest.CaptureFixture) -> None:
+    runs = ROOT / "grid_search" / "results" / "overlap_comm_2gpu"
+    src = ROOT / "calibration" / "profiles" / "h100-sxm-datasheet.json"
+    out = tmp_path / "p.json"
+    assert main(["--fit-comm", str(runs / "r0.4_graph_1.json"), str(runs / "r0.4_graph_2.json"),
+                 "--overlap-slowdown", "0.3738", "--profile", str(src),
+                 "--write", str(out)]) == 0
+    assert "overlap_comm_slowdown (median" in capsys.readouterr().out
+    data = json.loads(out.read_text())
+    assert data["interconnect"]["overlap_comm_slowdown"] == pytest.approx(0.2986)
+    assert [c for c in data["comment"] if c.startswith("overlap_comm_slowdown 0.2986: ")]
+    assert load_hardware(str(out)).overlap_comm_slowdown == pytest.approx(0.2986)
+    assert main(["--fit-comm", str(runs / "r0.4_graph_1.json")]) == 2  # no overlap_slowdown
 
 
 def test_gloo_run_writes_rows_and_the_profile(tmp_path: Path,
