@@ -273,6 +273,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--cuda-graph", action="store_true",
                     help="time each run replayed as a CUDA graph (GPUs only), as the "
                     "backend's --cuda-graph steps run")
+    ap.add_argument("--sizes", type=float, nargs="+", metavar="MiB",
+                    help="all-reduce sizes in MiB (default 32 64 128 256 on GPUs, 1 4 "
+                    "with --cpu)")
     ap.add_argument("--fit-comm", nargs="+", metavar="JSON",
                     help="measure nothing: fit overlap_comm_slowdown on these --json files "
                     "(--memory --ratio 0.4 runs); --profile stores it there")
@@ -315,6 +318,12 @@ def main(argv: list[str] | None = None) -> int:
     if world < 2:
         print(f"error: the overlap needs 2 or more processes, got {world}", file=sys.stderr)
         return 2
+    if args.sizes:
+        if min(args.sizes) <= 0:
+            print(f"error: --sizes {args.sizes}: give positive sizes in MiB",
+                  file=sys.stderr)
+            return 2
+        sizes = [int(x * (1 << 20)) // 4 * 4 for x in args.sizes]
     rows = measure_overlap(world, backend, sizes, trials=args.trials,
                            cuda_graph=args.cuda_graph, memory=args.memory,
                            ratio=args.ratio)
@@ -324,7 +333,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{'slowdown':>9} {'both/longer':>12}")
     for r in rows:
         longer = max(r["t_comm"], r["t_compute"])
-        print(f"{r['compute']:>8} {r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} "
+        print(f"{r['compute']:>8} {r['bytes'] / (1 << 20):>6.4g} {r['t_comm'] * 1e3:>9.3f} "
               f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} {r['slowdown']:>9.3f} "
               f"{r['t_both'] / longer:>12.3f}")
     if args.memory:
@@ -361,12 +370,14 @@ def _fit_comm(args: argparse.Namespace) -> int:
     for r in rows:
         if r.get("compute") == "memory" and r["t_compute"] < r["t_comm"]:
             beside = min(r["t_compute"], (1.0 - s) * r["t_comm"])
-            print(f"{r['bytes'] >> 20:>6} {r['t_comm'] * 1e3:>9.3f} "
+            print(f"{r['bytes'] / (1 << 20):>6.4g} {r['t_comm'] * 1e3:>9.3f} "
                   f"{r['t_compute'] * 1e3:>11.3f} {r['t_both'] * 1e3:>9.3f} "
                   f"{(r['t_both'] - r['t_comm']) / beside:>13.3f}")
     print(f"overlap_comm_slowdown (median, overlap_slowdown {s}): {value:.4f}")
     if args.profile:
         names = ", ".join(Path(f).as_posix() for f in args.fit_comm)
+        names += " (" + ", ".join(sorted({f"{r.get('group_size', '?')} x {r.get('device', '?')}"
+                                          for r in rows})) + ")"
         write_profile(args.profile, value, args.write, "overlap_comm_slowdown",
                       f"{round(value, 4)}: the all-reduce's extra time per second of "
                       "bandwidth-bound compute beside it, median over the rows of "

@@ -166,7 +166,7 @@ def rename_summary(s: CallSummary, m: dict[int, int],
         {m[d]: b for d, b in s.peak.items()}, {m[d]: b for d, b in s.net.items()},
         s.events, s.n_ops,
         tuple((i, m[d], vec(v)) for i, d, v in s.pending), events_map,
-        {m[d]: t for d, t in s.host.items()})
+        {m[d]: t for d, t in s.host.items()}, s.has_async)
 
 
 def rename_detail(detail: tuple, m: dict[int, int]) -> tuple:

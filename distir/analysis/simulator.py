@@ -19,7 +19,10 @@ cost (the compute it slows down while both run; hidden if the device has nothing
 do). Its results are *pending* until the first op that reads one: that op's device first
 waits for the collective's end. Pending values keep pending across
 calls both ways (a pending argument is one more symbol of the callee's summary, the time
-it is ready), so a called function times exactly as its inlined ops.
+it is ready), so a called function times exactly as its inlined ops. Where the profile
+sets ``overlap_comm_slowdown`` (a collective stretched by the bandwidth-bound compute
+beside it), the step's end comes from a replay of the events with concrete clocks
+(``distir.analysis.trace.replay``), in programs that run an asynchronous collective.
 
 Calls: a function's clocks at its return are a max-plus linear function of the clocks at
 its entry, ``out[d] = max_k(entry[k] + delay[d][k])``. The first call of a function with
@@ -170,14 +173,14 @@ class CallSummary:
     the events (for traces) and the number of ops."""
 
     __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops",
-                 "pending", "rename", "host")
+                 "pending", "rename", "host", "has_async")
 
     def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
                  compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
                  net: dict[int, int], events: list, n_ops: int,
                  pending: tuple[tuple[int, int, dict[int, float]], ...] = (),
                  rename: dict[int, int] | None = None,
-                 host: dict[int, float] | None = None) -> None:
+                 host: dict[int, float] | None = None, has_async: bool = False) -> None:
         self.fn = fn
         self.outs = outs
         self.vecs = vecs
@@ -196,6 +199,9 @@ class CallSummary:
         self.host = host or {}
         """Seconds each device's host spends issuing the call's ops (where the profile
         models host dispatch)."""
+        self.has_async = has_async
+        """Whether the call runs an asynchronous collective (``ASYNC_OPS``), itself or in
+        its calls."""
 
 
 # A record of one op evaluated on given argument values, memoized by ((op type, attributes,
@@ -310,14 +316,15 @@ class Simulator(TypeInterpreter):
         self._owned = owned
         # Results of asynchronous collectives not read yet: value -> (device, ready vector).
         self._pending: dict[Value, tuple[int, dict[int, float]]] = {}
+        self._async = False  # whether an asynchronous collective ran (here or in a call)
 
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-                self._owned, self._lv, self._drop, self._pending)
+                self._owned, self._lv, self._drop, self._pending, self._async)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-         self._owned, self._lv, self._drop, self._pending) = s
+         self._owned, self._lv, self._drop, self._pending, self._async) = s
 
     def _wait(self, inputs: Sequence[Value | None]) -> None:
         """The pending inputs of an op: each one's device waits for its collective."""
@@ -515,6 +522,7 @@ class Simulator(TypeInterpreter):
                 c = comm_key(d)
                 base[c] = m
                 shift[c] = cost
+            self._async = True
             slow = self.hw.overlap_slowdown * cost
             if slow:  # what the collective takes from the compute beside it
                 for d in devs:
@@ -737,7 +745,7 @@ class Simulator(TypeInterpreter):
             return CallSummary(callee, outs, vecs, comp, comm,
                                {d: p for d, p in self._peak.items() if p},
                                {d: x for d, x in self._mem.items() if x}, self._events, n,
-                               left, host=host)
+                               left, host=host, has_async=self._async)
         finally:
             self._restore(saved)
 
@@ -748,6 +756,8 @@ class Simulator(TypeInterpreter):
         shift = self._shift
         ready = {arg_key(i): self._pending[op.inputs[i]][1]  # type: ignore[index]
                  for i in waiting}
+        if s.has_async:
+            self._async = True
 
         def at_entry(vec: dict[int, float]) -> dict[int, float]:
             # Entry symbols whose clocks share one vector object (synchronized devices)
@@ -885,13 +895,13 @@ class Simulator(TypeInterpreter):
         devices = sorted(d for d in clocks | set(mem) if d >= 0)
         # The step ends when every device's compute and communication clocks have.
         latency = max((base[k][ROOT] + shift[k] for k in clocks), default=0.0)
-        if self.hw.overlap_comm_slowdown:
+        if self.hw.overlap_comm_slowdown and self._async:
             # Collectives stretched by the bandwidth-bound compute beside them: that needs
             # concrete clocks, so the step is replayed (calls expanded) for its end.
             from distir.analysis.trace import replay
 
             latency = replay(self._events, fn.name, self.hw.overlap_slowdown,
-                             self.hw.overlap_comm_slowdown)[1]
+                             self.hw.overlap_comm_slowdown, listed=False)[1]
         comp_d, comm_d, host_d, n_ops = self._busy()
         comp = {d: comp_d.get(d, 0.0) for d in devices}
         comm = {d: comm_d.get(d, 0.0) for d in devices}

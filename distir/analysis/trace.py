@@ -40,9 +40,10 @@ def expand_events(events: list, function: str, overlap_slowdown: float = 0.0,
 
 
 def replay(events: list, function: str, overlap_slowdown: float = 0.0,
-           comm_slowdown: float = 0.0) -> tuple[list[tuple], float]:
+           comm_slowdown: float = 0.0, listed: bool = True) -> tuple[list[tuple], float]:
     """``(expand_events' list, the step's end)``, the end being when the last clock
-    (compute, communication or host) stops.
+    (compute, communication or host) stops; with ``listed`` false, the list is empty
+    (the end alone, faster: no op is renamed or listed).
 
     ``comm_slowdown`` stretches asynchronous collectives by the bandwidth-bound compute
     beside them (the records' flag, ``Hardware.bandwidth_bound``): a bandwidth-bound op
@@ -118,7 +119,8 @@ def replay(events: list, function: str, overlap_slowdown: float = 0.0,
             devs, secs, detail, adevs, h = rec[4], rec[2], rec[7], rec[8], rec[9]
             if m is not None:
                 devs = tuple(m[d] for d in devs)
-                detail = rename_detail(detail, m)
+                if listed:
+                    detail = rename_detail(detail, m)
                 if adevs is not None:
                     adevs = tuple(m[d] for d in adevs)
             if h:  # each device's host issues the op, which starts no earlier
@@ -140,12 +142,14 @@ def replay(events: list, function: str, overlap_slowdown: float = 0.0,
                 done: Any = end
                 if comm_slowdown:
                     done = [end, {}, devs, len(out), start, {}]
-                    boxes.append(done)
+                    if listed:
+                        boxes.append(done)
                     for d in devs:
                         flight[d].append(done)
                 for v, d in zip(head.outputs, adevs):
                     pending[v] = (d, done)
-            out.append((start, secs, devs, head, detail, fname))
+            if listed:
+                out.append((start, secs, devs, head, detail, fname))
 
     walk(events, function, {}, None)
     for box in boxes:  # each collective's time as stretched

@@ -90,6 +90,17 @@ def test_gloo_run_beside_a_bandwidth_bound_kernel(tmp_path: Path,
     assert "beside the bandwidth-bound kernel" in capsys.readouterr().out
 
 
+def test_gloo_run_at_given_sizes(tmp_path: Path) -> None:
+    rows_path = tmp_path / "rows.json"
+    assert main(["--cpu", "--world", "2", "--trials", "1", "--memory", "--ratio", "0.4",
+                 "--sizes", "0.5", "2", "--json", str(rows_path)]) == 0
+    rows = json.loads(rows_path.read_text())
+    assert [(r["compute"], r["bytes"], r["ratio"]) for r in rows] == [
+        ("mm", 1 << 19, 0.4), ("mm", 2 << 20, 0.4), ("memory", 1 << 19, 0.4),
+        ("memory", 2 << 20, 0.4)]
+    assert main(["--cpu", "--sizes", "0"]) == 2
+
+
 def test_one_process_is_refused(capsys: pytest.CaptureFixture) -> None:
     assert main(["--cpu", "--world", "1"]) == 2
     assert "needs 2 or more processes" in capsys.readouterr().err
