@@ -83,11 +83,10 @@ def replay(events: list, function: str, overlap_slowdown: float = 0.0,
                     clock[p[0]] = r
 
     def stretch(d: int, t: float, w: float) -> None:
-        """A bandwidth-bound op on ``d`` runs ``[t, t + w]``: slow ``d``'s stream."""
+        """A bandwidth-bound op on ``d`` runs ``[t, t + w]`` while ``d``'s stream is busy
+        (after ``t``): slow the stream."""
         c = comm_key(d)
         busy = clock[c] - t
-        if busy <= 0.0:
-            return
         x = comm_slowdown * (w if w < busy else busy)
         q = flight[d]
         while q and ready(q[0]) <= t:  # ended before the op began
@@ -116,6 +115,24 @@ def replay(events: list, function: str, overlap_slowdown: float = 0.0,
                 continue
             if pending:
                 wait(head.inputs, pending)
+            d = rec[1]
+            if d >= 0:  # the common case: one device, not a collective
+                if m is not None:
+                    d = m[d]
+                secs, h = rec[2], rec[9]
+                start = clock[d]
+                if h:  # its host issues the op, which starts no earlier
+                    x = host[d] + h
+                    host[d] = x
+                    if x > start:
+                        start = x
+                clock[d] = start + secs
+                if comm_slowdown and rec[10] and secs and clock[comm_key(d)] > start:
+                    stretch(d, start, secs)
+                if listed:
+                    out.append((start, secs, (d,), head, rec[7] if m is None
+                                else rename_detail(rec[7], m), fname))
+                continue
             devs, secs, detail, adevs, h = rec[4], rec[2], rec[7], rec[8], rec[9]
             if m is not None:
                 devs = tuple(m[d] for d in devs)
@@ -126,13 +143,11 @@ def replay(events: list, function: str, overlap_slowdown: float = 0.0,
             if h:  # each device's host issues the op, which starts no earlier
                 for d in devs:
                     host[d] += h
-            if adevs is None:
+            if adevs is None:  # on several devices (a transfer, a blocking collective)
                 start = max(max(clock[d], host[d]) for d in devs)
                 end = start + secs
                 for d in devs:
                     clock[d] = end
-                if comm_slowdown and rec[10] and secs:
-                    stretch(devs[0], start, secs)
             else:
                 start = max(max(clock[d], clock[comm_key(d)], host[d]) for d in devs)
                 end = start + secs
