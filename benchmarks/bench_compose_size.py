@@ -1,5 +1,5 @@
-"""Program size and build time of ``compose_dtp`` (the spmd passes) beside ``dtp`` (the
-builder tower), on GPT-2 training steps with stages and microbatches.
+"""Program size and build time of ``compose_dtp`` (the spmd passes, ``dtp`` now) beside
+``tower.dtp`` (the builder tower), on GPT-2 training steps with stages and microbatches.
 
     python benchmarks/bench_compose_size.py            # the three rows of docs/spmd.md
     python benchmarks/bench_compose_size.py --repeats 1
@@ -28,8 +28,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import distir  # noqa: E402
 from distir.models import presets  # noqa: E402
-from distir.transforms import analyze, dtp  # noqa: E402
+from distir.transforms import analyze  # noqa: E402
 from distir.transforms.spmd.compose import compose_dtp  # noqa: E402
+from distir.transforms.tower import dtp  # noqa: E402  (the builder tower)
 
 CASES = [  # (label, preset, overrides, (D, T, P, K))
     ("GPT-2 12 layers, d 1024, Adam, batch 32", "gpt2-350m-train",

@@ -1,4 +1,5 @@
-"""The grid search through ``dtp`` against the search through the spmd passes
+"""The grid search through the builder tower (``dtp`` before the passes, ``--transform
+tower``) against the search through the spmd passes (``dtp`` now)
 (``run_search(..., transform="passes")``, ``distir grid-search --transform passes``): per
 configuration, the simulated latency of each and their ratio, and each search's wall time.
 
@@ -9,8 +10,8 @@ Workloads: the MLP 8 x 2048 (batch 8192) and GPT-2 4 layers d 1024 training (bat
 8 devices; HF GPT-2 and ResNet-18 of the zoo (``tests/zoo``: exported with torch, cached)
 made training steps (MSE, SGD) at batch 16 on 4 devices, searched as a user's ONNX file
 (their initializers over 64 elements left out, as a full-size model's search leaves its
-weights out). The dtp search simulates one replica (one tensor-parallel rank) where the
-replicas run alike (``dtp_replica``); the passes' is always the whole program.
+weights out). The tower's search simulates one replica (one tensor-parallel rank) where the
+replicas run alike (``tower.dtp_replica``), as the passes' does (``dtp_replica``).
 """
 
 from __future__ import annotations
@@ -39,23 +40,23 @@ def compare(w: Any, devices: int, batch: int, max_k: int, hardware: str,
     cs = list(enumerate_space(w.name, devices, [batch], max_microbatches=max_k,
                               schedules=schedules))
     rows, wall = {}, {}
-    for t in ("dtp", "passes"):
+    for t in ("tower", "passes"):
         t0 = time.perf_counter()
         rows[t] = run_search(w, cs, hardware=hardware, workers=workers, progress=None,
                              transform=t).rows
         wall[t] = time.perf_counter() - t0
     print(f"\n{w.name}, batch {batch}, {devices} devices, {len(cs)} configurations: search "
-          f"wall time dtp {wall['dtp']:.1f} s, passes {wall['passes']:.1f} s")
-    print(f"  {'configuration':<16} {'dtp ms':>10} {'passes ms':>10} {'ratio':>7}  status")
+          f"wall time tower {wall['tower']:.1f} s, passes {wall['passes']:.1f} s")
+    print(f"  {'configuration':<16} {'tower ms':>10} {'passes ms':>10} {'ratio':>7}  status")
     ratios = []
-    for a, b in zip(rows["dtp"], rows["passes"], strict=True):
+    for a, b in zip(rows["tower"], rows["passes"], strict=True):
         la, lb = a["latency_s"], b["latency_s"]
         both = a["status"] == b["status"] == "ok"
         ratio = lb / la if both else None
         if ratio is not None:
             ratios.append(ratio)
         why = "" if a["status"] == b["status"] == "ok" else \
-            f"  dtp: {a['status']} {a['reason'][:60]} | passes: {b['status']} {b['reason'][:60]}"
+            f"  tower: {a['status']} {a['reason'][:60]} | passes: {b['status']} {b['reason'][:60]}"
         print(f"  {_label(a):<16} {la * 1e3 if la else float('nan'):>10.3f} "
               f"{lb * 1e3 if lb else float('nan'):>10.3f} "
               f"{ratio if ratio is not None else float('nan'):>7.3f}  {a['status']}/{b['status']}"
@@ -66,10 +67,10 @@ def compare(w: Any, devices: int, batch: int, max_k: int, hardware: str,
                                           key=lambda r: r["latency_s"])[:5]]
 
     if ratios:
-        print(f"  ratio passes/dtp: min {min(ratios):.3f}, max {max(ratios):.3f}; "
-              f"built: dtp {sum(r['status'] == 'ok' for r in rows['dtp'])}, passes "
+        print(f"  ratio passes/tower: min {min(ratios):.3f}, max {max(ratios):.3f}; "
+              f"built: tower {sum(r['status'] == 'ok' for r in rows['tower'])}, passes "
               f"{sum(r['status'] == 'ok' for r in rows['passes'])}")
-    print(f"  top 5 dtp:    {', '.join(top(rows['dtp']))}")
+    print(f"  top 5 tower:  {', '.join(top(rows['tower']))}")
     print(f"  top 5 passes: {', '.join(top(rows['passes']))}")
 
 

@@ -4,7 +4,7 @@
 TorchScript exporter, at 16 devices.
 
     .venv/bin/python benchmarks/bench_user_search.py [--batch-sizes 16 64] [--workers 2]
-        [--transform dtp|passes]
+        [--transform passes|tower]
 
 The export (about 20 s, a 650 MB file) is cached in ``--cache`` (default
 ``~/.cache/distir/bench``) and not timed. Each batch size is one run of the command as a
@@ -72,7 +72,7 @@ def main() -> int:
     p.add_argument("--devices", type=int, default=16)
     p.add_argument("--workers", type=int, default=2)
     p.add_argument("--hardware", default="h100-sxm")
-    p.add_argument("--transform", choices=("dtp", "passes"), default="dtp",
+    p.add_argument("--transform", choices=("passes", "tower"), default="passes",
                    help="what writes each configuration (grid-search --transform)")
     p.add_argument("--cache", default=os.path.join(os.path.expanduser("~"), ".cache",
                                                    "distir", "bench"))

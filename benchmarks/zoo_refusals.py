@@ -4,7 +4,7 @@ Not a test: it prints counts. Run from the repository root (the zoo exports are 
 ``.pytest_cache/distir-zoo``)::
 
     PYTHONPATH=. .venv/bin/python benchmarks/zoo_refusals.py [--full] [--models a,b]
-        [--transform dtp|passes]
+        [--transform passes|tower]
 
 Grid: every zoo model, both torch exporters, its inference program and its training step
 (``training_step(fn, loss="cross_entropy", optimizer="sgd")``), every ``(dp, tp, pp)`` with
@@ -44,9 +44,10 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 import distir  # noqa: E402
 import distir.analysis  # noqa: E402
 from distir.errors import DistIRError, TransformError  # noqa: E402
-from distir.transforms import analyze, dtp, training_step  # noqa: E402
+from distir.transforms import analyze, training_step  # noqa: E402
 from distir.transforms.plan import Plan  # noqa: E402
 from distir.transforms.spmd import compose_dtp, plan_dtp  # noqa: E402
+from distir.transforms.tower import dtp  # noqa: E402
 
 KEY_MODELS = ("gpt2", "llama", "bert", "vit", "resnet50")
 """The models issue 16 wants refused nowhere at D, T, P <= 4."""
@@ -74,8 +75,9 @@ def main() -> None:
     ap.add_argument("--execute", type=int, default=0, metavar="N",
                     help="run N sampled configurations per model and mode at batch 8")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--transform", choices=("dtp", "passes"), default="dtp",
-                    help="the builder tower's dtp (default) or the spmd passes' composition")
+    ap.add_argument("--transform", choices=("passes", "tower"), default="passes",
+                    help="the spmd passes' composition (dtp, the default) or the builder "
+                    "tower dtp was before")
     args = ap.parse_args()
     passes = args.transform == "passes"
 

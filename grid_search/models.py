@@ -22,7 +22,7 @@ from distir.errors import ConfigError
 from distir.ir.core import Function, Module
 
 __all__ = ["Workload", "PRESETS", "TrainOptions", "workload", "DEFAULT_BATCHES",
-           "default_batches", "TRANSFORMS", "PASSES_MAX_DEVICES"]
+           "default_batches", "TRANSFORMS", "PASSES_MAX_DEVICES", "transform_of"]
 
 # GPT-2 presets made into training steps: cross-entropy over the vocabulary, Adam.
 _GPT2_TRAIN = TrainOptions("cross_entropy", "adam", 1e-4)
@@ -67,10 +67,11 @@ class Workload:
     sync: str = ""
     """How the data-parallel gradients travel: ``""`` as ``dtp`` writes them (one
     all-reduce each), ``"searched"`` as ``grid_search.sync_search.searched_step`` finds."""
-    transform: str = "dtp"
-    """What writes each configuration's program: ``"dtp"`` (the builder tower,
-    ``distir.transforms.dtp``) or ``"passes"`` (``distir.transforms.spmd.compose_dtp``:
-    layout assignment, stage partition, schedule, lowering); see ``program``."""
+    transform: str = "passes"
+    """What writes each configuration's program: ``"passes"`` (``distir.transforms.dtp``,
+    the composition of the spmd passes: layout assignment, stage partition, schedule,
+    lowering) or ``"tower"`` (``distir.transforms.tower.dtp``, the builder ``dtp`` was
+    before, kept to rebuild the programs of studies measured with it); see ``program``."""
 
     @property
     def training(self) -> bool:
@@ -99,9 +100,9 @@ class Workload:
         one simulated and the one ``grid_search.real`` runs. Both transforms take the same
         analysis (its batch inputs, the weights whose initializers the function leaves out,
         the stage cuts weighed by ``hardware``), computed once per batch size."""
-        from distir.transforms import dtp
+        if self.transform == "tower":
+            from distir.transforms.tower import dtp
 
-        if self.transform == "dtp":
             return dtp(analysis, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
                        microbatches=cfg.microbatches, schedule=cfg.schedule)
         from distir.transforms.spmd.compose import compose_dtp
@@ -115,8 +116,8 @@ class Workload:
         replicas run alike (``dtp_replica``, or the passes' ``compose_dtp_replica``); with
         ``fold_tp``, of its tensor-parallel rank 0 alone where the ranks run alike (for the
         passes, ``Composed.folds``: then ``pp`` devices are written, not ``tp·pp``)."""
-        if self.transform == "dtp":
-            from distir.transforms import dtp_replica
+        if self.transform == "tower":
+            from distir.transforms.tower import dtp_replica
 
             return dtp_replica(analysis, dp=cfg.dp, tp=cfg.tp, pp=cfg.pp,
                                microbatches=cfg.microbatches, schedule=cfg.schedule,
@@ -204,8 +205,16 @@ class Workload:
                    + s.get("seq_len", 1024) * d)
 
 
-TRANSFORMS = ("dtp", "passes")
+TRANSFORMS = ("passes", "tower")
 """The transforms a search can write its programs with (``Workload.transform``)."""
+
+
+def transform_of(row: dict[str, Any]) -> str:
+    """The transform that wrote a search or study row's program: its ``transform`` column;
+    rows written before ``dtp`` became the passes' composition (2026-11-27) say ``dtp`` or
+    nothing, and were written by the tower."""
+    t = (row.get("transform") or "").strip()
+    return "tower" if t in ("", "dtp") else t
 
 PASSES_MAX_DEVICES = 64
 """The most devices a program written by the passes spans in a search: the whole
@@ -222,7 +231,7 @@ def _passes_fit(devices: int, what: str) -> None:
         raise TransformError(
             f"{devices} devices{what}: the passes write and simulate every device's ops "
             f"(one replica's where the replicas run alike), which is searched up to "
-            f"{PASSES_MAX_DEVICES} devices; use --transform dtp")
+            f"{PASSES_MAX_DEVICES} devices; use --transform tower")
 
 
 def _trained(fn: Function, train: TrainOptions | None, where: str) -> Function:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any
 from distir.errors import ConfigError, DistIRError
 from distir.ir.core import Function, Module
 from grid_search.executors import Executor, LocalExecutor
-from grid_search.models import TRANSFORMS, Workload
+from grid_search.models import TRANSFORMS, Workload, transform_of
 from grid_search.space import Config, enumerate_space, strategy
 
 if TYPE_CHECKING:
@@ -38,8 +38,10 @@ COLUMNS = [
 ]
 """The columns of a results CSV. ``hardware`` is the name of the profile simulated (with
 ``+graph`` for steps replayed as CUDA graphs, ``Hardware.for_cuda_graphs``); ``transform``
-what wrote the programs (``dtp`` or ``passes``, ``Workload.transform``). Files written
-before those existed lack the last one or two columns (their rows are ``dtp``'s)."""
+what wrote the programs (``passes``: ``distir.transforms.dtp``, the spmd passes; or
+``tower``: the builder ``dtp`` was before them, ``Workload.transform``). Files written
+before those existed lack the last one or two columns, and files written before the
+switch say ``dtp``: those rows are the tower's (``models.transform_of``)."""
 
 
 # -- one configuration (runs in a worker process) ------------------------------------------
@@ -113,7 +115,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
     row["strategy"] = strategy(cfg.dp, cfg.tp, cfg.pp)
     row["devices"] = cfg.devices
     row["hardware"] = getattr(_STATE.hardware, "name", _STATE.hardware)
-    row["transform"] = _STATE.workload.transform if _STATE.workload is not None else "dtp"
+    row["transform"] = _STATE.workload.transform if _STATE.workload is not None else "passes"
     t0 = time.perf_counter()
     step = "the transform"
     try:
@@ -218,7 +220,7 @@ def read_rows(path: str) -> list[dict[str, str]]:
 
 
 def _kept_rows(path: str, resume: bool, hardware: str,
-               transform: str = "dtp") -> list[dict[str, str]]:
+               transform: str = "passes") -> list[dict[str, str]]:
     """The complete rows of an old CSV that ``resume`` keeps (none without it); reads only.
     Rows simulated on another profile than ``hardware`` (a name), or written by another
     transform, are refused: a ranking would mix two machines' (transforms') figures."""
@@ -235,7 +237,7 @@ def _kept_rows(path: str, resume: bool, hardware: str,
         raise ConfigError(f"{path}: its rows were simulated on {', '.join(other)}, this search "
                           f"on {hardware}: resume with that profile (and --cuda-graph as "
                           "then), or write to a new file")
-    written = sorted({t for r in rows if (t := r.get("transform") or "dtp") != transform})
+    written = sorted({t for r in rows if (t := transform_of(r)) != transform})
     if written:
         raise ConfigError(f"{path}: its programs were written by --transform "
                           f"{', '.join(written)}, this search's by {transform}: resume with "
@@ -286,7 +288,7 @@ def run_search(workload: Workload | Function | Module,
                progress: Any = sys.stderr,
                on_row: Callable[[dict[str, Any]], None] | None = None,
                executor: Executor | None = None, sync: str = "",
-               transform: str = "dtp") -> SearchResult:
+               transform: str = "passes") -> SearchResult:
     """Evaluate ``configs`` (in order) with ``executor`` (default: ``workers`` local
     processes); append rows to ``out``. ``hardware`` (a profile name, path or ``Hardware``)
     is loaded here once. Bad options (an unknown profile, a results file of another format,
@@ -298,13 +300,14 @@ def run_search(workload: Workload | Function | Module,
     for every batch size of the configurations (``Workload.prepared``) and travels to the
     workers as functions. ``sync="searched"`` searches each data-parallel configuration's
     gradient synchronisation (``grid_search.sync_search.searched_step``; its choice is in
-    the row's ``reason``). ``transform="passes"`` writes each configuration with the
-    spmd passes (``distir.transforms.spmd.compose_dtp``) instead of ``dtp``: replica 0's
-    program (``compose_dtp_replica``, of its tensor-parallel rank 0 alone where the ranks
-    run alike) where the replicas run alike, else the whole one, writing up to
-    ``PASSES_MAX_DEVICES`` devices (a larger one is a refused row); a
-    configuration they cannot write is a refused row with their reason
-    (``Workload.program``, ``Workload.replica_program``)."""
+    the row's ``reason``). ``transform="passes"`` (the default) writes each configuration
+    with ``distir.transforms.dtp``, the composition of the spmd passes: replica 0's
+    program (``dtp_replica``, of its tensor-parallel rank 0 alone where the ranks run
+    alike) where the replicas run alike, else the whole one, writing up to
+    ``PASSES_MAX_DEVICES`` devices (a larger one is a refused row); ``"tower"`` with the
+    builder ``dtp`` was before (``distir.transforms.tower``). A configuration the
+    transform cannot write is a refused row with its reason (``Workload.program``,
+    ``Workload.replica_program``)."""
     from distir.analysis.hardware import load_hardware
     from grid_search.models import default_batches
     from grid_search.models import workload as make_workload

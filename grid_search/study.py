@@ -21,7 +21,10 @@ Each measured row records the fingerprint of the distributed program it ran
 (``program_fingerprint``); ``compare`` rebuilds every row's program and refuses a row whose
 program has changed since (another stage cut, layout or collective), naming it and asking
 for it to be measured again (``--skip-stale`` drops such rows instead). Rows measured before
-fingerprints were recorded are compared with a warning.
+fingerprints were recorded are compared with a warning. Each row is rebuilt by the transform
+that wrote it (its ``transform`` column, ``measure --transform``: ``passes``, the default,
+is ``distir.transforms.dtp``; rows without the column were measured before ``dtp`` became
+the spmd passes' composition and are rebuilt by ``distir.transforms.tower``).
 
 ``explain`` runs one configuration with per-op profiling and writes ``distir explain``'s
 comparison with the simulation (docs/fidelity.md).
@@ -36,6 +39,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import dataclasses
 import os
 import platform
 import sys
@@ -94,7 +98,6 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
     turn from above and below the limit, at most ``max_configs``; with their peaks."""
     import distir
     from distir.errors import TransformError
-    from distir.transforms import dtp
 
     models: dict[int, Any] = {}
     sides: tuple[list, list] = ([], [])  # (above, below): (distance, order, config, peak)
@@ -103,8 +106,7 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
         if seq is None:
             seq = models[c.batch_size] = w.analyze(c.batch_size, hardware=hardware)
         try:
-            fn = dtp(seq, dp=c.dp, tp=c.tp, pp=c.pp, microbatches=c.microbatches,
-                     schedule=c.schedule)
+            fn = w.program(seq, c)
         except TransformError:
             continue
         peak = max(distir.simulate(fn, hardware).peak_memory_bytes.values())
@@ -126,7 +128,7 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
 def cmd_measure(args: argparse.Namespace) -> int:
     from grid_search.real import iter_measure
 
-    w = workload(args.model, dtype=args.dtype)
+    w = dataclasses.replace(workload(args.model, dtype=args.dtype), transform=args.transform)
     schedule = "1f1b" if w.training else "gpipe"
     configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule,
                        args.min_devices)
@@ -157,7 +159,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
-            "program_fingerprint", "stages_hardware", "cuda_graph", "env"]
+            "program_fingerprint", "stages_hardware", "cuda_graph", "transform", "env"]
     # A profile file by its absolute path: compare may run from another directory.
     stages_hardware = os.path.abspath(args.hardware) if os.path.isfile(args.hardware) \
         else args.hardware
@@ -173,6 +175,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
+                         "transform": w.transform,
                          "stages_hardware": stages_hardware,
                          "predicted_peak_memory_bytes": predicted.get(c, "")})
             f.flush()  # a run cut short keeps every row measured so far
@@ -185,8 +188,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
     from distir.analysis.allocator import near_capacity
     from distir.analysis.hardware import load_hardware
     from distir.errors import TransformError
-    from distir.transforms import dtp
+    from grid_search.models import transform_of
     from grid_search.real import accuracy, program_fingerprint
+    from grid_search.space import Config
 
     with open(args.measured, newline="", encoding="utf-8") as f:
         rows = list(csv.DictReader(f))
@@ -208,9 +212,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
             or args.hardware
         if (b, cuts) not in models:
             models[b, cuts] = w.analyze(b, hardware=cuts)
+        # rebuilt by the transform that wrote it (rows measured before dtp became the
+        # passes' composition were the tower's)
+        cfg = Config(w.name, b, int(r["dp"]), int(r["tp"]), int(r["pp"]),
+                     int(r["microbatches"]), r["schedule"])
         try:
-            fn = dtp(models[b, cuts], dp=int(r["dp"]), tp=int(r["tp"]), pp=int(r["pp"]),
-                     microbatches=int(r["microbatches"]), schedule=r["schedule"])
+            fn = dataclasses.replace(w, transform=transform_of(r)).program(models[b, cuts], cfg)
         except TransformError as e:  # refused there too: nothing to compare
             r.update(latency_s="", throughput="", peak_memory_bytes="", reason=e.message)
             continue
@@ -348,13 +355,13 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     import distir
     from distir.analysis.explain import explain, format_table, write_perfetto
-    from distir.transforms import dtp
+    from grid_search.space import Config
 
-    w = workload(args.model, dtype=args.dtype)
+    w = dataclasses.replace(workload(args.model, dtype=args.dtype), transform=args.transform)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
-    fn = dtp(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
-             dp=args.dp, tp=args.tp, pp=args.pp,
-             microbatches=args.microbatches, schedule=schedule)
+    fn = w.program(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
+                   Config(w.name, args.batch_size, args.dp, args.tp, args.pp,
+                          args.microbatches, schedule))
     out = args.out
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "program.dir"), "w", encoding="utf-8") as f:
@@ -498,6 +505,10 @@ def main(argv: list[str] | None = None) -> int:
                    "(default 0.25)")
     m.add_argument("--max-configs", type=int, default=24,
                    help="--memory-check: at most this many, half above and half below")
+    m.add_argument("--transform", default="passes", choices=["passes", "tower"],
+                   help="what writes the programs: passes (default, distir.transforms.dtp) "
+                   "or tower (the builder dtp was before, to measure again a study "
+                   "measured with it); recorded in each row, which compare rebuilds with")
     m.add_argument("-o", "--out", required=True)
     m.set_defaults(func=cmd_measure)
     c = sub.add_parser("compare", help="simulate measured configurations and compare")
@@ -528,6 +539,9 @@ def main(argv: list[str] | None = None) -> int:
     e.add_argument("--cuda-graph", action="store_true",
                    help="also run the step replayed as a CUDA graph, and time each op by "
                    "the replay's kernels (distir explain --replay)")
+    e.add_argument("--transform", default="passes", choices=["passes", "tower"],
+                   help="what writes the program (default passes; tower: to explain a row "
+                   "of a study measured with it)")
     e.add_argument("--backend", default=None)
     e.add_argument("--steps", type=int, default=5)
     e.add_argument("--warmup", type=int, default=2)

@@ -9,10 +9,13 @@ The pieces, each usable alone:
 - ``Plan``: one configuration applied to an analysis (checks, devices, stages);
 - ``Layout`` and ``LAYOUT_RULES``: how values are split, op by op;
 - ``stage_order`` / ``ticks``: the GPipe and 1F1B schedules;
-- ``build_stage_functions``, ``MainBuilder``: the per-stage functions and ``@main``;
-- ``dtp``: all of the above, composed; ``dtp_replica``: its program written for one
-  data-parallel replica (and, where the ranks run alike, one tensor-parallel rank), for
-  simulation (``distir.analysis.replicas``);
+- ``dtp``: the configuration as a composition of the spmd passes (``distir.transforms.spmd``:
+  layout assignment, stage partitioning, schedule, lowering); ``dtp_replica``: its program
+  written for one data-parallel replica (and, where the ranks run alike, one
+  tensor-parallel rank), for simulation (``distir.analysis.replicas``);
+- ``tower``: the builder ``dtp`` was before the passes (``build_stage_functions``,
+  ``MainBuilder``: per-stage functions and ``@main``), kept to rebuild the programs of
+  studies measured with it;
 - ``grad`` (reverse-mode autodiff by the VJP rules of ``distir.transforms.vjp``) and
   ``training_step`` (a forward program made into a training step): docs/autodiff.md.
 """

@@ -80,6 +80,41 @@ def analyze(fn: Function | Module | Program, batch_inputs: Sequence[str] | None 
         return Analysis(prog, sh, st, StagePartition(st, hardware))
 
 
+def check_batch(an: Analysis, dp: int, k: int) -> None:
+    """Refuse ``dp`` replicas of ``k`` microbatches that the batch cannot be split into,
+    naming the batch input (shared by both transforms)."""
+    if dp * k == 1:
+        return
+    sh, prog = an.sharding, an.prog
+    if sh.batch_size is None:
+        raise TransformError(f"dp={dp} and microbatches={k} need a batch to split, but "
+                             f"@{prog.fn.name} has no batch input (an input that is "
+                             "not bound to an initializer, or a parameter used as "
+                             "MatMul's first operand, Gather's indices or a loss's "
+                             "target); name it with batch_inputs=[...] (--batch-input)")
+    if sh.batch_error is not None:
+        raise TransformError(sh.batch_error)
+    bsz = sh.batch_size
+    x = next(p for p in prog.fn.params if p in sh.data)
+    if bsz % dp:
+        raise TransformError(f"dp={dp} does not divide the batch size {bsz} (dimension 0 "
+                             f"of %{x.name})")
+    if (bsz // dp) % k:
+        raise TransformError(f"microbatches={k} does not divide the per-replica batch "
+                             f"{bsz // dp} (batch size {bsz} / dp={dp})")
+
+
+def check_layers(an: Analysis, pp: int) -> None:
+    """Refuse more pipeline stages than forward ops that run per microbatch."""
+    if pp == 1:  # one stage holds the whole program
+        return
+    n = int(an.partition.fwd_prefix[-1])
+    if pp > n:
+        raise TransformError(f"pp={pp} is more pipeline stages than the {n} forward op"
+                             f"{'s' * (n != 1)} of @{an.prog.fn.name} that run"
+                             f"{'s' * (n == 1)} per microbatch")
+
+
 class Plan:
     """A checked configuration: degrees, devices, op stages, local shapes, canonical keys
     of the batch-independent values (equal keys are computed once per device)."""
@@ -119,35 +154,10 @@ class Plan:
 
     # -- checks ------------------------------------------------------------------------------
     def _check_batch(self) -> None:
-        sh, dp, k = self.sh, self.dp, self.k
-        if self.nb == 1:
-            return
-        if sh.batch_size is None:
-            raise TransformError(f"dp={dp} and microbatches={k} need a batch to split, but "
-                                 f"@{self.prog.fn.name} has no batch input (an input that is "
-                                 "not bound to an initializer, or a parameter used as "
-                                 "MatMul's first operand, Gather's indices or a loss's "
-                                 "target); name it with batch_inputs=[...] (--batch-input)")
-        if sh.batch_error is not None:
-            raise TransformError(sh.batch_error)
-        bsz = sh.batch_size
-        x = next(p for p in self.prog.fn.params if p in sh.data)
-        if bsz % dp:
-            raise TransformError(f"dp={dp} does not divide the batch size {bsz} (dimension 0 "
-                                 f"of %{x.name})")
-        if (bsz // dp) % k:
-            raise TransformError(f"microbatches={k} does not divide the per-replica batch "
-                                 f"{bsz // dp} (batch size {bsz} / dp={dp})")
+        check_batch(self.an, self.dp, self.k)
 
     def _check_layers(self) -> None:
-        pp = self.pp
-        if pp == 1:  # one stage holds the whole program
-            return
-        n = int(self.an.partition.fwd_prefix[-1])
-        if pp > n:
-            raise TransformError(f"pp={pp} is more pipeline stages than the {n} forward op"
-                                 f"{'s' * (n != 1)} of @{self.prog.fn.name} that run"
-                                 f"{'s' * (n == 1)} per microbatch")
+        check_layers(self.an, self.pp)
 
     def _check_tensor(self) -> None:
         """Every split axis divisible (weights, activations, the batch): depends only on

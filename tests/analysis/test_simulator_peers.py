@@ -26,7 +26,7 @@ from distir.ir import DType, FunctionBuilder, TensorType
 from distir.ir.core import Function, Op, Value
 from distir.ir.inline import inline_calls
 from distir.ir.types import DenseAttr
-from distir.transforms import analyze, dtp, dtp_replica
+from distir.transforms import analyze, dtp, dtp_replica, tower
 from distir.transforms.plan import Plan
 from tests.analysis import random_ops as ops
 from tests.analysis.test_simulator_calls import HW
@@ -195,8 +195,13 @@ def test_ranks_that_do_not_run_alike_are_written_out_and_exact(cfg: tuple) -> No
     the end, and with K > 1 concatenates them): every rank is written, and the
     simulation is still every rank's."""
     an = analyze(_gpt2(False))
-    one = dtp_replica(an, *cfg)
+    one = tower.dtp_replica(an, *cfg)  # the builder tower: every rank written
     assert one.peers == 1
+    assert_same_as_every_replica(simulate(one, HW), simulate(tower.dtp(an, *cfg), HW))
+    # the passes keep the logits split over the ranks until the end, so their ranks run
+    # alike and fold, exactly too
+    one = dtp_replica(an, *cfg)
+    assert one.peers == cfg[1]
     assert_same_as_every_replica(simulate(one, HW), simulate(dtp(an, *cfg), HW))
 
 
@@ -220,10 +225,13 @@ def test_a_row_parallel_bias_writes_every_rank() -> None:
     an = analyze(_gemm_step())
     plan = Plan(an, 2, 2, 1, 2, "1f1b", one_replica=True, one_rank=True)
     assert plan.written_tp == 2  # rank 0 adds the bias, the others do not
-    one = dtp_replica(an, 2, 2, 1, 2)
+    one = tower.dtp_replica(an, 2, 2, 1, 2)
     assert one.peers == 1
     assert any(op.op_type == "Gemm" and len(op.inputs) == 2 for f in (one.fn, *one.fn.callees())
                for op in f.ops)
+    assert_same_as_every_replica(simulate(one, HW), simulate(tower.dtp(an, 2, 2, 1, 2), HW))
+    one = dtp_replica(an, 2, 2, 1, 2)  # the passes likewise (pipeline.ranks_alike)
+    assert one.peers == 1
     assert_same_as_every_replica(simulate(one, HW), simulate(dtp(an, 2, 2, 1, 2), HW))
     assert Plan(analyze(_mlp()), 1, 2, 1, 1, "1f1b", one_rank=True).written_tp == 1
 

@@ -160,9 +160,9 @@ def test_callee_naming_a_device_is_not_renamed() -> None:
 @pytest.mark.parametrize("cfg", [(2, 2, 2, 2), (4, 1, 2, 4), (2, 4, 1, 1)])
 def test_transformed_programs_renamed_equal_inlined(cfg: tuple[int, int, int, int]) -> None:
     """Replicas' and stages' calls share summaries; on 2 devices per node, D/T/P programs
-    span nodes."""
+    span nodes (the builder tower's programs, whose replicas call one function)."""
     from distir.models import gpt2, mlp
-    from distir.transforms import dtp
+    from distir.transforms.tower import dtp
 
     for seq in (mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=4, num_layers=4),
                 gpt2(n_layer=4, d_model=32, n_head=4, vocab_size=64, seq_len=8,

@@ -8,6 +8,7 @@ import pytest
 
 from distir.analysis.simulator import Simulator, simulate
 from distir.ir.inline import inline_calls
+from distir.transforms import tower
 from tests.analysis.test_simulator_calls import HW, _random_program, assert_same
 
 
@@ -60,10 +61,10 @@ def test_large_functions_are_not_kept_between_programs(monkeypatch: pytest.Monke
     small (stage and layer) functions stay shared."""
     import distir.analysis.simulator as simulator
     from distir.models import mlp
-    from distir.transforms import analyze, dtp
+    from distir.transforms import analyze
 
     seq = analyze(mlp(batch_size=16, input_dim=8, hidden_dim=16, output_dim=4, num_layers=4))
-    fn = dtp(seq, 2, 1, 2, 4)
+    fn = tower.dtp(seq, 2, 1, 2, 4)
     (rep,) = {id(op.callee): op.callee for op in fn.ops
               if op.callee is not None and op.callee.name == "replica"}.values()
     size = sum(len(op.inputs) for op in rep.ops)
@@ -71,7 +72,7 @@ def test_large_functions_are_not_kept_between_programs(monkeypatch: pytest.Monke
     monkeypatch.setattr(simulator, "KEEP_RECORDS", 0)  # op records dropped after each
     sim = Simulator(HW, share_equal_functions=True)
     for cfg in [(2, 1, 2, 4), (2, 1, 2, 4), (2, 2, 2, 4)]:
-        fn = dtp(seq, *cfg)
+        fn = tower.dtp(seq, *cfg)
         assert_same(sim.simulate_function(fn, 16), simulate(fn, HW, 16))
         kept = {f.name for f in sim._reps or ()}
         assert "replica" not in kept and {"stage0_fwd", "stage1_bwd"} <= kept

@@ -145,14 +145,17 @@ def test_resume_refuses_rows_of_another_profile(tmp_path) -> None:
             run_search(W, cs, hardware=other, out=out, resume=True, progress=None)
     res = run_search(W, cs, hardware="h200-sxm", out=out, resume=True, progress=None)
     assert res.skipped == 2
-    # A file written before the column (and ``transform``): every other column, no check.
+    # A file written before the column (and ``transform``): every other column, no check
+    # of the profile; its rows were written by the builder tower (dtp before the passes).
     rows = read_rows(out)
     with open(out, "w", newline="", encoding="utf-8") as f:
         w = csv.DictWriter(f, COLUMNS[:COLUMNS.index("hardware")], extrasaction="ignore")
         w.writeheader()
         w.writerows(rows[:2])
-    assert run_search(W, cs, hardware="h100-sxm", out=out, resume=True,
-                      progress=None).skipped == 2
+    with pytest.raises(ConfigError, match="written by --transform tower"):
+        run_search(W, cs, hardware="h100-sxm", out=out, resume=True, progress=None)
+    assert run_search(W, cs, hardware="h100-sxm", out=out, resume=True, progress=None,
+                      transform="tower").skipped == 2
 
 
 def test_resume_refuses_a_file_of_another_format(tmp_path) -> None:

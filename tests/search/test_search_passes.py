@@ -1,6 +1,7 @@
-"""The grid search through the spmd passes (``transform="passes"``, ``--transform passes``):
-the same configurations built, the same ranking and simulated latencies at most 5% above
-(and 10% below) the search through ``dtp``; refusals are rows; ``--run-top`` runs the
+"""The grid search through the spmd passes (``transform="passes"``, the default since
+``dtp`` is their composition): the same configurations built, the same ranking and
+simulated latencies at most 5% above (and 10% below) the search through the builder tower
+``dtp`` was before (``transform="tower"``); refusals are rows; ``--run-top`` runs the
 programs the passes wrote."""
 
 from __future__ import annotations
@@ -21,8 +22,8 @@ GPT2 = workload("gpt2", n_layer=2, d_model=512, n_head=8, vocab_size=2048, seq_l
 
 def _both(w, devices: int, batch: int, max_k: int) -> tuple[list[dict], list[dict]]:  # noqa: ANN001
     cs = list(enumerate_space(w.name, devices, [batch], max_microbatches=max_k))
-    a = run_search(w, cs, hardware="h100-sxm", progress=None).rows
-    b = run_search(w, cs, hardware="h100-sxm", progress=None, transform="passes").rows
+    a = run_search(w, cs, hardware="h100-sxm", progress=None, transform="tower").rows
+    b = run_search(w, cs, hardware="h100-sxm", progress=None).rows
     return a, b
 
 
@@ -38,7 +39,7 @@ def test_the_passes_rank_and_time_as_dtp(w, devices: int, batch: int, max_k: int
                                          top: int) -> None:
     dtp_rows, pass_rows = _both(w, devices, batch, max_k)
     assert [r["transform"] for r in pass_rows] == ["passes"] * len(pass_rows)
-    assert {r["transform"] for r in dtp_rows} == {"dtp"}
+    assert {r["transform"] for r in dtp_rows} == {"tower"}
     # the same configurations built (and the same refused)
     assert [r["status"] for r in dtp_rows] == [r["status"] for r in pass_rows]
     assert sum(r["status"] == "ok" for r in pass_rows) >= 8
@@ -100,17 +101,17 @@ def test_resume_refuses_rows_of_the_other_transform(tmp_path) -> None:
 
     out = str(tmp_path / "r.csv")
     cs = list(enumerate_space(MLP.name, 2, [64], max_microbatches=2))
-    run_search(MLP, cs[:1], out=out, progress=None, transform="passes")
-    with pytest.raises(ConfigError, match="written by --transform passes"):
+    run_search(MLP, cs[:1], out=out, progress=None, transform="tower")
+    with pytest.raises(ConfigError, match="written by --transform tower"):
         run_search(MLP, cs, out=out, progress=None, resume=True)
-    res = run_search(MLP, cs, out=out, progress=None, resume=True, transform="passes")
+    res = run_search(MLP, cs, out=out, progress=None, resume=True, transform="tower")
     assert res.skipped == 1 and len(read_rows(out)) == len(cs)
 
 
 def test_run_top_runs_the_program_the_passes_simulated() -> None:
     """``iter_measure`` (``--run-top``) writes each configuration as the search did: the
     fingerprint of the program it ran is that of ``Workload.program`` through the passes
-    on the profile simulated, not ``dtp``'s."""
+    on the profile simulated, not the tower's."""
     from distir.analysis.hardware import load_hardware
     from grid_search.real import iter_measure, program_fingerprint
 
@@ -123,7 +124,8 @@ def test_run_top_runs_the_program_the_passes_simulated() -> None:
                         hardware=hw)
     assert row["measured_status"] == "ok"
     assert row["program_fingerprint"] == program_fingerprint(passes.program(an, c))
-    assert row["program_fingerprint"] != program_fingerprint(w.program(an, c))
+    tower = dataclasses.replace(w, transform="tower")
+    assert row["program_fingerprint"] != program_fingerprint(tower.program(an, c))
 
 
 def test_the_cli_searches_and_runs_through_the_passes(tmp_path, capsys) -> None:
@@ -140,7 +142,7 @@ def test_the_cli_searches_and_runs_through_the_passes(tmp_path, capsys) -> None:
     assert all(r["status"] == "ok" for r in rows)
     assert [r["measured_status"] for r in rows].count("ok") == 1
     err = capsys.readouterr().err
-    assert "written by the spmd passes" in err
+    assert "written by the builder tower" not in err
 
 
 def test_a_users_onnx_model_whose_weights_are_left_out(tmp_path, monkeypatch) -> None:

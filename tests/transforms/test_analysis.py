@@ -10,7 +10,7 @@ import numpy as np
 import distir
 from distir.analysis.interpreter import TypeInterpreter
 from distir.ir import DType, FunctionBuilder, TensorType
-from distir.transforms import analyze, dtp
+from distir.transforms import analyze, dtp, tower
 from distir.transforms.layout import Layout
 from distir.transforms.layout_shape_rules import reshape_layout
 from distir.transforms.structure import HOIST, MB, POST
@@ -76,7 +76,7 @@ def test_calls_are_memoized_a_128_microbatch_pipeline() -> None:
     type checker evaluates each function body once per distinct argument types."""
     fn = distir.models.mlp(batch_size=256, input_dim=8, hidden_dim=16, output_dim=8,
                            num_layers=4)
-    prog = dtp(fn, dp=1, tp=2, pp=2, microbatches=128)
+    prog = tower.dtp(fn, dp=1, tp=2, pp=2, microbatches=128)
     calls = [op for op in prog.ops if op.callee is not None]
     assert len(calls) == 128 * 2 * 2
     names = sorted({c.callee.name for c in calls})  # type: ignore[union-attr]
@@ -109,7 +109,7 @@ def test_repeated_layers_are_one_function() -> None:
     """GPT-2's blocks: one layer function shared by the stages, one call per layer; the
     column-parallel and row-parallel layers of an MLP: one function each."""
     _, an, _, _ = small_gpt2(2)
-    prog = dtp(an, tp=2, pp=2)
+    prog = tower.dtp(an, tp=2, pp=2)
     fns = {f.name: f for f in distir.Module.of(prog)}
     assert set(fns) == {"main", "stage0_fwd", "stage1_fwd", "layer0_fwd"}
     for s in ("stage0_fwd", "stage1_fwd"):
@@ -118,7 +118,7 @@ def test_repeated_layers_are_one_function() -> None:
     assert [o.name for o in calls[1].outputs] == ["h.3.out_tp0", "h.3.out_tp1"]
     mlp = distir.models.mlp(batch_size=8, input_dim=8, hidden_dim=8, output_dim=8,
                             num_layers=6)
-    fns = {f.name: f for f in distir.Module.of(dtp(mlp, tp=2))}
+    fns = {f.name: f for f in distir.Module.of(tower.dtp(mlp, tp=2))}
     assert {"layer0_fwd", "layer1_fwd"} <= set(fns)
     assert [op.op_type for op in fns["layer1_fwd"].ops] == [
         "MatMul", "MatMul", "MPIAllreduce", "Relu", "Relu"]

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 import distir
-from distir.transforms import dtp
+from distir.transforms import dtp, tower
 from tests.transforms.helpers import cfg_id, check_equivalent, grid, small_gpt2
 
 
@@ -26,7 +26,7 @@ def test_heads_are_split_and_projections_paired() -> None:
     """Attention split by heads (QKV column-parallel in 3 groups, output projection
     row-parallel), MLP column/row: one allreduce per pair, embeddings and head whole."""
     _, an, _, _ = small_gpt2(2)
-    step = dtp(an, tp=4)
+    step = tower.dtp(an, tp=4)
     shapes = {p.name: p.type.shape for p in step.params}
     assert shapes["h.0.attn.c_attn.weight_tp0"] == (16, 12)
     assert shapes["h.0.attn.c_attn.bias_tp0"] == (12,)

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 import distir
-from distir.transforms import dtp
+from distir.transforms import dtp, tower
 from tests.transforms.helpers import cfg_id, check_equivalent, grid, small_mlp
 
 CONFIGS = [c + (s,) for c in grid() for s in ("gpipe", "1f1b")]
@@ -33,7 +33,7 @@ def test_self_contained_type_checks_and_keeps_the_signature() -> None:
 
 def test_default_variant_returns_every_updated_shard() -> None:
     fn, an, ins, want = small_mlp(16)
-    step = dtp(an, 2, 2, 2, 4)
+    step = tower.dtp(an, 2, 2, 2, 4)
     types = distir.infer_types(step)
     # 4 weights, each on dp·tp = 4 devices, shapes of the placed parameters
     assert len(types) == 16
@@ -46,12 +46,12 @@ def test_odd_layer_count_keeps_the_last_layer_whole() -> None:
     """Column/row pairs: with 3 layers w0 is column-parallel, w1 row-parallel, w2 whole."""
     fn = distir.models.mlp(batch_size=8, input_dim=4, hidden_dim=8, output_dim=4,
                            num_layers=3)
-    step = dtp(fn, tp=2)
+    step = tower.dtp(fn, tp=2)
     shapes = {p.name: p.type.shape for p in step.params}
     assert shapes["w0_tp0"] == (4, 4) and shapes["w1_tp0"] == (4, 8)
     assert shapes["w2_tp0"] == (8, 4)
     ins = distir.analysis.random_inputs(fn)
-    for g, w in zip(distir.execute(dtp(fn, tp=2, self_contained=True), ins),
+    for g, w in zip(distir.execute(tower.dtp(fn, tp=2, self_contained=True), ins),
                     distir.execute(fn, ins), strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
 
@@ -65,7 +65,7 @@ def test_each_gradient_is_reduced_right_after_its_last_part(cfg: tuple) -> None:
     dp, tp, pp, k = cfg
     fn = distir.models.mlp(batch_size=16, input_dim=4, hidden_dim=8, output_dim=4,
                            num_layers=4)
-    prog = dtp(fn, dp=dp, tp=tp, pp=pp, microbatches=k, layer_functions=False)
+    prog = tower.dtp(fn, dp=dp, tp=tp, pp=pp, microbatches=k, layer_functions=False)
     ops = prog.ops
     made = {v: i for i, op in enumerate(ops) for v in op.outputs}
     replica_sums = [i for i, op in enumerate(ops) if op.op_type == "MPIAllreduce"

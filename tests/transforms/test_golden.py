@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 import distir
-from distir.transforms import dtp
+from distir.transforms.tower import dtp
 
 GOLDEN = Path(__file__).parent / "golden"
 

@@ -11,7 +11,7 @@ import distir
 from distir.analysis import random_inputs
 from distir.errors import TransformError
 from distir.ir.core import Function
-from distir.transforms import analyze, dtp, training_step
+from distir.transforms import analyze, dtp, tower, training_step
 from tests.transforms.helpers import check_equivalent, small_gpt2, small_mlp
 
 
@@ -53,7 +53,7 @@ def test_program_without_layers(pp: int, schedule: str) -> None:
     step = training_step(fn, loss="mse", optimizer="sgd", wrt=_W)
     check_equivalent(_model(step), (1, 1, pp, 2), schedule)
     check_equivalent(_model(step), (2, 1, pp, 2), schedule)
-    assert _stages(dtp(step, pp=pp)) == pp
+    assert _stages(tower.dtp(step, pp=pp)) == pp
 
 
 @pytest.mark.parametrize("pp", [3])
@@ -133,9 +133,9 @@ def test_stages_weighed_on_the_profile_simulated() -> None:
     want = _costs(other.st, other.n, h200)
     assert all(np.array_equal(g, w) for g, w in zip(got, want))
     assert not np.allclose(got[0], default._cost_arrays()[0])  # the profiles weigh differently
-    assert _stages(dtp(step, pp=2, hardware=h200)) == 2
+    assert _stages(tower.dtp(step, pp=2, hardware=h200)) == 2
     with pytest.raises(TransformError, match="pass hardware to analyze"):
-        dtp(analyze(step), pp=2, hardware=h200)
+        tower.dtp(analyze(step), pp=2, hardware=h200)
     search._init_worker(workload("mlp-2-32"), "h200-sxm")
     try:
         assert search._model(8).partition.hardware is h200

@@ -11,7 +11,7 @@ import pytest
 
 import distir
 from distir.errors import TransformError
-from distir.transforms import analyze, dtp, hoist
+from distir.transforms import analyze, hoist, tower
 
 
 def test_divisibility_checked_once_per_sharding_tp_and_splits(monkeypatch: Any) -> None:
@@ -30,10 +30,10 @@ def test_divisibility_checked_once_per_sharding_tp_and_splits(monkeypatch: Any) 
 
     monkeypatch.setattr(plan.Plan, "_check_tensor_once", check)
     for cfg in [(2, 1, 2, 2), (1, 1, 2, 4), (2, 1, 1, 1), (2, 2, 2, 2), (4, 1, 2, 1)]:
-        dtp(an, *cfg)
+        tower.dtp(an, *cfg)
     for _ in range(2):
         with pytest.raises(TransformError, match="refused at nb=8"):
-            dtp(an, 2, 1, 2, 4)
+            tower.dtp(an, 2, 1, 2, 4)
     assert sorted(seen) == [(1, 2), (1, 4), (1, 8), (2, 4)]
 
 
@@ -63,5 +63,5 @@ def test_large_batch_independent_values_are_not_computed(monkeypatch: Any) -> No
                            batch_size=4)
     sizes: list[int] = []
     monkeypatch.setattr(hoist, "NUMPY_RULES", _Recording(hoist.NUMPY_RULES, sizes))
-    dtp(analyze(g), dp=2, tp=2, pp=2, microbatches=2)
+    tower.dtp(analyze(g), dp=2, tp=2, pp=2, microbatches=2)
     assert sizes and max(sizes) <= hoist.FOLD_LIMIT

@@ -10,7 +10,7 @@ import distir
 from distir.analysis import random_inputs
 from distir.analysis.api import bind_inputs
 from distir.analysis.interpreter import NumpyInterpreter
-from distir.transforms import dtp
+from distir.transforms import dtp, tower
 
 from .helpers import cfg_id
 
@@ -30,8 +30,8 @@ def _bound_mlp():
 def test_placed_initializers_are_what_distribute_sends(cfg) -> None:
     fn, vals = _bound_mlp()
     d, t, p, k = cfg
-    placed = dtp(fn, dp=d, tp=t, pp=p, microbatches=k)
-    whole = dtp(fn, dp=d, tp=t, pp=p, microbatches=k, self_contained=True)
+    placed = tower.dtp(fn, dp=d, tp=t, pp=p, microbatches=k)
+    whole = tower.dtp(fn, dp=d, tp=t, pp=p, microbatches=k, self_contained=True)
     assert placed.initializers and set(placed.initializers) <= {
         q.name for q in placed.params}
     # Every placed parameter that holds a part of a weight is bound.

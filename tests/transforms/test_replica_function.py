@@ -12,7 +12,8 @@ from distir.analysis.renaming import device_free
 from distir.analysis.simulator import Simulator
 from distir.ir.core import CALL
 from distir.ir.inline import inline_calls
-from distir.transforms import analyze, dtp
+from distir.transforms import analyze
+from distir.transforms.tower import dtp
 from distir.transforms.training import training_step
 from tests.transforms.helpers import small_gpt2, small_mlp
 

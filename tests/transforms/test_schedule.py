@@ -8,7 +8,7 @@ import pytest
 
 import distir
 from distir.ir.core import Function
-from distir.transforms import dtp, stage_order, ticks
+from distir.transforms import stage_order, ticks, tower
 
 SIZES = [(1, 1), (2, 1), (2, 4), (3, 2), (4, 8), (4, 3)]
 
@@ -82,7 +82,7 @@ def test_program_order_is_each_stages_schedule(schedule: str) -> None:
     pp, k = 4, 8
     fn = distir.models.mlp(batch_size=16, input_dim=4, hidden_dim=8, output_dim=4,
                            num_layers=4)
-    prog = dtp(fn, dp=1, pp=pp, microbatches=k, schedule=schedule)
+    prog = tower.dtp(fn, dp=1, pp=pp, microbatches=k, schedule=schedule)
     calls = _calls_per_stage(prog, pp)
     for s in range(pp):
         assert calls[s] == [(u[0], u[2]) for u in stage_order(schedule, s, pp, k, True)]
@@ -93,7 +93,7 @@ def test_sends_follow_the_unit_that_produced_them() -> None:
     the sending stage (so a stage never waits on a transfer queued behind its own work)."""
     fn = distir.models.mlp(batch_size=16, input_dim=4, hidden_dim=8, output_dim=4,
                            num_layers=4)
-    prog = dtp(fn, pp=4, microbatches=4)
+    prog = tower.dtp(fn, pp=4, microbatches=4)
     defined_at = {}
     for i, op in enumerate(prog.ops):
         for v in op.outputs:

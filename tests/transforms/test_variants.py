@@ -9,7 +9,7 @@ import pytest
 
 import distir
 from distir.ir import DType, FunctionBuilder, TensorType
-from distir.transforms import dtp
+from distir.transforms import dtp, tower
 
 
 def _step(adam: bool = False, mean: bool = False, loss: bool = False) -> distir.Function:
@@ -73,7 +73,7 @@ def test_variant_matches_sequential(variant: str, cfg: tuple[int, int, int, int]
 
 
 def test_adam_moments_are_split_like_their_weights() -> None:
-    step = dtp(_step(adam=True), tp=2)
+    step = tower.dtp(_step(adam=True), tp=2)
     shapes = {p.name: p.type.shape for p in step.params}
     assert shapes["w0_tp0"] == shapes["m0_tp0"] == shapes["v0_tp0"] == (8, 4)
     assert shapes["w1_tp0"] == shapes["m1_tp0"] == shapes["v1_tp0"] == (4, 8)

@@ -27,6 +27,7 @@ from distir._util import no_gc
 from distir.analysis.replicas import ReplicaProgram
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Value
+from distir.transforms.plan import check_batch, check_layers
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
@@ -143,14 +144,8 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
         an = _analysis(fn, batch_inputs, hardware)
         prog = an.prog
         nb = dp * microbatches
-        if nb > 1 and an.sharding.batch_size is None:
-            raise TransformError(f"dp={dp} and microbatches={microbatches} need a batch to "
-                                 f"split, but @{prog.fn.name} has no batch input; name it with "
-                                 "batch_inputs=[...]")
-        bsz = an.sharding.batch_size
-        if nb > 1 and bsz is not None and bsz % nb:
-            raise TransformError(f"dp·microbatches = {dp}·{microbatches} does not divide the "
-                                 f"batch size {bsz} of @{prog.fn.name}")
+        check_batch(an, dp, microbatches)  # the constraints' messages, as dtp's tower's
+        check_layers(an, pp)
         seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
         # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
         a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
@@ -162,6 +157,8 @@ def _analysis(fn: Function | Module | Program | Analysis, batch_inputs: Sequence
               hardware: Any) -> Analysis:
     from distir.transforms.plan import Analysis, analyze
 
+    if isinstance(fn, Module):
+        fn = fn.entry
     if isinstance(fn, Analysis):
         for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
             if v is not None:

@@ -81,7 +81,7 @@ class StagePartition:
                 if self.phase[j] == "B" and ph in ("F", "B") and s0 < s:
                     raise TransformError(f"`{prog.op_text(op)}` (stage {s}) reads the backward "
                                          f"value %{v.name} of an earlier stage ({s0})")
-        empty = [s for s in range(pp) if not forward[s]]
+        empty = [s for s in range(pp) if not forward[s]] if pp > 1 else []
         if empty:
             raise TransformError(f"stage {empty[0]} of {pp} runs no forward op")
 

@@ -9,7 +9,6 @@ import numpy as np
 
 import distir
 from distir.models.gpt2 import GPT2Config
-from distir.transforms import dtp
 from distir.transforms.spmd import (
     Mesh,
     R,
@@ -19,6 +18,7 @@ from distir.transforms.spmd import (
     lower,
     propagate,
 )
+from distir.transforms.tower import dtp  # the reference the passes are checked against
 
 CFG = GPT2Config(n_layer=2, d_model=16, n_head=2, vocab_size=32, seq_len=8, batch_size=4)
 

@@ -13,7 +13,6 @@ import distir
 from distir.analysis import random_inputs
 from distir.analysis.simulator import simulate
 from distir.models.gpt2 import GPT2Config
-from distir.transforms import dtp
 from distir.transforms.spmd import (
     Mesh,
     R,
@@ -27,6 +26,7 @@ from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.grouped import grouped_shards
 from distir.transforms.spmd.propagate import program_of
 from distir.transforms.spmd.rules import NotLocal, OpRules
+from distir.transforms.tower import dtp  # the reference the passes are checked against
 from distir.transforms.training import training_step
 
 

@@ -8,8 +8,8 @@ from functools import cache
 import pytest
 
 import distir
-from distir.transforms import dtp
 from distir.transforms.spmd.compose import compose_dtp
+from distir.transforms.tower import dtp  # the reference the passes are checked against
 
 
 @cache

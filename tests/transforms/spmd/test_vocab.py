@@ -10,11 +10,11 @@ import pytest
 import distir
 from distir.analysis import type_env
 from distir.analysis.values import type_of
-from distir.transforms import dtp
 from distir.transforms.program import Program
 from distir.transforms.spmd import Mesh, P, R, Shard, comm_breakdown, lower, propagate
 from distir.transforms.spmd.compose import compose_dtp
 from distir.transforms.spmd.rules import NotLocal, OpRules
+from distir.transforms.tower import dtp  # the reference the passes are checked against
 from tests.transforms.spmd.test_pipeline import _same
 
 # a vocabulary of 512 x d 16: the zeros its gradient is scattered into are too large to be
