@@ -236,26 +236,6 @@ def test_new_strategies_run_on_gloo(gloo2: Session) -> None:
 
 # -- several data-parallel groups (tensor or pipeline parallelism beside) ------------------
 
-def _replicas_alike(fn: Function, seed: int) -> list[np.ndarray]:
-    """Random inputs in which the data-parallel replicas of each weight are equal."""
-    import re
-
-    from distir.analysis import random_inputs
-
-    ins = random_inputs(fn, seed=seed)
-    first: dict[str, int] = {}
-    for i, p in enumerate(fn.params):
-        name = str(p.name)
-        if name.split("_")[0] in ("x", "y", "target") or "_dp" not in name:
-            continue
-        key = re.sub(r"_dp\d+", "", name)
-        if key in first:
-            ins[i] = ins[first[key]]
-        else:
-            first[key] = i
-    return ins
-
-
 @pytest.mark.parametrize("kw", [{"dp": 2, "tp": 2}, {"dp": 2, "pp": 2, "microbatches": 2}],
                          ids=str)
 def test_several_data_parallel_groups(kw: dict[str, Any]) -> None:
@@ -265,7 +245,7 @@ def test_several_data_parallel_groups(kw: dict[str, Any]) -> None:
     fn = dtp(mlp(batch_size=8, input_dim=8, hidden_dim=8, output_dim=4, num_layers=4), **kw)
     grads = gradients(fn)
     assert len({frozenset(g.devices) for g in grads}) == 2
-    ins = _replicas_alike(fn, seed=1)
+    ins = _replicated_inputs(fn, seed=1)
     want = execute(fn, ins)
     for strategy in ({"builder": "merge-all"}, {"builder": "chunk", "k": 2},
                      {"builder": "ps"}, {"builder": "ps-lb"}, {"builder": "partitioned-ps"},
