@@ -68,8 +68,8 @@ def _replicated_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
     ins = random_inputs(fn, seed=seed)
     at = {p: i for i, p in enumerate(fn.params)}
     grads = gradients(fn)
-    positive = {at[u.inputs[i]] for gr in grads for u in gr.updates  # type: ignore[index]
-                if u.op_type == "AdamOptimizer" for i in (3, 4)}
+    positive = {at[u.inputs[i]] for u in with_updates_inlined(fn).ops  # type: ignore[index]
+                if u.op_type == "AdamOptimizer" for i in (3, 4) if u.inputs[i] in at}
     for j in positive:
         ins[j] = np.abs(ins[j]) + 1
     for gr in grads:
