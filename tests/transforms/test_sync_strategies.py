@@ -277,6 +277,29 @@ def test_several_data_parallel_groups(transform: str, kw: dict[str, Any], groups
         _close(execute(synchronize(fn, plan), ins), want, 1e-5)
 
 
+def test_all_reduces_two_calls_deep() -> None:
+    """The passes outline the middle stages' equal backward units as one stage function
+    calling layer functions: the all-reduce of a gradient completed there is two calls
+    below the entry function, and is found."""
+    from distir.models.mlp import mlp
+    from distir.transforms.spmd.compose import compose_dtp
+
+    fn = compose_dtp(mlp(batch_size=8, input_dim=8, hidden_dim=8, output_dim=8,
+                         num_layers=8), dp=2, pp=4, microbatches=2)
+
+    def holds(f: Function) -> bool:
+        return any(op.op_type == "MPIAllreduce" for op in f.ops)
+
+    assert any(op.callee is not None and not holds(op.callee)
+               and any(c.callee is not None and holds(c.callee) for c in op.callee.ops)
+               for op in fn.ops)
+    assert len(gradients(fn)) == 8
+    ins = _replicated_inputs(fn, seed=4)
+    want = execute(fn, ins)
+    for strategy in ({"builder": "merge-all"}, {"builder": "zero-2"}, {"builder": "ps-lb"}):
+        _close(execute(synchronize(fn, strategy), ins), want, 1e-5)
+
+
 @pytest.mark.parametrize("transform", TRANSFORMS)
 @pytest.mark.parametrize("kw", [{"dp": 2}, {"dp": 2, "tp": 2},
                                 {"dp": 2, "pp": 2, "microbatches": 2}], ids=str)
