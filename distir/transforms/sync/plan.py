@@ -152,30 +152,33 @@ def _readers(fn: Function) -> dict[Value, list[tuple[Op, int]]]:
     return readers
 
 
-def _reduced(fn: Function, k: int, memo: dict[tuple[int, int], bool]) -> bool:
-    """Whether ``fn``'s result ``k`` is an ``MPIAllreduce``'s result, possibly through
+def _reduced(fn: Function, memo: dict[int, tuple[bool, ...]]) -> tuple[bool, ...]:
+    """Per result of ``fn``, whether it is an ``MPIAllreduce``'s result, possibly through
     views (``VIEWS``) or the results of calls of functions whose result is one."""
-    key = (id(fn), k)
-    if key not in memo:
-        memo[key] = False  # (no recursion through a cycle of calls)
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = (False,) * len(fn.returns)  # (no recursion through a cycle of calls)
         maker = {o: (op, j) for op in fn.ops for j, o in enumerate(op.outputs)}
-        v: Value | None = fn.returns[k]
-        found = False
-        while v is not None and v in maker:
-            op, j = maker[v]
-            if op.op_type == "MPIAllreduce":
-                found = True
-            elif op.callee is not None:
-                found = _reduced(op.callee, j, memo)
-            elif op.op_type in VIEWS:
-                v = op.inputs[0]
-                continue
-            break
-        memo[key] = found
-    return memo[key]
+        out = []
+        for r in fn.returns:
+            found = False
+            v: Value | None = r
+            while v is not None and v in maker:
+                op, j = maker[v]
+                if op.op_type == "MPIAllreduce":
+                    found = True
+                elif op.callee is not None:
+                    found = _reduced(op.callee, memo)[j]
+                elif op.op_type in VIEWS:
+                    v = op.inputs[0]
+                    continue
+                break
+            out.append(found)
+        got = memo[id(fn)] = tuple(out)
+    return got
 
 
-def _gradient_calls(fn: Function, memo: dict[tuple[int, int], bool]) -> set[int]:
+def _gradient_calls(fn: Function, memo: dict[int, tuple[bool, ...]]) -> set[int]:
     """The callees (by id) of ``fn``'s calls that return a gradient's sum: a result that
     an optimizer op of ``fn`` reads as its gradient (input 1), possibly through views, and
     that the callee makes by an all-reduce (``_reduced``)."""
@@ -189,7 +192,7 @@ def _gradient_calls(fn: Function, memo: dict[tuple[int, int], bool]) -> set[int]
             while len(rs) == 1 and rs[0][1] == 0 and rs[0][0].op_type in VIEWS:
                 rs = readers.get(rs[0][0].outputs[0], [])
             if any(i == 1 and u.op_type in OPTIMIZERS for u, i in rs) \
-                    and _reduced(op.callee, k, memo):
+                    and _reduced(op.callee, memo)[k]:
                 out.add(id(op.callee))
                 break
     return out
@@ -205,7 +208,7 @@ def with_updates_inlined(fn: Function) -> Function:
     that completes it). ``fn`` itself when there are none. A caller that finds gradients
     and rewrites them inlines once and passes the result to both."""
     fn = inline_top_calls(fn, _updates_in)
-    memo: dict[tuple[int, int], bool] = {}
+    memo: dict[int, tuple[bool, ...]] = {}
     while which := _gradient_calls(fn, memo):
         fn = inline_top_calls(fn, partial(_among, which))
     return fn
