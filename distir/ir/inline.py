@@ -42,9 +42,10 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool], *,
     """``fn`` with each of its own calls of a function ``which`` accepts replaced by that
     function's ops (one level: what the callee calls stays a call); ``fn`` itself when
     there is none. Consecutive calls of one function (``dtp``'s per-replica functions)
-    are written out op by op, interleaved: the callee's first op for each call, then its
-    second, ..., as ``dtp`` writes the replicas' copies of an op together. Parameters,
-    names and declared types are kept as in ``inline_calls``.
+    that read none of each other's results are written out op by op, interleaved: the
+    callee's first op for each call, then its second, ..., as ``dtp`` writes the replicas'
+    copies of an op together. Parameters, names and declared types are kept as in
+    ``inline_calls``.
 
     ``consume``: ``fn`` and the functions inlined are not used afterwards, so the result
     may take over their ops and values (ops that read no inlined result are kept as they
@@ -73,7 +74,12 @@ def inline_top_calls(fn: Function, which: Callable[[Function], bool], *,
                 i += 1
                 continue
             j = i + 1
-            while j < n and fn.ops[j].callee is callee:
+            made_by_run = set(op.outputs)
+            # A call that reads an earlier call's result (the passes' consecutive layers)
+            # starts a run of its own: interleaved, it would read it before it is made.
+            while j < n and fn.ops[j].callee is callee \
+                    and made_by_run.isdisjoint(fn.ops[j].inputs):
+                made_by_run.update(fn.ops[j].outputs)
                 j += 1
             calls = fn.ops[i:j]
             inner = [dict(zip(callee.params, args(c, env))) for c in calls]

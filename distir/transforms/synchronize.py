@@ -17,7 +17,9 @@ dict (docs/synchronization.md):
 
 Gradients are found structurally, never by name: an ``MPIAllreduce`` of the entry function's
 top level whose every result is read only by optimizer ops (``OPTIMIZERS``) as their
-gradient (input 1), one per replica. They are numbered in *readiness order*: the order of
+gradient (input 1), one per replica, once the calls hiding a gradient's all-reduce or its
+updates are written out (``with_updates_inlined``: the tower's ``@update``, the spmd
+passes' layer and stage functions). They are numbered in *readiness order*: the order of
 their all-reduces in the program, which is the order the backward pass completes them.
 
 Invariants of the result (the differential tests check them with the reference executor):

@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from distir.analysis.api import type_env
@@ -141,22 +142,86 @@ def _updates_in(fn: Function) -> bool:
                for op in fn.ops)
 
 
-def with_updates_inlined(fn: Function) -> Function:
-    """``fn`` with its calls of functions that update weights (``dtp``'s per-replica
-    ``@update``) written out, so that each gradient's all-reduce and the updates reading
-    it are in the entry function; ``fn`` itself when it has none. A caller that finds
-    gradients and rewrites them inlines once and passes the result to both."""
-    return inline_top_calls(fn, _updates_in)
-
-
-def gradients(fn: Function | Module) -> tuple[Gradient, ...]:
-    """The gradient all-reduces of ``fn``'s entry function, in readiness order."""
-    fn = _entry(fn)
+def _readers(fn: Function) -> dict[Value, list[tuple[Op, int]]]:
+    """Per value, the ops of ``fn`` reading it and at which input."""
     readers: dict[Value, list[tuple[Op, int]]] = {}
     for op in fn.ops:
         for i, v in enumerate(op.inputs):
             if v is not None:
                 readers.setdefault(v, []).append((op, i))
+    return readers
+
+
+def _reduced(fn: Function, memo: dict[int, tuple[bool, ...]]) -> tuple[bool, ...]:
+    """Per result of ``fn``, whether it is an ``MPIAllreduce``'s result, possibly through
+    views (``VIEWS``) or the results of calls of functions whose result is one."""
+    got = memo.get(id(fn))
+    if got is None:
+        memo[id(fn)] = (False,) * len(fn.returns)  # (no recursion through a cycle of calls)
+        maker = {o: (op, j) for op in fn.ops for j, o in enumerate(op.outputs)}
+        out = []
+        for r in fn.returns:
+            found = False
+            v: Value | None = r
+            while v is not None and v in maker:
+                op, j = maker[v]
+                if op.op_type == "MPIAllreduce":
+                    found = True
+                elif op.callee is not None:
+                    found = _reduced(op.callee, memo)[j]
+                elif op.op_type in VIEWS:
+                    v = op.inputs[0]
+                    continue
+                break
+            out.append(found)
+        got = memo[id(fn)] = tuple(out)
+    return got
+
+
+def _gradient_calls(fn: Function, memo: dict[int, tuple[bool, ...]]) -> set[int]:
+    """The callees (by id) of ``fn``'s calls that return a gradient's sum: a result that
+    an optimizer op of ``fn`` reads as its gradient (input 1), possibly through views, and
+    that the callee makes by an all-reduce (``_reduced``)."""
+    readers = _readers(fn)
+    out: set[int] = set()
+    for op in fn.ops:
+        if op.callee is None or id(op.callee) in out:
+            continue
+        for k, r in enumerate(op.outputs):
+            rs = readers.get(r, [])
+            while len(rs) == 1 and rs[0][1] == 0 and rs[0][0].op_type in VIEWS:
+                rs = readers.get(rs[0][0].outputs[0], [])
+            if any(i == 1 and u.op_type in OPTIMIZERS for u, i in rs) \
+                    and _reduced(op.callee, memo)[k]:
+                out.add(id(op.callee))
+                break
+    return out
+
+
+def with_updates_inlined(fn: Function) -> Function:
+    """``fn`` with the calls that hide a gradient's all-reduce or its updates written out,
+    so that each gradient's all-reduce and the updates reading it are ops of the entry
+    function: calls of functions that update weights (``dtp``'s per-replica ``@update``,
+    the passes' update layer functions), then, level by level, calls of functions that
+    return a sum an optimizer reads as its gradient (the passes issue a gradient's
+    all-reduce inside the layer or stage function of the last microbatch's backward pass
+    that completes it). ``fn`` itself when there are none. A caller that finds gradients
+    and rewrites them inlines once and passes the result to both."""
+    fn = inline_top_calls(fn, _updates_in)
+    memo: dict[int, tuple[bool, ...]] = {}
+    while which := _gradient_calls(fn, memo):
+        fn = inline_top_calls(fn, partial(_among, which))
+    return fn
+
+
+def _among(ids: set[int], callee: Function) -> bool:
+    return id(callee) in ids
+
+
+def gradients(fn: Function | Module) -> tuple[Gradient, ...]:
+    """The gradient all-reduces of ``fn``'s entry function, in readiness order."""
+    fn = _entry(fn)
+    readers = _readers(fn)
     returned = set(fn.returns)
     found: list[tuple[int, Op, tuple[Op, ...], tuple[tuple[Op, ...], ...]]] = []
     where = {id(op): i for i, op in enumerate(fn.ops)}
