@@ -239,17 +239,16 @@ def test_new_strategies_run_on_gloo(gloo2: Session) -> None:
 GROUPS = [({"dp": 2, "tp": 2}, 2), ({"dp": 2, "pp": 2, "microbatches": 2}, 2),
           ({"dp": 2, "tp": 2, "pp": 2, "microbatches": 2}, 4), ({"dp": 2, "microbatches": 2}, 1)]
 """Configurations and their numbers of data-parallel groups (``tp·pp``)."""
-TRANSFORMS = ["dtp", "compose_dtp"]
-"""``dtp`` and the spmd passes' ``compose_dtp``, which write gradients differently (the
-passes: running sums over microbatches, all-reduces inside layer and stage functions, a
-bias gradient reshaped before its all-reduce)."""
+TRANSFORMS = ["tower", "dtp"]
+"""The builder tower (``distir.transforms.tower``) and ``dtp`` (the spmd passes), which
+write gradients differently (the passes: running sums over microbatches, all-reduces
+inside layer and stage functions, a bias gradient reshaped before its all-reduce)."""
 
 
 def _distribute(transform: str, fn: Function, kw: dict[str, Any]) -> Function:
-    from distir.transforms import dtp
-    from distir.transforms.spmd.compose import compose_dtp
+    from distir.transforms import dtp, tower
 
-    return (dtp if transform == "dtp" else compose_dtp)(fn, **kw)
+    return (tower.dtp if transform == "tower" else dtp)(fn, **kw)
 
 
 @pytest.mark.parametrize("transform", TRANSFORMS)
