@@ -447,9 +447,10 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
     proj = project(prog, devices=near)  # (the programs of the devices replayed below)
     # One communicator per distinct device group (the backend's GroupCache).
     groups = {tuple(sorted(g)) for g in proj.groups}
-    for op in prog.ops:  # a replica program's all-reduces over every replica
-        if op.op_type == "ReplicaAllreduce":
-            groups.add(tuple(sorted(op.attrs["devices"])))  # type: ignore[arg-type]
+    for f in (prog, *prog.reachable()):  # a replica program's all-reduces over every
+        for op in f.ops:                   # replica (inside stage and layer functions too)
+            if op.op_type == "ReplicaAllreduce":
+                groups.add(tuple(sorted(op.attrs["devices"])))  # type: ignore[arg-type]
     verdicts = []
     for p in proj.programs:
         if not (p.fn.ops or p.fn.params) or \

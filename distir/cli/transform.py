@@ -82,7 +82,8 @@ def run_transform(args: argparse.Namespace) -> int:
         write_weights(wp, {by_pos[k]: a for k, a in fn.initializers.items() if k in by_pos})
         weights = f"; weights of {len(fn.initializers)} parameters in {wp}"
     n_dev = args.dp * args.tp * args.pp
-    written = fn.num_ops() + sum(len(c.ops) for c in fn.callees())
+    functions = list(fn.reachable())
+    written = fn.num_ops() + sum(len(c.ops) for c in functions)
     if args.one_replica and args.tp > 1:
         weights += f"; tensor-parallel rank 0 of {args.tp}" if peers > 1 else (
             f"; every tensor-parallel rank (the {args.tp} ranks do not run alike)")
@@ -95,6 +96,6 @@ def run_transform(args: argparse.Namespace) -> int:
             " (an inference program: its replicas never meet, so the file holds no sign of "
             "the others and simulates as one replica)"))
     sys.stdout.write(f"wrote {args.output}: {n_dev} device{'s' * (n_dev != 1)}, "
-                     f"{len(list(fn.callees())) + 1} functions, {written:,} ops "
+                     f"{len(functions) + 1} functions, {written:,} ops "
                      f"({fn.num_ops(inline_calls=True):,} with calls inlined){weights}\n")
     return 0

@@ -133,6 +133,19 @@ class Function:
                 seen[id(c)] = c
                 yield c
 
+    def reachable(self) -> Iterator[Function]:
+        """The functions this one calls directly or through others, each once (a stage
+        function calling a layer function: both)."""
+        seen: set[int] = {id(self)}
+        todo = list(self.callees())
+        while todo:
+            f = todo.pop(0)
+            if id(f) in seen:
+                continue
+            seen.add(id(f))
+            yield f
+            todo.extend(f.callees())
+
     def num_ops(self, *, inline_calls: bool = False) -> int:
         """The number of ops; with ``inline_calls``, a call counts as its callee's ops."""
         if not inline_calls:
