@@ -153,7 +153,8 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
                                  f"batch size {bsz} of @{prog.fn.name}")
         seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
         # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
-        a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
+        # (which checks it on the virtual mesh again: propagate's result passes)
+        a = propagate(prog, Mesh.of(nb, tp), seeds).passes().on(Mesh.of(dp, tp))
         stages = partition_stages(an, pp)
         return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
 

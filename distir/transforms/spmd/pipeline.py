@@ -214,8 +214,11 @@ class _Pipe(StageValues):
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
+        self.devs_of: dict[int, tuple[int, ...]] = {}
         self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool, bool]]] = {}
         """``_after``'s readers of a value (on other stages only, or all)."""
+        self.acting: dict[Value, list[tuple[int, Spec, bool, bool]]] = {}
+        """``_acting``'s readers of a value."""
         self.copied: dict[Op, Copied] = {}
         """The placeholders of copied units (``Replay.write``), for ``outline``."""
         self.runs: list[tuple[str, int, int]] = []
@@ -329,6 +332,8 @@ class _Pipe(StageValues):
         replay = Replay(self, units)
         sent = {i: [o for o in prog.ops[i].outputs if self._reads_of(o, True)]
                 for lst in units.values() for i in lst}  # read on other stages
+        acting = {i: [o for o in prog.ops[i].outputs if self._acting(o)]
+                  for lst in units.values() for i in lst}  # served after each microbatch
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
@@ -344,10 +349,11 @@ class _Pipe(StageValues):
                     pull = early[s] if kind == "B" and m == self.k - 1 else {}
                     for u in (u for lst in pull.values() for u in lst):
                         self._shape_ins(u)  # before the layers, so that they stay alike
+                    ranks = self.ranks_of[m]
                     for i in units[(kind, s)]:
                         layers.at(i)
-                        self._op(i, self.ranks_of[m])
-                        for o in prog.ops[i].outputs:
+                        self._op(i, ranks)
+                        for o in acting[i]:
                             self._after(o, m, other_stages=False)
                         for u in pull.get(i, ()):  # an update finishing a gradient: now
                             self._op(u, self.all)  # (in i's layer run, if any)
@@ -511,20 +517,33 @@ class _Pipe(StageValues):
             scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
                            for k, axes in enumerate(out.scaled) if axes)
             attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+            aligned = aligned_axis(self.prog, op, reads) is not None
             got = self.prepared[i] = _Prepared(
                 s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
                 scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
-                vocab_axis(self.prog, op, reads) is not None,
-                aligned_axis(self.prog, op, reads) is not None,
-                frozenset(k for k, v in enumerate(op.inputs)
-                          if v is not None and is_shape_operand(op, k)),
-                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)),
+                vocab_axis(self.prog, op, reads) is not None, aligned,
+                self._kinds(op, aligned), self._devs(s),
                 i in self.summed, i)
             if self.st.phase[i] == "H" and op.inputs and not got.vocab:
                 # independent of the batch: equal ops on equal values are one value on a
                 # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
                 got.form = (op.op_type, tuple(sorted(attrs.items())), got.outs, got.scaled,
                             got.once)
+        return got
+
+    @staticmethod
+    def _kinds(op: Op, aligned: bool) -> tuple[int, ...]:
+        """How ``_op`` finds each input of ``op``: ``_OMITTED``, ``_SHAPE`` (a shape
+        operand's constants), ``_ALIGNED`` (an aligned lookup's indices) or ``_READ``."""
+        return tuple(_OMITTED if v is None else _SHAPE if is_shape_operand(op, k) else
+                     _ALIGNED if k == 1 and aligned else _READ
+                     for k, v in enumerate(op.inputs))
+
+    def _devs(self, s: int) -> tuple[int, ...]:
+        """The device of each virtual rank on stage ``s`` (up to the last written)."""
+        got = self.devs_of.get(s)
+        if got is None:
+            got = self.devs_of[s] = tuple(self.dev(s, r) for r in range(self.all[-1] + 1))
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -541,27 +560,28 @@ class _Pipe(StageValues):
         b, vm = self.b, self.vmesh
         pre = self.prepared.get(i) or self._prepared(i)
         s, op = pre.s, pre.op
+        size = vm.size
         ins: list[list[Value | None]] = []
         pieces = self.pieces
-        for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
-            if v is None:
-                ins.append([None] * vm.size)
-            elif k in pre.shape_ks:
-                ins.append(self._shape_ins(i)[k])
-            elif k == 1 and pre.aligned:  # known indices: each device's, at its rows
-                ins.append(self._aligned_ins(i, rs))
-            else:
-                assert sp is not None
+        for k, how in enumerate(pre.kinds):
+            if how == _READ:
+                v, sp = op.inputs[k], pre.reads[k]
+                assert v is not None
                 if pre.summed and isinstance(sp[0], Partial) and v not in self.collapsed:
                     v = self._summed(v)  # each device's sum over its microbatches
                 made = pieces.get((v, s))  # placed so already (``get``'s first case)
                 lst = None if made is None else made.get(sp)
-                if lst is None or any(lst[r] is None for r in rs):
+                if lst is None or None in map(lst.__getitem__, rs):
                     lst = self.get(v, s, sp, rs)
                 ins.append(lst)
+            elif how == _OMITTED:
+                ins.append([None] * size)
+            elif how == _SHAPE:
+                ins.append(self._shape_ins(i)[k])
+            else:  # known indices: each device's, at its rows
+                ins.append(self._aligned_ins(i, rs))
         per_mb = pre.per_mb
-        n_out = len(op.outputs)
-        res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
+        got_at: list[tuple] = []  # the results at each rank of ``rs``, in order
         if pre.vocab:  # its collectives span a group
             group = (i, tuple(id(x[r]) for r in rs for x in ins))
             every = self.memo.get(group)
@@ -569,37 +589,44 @@ class _Pipe(StageValues):
                 every = write_vocab(b, self.prog, vm, op, pre.reads, ins, rs,
                                     lambda r: self.dev(s, r), self.const,
                                     [self.name(op.outputs[0], s, r, per_mb)
-                                     for r in range(vm.size)])
+                                     for r in range(size)])
                 every = self.memo[group] = [None if v is None else
                                           self._scaled(pre, (v,), r)[0]
                                           for r, v in enumerate(every)]
+            got_at = [(every[r],) for r in rs]
+        else:
+            devs, memo, form, once = pre.devs, self.memo, pre.form, pre.once
+            coords, emit, hints = vm.coords, b.ops.append, pre.hints
+            suffixes = self.suffixes
             for r in rs:
-                res[0][r] = every[r]
-        devs, memo = pre.devs, self.memo
-        for r in rs if res[0][rs[0]] is None else ():
-            d = devs[r]
-            args = [x[r] for x in ins]
-            if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
-                args = args[:2]
-            key = (pre.form, d, tuple(map(id, args)))
-            got = memo.get(key)
-            if got is None:
-                attrs = pre.attrs  # shared: an op's attributes are immutable
-                if not op.inputs:
-                    attrs = {**attrs, "device": d}
-                suffix = self._suffix(s, r, per_mb)
-                vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
-                b.ops.append(Op(op.op_type, args, attrs, vals))
-                got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
-            for k in range(n_out):
-                res[k][r] = got[k]
+                d = devs[r]
+                args = [x[r] for x in ins]
+                if once and any(coords[r][ax] for ax in once):  # the bias: once
+                    args = args[:2]
+                key = (form, d, tuple(map(id, args)))
+                got = memo.get(key)
+                if got is None:
+                    attrs = pre.attrs  # shared: an op's attributes are immutable
+                    if not op.inputs:
+                        attrs = {**attrs, "device": d}
+                    suffix = suffixes.get((s, r, per_mb)) or self._suffix(s, r, per_mb)
+                    vals = tuple(Value("_" if h is None else h + suffix) for h in hints)
+                    emit(Op(op.op_type, args, attrs, vals))
+                    got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
+                got_at.append(got)
+        base = self.base
         for k, o in enumerate(op.outputs):
-            cache = pieces.setdefault((o, s), {})
-            self.base[(o, s)] = pre.outs[k]
-            lst = cache.setdefault(pre.outs[k], [None] * vm.size)
-            got_k = res[k]
-            for r in rs:
-                lst[r] = got_k[r]
+            key2 = (o, s)
+            cache = pieces.get(key2)
+            if cache is None:
+                cache = pieces[key2] = {}
+            spec = pre.outs[k]
+            base[key2] = spec
+            lst = cache.get(spec)
+            if lst is None:
+                lst = cache[spec] = [None] * size
+            for r, got in zip(rs, got_at):
+                lst[r] = got[k]
         if pre.summed:
             self.collapsed.update(op.outputs)
         if not per_mb:
@@ -636,7 +663,8 @@ class _Pipe(StageValues):
         it is sent to other stages; after the tick's units, ``other_stages`` true: the
         sends, and the redistributions after them. So communication overlaps later work. A
         reader that runs once after the microbatches is served after the last one."""
-        reads_of = self._reads_of(v, other_stages)
+        reads_of = self._acting(v) if m is not None and not other_stages else \
+            self._reads_of(v, other_stages)
         if not reads_of:
             return
         s0 = self.home[v]
@@ -672,6 +700,18 @@ class _Pipe(StageValues):
         held, self.held = self.held, []
         for v, s, m in held:
             self._accumulate(v, s, m)
+
+    def _acting(self, v: Value) -> list[tuple[int, Spec, bool, bool]]:
+        """``_reads_of(v, False)`` but the readers that ``_after(v, m, False)`` leaves
+        alone for a microbatch ``m``: those run per microbatch on ``v``'s stage reading
+        it as made. Made once."""
+        got = self.acting.get(v)
+        if got is None:
+            s0 = self.home[v]
+            made = self.spec(v, s0)
+            got = self.acting[v] = [x for x in self._reads_of(v, False)
+                                    if not (x[2] and x[0] == s0 and x[1] == made)]
+        return got
 
     def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool, bool]]:
         """``(stage, spec, per microbatch, on the sums)`` of every reader of ``v`` (on
@@ -727,6 +767,10 @@ class _Pipe(StageValues):
         return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
 
 
+_OMITTED, _SHAPE, _ALIGNED, _READ = range(4)
+"""How ``_Pipe._op`` finds an input (``_Prepared.kinds``)."""
+
+
 @dataclass(slots=True, eq=False)
 class _Prepared:
     """One op of the sequential program as ``_Pipe._op`` writes it: its stage, reads and
@@ -734,8 +778,8 @@ class _Prepared:
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
     (``(result index, n)``), its results' name hints (``None`` for an unused one),
     whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), whether it
-    is a lookup of known indices aligned with its split data (``aligned``), the indices
-    of its shape operands, the device of each virtual rank on its stage and whether it
+    is a lookup of known indices aligned with its split data (``aligned``), how each
+    input is found (``_Pipe._kinds``), the device of each virtual rank on its stage and whether it
     runs on each device's sums over its microbatches (``_Pipe.summed``)."""
 
     s: int
@@ -749,7 +793,7 @@ class _Prepared:
     hints: tuple[str | None, ...]
     vocab: bool
     aligned: bool
-    shape_ks: frozenset[int]
+    kinds: tuple[int, ...]
     devs: tuple[int, ...]
     summed: bool
     form: Any
