@@ -151,10 +151,15 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
         if nb > 1 and bsz is not None and bsz % nb:
             raise TransformError(f"dp·microbatches = {dp}·{microbatches} does not divide the "
                                  f"batch size {bsz} of @{prog.fn.name}")
-        seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
         # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
-        # (which checks it on the virtual mesh again: propagate's result passes)
-        a = propagate(prog, Mesh.of(nb, tp), seeds).passes().on(Mesh.of(dp, tp))
+        # (which checks it on the virtual mesh again: propagate's result passes); the same
+        # for every configuration of this analysis with as many virtual replicas and ranks
+        key = ("spmd.plan_dtp", an.sharding, nb, tp)
+        wide = prog.derived.get(key)
+        if wide is None:
+            seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
+            wide = prog.derived[key] = propagate(prog, Mesh.of(nb, tp), seeds).passes()
+        a = wide.on(Mesh.of(dp, tp))
         stages = partition_stages(an, pp)
         return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from distir.ir.core import CALL, Function, Op, Value
 
@@ -67,7 +68,8 @@ Run = tuple[str, int, int]
 function (``stage1_bwd``)."""
 
 
-def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] | None = None,
+def _shape(ops: list[Op], start: int, end: int,
+           used_after: Mapping[Value | None, int] | None = None,
            ) -> tuple[tuple, list[Value], list[tuple[int, int]]]:
     """The canonical form of ``ops[start:end]``, its externals and (given ``used_after``,
     the last op reading each value) the ``(op offset, result)`` of its values read after
@@ -78,20 +80,19 @@ def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] 
     after: list[tuple[int, int]] = []
     get = where.get
     last = (used_after or {}).get
-    for j in range(start, end):
-        op = ops[j]
-        refs: list[tuple[int, ...]] = []
-        for v in op.inputs:
-            if v is None:
-                refs.append(())
-            else:
-                ref = get(v)
+    for off, op in enumerate(ops[start:end]):
+        ins = op.inputs
+        refs = [get(v) for v in ins]  # type: ignore[arg-type]
+        if None in refs:  # an omitted input, or a value from outside: an external
+            for q, ref in enumerate(refs):
                 if ref is None:
-                    ref = where[v] = (ext.setdefault(v, len(ext)),)  # an external
-                refs.append(ref)
+                    v = ins[q]
+                    if v is None:
+                        refs[q] = ()
+                    else:
+                        refs[q] = where[v] = (ext.setdefault(v, len(ext)),)
         outs = op.outputs
         form.append((op.op_type, op.attrs_key, op.callee, len(outs), tuple(refs)))
-        off = j - start
         for k, o in enumerate(outs):
             where[o] = pos = (off, k)
             if last(o, -1) >= end:
@@ -115,7 +116,7 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
     its template's classes, made a call of the template's function. Returns a new
     function; ``fn`` is not changed."""
     copied = copied or {}
-    where = [(j, copied[op]) for j, op in enumerate(fn.ops) if op.op_type == COPIED]
+    where = [(j, copied[op]) for j, op in enumerate(fn.ops) if op in copied] if copied else []
     virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
                                (cp.start, cp.start + cp.size))
                               for j, cp in where for a, e in cp.inner]
@@ -141,11 +142,10 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     when nothing is replaced. The ``virtual`` runs (copies' runs, not written out) count
     as members of their template run's class; with ``emit`` their placeholders become
     calls."""
-    used_after: dict[Value, int] = {}  # the last op index reading each value
+    used_after: dict[Value | None, int] = {}  # the last op index reading each value
     for j, op in enumerate(ops):
-        for v in op.inputs:
-            if v is not None:
-                used_after[v] = j
+        used_after.update(zip(op.inputs, repeat(j)))
+    used_after.pop(None, None)  # an omitted input
     for v in returns:
         used_after[v] = len(ops)
     classes: dict[tuple, list[tuple[str, int, int, list[Value], list[tuple[int, int]]]]] = {}

@@ -323,10 +323,13 @@ class _Pipe(StageValues):
         for i in prog.live_ops:  # independent of the batch: once, before the microbatches
             if st.phase[i] == "H" and self._reads(i) and i not in self.index_only:
                 self._op(i, self.all)
-        units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
-                           and self.assign[s].reads[i] and i not in self.deferred
-                           and i not in self.index_only]
-                 for ph in "FB" for s in range(self.pp)}
+        units: dict[tuple[str, int], list[int]] = {(ph, s): [] for ph in "FB"
+                                                    for s in range(self.pp)}
+        for i in prog.live_ops:  # each stage's forward and backward ops, in program order
+            ph, s = st.phase[i], st.stage[i]
+            if ph in ("F", "B") and s is not None and self.assign[s].reads[i] and \
+                    i not in self.deferred and i not in self.index_only:
+                units[(ph, s)].append(i)
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}
         replay = Replay(self, units)
@@ -349,9 +352,10 @@ class _Pipe(StageValues):
                     pull = early[s] if kind == "B" and m == self.k - 1 else {}
                     for u in (u for lst in pull.values() for u in lst):
                         self._shape_ins(u)  # before the layers, so that they stay alike
-                    ranks = self.ranks_of[m]
+                    ranks, layer_of = self.ranks_of[m], self.layer_of
                     for i in units[(kind, s)]:
-                        layers.at(i)
+                        if layer_of.get(i) != layers.layer:
+                            layers.at(i)
                         self._op(i, ranks)
                         for o in acting[i]:
                             self._after(o, m, other_stages=False)

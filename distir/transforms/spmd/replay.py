@@ -126,8 +126,12 @@ class Replay:
                     + pipe.prog.ops[i].outputs if v is not None}
             keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in range(pipe.pp)]
         out: dict[Entry, Value] = {}
+        pieces = pipe.pieces
         for key in keys:
-            for spec, lst in pipe.pieces.get(key, {}).items():
+            got = pieces.get(key)
+            if not got:  # most values are on one or two stages
+                continue
+            for spec, lst in got.items():
                 for idx, r in ranks:
                     y = lst[r]
                     if y is not None:
@@ -236,16 +240,29 @@ class Replay:
             res = tuple(Value(n.replace(old, new) if n else n) for n in names)
             emit(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
             grow(res)
-        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
-        for key, spec, leaves in t.leaves:
-            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
-            for idx, x in leaves:
-                lst[ranks[idx]] = flat[x] if x >= 0 else ext[~x]
-        for key, j, x in t.sums:
-            pipe.running[key][j] = flat[x] if x >= 0 else ext[~x]
-        for key in t.counted:
-            pipe.running[key]["m"] = m
+        self._leave(t, m, flat + ext[::-1])
         pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)
+
+    def _leave(self, t: _Template, m: int, value: list[Value | None]) -> None:
+        """Leave the pieces and running sums of ``t``'s copy for microbatch ``m``, the
+        copy's value of each index ``x`` being ``value[x]`` (those it makes first, then
+        ``ext`` reversed: ``value[x]`` is ``ext[~x]`` for ``x < 0``)."""
+        pipe = self.pipe
+        ranks, size, pieces, running = pipe.ranks_of[m], pipe.vmesh.size, pipe.pieces, \
+            pipe.running
+        for key, spec, leaves in t.leaves:
+            cache = pieces.get(key)
+            if cache is None:
+                cache = pieces[key] = {}
+            lst = cache.get(spec)
+            if lst is None:
+                lst = cache[spec] = [None] * size
+            for idx, x in leaves:
+                lst[ranks[idx]] = value[x]
+        for key, j, x in t.sums:
+            running[key][j] = value[x]
+        for key in t.counted:
+            running[key]["m"] = m
 
     def _placeholder(self, t: _Template, m: int, ext: list[Value | None]) -> None:
         """Unit ``m`` of template ``t`` as a ``Copied`` placeholder: only the values it
@@ -255,9 +272,10 @@ class Replay:
         old, new = "_mb1_d", f"_mb{m}_d"
         values = t.values
         made: dict[int, Value] = {}
+        at: list[Value | None] = [None] * len(values)  # those left, by index
         for x in t.left:
             n = values[x].name
-            made[x] = Value(n.replace(old, new) if n else n)
+            made[x] = at[x] = Value(n.replace(old, new) if n else n)
 
         def value(x: int) -> Value:
             if x < 0:
@@ -268,15 +286,7 @@ class Replay:
                 y = made[x] = Value(n.replace(old, new) if n else n)
             return y
 
-        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
-        for key, spec, leaves in t.leaves:
-            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
-            for idx, x in leaves:
-                lst[ranks[idx]] = made[x] if x >= 0 else ext[~x]  # type: ignore[assignment]
-        for key, j, x in t.sums:
-            pipe.running[key][j] = made[x] if x >= 0 else ext[~x]
-        for key in t.counted:
-            pipe.running[key]["m"] = m
+        self._leave(t, m, at + ext[::-1])
         assert t.index_of is not None and t.values is not None
         op = Op(COPIED, ext[:t.read], None, tuple(made.values()))
         pipe.b.ops.append(op)
