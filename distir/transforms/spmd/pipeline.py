@@ -722,18 +722,27 @@ class _Pipe(StageValues):
         other stages only, with ``other_stages``), made once; ``on the sums``: it reads
         each device's sum over its microbatches of ``v``, made once per microbatch
         (``_summed``)."""
-        key = (v, other_stages)
-        got = self.reads_of.get(key)
-        if got is None:
-            got = self.reads_of[key] = []
-            for i, k in self.readers.get(v, ()):
-                s = self.stage[i]
-                reads = self.assign[s].reads[i]
-                rd = reads[k] if reads else None
-                if rd is not None and not (other_stages and s == self.home[v]):
-                    j = self.prog.producer.get(v)
-                    got.append((s, rd, self.per_mb(i), i in self.summed and j is not None
-                                and self.per_mb(j) and isinstance(rd[0], Partial)))
+        got = self.reads_of.get((v, other_stages))
+        if got is None:  # both lists at once
+            every: list[tuple[int, Spec, bool, bool]] = []
+            others: list[tuple[int, Spec, bool, bool]] = []
+            readers = self.readers.get(v)
+            if readers:
+                home, j = self.home.get(v), self.prog.producer.get(v)
+                from_mb = j is not None and self.per_mb(j)
+                stage, assign, summed = self.stage, self.assign, self.summed
+                for i, k in readers:
+                    s = stage[i]
+                    reads = assign[s].reads[i]
+                    rd = reads[k] if reads else None
+                    if rd is not None:
+                        x = (s, rd, self.per_mb(i), from_mb and i in summed
+                             and isinstance(rd[0], Partial))
+                        every.append(x)
+                        if s != home:
+                            others.append(x)
+            self.reads_of[(v, False)], self.reads_of[(v, True)] = every, others
+            got = others if other_stages else every
         return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:

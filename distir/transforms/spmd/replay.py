@@ -55,7 +55,8 @@ class _Template:
     flattened; ``~n``: the ``n``-th of ``external``; ``None``: an omitted one) and its
     results' names."""
     leaves: list[tuple[Any, Any, tuple[tuple[int, int], ...]]]
-    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order."""
+    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order, of the
+    values read after the unit alone (``Replay._read_after``)."""
     sums: list[tuple[Any, Any, int]]
     """``running`` as ``(key, j, value index)``."""
     start: int = 0
@@ -188,14 +189,29 @@ class Replay:
                 index_of[op.outputs[q]] = flat[(len(code) - 1, q)] = len(flat)
         read = len(external)
         leaves: dict[tuple, list[tuple[int, int]]] = {}
+        needed = self._read_after(kind, s)
         for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
-            leaves.setdefault((key, spec), []).append((idx, index(r)))
+            if key[0] in needed:
+                leaves.setdefault((key, spec), []).append((idx, index(r)))
         sum_at = [(key, j, index(r)) for (key, j), r in running.items()]
         kept = [x for lst in leaves.values() for _, x in lst] + [x for _, _, x in sum_at]
         return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
                          [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
                          sum_at, start, index_of, [o for op in ops for o in op.outputs],
                          tuple(dict.fromkeys(x for x in kept if x >= 0)))
+
+    def _read_after(self, kind: str, s: int) -> set[Value]:
+        """The values of unit ``(kind, s)``'s ops (read or made) that an op outside the
+        unit reads, or that the program returns: a copy leaves the pieces of these alone,
+        the others being read by no op after it (each microbatch's unit reads its own
+        values, its copies theirs through ``external``)."""
+        pipe = self.pipe
+        inside = set(self.units[(kind, s)])
+        vals = {v for i in inside for v in pipe.prog.ops[i].inputs + pipe.prog.ops[i].outputs
+                if v is not None}
+        returned = set(pipe.prog.fn.returns)
+        return {v for v in vals if v in returned
+                or any(i not in inside for i, _ in pipe.readers.get(v, ()))}
 
     def _externals(self, t: _Template, m: int) -> list[Value | None]:
         """The value of each of ``t.external`` for microbatch ``m`` as its unit starts
