@@ -120,12 +120,13 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
     virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
                                (cp.start, cp.start + cp.size))
                               for j, cp in where for a, e in cp.inner]
-    ops, at = _replace(fn.ops, fn.returns, inner, virtual, False)
+    read_after: dict[Copied, list[Value]] = {}  # the same in both passes
+    ops, at = _replace(fn.ops, fn.returns, inner, virtual, False, read_after)
     if inner:
         runs = [(label, at[start], at[end]) for label, start, end in runs]
     whole: list[Virtual] = [(at[j], cp, at[cp.start], at[cp.start + cp.size], None)
                             for j, cp in where]
-    ops, _ = _replace(ops, fn.returns, runs, whole, True)
+    ops, _ = _replace(ops, fn.returns, runs, whole, True, read_after)
     if ops is fn.ops:
         return fn
     assert all(op.op_type != COPIED for op in ops), "a copied run was not outlined"
@@ -136,12 +137,14 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
 
 def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
              virtual: Sequence[Virtual] = (), emit: bool = False,
+             read_after: dict[Copied, list[Value]] | None = None,
              ) -> tuple[list[Op], list[int]]:
     """``ops`` with the equal ``runs`` replaced by calls, and the new index of each old
     index that starts a run or lies outside all (``len(ops)`` included); ``ops`` itself
     when nothing is replaced. The ``virtual`` runs (copies' runs, not written out) count
     as members of their template run's class; with ``emit`` their placeholders become
-    calls."""
+    calls. ``read_after``: (the template's values of) each copy's values that ops after
+    it read, filled where missing (the same before and after inner runs become calls)."""
     used_after: dict[Value | None, int] = {}  # the last op index reading each value
     for j, op in enumerate(ops):
         used_after.update(zip(op.inputs, repeat(j)))
@@ -161,8 +164,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     positions: dict[tuple[int, int], dict[Value, tuple[int, int]]] = {}  # per template run
     later: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per template run: its values
     # that its template unit reads after it (a copy's do too)
-    read_after: dict[int, list[Value]] = {}  # per copy: (the template's values of) its
-    # values read after it
+    read_after = {} if read_after is None else read_after
     calls: dict[int, tuple[int, list[Op]]] = {}  # start -> (end, its ops: a call)
     for j, cp, t0, t1, whole in virtual:
         got = shaped.get((t0, t1))
@@ -184,9 +186,9 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                     last = read_in[whole] = {v: x for x in range(*whole)
                                              for v in ops[x].inputs if v is not None}
             later[(t0, t1)] = [p for o, p in pos.items() if last.get(o, -1) >= t1]
-        if j not in read_after:
-            read_after[j] = [cp.values[x] for x, y in cp.made.items()
-                             if used_after.get(y, -1) > j]
+        if cp not in read_after:
+            read_after[cp] = [cp.values[x] for x, y in cp.made.items()
+                              if used_after.get(y, -1) > j]
         copies.setdefault(form, []).append((label, j, cp, t0, t1, text))
     count: dict[str, int] = {}
     for form, members in classes.items():
@@ -198,10 +200,12 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         keep: set[tuple[int, int]] = set()
         for m in members:
             keep.update(m[4])
-        for _, here, _, start, end, _ in virt:
+        for start, end in {(v[3], v[4]) for v in virt}:  # their template runs
             keep.update(later[(start, end)])
+        for _, _, cp, start, end, _ in virt:
             pos = positions[(start, end)]
-            keep.update(pos[o] for o in read_after[here] if o in pos)
+            keep.update(pos[o] for o in read_after[cp] if o in pos)
+        kept = sorted(keep)
         labels = sorted({m[0] for m in members} | {m[0] for m in virt})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
             heads = [x.rsplit("_", 1) for x in labels]
@@ -209,16 +213,22 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                 label = "_".join([heads[0][0]] + [h[0].lstrip("stage") for h in heads[1:]]
                                  + [heads[0][1]])
         n = count[label] = count.get(label, 0) + 1
-        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text,
-                           sorted(keep))
+        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text, kept)
         for _, start, end, ext, _ in members:
-            outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
+            outs = [ops[start + j].outputs[k] for j, k in kept]
             calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
         if emit:
+            where: dict[int, tuple[list[int], list[int]]] = {}  # per template run: the
+            # indices of its externals and of its results kept
             for _, here, cp, start, _, ext in virt:
-                outs = [cp.of(ops[start + j].outputs[k]) for j, k in sorted(keep)]
-                calls[here] = (here + 1, [Op(CALL, [cp.of(v) for v in ext], None, outs,
-                                             callee=callee)])
+                got_at = where.get(start)
+                if got_at is None:
+                    got_at = where[start] = (
+                        [cp.index_of[v] for v in ext],
+                        [cp.index_of[ops[start + j].outputs[k]] for j, k in kept])
+                value = cp.value
+                calls[here] = (here + 1, [Op(CALL, [value(x) for x in got_at[0]], None,
+                                             [value(x) for x in got_at[1]], callee=callee)])
     if not calls:
         return ops, list(range(len(ops) + 1))
     out: list[Op] = []

@@ -19,7 +19,7 @@ whose form is its template's is not written out at all but left as one placehold
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from distir.ir.core import Op, Value
@@ -69,6 +69,11 @@ class _Template:
     left: tuple[int, ...] = ()
     """The value indices of the unit's values it leaves (``leaves``, ``sums``), each once,
     in order: those a copy makes first (``Replay._placeholder``)."""
+
+    lists: list[Any] = field(default_factory=list)
+    """Per rule of ``external``, then per entry of ``leaves``: the ``pieces`` dict of its
+    key and the list of its spec found there last (a dict keeps a spec's list once
+    made), or ``None``: a copy finds the list without hashing the spec again."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -220,10 +225,19 @@ class Replay:
         pieces, running, ranks = pipe.pieces, pipe.running, pipe.ranks_of[m]
         out: list[Value | None] = []
         add = out.append
-        for rule in t.external:
+        lists = t.lists
+        if not lists:
+            lists.extend([None] * (len(t.external) + len(t.leaves)))
+        for n, rule in enumerate(t.external):
             head = rule[0]
             if head == "piece":
-                lst = pieces.get(rule[1], {}).get(rule[2])
+                cache, seen = pieces.get(rule[1]), lists[n]
+                if seen is not None and seen[0] is cache:
+                    lst = seen[1]
+                else:
+                    lst = None if cache is None else cache.get(rule[2])
+                    if lst is not None:
+                        lists[n] = (cache, lst)
                 add(None if lst is None else lst[ranks[rule[3]]])
             elif head == "run":
                 add(running.get(rule[1], {}).get(rule[2]))
@@ -266,13 +280,18 @@ class Replay:
         pipe = self.pipe
         ranks, size, pieces, running = pipe.ranks_of[m], pipe.vmesh.size, pipe.pieces, \
             pipe.running
-        for key, spec, leaves in t.leaves:
-            cache = pieces.get(key)
-            if cache is None:
-                cache = pieces[key] = {}
-            lst = cache.get(spec)
-            if lst is None:
-                lst = cache[spec] = [None] * size
+        lists = t.lists  # made by ``_externals``, which every copy runs first
+        for n, (key, spec, leaves) in enumerate(t.leaves, len(t.external)):
+            cache, seen = pieces.get(key), lists[n]
+            if seen is not None and seen[0] is cache:
+                lst = seen[1]
+            else:
+                if cache is None:
+                    cache = pieces[key] = {}
+                lst = cache.get(spec)
+                if lst is None:
+                    lst = cache[spec] = [None] * size
+                lists[n] = (cache, lst)
             for idx, x in leaves:
                 lst[ranks[idx]] = value[x]
         for key, j, x in t.sums:
