@@ -533,7 +533,32 @@ class _Pipe(StageValues):
                 # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
                 got.form = (op.op_type, tuple(sorted(attrs.items())), got.outs, got.scaled,
                             got.once)
+            got.fresh = self._fresh(got)
         return got
+
+    def _fresh(self, pre: _Prepared) -> bool:
+        """Whether ``pre``'s op runs per microbatch on a value of its microbatch alone at
+        every rank, so that no two of its ops written are equal (``_Pipe.memo`` would
+        never find one): one microbatch, or an input (of those it reads on every rank)
+        made by such an op before, or a batch input cut in microbatches."""
+        if not pre.per_mb:
+            return False
+        if self.k == 1:
+            return True
+        prog, op = self.prog, pre.op
+        for k, how in enumerate(pre.kinds[:2] if pre.once else pre.kinds):
+            if how != _READ:
+                continue
+            v = op.inputs[k]
+            j = prog.producer.get(v)  # type: ignore[arg-type]
+            if j is None:
+                if v in prog.param_set and isinstance(self.spec(v, pre.s)[0], Shard):  # type: ignore[arg-type]
+                    return True
+            else:
+                made = self.prepared.get(j)
+                if made is not None and made.fresh:
+                    return True
+        return False
 
     @staticmethod
     def _kinds(op: Op, aligned: bool) -> tuple[int, ...]:
@@ -599,7 +624,7 @@ class _Pipe(StageValues):
                                           for r, v in enumerate(every)]
             got_at = [(every[r],) for r in rs]
         else:
-            devs, memo, form, once = pre.devs, self.memo, pre.form, pre.once
+            devs, memo, form, once, fresh = pre.devs, self.memo, pre.form, pre.once, pre.fresh
             coords, emit, hints = vm.coords, b.ops.append, pre.hints
             suffixes = self.suffixes
             for r in rs:
@@ -607,8 +632,8 @@ class _Pipe(StageValues):
                 args = [x[r] for x in ins]
                 if once and any(coords[r][ax] for ax in once):  # the bias: once
                     args = args[:2]
-                key = (form, d, tuple(map(id, args)))
-                got = memo.get(key)
+                key = None if fresh else (form, d, tuple(map(id, args)))
+                got = None if key is None else memo.get(key)
                 if got is None:
                     attrs = pre.attrs  # shared: an op's attributes are immutable
                     if not op.inputs:
@@ -616,7 +641,9 @@ class _Pipe(StageValues):
                     suffix = suffixes.get((s, r, per_mb)) or self._suffix(s, r, per_mb)
                     vals = tuple(Value("_" if h is None else h + suffix) for h in hints)
                     emit(Op(op.op_type, args, attrs, vals))
-                    got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
+                    got = self._scaled(pre, vals, r) if pre.scaled else vals
+                    if key is not None:
+                        memo[key] = got
                 got_at.append(got)
         base = self.base
         for k, o in enumerate(op.outputs):
@@ -777,7 +804,7 @@ class _Pipe(StageValues):
             shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.vmesh)
             arr = np.asarray(shp, dtype=np.int64)
         hint = "sizes" if op.op_type == "Split" else "shape"
-        return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
+        return self.on_devices(s, arr, hint)
 
 
 _OMITTED, _SHAPE, _ALIGNED, _READ = range(4)
@@ -812,6 +839,8 @@ class _Prepared:
     form: Any
     """The op's key among the ops written (``_Pipe.memo``): its index, or for a
     batch-independent op its type, attributes and results' specs."""
+    fresh: bool = False
+    """Whether no two of its ops written are equal (``_Pipe._fresh``): not memoized."""
 
 
 class _Layers:

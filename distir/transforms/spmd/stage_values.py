@@ -124,6 +124,20 @@ class StageValues:
                                              name=f"{hint}_d{device}")
         return c
 
+    def on_devices(self, s: int, arr: np.ndarray, hint: str) -> list[Value | None]:
+        """The constant ``arr`` at each written virtual rank of stage ``s`` (``each``):
+        one per device (``const``), made in rank order."""
+        per: dict[int, Value] = {}
+
+        def at(r: int) -> Value:
+            d = self.dev(s, r)
+            c = per.get(d)
+            if c is None:
+                c = per[d] = self.const(arr, d, hint)
+            return c
+
+        return self.each(at)
+
     def spec(self, v: Value, s: int) -> Spec:
         """The spec ``v`` is produced with (a parameter: as placed on stage ``s``)."""
         v = self.unsummed.get(v, v)
@@ -234,7 +248,7 @@ class StageValues:
             if arr is None:
                 raise TransformError(f"`{prog.op_text(prog.ops[i])}`: its result is not known "
                                      "before running")
-            lst = self.each(lambda r: self.const(np.asarray(arr), self.dev(s, r), name_hint(v)))
+            lst = self.on_devices(s, np.asarray(arr), name_hint(v))
             self.pieces[key] = {replicated(vm): lst}
             self.base[key] = replicated(vm)
             return
@@ -427,7 +441,7 @@ class Unfoldable(TransformError):
 
 
 def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:
-    return lst is not None and all(lst[r] is not None for r in rs)
+    return lst is not None and None not in map(lst.__getitem__, rs)
 
 
 def name_hint(v: Value) -> str:
