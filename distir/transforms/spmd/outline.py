@@ -120,7 +120,7 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
     virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
                                (cp.start, cp.start + cp.size))
                               for j, cp in where for a, e in cp.inner]
-    read_after: dict[Copied, list[Value]] = {}  # the same in both passes
+    read_after: dict[Copied, tuple[Value, ...]] = {}  # the same in both passes
     ops, at = _replace(fn.ops, fn.returns, inner, virtual, False, read_after)
     if inner:
         runs = [(label, at[start], at[end]) for label, start, end in runs]
@@ -137,7 +137,7 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
 
 def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
              virtual: Sequence[Virtual] = (), emit: bool = False,
-             read_after: dict[Copied, list[Value]] | None = None,
+             read_after: dict[Copied, tuple[Value, ...]] | None = None,
              ) -> tuple[list[Op], list[int]]:
     """``ops`` with the equal ``runs`` replaced by calls, and the new index of each old
     index that starts a run or lies outside all (``len(ops)`` included); ``ops`` itself
@@ -159,12 +159,13 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         form, ext, after = _shape(ops, start, end, used_after)
         classes.setdefault(form, []).append((label, start, end, ext, after))
         shaped[(start, end)] = (form, label, ext)
-    copies: dict[tuple, list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
     read_in: dict[tuple[int, int], dict[Value, int]] = {}  # per template: last read in it
     positions: dict[tuple[int, int], dict[Value, tuple[int, int]]] = {}  # per template run
     later: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per template run: its values
     # that its template unit reads after it (a copy's do too)
     read_after = {} if read_after is None else read_after
+    by_run: dict[tuple[int, int], list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
+    # the copies of each template run
     calls: dict[int, tuple[int, list[Op]]] = {}  # start -> (end, its ops: a call)
     for j, cp, t0, t1, whole in virtual:
         got = shaped.get((t0, t1))
@@ -187,12 +188,12 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                                              for v in ops[x].inputs if v is not None}
             later[(t0, t1)] = [p for o, p in pos.items() if last.get(o, -1) >= t1]
         if cp not in read_after:
-            read_after[cp] = [cp.values[x] for x, y in cp.made.items()
-                              if used_after.get(y, -1) > j]
-        copies.setdefault(form, []).append((label, j, cp, t0, t1, text))
+            read_after[cp] = tuple(cp.values[x] for x, y in cp.made.items()
+                                   if used_after.get(y, -1) > j)
+        by_run.setdefault((t0, t1), []).append((label, j, cp, t0, t1, text))
     count: dict[str, int] = {}
-    for form, members in classes.items():
-        virt = copies.get(form, [])
+    for members in classes.values():
+        virt = [c for m in members for c in by_run.get((m[1], m[2]), ())]
         if len(members) + len(virt) < 2:
             continue
         label, t0, t1, text, _ = members[0]
@@ -202,9 +203,9 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
             keep.update(m[4])
         for start, end in {(v[3], v[4]) for v in virt}:  # their template runs
             keep.update(later[(start, end)])
-        for _, _, cp, start, end, _ in virt:
+        for start, end, later_read in {(v[3], v[4], read_after[v[2]]) for v in virt}:
             pos = positions[(start, end)]
-            keep.update(pos[o] for o in read_after[cp] if o in pos)
+            keep.update(pos[o] for o in later_read if o in pos)
         kept = sorted(keep)
         labels = sorted({m[0] for m in members} | {m[0] for m in virt})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd

@@ -207,7 +207,7 @@ class _Pipe(StageValues):
         self.all = list(range(0, self.written * k * inner, inner if self.fold else 1))
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
-        self.collapsed, self.sums, self.unsummed = set(), {}, {}
+        self.collapsed, self.sums, self.unsummed, self.vgroups = set(), {}, {}, {}
         self.held: list[tuple[Value, int, int]] = []
         """Pieces made in the current layer's run, to add to their running sums at its
         end (``_release``)."""
@@ -639,7 +639,7 @@ class _Pipe(StageValues):
                     if not op.inputs:
                         attrs = {**attrs, "device": d}
                     suffix = suffixes.get((s, r, per_mb)) or self._suffix(s, r, per_mb)
-                    vals = tuple(Value("_" if h is None else h + suffix) for h in hints)
+                    vals = tuple([Value("_" if h is None else h + suffix) for h in hints])
                     emit(Op(op.op_type, args, attrs, vals))
                     got = self._scaled(pre, vals, r) if pre.scaled else vals
                     if key is not None:
