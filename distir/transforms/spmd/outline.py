@@ -176,7 +176,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                                        [cp.of(o) for o in op.outputs], callee=op.callee)
                                     for op in ops[t0:t1]])
             continue
-        form, label, text = got
+        _, label, text = got
         if (t0, t1) not in positions:
             pos = positions[(t0, t1)] = {o: (x - t0, k) for x in range(t0, t1)
                                          for k, o in enumerate(ops[x].outputs)}

@@ -123,14 +123,16 @@ class Replay:
 
     def _pieces(self, kind: str, s: int, m: int) -> dict[Entry, Value]:
         """The pieces at the ranks of microbatch ``m`` of the values the unit's ops read
-        or make (the only ones it can read or leave), on every stage."""
+        or make (the only ones it can read or leave), on every stage that can hold them
+        (its producer's, its readers', stage 0 for a parameter)."""
         pipe = self.pipe
         ranks = list(enumerate(pipe.ranks_of[m]))
         keys = self.keys.get((kind, s))
         if keys is None:
             vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
                     + pipe.prog.ops[i].outputs if v is not None}
-            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in range(pipe.pp)]
+            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in sorted(
+                {pipe.home.get(v, 0)} | {pipe.stage[i] for i, _ in pipe.readers.get(v, ())})]
         out: dict[Entry, Value] = {}
         pieces = pipe.pieces
         for key in keys:
