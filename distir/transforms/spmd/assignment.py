@@ -16,6 +16,7 @@ does not hold (a sum cannot be made from a whole value).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
@@ -67,6 +68,10 @@ class LayoutAssignment:
     _checked: set[tuple[int, ...]] = field(default_factory=set, repr=False)
     """The mesh shapes on which these placements pass ``check`` (shared by ``on``'s
     copies: ``check`` reads the mesh's shape alone)."""
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """What the lowering derives from these placements alone (``pipeline._Pipe``: each
+    value's readers, each op's local attributes per mesh shape), shared by ``on``'s
+    copies, so that configurations lowered from one assignment derive it once."""
 
     def __post_init__(self) -> None:
         for p, s in zip(self.prog.fn.params, self.params, strict=True):
@@ -84,7 +89,7 @@ class LayoutAssignment:
             raise TransformError(f"an assignment on a {self.mesh.ndim}-D mesh cannot move to "
                                  f"the {mesh.ndim}-D mesh {mesh}")
         return LayoutAssignment(self.prog, mesh, self.params, self.reads, self.outcomes,
-                                _checked=self._checked)
+                                _checked=self._checked, derived=self.derived)
 
     def passes(self) -> LayoutAssignment:
         """Record that these placements pass ``check`` on this mesh's shape, as

@@ -243,15 +243,25 @@ class _Pipe(StageValues):
             for o in prog.ops[i].outputs:
                 self.home[o] = self.stage[i]
         self.deferred = self._deferred() if k > 1 else set()
-        self.index_only = index_only(prog, self._reads)
+        self.derived: dict[Any, Any] = per[0].derived if all(x is per[0] for x in per) \
+            else {}
+        """What the lowering derives from the one assignment of every stage alone (its
+        ``derived``, shared by the configurations lowered from it)."""
+        got = self.derived.get("readers")
+        if got is None:
+            readers: dict[Value, list[tuple[int, int]]] = {}  # (op index, input index) of
+            for i in prog.live_ops:  # every live read but shape operands and an aligned
+                op = prog.ops[i]  # lookup's indices (constants)
+                aligned = aligned_axis(prog, op, self._reads(i) or ()) is not None
+                for kk, v in enumerate(op.inputs):
+                    if v is not None and not is_shape_operand(op, kk) and \
+                            not (aligned and kk == 1):
+                        readers.setdefault(v, []).append((i, kk))
+            got = self.derived["readers"] = (index_only(prog, self._reads), readers)
+        self.index_only: frozenset[int] = got[0]
         """Ops read only as an aligned lookup's indices: not written."""
-        self.readers = {}  # (op index, input index) of every live read but shape operands
-        for i in prog.live_ops:  # and an aligned lookup's indices (constants)
-            op = prog.ops[i]
-            aligned = aligned_axis(prog, op, self._reads(i) or ()) is not None
-            for kk, v in enumerate(op.inputs):
-                if v is not None and not is_shape_operand(op, kk) and not (aligned and kk == 1):
-                    self.readers.setdefault(v, []).append((i, kk))
+        self.readers = got[1]
+        """The readers of each value (never changed: shared with other lowerings)."""
         self.summed = self._summed_ops() if k > 1 else set()
 
     def _reads(self, i: int) -> tuple | None:
@@ -512,22 +522,29 @@ class _Pipe(StageValues):
         if got is None:
             s = self.st.stage[i]
             assert s is not None
-            op, a = self.prog.ops[i], self.assign[s]
-            reads, out = a.reads[i], a.outcomes[i]
-            assert reads and out is not None
-            if op.op_type in BROADCASTS:
-                out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
-            vm = self.vmesh
-            scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
-                           for k, axes in enumerate(out.scaled) if axes)
-            attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
-            aligned = aligned_axis(self.prog, op, reads) is not None
+            op, a, vm = self.prog.ops[i], self.assign[s], self.vmesh
+            reads = a.reads[i]
+            key = ("prepared", i, vm.shape)
+            parts = self.derived.get(key)
+            if parts is None:  # of the assignment and the mesh shape alone
+                out = a.outcomes[i]
+                assert reads and out is not None
+                if op.op_type in BROADCASTS:
+                    out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
+                scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
+                               for k, axes in enumerate(out.scaled) if axes)
+                attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+                aligned = aligned_axis(self.prog, op, reads) is not None
+                parts = self.derived[key] = (
+                    out.outs, attrs, bias_once(op, reads, out.outs), scaled,
+                    tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
+                    vocab_axis(self.prog, op, reads) is not None, aligned,
+                    self._kinds(op, aligned))
+            outs, attrs, once, scaled, hints, vocab, aligned, kinds = parts
+            assert reads is not None
             got = self.prepared[i] = _Prepared(
-                s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
-                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
-                vocab_axis(self.prog, op, reads) is not None, aligned,
-                self._kinds(op, aligned), self._devs(s),
-                i in self.summed, i)
+                s, op, reads, outs, attrs, self.per_mb(i), once, scaled, hints, vocab,
+                aligned, kinds, self._devs(s), i in self.summed, i)
             if self.st.phase[i] == "H" and op.inputs and not got.vocab:
                 # independent of the batch: equal ops on equal values are one value on a
                 # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
