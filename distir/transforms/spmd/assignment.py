@@ -16,6 +16,7 @@ does not hold (a sum cannot be made from a whole value).
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 from distir.errors import TransformError
 from distir.ir.core import Op, Value
@@ -64,6 +65,13 @@ class LayoutAssignment:
     reads: tuple[tuple[Spec | None, ...] | None, ...]
     outcomes: tuple[Outcome | None, ...]
     _spec: dict[Value, Spec] = field(default_factory=dict, repr=False)
+    _checked: set[tuple[int, ...]] = field(default_factory=set, repr=False)
+    """The mesh shapes on which these placements pass ``check`` (shared by ``on``'s
+    copies: ``check`` reads the mesh's shape alone)."""
+    derived: dict[Any, Any] = field(default_factory=dict, repr=False)
+    """What the lowering derives from these placements alone (``pipeline._Pipe``: each
+    value's readers, each op's local attributes per mesh shape), shared by ``on``'s
+    copies, so that configurations lowered from one assignment derive it once."""
 
     def __post_init__(self) -> None:
         for p, s in zip(self.prog.fn.params, self.params, strict=True):
@@ -80,7 +88,15 @@ class LayoutAssignment:
         if mesh.ndim != self.mesh.ndim:
             raise TransformError(f"an assignment on a {self.mesh.ndim}-D mesh cannot move to "
                                  f"the {mesh.ndim}-D mesh {mesh}")
-        return LayoutAssignment(self.prog, mesh, self.params, self.reads, self.outcomes)
+        return LayoutAssignment(self.prog, mesh, self.params, self.reads, self.outcomes,
+                                _checked=self._checked, derived=self.derived)
+
+    def passes(self) -> LayoutAssignment:
+        """Record that these placements pass ``check`` on this mesh's shape, as
+        ``propagate``'s result does by construction, so that ``check`` (the pipeline
+        lowering's) returns at once; ``self``."""
+        self._checked.add(self.mesh.shape)
+        return self
 
     def spec(self, v: Value) -> Spec:
         """The spec ``v`` is produced with."""
@@ -101,6 +117,8 @@ class LayoutAssignment:
         """Raise ``TransformError`` at the first op whose outcome is not what the rules give
         for its reads, or whose reads cannot be made from its inputs' specs."""
         prog, mesh = self.prog, self.mesh
+        if mesh.shape in self._checked:
+            return
         rules = OpRules.of(prog, mesh)
         for p, ps in zip(prog.fn.params, self.params, strict=True):
             why = check_spec(prog.shape(p), ps, mesh)
@@ -134,6 +152,7 @@ class LayoutAssignment:
             if got != out:
                 raise TransformError(f"`{prog.op_text(op)}` gives {_outs(got)}, the "
                                      f"assignment says {_outs(out)}")
+        self._checked.add(mesh.shape)
 
     def dumps(self) -> str:
         """The sequential program with each value's placement, a comment per line; a read

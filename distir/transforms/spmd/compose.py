@@ -146,9 +146,15 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
         nb = dp * microbatches
         check_batch(an, dp, microbatches)  # the constraints' messages, as dtp's tower's
         check_layers(an, pp)
-        seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
         # propagated on the virtual mesh (microbatches as replicas), lowered per stage mesh
-        a = propagate(prog, Mesh.of(nb, tp), seeds).on(Mesh.of(dp, tp))
+        # (which checks it on the virtual mesh again: propagate's result passes); the same
+        # for every configuration of this analysis with as many virtual replicas and ranks
+        key = ("spmd.plan_dtp", an.sharding, nb, tp)
+        wide = prog.derived.get(key)
+        if wide is None:
+            seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
+            wide = prog.derived[key] = propagate(prog, Mesh.of(nb, tp), seeds).passes()
+        a = wide.on(Mesh.of(dp, tp))
         stages = partition_stages(an, pp)
         return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
 

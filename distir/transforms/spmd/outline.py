@@ -23,6 +23,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 
 from distir.ir.core import CALL, Function, Op, Value
 
@@ -67,7 +68,8 @@ Run = tuple[str, int, int]
 function (``stage1_bwd``)."""
 
 
-def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] | None = None,
+def _shape(ops: list[Op], start: int, end: int,
+           used_after: Mapping[Value | None, int] | None = None,
            ) -> tuple[tuple, list[Value], list[tuple[int, int]]]:
     """The canonical form of ``ops[start:end]``, its externals and (given ``used_after``,
     the last op reading each value) the ``(op offset, result)`` of its values read after
@@ -78,20 +80,19 @@ def _shape(ops: list[Op], start: int, end: int, used_after: Mapping[Value, int] 
     after: list[tuple[int, int]] = []
     get = where.get
     last = (used_after or {}).get
-    for j in range(start, end):
-        op = ops[j]
-        refs: list[tuple[int, ...]] = []
-        for v in op.inputs:
-            if v is None:
-                refs.append(())
-            else:
-                ref = get(v)
+    for off, op in enumerate(ops[start:end]):
+        ins = op.inputs
+        refs = [get(v) for v in ins]  # type: ignore[arg-type]
+        if None in refs:  # an omitted input, or a value from outside: an external
+            for q, ref in enumerate(refs):
                 if ref is None:
-                    ref = where[v] = (ext.setdefault(v, len(ext)),)  # an external
-                refs.append(ref)
+                    v = ins[q]
+                    if v is None:
+                        refs[q] = ()
+                    else:
+                        refs[q] = where[v] = (ext.setdefault(v, len(ext)),)
         outs = op.outputs
         form.append((op.op_type, op.attrs_key, op.callee, len(outs), tuple(refs)))
-        off = j - start
         for k, o in enumerate(outs):
             where[o] = pos = (off, k)
             if last(o, -1) >= end:
@@ -115,16 +116,17 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
     its template's classes, made a call of the template's function. Returns a new
     function; ``fn`` is not changed."""
     copied = copied or {}
-    where = [(j, copied[op]) for j, op in enumerate(fn.ops) if op.op_type == COPIED]
+    where = [(j, copied[op]) for j, op in enumerate(fn.ops) if op in copied] if copied else []
     virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
                                (cp.start, cp.start + cp.size))
                               for j, cp in where for a, e in cp.inner]
-    ops, at = _replace(fn.ops, fn.returns, inner, virtual, False)
+    read_after: dict[Copied, tuple[Value, ...]] = {}  # the same in both passes
+    ops, at = _replace(fn.ops, fn.returns, inner, virtual, False, read_after)
     if inner:
         runs = [(label, at[start], at[end]) for label, start, end in runs]
     whole: list[Virtual] = [(at[j], cp, at[cp.start], at[cp.start + cp.size], None)
                             for j, cp in where]
-    ops, _ = _replace(ops, fn.returns, runs, whole, True)
+    ops, _ = _replace(ops, fn.returns, runs, whole, True, read_after)
     if ops is fn.ops:
         return fn
     assert all(op.op_type != COPIED for op in ops), "a copied run was not outlined"
@@ -135,17 +137,18 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
 
 def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
              virtual: Sequence[Virtual] = (), emit: bool = False,
+             read_after: dict[Copied, tuple[Value, ...]] | None = None,
              ) -> tuple[list[Op], list[int]]:
     """``ops`` with the equal ``runs`` replaced by calls, and the new index of each old
     index that starts a run or lies outside all (``len(ops)`` included); ``ops`` itself
     when nothing is replaced. The ``virtual`` runs (copies' runs, not written out) count
     as members of their template run's class; with ``emit`` their placeholders become
-    calls."""
-    used_after: dict[Value, int] = {}  # the last op index reading each value
+    calls. ``read_after``: (the template's values of) each copy's values that ops after
+    it read, filled where missing (the same before and after inner runs become calls)."""
+    used_after: dict[Value | None, int] = {}  # the last op index reading each value
     for j, op in enumerate(ops):
-        for v in op.inputs:
-            if v is not None:
-                used_after[v] = j
+        used_after.update(zip(op.inputs, repeat(j)))
+    used_after.pop(None, None)  # an omitted input
     for v in returns:
         used_after[v] = len(ops)
     classes: dict[tuple, list[tuple[str, int, int, list[Value], list[tuple[int, int]]]]] = {}
@@ -156,13 +159,13 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         form, ext, after = _shape(ops, start, end, used_after)
         classes.setdefault(form, []).append((label, start, end, ext, after))
         shaped[(start, end)] = (form, label, ext)
-    copies: dict[tuple, list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
     read_in: dict[tuple[int, int], dict[Value, int]] = {}  # per template: last read in it
     positions: dict[tuple[int, int], dict[Value, tuple[int, int]]] = {}  # per template run
     later: dict[tuple[int, int], list[tuple[int, int]]] = {}  # per template run: its values
     # that its template unit reads after it (a copy's do too)
-    read_after: dict[int, list[Value]] = {}  # per copy: (the template's values of) its
-    # values read after it
+    read_after = {} if read_after is None else read_after
+    by_run: dict[tuple[int, int], list[tuple[str, int, Copied, int, int, list[Value]]]] = {}
+    # the copies of each template run
     calls: dict[int, tuple[int, list[Op]]] = {}  # start -> (end, its ops: a call)
     for j, cp, t0, t1, whole in virtual:
         got = shaped.get((t0, t1))
@@ -173,7 +176,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                                        [cp.of(o) for o in op.outputs], callee=op.callee)
                                     for op in ops[t0:t1]])
             continue
-        form, label, text = got
+        _, label, text = got
         if (t0, t1) not in positions:
             pos = positions[(t0, t1)] = {o: (x - t0, k) for x in range(t0, t1)
                                          for k, o in enumerate(ops[x].outputs)}
@@ -184,13 +187,13 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                     last = read_in[whole] = {v: x for x in range(*whole)
                                              for v in ops[x].inputs if v is not None}
             later[(t0, t1)] = [p for o, p in pos.items() if last.get(o, -1) >= t1]
-        if j not in read_after:
-            read_after[j] = [cp.values[x] for x, y in cp.made.items()
-                             if used_after.get(y, -1) > j]
-        copies.setdefault(form, []).append((label, j, cp, t0, t1, text))
+        if cp not in read_after:
+            read_after[cp] = tuple(cp.values[x] for x, y in cp.made.items()
+                                   if used_after.get(y, -1) > j)
+        by_run.setdefault((t0, t1), []).append((label, j, cp, t0, t1, text))
     count: dict[str, int] = {}
-    for form, members in classes.items():
-        virt = copies.get(form, [])
+    for members in classes.values():
+        virt = [c for m in members for c in by_run.get((m[1], m[2]), ())]
         if len(members) + len(virt) < 2:
             continue
         label, t0, t1, text, _ = members[0]
@@ -198,10 +201,12 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         keep: set[tuple[int, int]] = set()
         for m in members:
             keep.update(m[4])
-        for _, here, _, start, end, _ in virt:
+        for start, end in {(v[3], v[4]) for v in virt}:  # their template runs
             keep.update(later[(start, end)])
+        for start, end, later_read in {(v[3], v[4], read_after[v[2]]) for v in virt}:
             pos = positions[(start, end)]
-            keep.update(pos[o] for o in read_after[here] if o in pos)
+            keep.update(pos[o] for o in later_read if o in pos)
+        kept = sorted(keep)
         labels = sorted({m[0] for m in members} | {m[0] for m in virt})
         if len(labels) > 1:  # one function for several stages' runs: stage0_1_fwd
             heads = [x.rsplit("_", 1) for x in labels]
@@ -209,16 +214,22 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
                 label = "_".join([heads[0][0]] + [h[0].lstrip("stage") for h in heads[1:]]
                                  + [heads[0][1]])
         n = count[label] = count.get(label, 0) + 1
-        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text,
-                           sorted(keep))
+        callee = _function(f"{label}_{n}" if n > 1 else label, ops[t0:t1], text, kept)
         for _, start, end, ext, _ in members:
-            outs = [ops[start + j].outputs[k] for j, k in sorted(keep)]
+            outs = [ops[start + j].outputs[k] for j, k in kept]
             calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
         if emit:
+            where: dict[int, tuple[list[int], list[int]]] = {}  # per template run: the
+            # indices of its externals and of its results kept
             for _, here, cp, start, _, ext in virt:
-                outs = [cp.of(ops[start + j].outputs[k]) for j, k in sorted(keep)]
-                calls[here] = (here + 1, [Op(CALL, [cp.of(v) for v in ext], None, outs,
-                                             callee=callee)])
+                got_at = where.get(start)
+                if got_at is None:
+                    got_at = where[start] = (
+                        [cp.index_of[v] for v in ext],
+                        [cp.index_of[ops[start + j].outputs[k]] for j, k in kept])
+                value = cp.value
+                calls[here] = (here + 1, [Op(CALL, [value(x) for x in got_at[0]], None,
+                                             [value(x) for x in got_at[1]], callee=callee)])
     if not calls:
         return ops, list(range(len(ops) + 1))
     out: list[Op] = []

@@ -207,15 +207,18 @@ class _Pipe(StageValues):
         self.all = list(range(0, self.written * k * inner, inner if self.fold else 1))
         self.ranks_of = [[r for r in self.all if self.mb[r] == m] for m in range(k)]
         self.pieces, self.base, self.consts, self.running, self.memo = {}, {}, {}, {}, {}
-        self.collapsed, self.sums, self.unsummed = set(), {}, {}
+        self.collapsed, self.sums, self.unsummed, self.vgroups = set(), {}, {}, {}
         self.held: list[tuple[Value, int, int]] = []
         """Pieces made in the current layer's run, to add to their running sums at its
         end (``_release``)."""
         self.prepared: dict[int, _Prepared] = {}
         self.shape_ins: dict[int, dict[int, list[Value | None]]] = {}
         self.suffixes: dict[tuple[int, int, bool], str] = {}
+        self.devs_of: dict[int, tuple[int, ...]] = {}
         self.reads_of: dict[tuple[Value, bool], list[tuple[int, Spec, bool, bool]]] = {}
         """``_after``'s readers of a value (on other stages only, or all)."""
+        self.acting: dict[Value, list[tuple[int, Spec, bool, bool]]] = {}
+        """``_acting``'s readers of a value."""
         self.copied: dict[Op, Copied] = {}
         """The placeholders of copied units (``Replay.write``), for ``outline``."""
         self.runs: list[tuple[str, int, int]] = []
@@ -240,15 +243,25 @@ class _Pipe(StageValues):
             for o in prog.ops[i].outputs:
                 self.home[o] = self.stage[i]
         self.deferred = self._deferred() if k > 1 else set()
-        self.index_only = index_only(prog, self._reads)
+        self.derived: dict[Any, Any] = per[0].derived if all(x is per[0] for x in per) \
+            else {}
+        """What the lowering derives from the one assignment of every stage alone (its
+        ``derived``, shared by the configurations lowered from it)."""
+        got = self.derived.get("readers")
+        if got is None:
+            readers: dict[Value, list[tuple[int, int]]] = {}  # (op index, input index) of
+            for i in prog.live_ops:  # every live read but shape operands and an aligned
+                op = prog.ops[i]  # lookup's indices (constants)
+                aligned = aligned_axis(prog, op, self._reads(i) or ()) is not None
+                for kk, v in enumerate(op.inputs):
+                    if v is not None and not is_shape_operand(op, kk) and \
+                            not (aligned and kk == 1):
+                        readers.setdefault(v, []).append((i, kk))
+            got = self.derived["readers"] = (index_only(prog, self._reads), readers)
+        self.index_only: frozenset[int] = got[0]
         """Ops read only as an aligned lookup's indices: not written."""
-        self.readers = {}  # (op index, input index) of every live read but shape operands
-        for i in prog.live_ops:  # and an aligned lookup's indices (constants)
-            op = prog.ops[i]
-            aligned = aligned_axis(prog, op, self._reads(i) or ()) is not None
-            for kk, v in enumerate(op.inputs):
-                if v is not None and not is_shape_operand(op, kk) and not (aligned and kk == 1):
-                    self.readers.setdefault(v, []).append((i, kk))
+        self.readers = got[1]
+        """The readers of each value (never changed: shared with other lowerings)."""
         self.summed = self._summed_ops() if k > 1 else set()
 
     def _reads(self, i: int) -> tuple | None:
@@ -320,15 +333,20 @@ class _Pipe(StageValues):
         for i in prog.live_ops:  # independent of the batch: once, before the microbatches
             if st.phase[i] == "H" and self._reads(i) and i not in self.index_only:
                 self._op(i, self.all)
-        units = {(ph, s): [i for i in prog.live_ops if st.phase[i] == ph and st.stage[i] == s
-                           and self.assign[s].reads[i] and i not in self.deferred
-                           and i not in self.index_only]
-                 for ph in "FB" for s in range(self.pp)}
+        units: dict[tuple[str, int], list[int]] = {(ph, s): [] for ph in "FB"
+                                                    for s in range(self.pp)}
+        for i in prog.live_ops:  # each stage's forward and backward ops, in program order
+            ph, s = st.phase[i], st.stage[i]
+            if ph in ("F", "B") and s is not None and self.assign[s].reads[i] and \
+                    i not in self.deferred and i not in self.index_only:
+                units[(ph, s)].append(i)
         early = {s: self._early_updates(units[("B", s)]) for s in range(self.pp)}
         pulled = {u for e in early.values() for lst in e.values() for u in lst}
         replay = Replay(self, units)
         sent = {i: [o for o in prog.ops[i].outputs if self._reads_of(o, True)]
                 for lst in units.values() for i in lst}  # read on other stages
+        acting = {i: [o for o in prog.ops[i].outputs if self._acting(o)]
+                  for lst in units.values() for i in lst}  # served after each microbatch
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
@@ -344,10 +362,12 @@ class _Pipe(StageValues):
                     pull = early[s] if kind == "B" and m == self.k - 1 else {}
                     for u in (u for lst in pull.values() for u in lst):
                         self._shape_ins(u)  # before the layers, so that they stay alike
+                    ranks, layer_of = self.ranks_of[m], self.layer_of
                     for i in units[(kind, s)]:
-                        layers.at(i)
-                        self._op(i, self.ranks_of[m])
-                        for o in prog.ops[i].outputs:
+                        if layer_of.get(i) != layers.layer:
+                            layers.at(i)
+                        self._op(i, ranks)
+                        for o in acting[i]:
                             self._after(o, m, other_stages=False)
                         for u in pull.get(i, ()):  # an update finishing a gradient: now
                             self._op(u, self.all)  # (in i's layer run, if any)
@@ -502,29 +522,74 @@ class _Pipe(StageValues):
         if got is None:
             s = self.st.stage[i]
             assert s is not None
-            op, a = self.prog.ops[i], self.assign[s]
-            reads, out = a.reads[i], a.outcomes[i]
-            assert reads and out is not None
-            if op.op_type in BROADCASTS:
-                out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
-            vm = self.vmesh
-            scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
-                           for k, axes in enumerate(out.scaled) if axes)
-            attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+            op, a, vm = self.prog.ops[i], self.assign[s], self.vmesh
+            reads = a.reads[i]
+            key = ("prepared", i, vm.shape)
+            parts = self.derived.get(key)
+            if parts is None:  # of the assignment and the mesh shape alone
+                out = a.outcomes[i]
+                assert reads and out is not None
+                if op.op_type in BROADCASTS:
+                    out = made_as(self.prog, op, out, self._read_as(op.outputs[0]))
+                scaled = tuple((k, int(np.prod([vm.shape[ax] for ax in axes])))
+                               for k, axes in enumerate(out.scaled) if axes)
+                attrs = {k: normalize_attr(v) for k, v in local_attrs(op, reads, vm).items()}
+                aligned = aligned_axis(self.prog, op, reads) is not None
+                parts = self.derived[key] = (
+                    out.outs, attrs, bias_once(op, reads, out.outs), scaled,
+                    tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
+                    vocab_axis(self.prog, op, reads) is not None, aligned,
+                    self._kinds(op, aligned))
+            outs, attrs, once, scaled, hints, vocab, aligned, kinds = parts
+            assert reads is not None
             got = self.prepared[i] = _Prepared(
-                s, op, reads, out.outs, attrs, self.per_mb(i), bias_once(op, reads, out.outs),
-                scaled, tuple(None if o.name == "_" else name_hint(o) for o in op.outputs),
-                vocab_axis(self.prog, op, reads) is not None,
-                aligned_axis(self.prog, op, reads) is not None,
-                frozenset(k for k, v in enumerate(op.inputs)
-                          if v is not None and is_shape_operand(op, k)),
-                tuple(self.dev(s, r) for r in range(self.all[-1] + 1)),
-                i in self.summed, i)
+                s, op, reads, outs, attrs, self.per_mb(i), once, scaled, hints, vocab,
+                aligned, kinds, self._devs(s), i in self.summed, i)
             if self.st.phase[i] == "H" and op.inputs and not got.vocab:
                 # independent of the batch: equal ops on equal values are one value on a
                 # device (each layer's causal mask, as ``dtp``'s ``Plan.canon``)
                 got.form = (op.op_type, tuple(sorted(attrs.items())), got.outs, got.scaled,
                             got.once)
+            got.fresh = self._fresh(got)
+        return got
+
+    def _fresh(self, pre: _Prepared) -> bool:
+        """Whether ``pre``'s op runs per microbatch on a value of its microbatch alone at
+        every rank, so that no two of its ops written are equal (``_Pipe.memo`` would
+        never find one): one microbatch, or an input (of those it reads on every rank)
+        made by such an op before, or a batch input cut in microbatches."""
+        if not pre.per_mb:
+            return False
+        if self.k == 1:
+            return True
+        prog, op = self.prog, pre.op
+        for k, how in enumerate(pre.kinds[:2] if pre.once else pre.kinds):
+            if how != _READ:
+                continue
+            v = op.inputs[k]
+            j = prog.producer.get(v)  # type: ignore[arg-type]
+            if j is None:
+                if v in prog.param_set and isinstance(self.spec(v, pre.s)[0], Shard):  # type: ignore[arg-type]
+                    return True
+            else:
+                made = self.prepared.get(j)
+                if made is not None and made.fresh:
+                    return True
+        return False
+
+    @staticmethod
+    def _kinds(op: Op, aligned: bool) -> tuple[int, ...]:
+        """How ``_op`` finds each input of ``op``: ``_OMITTED``, ``_SHAPE`` (a shape
+        operand's constants), ``_ALIGNED`` (an aligned lookup's indices) or ``_READ``."""
+        return tuple(_OMITTED if v is None else _SHAPE if is_shape_operand(op, k) else
+                     _ALIGNED if k == 1 and aligned else _READ
+                     for k, v in enumerate(op.inputs))
+
+    def _devs(self, s: int) -> tuple[int, ...]:
+        """The device of each virtual rank on stage ``s`` (up to the last written)."""
+        got = self.devs_of.get(s)
+        if got is None:
+            got = self.devs_of[s] = tuple(self.dev(s, r) for r in range(self.all[-1] + 1))
         return got
 
     def _suffix(self, s: int, r: int, per_mb: bool) -> str:
@@ -541,27 +606,28 @@ class _Pipe(StageValues):
         b, vm = self.b, self.vmesh
         pre = self.prepared.get(i) or self._prepared(i)
         s, op = pre.s, pre.op
+        size = vm.size
         ins: list[list[Value | None]] = []
         pieces = self.pieces
-        for k, (v, sp) in enumerate(zip(op.inputs, pre.reads, strict=True)):
-            if v is None:
-                ins.append([None] * vm.size)
-            elif k in pre.shape_ks:
-                ins.append(self._shape_ins(i)[k])
-            elif k == 1 and pre.aligned:  # known indices: each device's, at its rows
-                ins.append(self._aligned_ins(i, rs))
-            else:
-                assert sp is not None
+        for k, how in enumerate(pre.kinds):
+            if how == _READ:
+                v, sp = op.inputs[k], pre.reads[k]
+                assert v is not None
                 if pre.summed and isinstance(sp[0], Partial) and v not in self.collapsed:
                     v = self._summed(v)  # each device's sum over its microbatches
                 made = pieces.get((v, s))  # placed so already (``get``'s first case)
                 lst = None if made is None else made.get(sp)
-                if lst is None or any(lst[r] is None for r in rs):
+                if lst is None or None in map(lst.__getitem__, rs):
                     lst = self.get(v, s, sp, rs)
                 ins.append(lst)
+            elif how == _OMITTED:
+                ins.append([None] * size)
+            elif how == _SHAPE:
+                ins.append(self._shape_ins(i)[k])
+            else:  # known indices: each device's, at its rows
+                ins.append(self._aligned_ins(i, rs))
         per_mb = pre.per_mb
-        n_out = len(op.outputs)
-        res: list[list[Value | None]] = [[None] * vm.size for _ in range(n_out)]
+        got_at: list[tuple] = []  # the results at each rank of ``rs``, in order
         if pre.vocab:  # its collectives span a group
             group = (i, tuple(id(x[r]) for r in rs for x in ins))
             every = self.memo.get(group)
@@ -569,37 +635,46 @@ class _Pipe(StageValues):
                 every = write_vocab(b, self.prog, vm, op, pre.reads, ins, rs,
                                     lambda r: self.dev(s, r), self.const,
                                     [self.name(op.outputs[0], s, r, per_mb)
-                                     for r in range(vm.size)])
+                                     for r in range(size)])
                 every = self.memo[group] = [None if v is None else
                                           self._scaled(pre, (v,), r)[0]
                                           for r, v in enumerate(every)]
+            got_at = [(every[r],) for r in rs]
+        else:
+            devs, memo, form, once, fresh = pre.devs, self.memo, pre.form, pre.once, pre.fresh
+            coords, emit, hints = vm.coords, b.ops.append, pre.hints
+            suffixes = self.suffixes
             for r in rs:
-                res[0][r] = every[r]
-        devs, memo = pre.devs, self.memo
-        for r in rs if res[0][rs[0]] is None else ():
-            d = devs[r]
-            args = [x[r] for x in ins]
-            if pre.once and any(vm.coords[r][ax] for ax in pre.once):  # the bias: once
-                args = args[:2]
-            key = (pre.form, d, tuple(map(id, args)))
-            got = memo.get(key)
-            if got is None:
-                attrs = pre.attrs  # shared: an op's attributes are immutable
-                if not op.inputs:
-                    attrs = {**attrs, "device": d}
-                suffix = self._suffix(s, r, per_mb)
-                vals = tuple(Value("_" if h is None else h + suffix) for h in pre.hints)
-                b.ops.append(Op(op.op_type, args, attrs, vals))
-                got = memo[key] = self._scaled(pre, vals, r) if pre.scaled else vals
-            for k in range(n_out):
-                res[k][r] = got[k]
+                d = devs[r]
+                args = [x[r] for x in ins]
+                if once and any(coords[r][ax] for ax in once):  # the bias: once
+                    args = args[:2]
+                key = None if fresh else (form, d, tuple(map(id, args)))
+                got = None if key is None else memo.get(key)
+                if got is None:
+                    attrs = pre.attrs  # shared: an op's attributes are immutable
+                    if not op.inputs:
+                        attrs = {**attrs, "device": d}
+                    suffix = suffixes.get((s, r, per_mb)) or self._suffix(s, r, per_mb)
+                    vals = tuple([Value("_" if h is None else h + suffix) for h in hints])
+                    emit(Op(op.op_type, args, attrs, vals))
+                    got = self._scaled(pre, vals, r) if pre.scaled else vals
+                    if key is not None:
+                        memo[key] = got
+                got_at.append(got)
+        base = self.base
         for k, o in enumerate(op.outputs):
-            cache = pieces.setdefault((o, s), {})
-            self.base[(o, s)] = pre.outs[k]
-            lst = cache.setdefault(pre.outs[k], [None] * vm.size)
-            got_k = res[k]
-            for r in rs:
-                lst[r] = got_k[r]
+            key2 = (o, s)
+            cache = pieces.get(key2)
+            if cache is None:
+                cache = pieces[key2] = {}
+            spec = pre.outs[k]
+            base[key2] = spec
+            lst = cache.get(spec)
+            if lst is None:
+                lst = cache[spec] = [None] * size
+            for r, got in zip(rs, got_at):
+                lst[r] = got[k]
         if pre.summed:
             self.collapsed.update(op.outputs)
         if not per_mb:
@@ -636,7 +711,8 @@ class _Pipe(StageValues):
         it is sent to other stages; after the tick's units, ``other_stages`` true: the
         sends, and the redistributions after them. So communication overlaps later work. A
         reader that runs once after the microbatches is served after the last one."""
-        reads_of = self._reads_of(v, other_stages)
+        reads_of = self._acting(v) if m is not None and not other_stages else \
+            self._reads_of(v, other_stages)
         if not reads_of:
             return
         s0 = self.home[v]
@@ -673,23 +749,44 @@ class _Pipe(StageValues):
         for v, s, m in held:
             self._accumulate(v, s, m)
 
+    def _acting(self, v: Value) -> list[tuple[int, Spec, bool, bool]]:
+        """``_reads_of(v, False)`` but the readers that ``_after(v, m, False)`` leaves
+        alone for a microbatch ``m``: those run per microbatch on ``v``'s stage reading
+        it as made. Made once."""
+        got = self.acting.get(v)
+        if got is None:
+            s0 = self.home[v]
+            made = self.spec(v, s0)
+            got = self.acting[v] = [x for x in self._reads_of(v, False)
+                                    if not (x[2] and x[0] == s0 and x[1] == made)]
+        return got
+
     def _reads_of(self, v: Value, other_stages: bool) -> list[tuple[int, Spec, bool, bool]]:
         """``(stage, spec, per microbatch, on the sums)`` of every reader of ``v`` (on
         other stages only, with ``other_stages``), made once; ``on the sums``: it reads
         each device's sum over its microbatches of ``v``, made once per microbatch
         (``_summed``)."""
-        key = (v, other_stages)
-        got = self.reads_of.get(key)
-        if got is None:
-            got = self.reads_of[key] = []
-            for i, k in self.readers.get(v, ()):
-                s = self.stage[i]
-                reads = self.assign[s].reads[i]
-                rd = reads[k] if reads else None
-                if rd is not None and not (other_stages and s == self.home[v]):
-                    j = self.prog.producer.get(v)
-                    got.append((s, rd, self.per_mb(i), i in self.summed and j is not None
-                                and self.per_mb(j) and isinstance(rd[0], Partial)))
+        got = self.reads_of.get((v, other_stages))
+        if got is None:  # both lists at once
+            every: list[tuple[int, Spec, bool, bool]] = []
+            others: list[tuple[int, Spec, bool, bool]] = []
+            readers = self.readers.get(v)
+            if readers:
+                home, j = self.home.get(v), self.prog.producer.get(v)
+                from_mb = j is not None and self.per_mb(j)
+                stage, assign, summed = self.stage, self.assign, self.summed
+                for i, k in readers:
+                    s = stage[i]
+                    reads = assign[s].reads[i]
+                    rd = reads[k] if reads else None
+                    if rd is not None:
+                        x = (s, rd, self.per_mb(i), from_mb and i in summed
+                             and isinstance(rd[0], Partial))
+                        every.append(x)
+                        if s != home:
+                            others.append(x)
+            self.reads_of[(v, False)], self.reads_of[(v, True)] = every, others
+            got = others if other_stages else every
         return got
 
     def _shape_ins(self, i: int) -> dict[int, list[Value | None]]:
@@ -724,7 +821,11 @@ class _Pipe(StageValues):
             shp = local_shape(prog.shape(op.outputs[0]), outs[0], self.vmesh)
             arr = np.asarray(shp, dtype=np.int64)
         hint = "sizes" if op.op_type == "Split" else "shape"
-        return self.each(lambda r: self.const(arr, self.dev(s, r), hint))
+        return self.on_devices(s, arr, hint)
+
+
+_OMITTED, _SHAPE, _ALIGNED, _READ = range(4)
+"""How ``_Pipe._op`` finds an input (``_Prepared.kinds``)."""
 
 
 @dataclass(slots=True, eq=False)
@@ -734,8 +835,8 @@ class _Prepared:
     mesh axes that add its bias once (``bias_once``), the results scaled by ``1/n``
     (``(result index, n)``), its results' name hints (``None`` for an unused one),
     whether it is a vocabulary-parallel op (``vocab.write_vocab`` writes it), whether it
-    is a lookup of known indices aligned with its split data (``aligned``), the indices
-    of its shape operands, the device of each virtual rank on its stage and whether it
+    is a lookup of known indices aligned with its split data (``aligned``), how each
+    input is found (``_Pipe._kinds``), the device of each virtual rank on its stage and whether it
     runs on each device's sums over its microbatches (``_Pipe.summed``)."""
 
     s: int
@@ -749,12 +850,14 @@ class _Prepared:
     hints: tuple[str | None, ...]
     vocab: bool
     aligned: bool
-    shape_ks: frozenset[int]
+    kinds: tuple[int, ...]
     devs: tuple[int, ...]
     summed: bool
     form: Any
     """The op's key among the ops written (``_Pipe.memo``): its index, or for a
     batch-independent op its type, attributes and results' specs."""
+    fresh: bool = False
+    """Whether no two of its ops written are equal (``_Pipe._fresh``): not memoized."""
 
 
 class _Layers:

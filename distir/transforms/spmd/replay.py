@@ -19,7 +19,7 @@ whose form is its template's is not written out at all but left as one placehold
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from distir.ir.core import Op, Value
@@ -55,7 +55,8 @@ class _Template:
     flattened; ``~n``: the ``n``-th of ``external``; ``None``: an omitted one) and its
     results' names."""
     leaves: list[tuple[Any, Any, tuple[tuple[int, int], ...]]]
-    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order."""
+    """``pieces`` as ``(key, spec, ((index, value index), ...))``, in order, of the
+    values read after the unit alone (``Replay._read_after``)."""
     sums: list[tuple[Any, Any, int]]
     """``running`` as ``(key, j, value index)``."""
     start: int = 0
@@ -68,6 +69,11 @@ class _Template:
     left: tuple[int, ...] = ()
     """The value indices of the unit's values it leaves (``leaves``, ``sums``), each once,
     in order: those a copy makes first (``Replay._placeholder``)."""
+
+    lists: list[Any] = field(default_factory=list)
+    """Per rule of ``external``, then per entry of ``leaves``: the ``pieces`` dict of its
+    key and the list of its spec found there last (a dict keeps a spec's list once
+    made), or ``None``: a copy finds the list without hashing the spec again."""
 
     def same(self, other: _Template) -> bool:
         return (self.sig == other.sig and self.pieces == other.pieces
@@ -117,17 +123,23 @@ class Replay:
 
     def _pieces(self, kind: str, s: int, m: int) -> dict[Entry, Value]:
         """The pieces at the ranks of microbatch ``m`` of the values the unit's ops read
-        or make (the only ones it can read or leave), on every stage."""
+        or make (the only ones it can read or leave), on every stage that can hold them
+        (its producer's, its readers', stage 0 for a parameter)."""
         pipe = self.pipe
         ranks = list(enumerate(pipe.ranks_of[m]))
         keys = self.keys.get((kind, s))
         if keys is None:
             vals = {v for i in self.units[(kind, s)] for v in pipe.prog.ops[i].inputs
                     + pipe.prog.ops[i].outputs if v is not None}
-            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in range(pipe.pp)]
+            keys = self.keys[(kind, s)] = [(v, x) for v in vals for x in sorted(
+                {pipe.home.get(v, 0)} | {pipe.stage[i] for i, _ in pipe.readers.get(v, ())})]
         out: dict[Entry, Value] = {}
+        pieces = pipe.pieces
         for key in keys:
-            for spec, lst in pipe.pieces.get(key, {}).items():
+            got = pieces.get(key)
+            if not got:  # most values are on one or two stages
+                continue
+            for spec, lst in got.items():
                 for idx, r in ranks:
                     y = lst[r]
                     if y is not None:
@@ -184,14 +196,29 @@ class Replay:
                 index_of[op.outputs[q]] = flat[(len(code) - 1, q)] = len(flat)
         read = len(external)
         leaves: dict[tuple, list[tuple[int, int]]] = {}
+        needed = self._read_after(kind, s)
         for (key, spec, idx), r in pieces.items():  # grouped, in order of first leaving
-            leaves.setdefault((key, spec), []).append((idx, index(r)))
+            if key[0] in needed:
+                leaves.setdefault((key, spec), []).append((idx, index(r)))
         sum_at = [(key, j, index(r)) for (key, j), r in running.items()]
         kept = [x for lst in leaves.values() for _, x in lst] + [x for _, _, x in sum_at]
         return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
                          [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
                          sum_at, start, index_of, [o for op in ops for o in op.outputs],
                          tuple(dict.fromkeys(x for x in kept if x >= 0)))
+
+    def _read_after(self, kind: str, s: int) -> set[Value]:
+        """The values of unit ``(kind, s)``'s ops (read or made) that an op outside the
+        unit reads, or that the program returns: a copy leaves the pieces of these alone,
+        the others being read by no op after it (each microbatch's unit reads its own
+        values, its copies theirs through ``external``)."""
+        pipe = self.pipe
+        inside = set(self.units[(kind, s)])
+        vals = {v for i in inside for v in pipe.prog.ops[i].inputs + pipe.prog.ops[i].outputs
+                if v is not None}
+        returned = set(pipe.prog.fn.returns)
+        return {v for v in vals if v in returned
+                or any(i not in inside for i, _ in pipe.readers.get(v, ()))}
 
     def _externals(self, t: _Template, m: int) -> list[Value | None]:
         """The value of each of ``t.external`` for microbatch ``m`` as its unit starts
@@ -200,10 +227,19 @@ class Replay:
         pieces, running, ranks = pipe.pieces, pipe.running, pipe.ranks_of[m]
         out: list[Value | None] = []
         add = out.append
-        for rule in t.external:
+        lists = t.lists
+        if not lists:
+            lists.extend([None] * (len(t.external) + len(t.leaves)))
+        for n, rule in enumerate(t.external):
             head = rule[0]
             if head == "piece":
-                lst = pieces.get(rule[1], {}).get(rule[2])
+                cache, seen = pieces.get(rule[1]), lists[n]
+                if seen is not None and seen[0] is cache:
+                    lst = seen[1]
+                else:
+                    lst = None if cache is None else cache.get(rule[2])
+                    if lst is not None:
+                        lists[n] = (cache, lst)
                 add(None if lst is None else lst[ranks[rule[3]]])
             elif head == "run":
                 add(running.get(rule[1], {}).get(rule[2]))
@@ -236,16 +272,34 @@ class Replay:
             res = tuple(Value(n.replace(old, new) if n else n) for n in names)
             emit(Op(op.op_type, ins, op.attrs, res))  # attributes are immutable
             grow(res)
-        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
-        for key, spec, leaves in t.leaves:
-            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
-            for idx, x in leaves:
-                lst[ranks[idx]] = flat[x] if x >= 0 else ext[~x]
-        for key, j, x in t.sums:
-            pipe.running[key][j] = flat[x] if x >= 0 else ext[~x]
-        for key in t.counted:
-            pipe.running[key]["m"] = m
+        self._leave(t, m, flat + ext[::-1])
         pipe.layer_runs.extend((lb, a + start, e + start) for lb, a, e in t.layers)
+
+    def _leave(self, t: _Template, m: int, value: list[Value | None]) -> None:
+        """Leave the pieces and running sums of ``t``'s copy for microbatch ``m``, the
+        copy's value of each index ``x`` being ``value[x]`` (those it makes first, then
+        ``ext`` reversed: ``value[x]`` is ``ext[~x]`` for ``x < 0``)."""
+        pipe = self.pipe
+        ranks, size, pieces, running = pipe.ranks_of[m], pipe.vmesh.size, pipe.pieces, \
+            pipe.running
+        lists = t.lists  # made by ``_externals``, which every copy runs first
+        for n, (key, spec, leaves) in enumerate(t.leaves, len(t.external)):
+            cache, seen = pieces.get(key), lists[n]
+            if seen is not None and seen[0] is cache:
+                lst = seen[1]
+            else:
+                if cache is None:
+                    cache = pieces[key] = {}
+                lst = cache.get(spec)
+                if lst is None:
+                    lst = cache[spec] = [None] * size
+                lists[n] = (cache, lst)
+            for idx, x in leaves:
+                lst[ranks[idx]] = value[x]
+        for key, j, x in t.sums:
+            running[key][j] = value[x]
+        for key in t.counted:
+            running[key]["m"] = m
 
     def _placeholder(self, t: _Template, m: int, ext: list[Value | None]) -> None:
         """Unit ``m`` of template ``t`` as a ``Copied`` placeholder: only the values it
@@ -255,9 +309,10 @@ class Replay:
         old, new = "_mb1_d", f"_mb{m}_d"
         values = t.values
         made: dict[int, Value] = {}
+        at: list[Value | None] = [None] * len(values)  # those left, by index
         for x in t.left:
             n = values[x].name
-            made[x] = Value(n.replace(old, new) if n else n)
+            made[x] = at[x] = Value(n.replace(old, new) if n else n)
 
         def value(x: int) -> Value:
             if x < 0:
@@ -268,15 +323,7 @@ class Replay:
                 y = made[x] = Value(n.replace(old, new) if n else n)
             return y
 
-        ranks, size = pipe.ranks_of[m], pipe.vmesh.size
-        for key, spec, leaves in t.leaves:
-            lst = pipe.pieces.setdefault(key, {}).setdefault(spec, [None] * size)
-            for idx, x in leaves:
-                lst[ranks[idx]] = made[x] if x >= 0 else ext[~x]  # type: ignore[assignment]
-        for key, j, x in t.sums:
-            pipe.running[key][j] = made[x] if x >= 0 else ext[~x]
-        for key in t.counted:
-            pipe.running[key]["m"] = m
+        self._leave(t, m, at + ext[::-1])
         assert t.index_of is not None and t.values is not None
         op = Op(COPIED, ext[:t.read], None, tuple(made.values()))
         pipe.b.ops.append(op)

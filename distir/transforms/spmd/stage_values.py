@@ -84,6 +84,8 @@ class StageValues:
     microbatches, the same piece at each of its microbatches' ranks (the results of the
     ops run once on such sums, ``_Pipe.summed``, and ``_summed``'s values): a sum over
     the data axis adds one piece per device, not ``K``."""
+    vgroups: dict[int, tuple[tuple[int, ...], ...]]
+    """``_groups``' memo."""
     sums: dict[Value, Value]
     """``_summed``'s value of each value summed over the microbatches."""
     unsummed: dict[Value, Value]
@@ -123,6 +125,27 @@ class StageValues:
             c = self.consts[key] = self.b.op("Constant", value=arr, device=device,
                                              name=f"{hint}_d{device}")
         return c
+
+    def _groups(self, axis: int) -> tuple[tuple[int, ...], ...]:
+        """``vmesh.groups(axis)``, made once per axis."""
+        got = self.vgroups.get(axis)
+        if got is None:
+            got = self.vgroups[axis] = self.vmesh.groups(axis)
+        return got
+
+    def on_devices(self, s: int, arr: np.ndarray, hint: str) -> list[Value | None]:
+        """The constant ``arr`` at each written virtual rank of stage ``s`` (``each``):
+        one per device (``const``), made in rank order."""
+        per: dict[int, Value] = {}
+
+        def at(r: int) -> Value:
+            d = self.dev(s, r)
+            c = per.get(d)
+            if c is None:
+                c = per[d] = self.const(arr, d, hint)
+            return c
+
+        return self.each(at)
 
     def spec(self, v: Value, s: int) -> Spec:
         """The spec ``v`` is produced with (a parameter: as placed on stage ``s``)."""
@@ -234,7 +257,7 @@ class StageValues:
             if arr is None:
                 raise TransformError(f"`{prog.op_text(prog.ops[i])}`: its result is not known "
                                      "before running")
-            lst = self.each(lambda r: self.const(np.asarray(arr), self.dev(s, r), name_hint(v)))
+            lst = self.on_devices(s, np.asarray(arr), name_hint(v))
             self.pieces[key] = {replicated(vm): lst}
             self.base[key] = replicated(vm)
             return
@@ -295,7 +318,7 @@ class StageValues:
                     nxt[r] = self._peer(v, s, step, cur[r], r)
             return
         want = set(rs)
-        for g in vm.groups(step.axis):
+        for g in self._groups(step.axis):
             if not want.issuperset(g) or all(nxt[r] is not None for r in g):
                 continue
             xs = [cur[r] for r in g]
@@ -331,7 +354,7 @@ class StageValues:
                                  "gather it over microbatches")
         dp = vm.shape[0] // k
         once = v in self.collapsed and isinstance(step.before[0], Partial)  # a piece per
-        for g in vm.groups(0)[:self.inner:self.inner if self.fold else 1]:  # virtual
+        for g in self._groups(0)[:self.inner:self.inner if self.fold else 1]:  # virtual
             # coordinate d*K + m on the data axis, at each written inner coordinate
             per: list[Value] = []
             for d in range(self.written):  # device: its microbatches' sum
@@ -427,7 +450,7 @@ class Unfoldable(TransformError):
 
 
 def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:
-    return lst is not None and all(lst[r] is not None for r in rs)
+    return lst is not None and None not in map(lst.__getitem__, rs)
 
 
 def name_hint(v: Value) -> str:
