@@ -10,7 +10,8 @@ median over ``--repeats`` runs of
 
 - ``analyze``: ``distir.transforms.analyze(fn)``, done once per model and batch size (the
   grid search reuses it for every configuration);
-- ``dtp``: ``distir.transforms.dtp(analysis, ...)``, the per-configuration work;
+- ``dtp``: ``distir.transforms.dtp(analysis, ...)``, the per-configuration work (with
+  ``--tower``, the builder ``dtp`` was before the spmd passes, ``distir.transforms.tower``);
 
 and the size of the result counted two ways:
 
@@ -36,11 +37,12 @@ import platform
 import statistics
 import sys
 import time
+from typing import Any
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 from distir.models import presets  # noqa: E402
-from distir.transforms import analyze, dtp  # noqa: E402
+from distir.transforms import analyze, dtp, tower  # noqa: E402
 
 CASES = [("gpt2-175b", (1, 8, 2, 2)), ("mlp-103b", (4, 2, 2, 16))]
 TARGET = 100_000.0
@@ -61,12 +63,13 @@ def _median_time(fn, repeats: int, first: list | None = None) -> tuple[float, fl
 
 
 def run_case(name: str, cfg: tuple[int, int, int, int], repeats: int, flat: bool,
-             simulate: str | None) -> dict:
+             simulate: str | None, transform: Any = dtp) -> dict:
     fn = presets.build(name)
     t_an, c_an, an = _median_time(lambda: analyze(fn), repeats)
     dp, tp, pp, k = cfg
-    t_dtp, c_dtp, out = _median_time(lambda: dtp(an, dp=dp, tp=tp, pp=pp, microbatches=k,
-                                                 layer_functions=not flat), repeats)
+    t_dtp, c_dtp, out = _median_time(lambda: transform(an, dp=dp, tp=tp, pp=pp,
+                                                       microbatches=k,
+                                                       layer_functions=not flat), repeats)
     sim_s, sim_first = None, []
     if simulate:
         import distir
@@ -96,15 +99,21 @@ def main() -> None:
                     help="write every layer out (dtp(..., layer_functions=False))")
     ap.add_argument("--simulate", metavar="HARDWARE", default=None,
                     help="also time distir.simulate of the result on this profile")
+    ap.add_argument("--tower", action="store_true",
+                    help="time the builder tower (distir.transforms.tower.dtp, dtp before "
+                    "the spmd passes) instead of dtp")
     args = ap.parse_args()
     analyze(presets.build("mlp-1b"))  # warm-up: one-time imports are not the transform's
-    rows = [run_case(n, c, args.repeats, args.flat, args.simulate) for n, c in CASES]
+    transform = tower.dtp if args.tower else dtp
+    rows = [run_case(n, c, args.repeats, args.flat, args.simulate, transform)
+            for n, c in CASES]
     if args.json:
         print(json.dumps({"machine": platform.processor() or platform.machine(),
                           "cases": rows}))
         return
     print(f"D/T/P transform, median of {args.repeats} ({platform.python_version()}, "
-          f"{os.cpu_count()} cores){', layers written out' if args.flat else ''}")
+          f"{os.cpu_count()} cores){', layers written out' if args.flat else ''}"
+          f"{', the builder tower' if args.tower else ''}")
     for r in rows:
         cfg = f"{r['dp']}/{r['tp']}/{r['pp']}/{r['microbatches']}"
         ok = "ok" if r["inlined_per_s"] >= TARGET else "BELOW TARGET"
