@@ -19,7 +19,7 @@ G="python3 -m distir grid-search --model gpt2 --n-layer 12 --d-model 1024 --n-he
    --batch-sizes 16 --devices 2 --dtype BFloat16 --hardware $HW --max-microbatches 8 \
    --top 8 --run-top 5 --cuda-graph"
 for round in 1 2; do
-  for t in dtp passes; do  # (before 2026-11-27; today: tower passes)
+  for t in dtp passes; do  # (before the switch of 2026-11-27; today: tower passes)
     s=$SECONDS
     timeout -s INT -k 20 130 $G --transform $t -o "$OUT/${t}_$round.csv" >> "$L" 2>&1
     echo "### $t round $round rc $? after $((SECONDS - s)) s" >> "$L"
