@@ -57,6 +57,9 @@ class Copied:
     """The template's value of each index ``>= 0`` (those it makes)."""
     value: Callable[[int], Value]
     """The copy's value of an index (made when first asked for)."""
+    layer: bool = False
+    """Whether the copy is of an inner run (a layer, ``layer_copy``; ``inner`` empty): it
+    is a member of its template's class among the inner runs, made a call there."""
 
     def of(self, v: Value) -> Value:
         """The copy's value for the template's value ``v``."""
@@ -120,12 +123,13 @@ def outline(fn: Function, runs: Sequence[Run], inner: Sequence[Run] = (),
     virtual: list[Virtual] = [(j, cp, cp.start + a, cp.start + e,
                                (cp.start, cp.start + cp.size))
                               for j, cp in where for a, e in cp.inner]
+    virtual.extend((j, cp, cp.start, cp.start + cp.size, None) for j, cp in where if cp.layer)
     read_after: dict[Copied, tuple[Value, ...]] = {}  # the same in both passes
     ops, at = _replace(fn.ops, fn.returns, inner, virtual, False, read_after)
     if inner:
         runs = [(label, at[start], at[end]) for label, start, end in runs]
     whole: list[Virtual] = [(at[j], cp, at[cp.start], at[cp.start + cp.size], None)
-                            for j, cp in where]
+                            for j, cp in where if not cp.layer]
     ops, _ = _replace(ops, fn.returns, runs, whole, True, read_after)
     if ops is fn.ops:
         return fn
@@ -170,7 +174,7 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     for j, cp, t0, t1, whole in virtual:
         got = shaped.get((t0, t1))
         if got is None:  # too short to outline (a layer's call): its ops again
-            if emit:
+            if emit or cp.layer:
                 calls[j] = (j + 1, [Op(op.op_type, [None if v is None else cp.of(v)
                                                     for v in op.inputs], op.attrs or None,
                                        [cp.of(o) for o in op.outputs], callee=op.callee)
@@ -218,10 +222,12 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         for _, start, end, ext, _ in members:
             outs = [ops[start + j].outputs[k] for j, k in kept]
             calls[start] = (end, [Op(CALL, ext, None, outs, callee=callee)])
-        if emit:
+        if emit or virt:
             where: dict[int, tuple[list[int], list[int]]] = {}  # per template run: the
             # indices of its externals and of its results kept
             for _, here, cp, start, _, ext in virt:
+                if not (emit or cp.layer):
+                    continue
                 got_at = where.get(start)
                 if got_at is None:
                     got_at = where[start] = (

@@ -11,7 +11,9 @@ microbatches.
   inside a unit (or among the updates) calls of one layer function (``outline``; the
   layers are ``Structure``'s anchors). The units of the middle microbatches are copies of
   microbatch 1's where its template holds (``replay``), so they are not written op by op
-  (with stage functions, each is a placeholder that ``outline`` makes a call).
+  (with stage functions, each is a placeholder that ``outline`` makes a call); so are,
+  with stage functions, a unit's many repeated layers of one form after two written
+  alike (``layer_copy``), in the units ``replay`` does not record.
 
 **Devices.** The assignment's mesh shape ``(dp, ...)`` is each stage's sub-mesh; stage
 ``s`` has the devices ``(d * pp + s) * inner + j`` for data coordinate ``d`` and inner
@@ -62,6 +64,7 @@ from distir.ir.types import TensorType
 from distir.ir.verify import verify
 from distir.transforms.spmd.aligned import aligned_axis, index_only, local_indices
 from distir.transforms.spmd.assignment import LayoutAssignment, is_shape_operand
+from distir.transforms.spmd.layer_copy import LayerCopies
 from distir.transforms.spmd.lower import BROADCASTS, bias_once, local_attrs, made_as, split_sizes
 from distir.transforms.spmd.mesh import (
     Mesh,
@@ -347,6 +350,8 @@ class _Pipe(StageValues):
                 for lst in units.values() for i in lst}  # read on other stages
         acting = {i: [o for o in prog.ops[i].outputs if self._acting(o)]
                   for lst in units.values() for i in lst}  # served after each microbatch
+        segments = {u: _segments(lst, self.layer_of) for u, lst in units.items()}
+        copies = LayerCopies(self)  # repeated layers as placeholders (``layer_copy``)
         for tick in self.sched.ticks:
             made: list[tuple[int, int]] = []
             for kind, s, m in tick:
@@ -362,15 +367,27 @@ class _Pipe(StageValues):
                     pull = early[s] if kind == "B" and m == self.k - 1 else {}
                     for u in (u for lst in pull.values() for u in lst):
                         self._shape_ins(u)  # before the layers, so that they stay alike
-                    ranks, layer_of = self.ranks_of[m], self.layer_of
-                    for i in units[(kind, s)]:
-                        if layer_of.get(i) != layers.layer:
-                            layers.at(i)
-                        self._op(i, ranks)
-                        for o in acting[i]:
-                            self._after(o, m, other_stages=False)
-                        for u in pull.get(i, ()):  # an update finishing a gradient: now
-                            self._op(u, self.all)  # (in i's layer run, if any)
+                    ranks = self.ranks_of[m]
+                    copies.unit()
+                    worth = copies.worth(kind, s, segments[(kind, s)]) if outlined and \
+                        not replay.recorded(m) else ()  # (a template of units: written out)
+                    for _, seg in segments[(kind, s)]:
+                        layers.at(seg[0])
+                        snap = None
+                        if seg in worth and not any(i in pull for i in seg):
+                            if copies.copy(seg):  # a layer like one before: a placeholder
+                                continue
+                            snap = copies.start(seg)
+                        at = len(self.b.ops)
+                        for i in seg:
+                            self._op(i, ranks)
+                            for o in acting[i]:
+                                self._after(o, m, other_stages=False)
+                            for u in pull.get(i, ()):  # an update finishing a gradient:
+                                self._op(u, self.all)  # now (in i's layer run, if any)
+                        if snap is not None:
+                            self._release()  # as ``layers.at`` would, next
+                            copies.record(seg, m, snap, at)
                     layers.at(None)
                     replay.written(kind, s, m, start, n_layers)
                 self.runs.append((f"stage{s}_{phase}", start, len(self.b.ops)))
@@ -879,6 +896,18 @@ class _Layers:
         if self.layer is not None:
             self.pipe.layer_runs.append((self.label, self.start, here))
         self.layer, self.start = layer, here
+
+
+def _segments(unit: list[int], layer_of: dict[int, int]
+              ) -> list[tuple[int | None, tuple[int, ...]]]:
+    """``unit``'s ops cut into runs of one layer each (``None``: of no layer)."""
+    out: list[tuple[int | None, list[int]]] = []
+    for i in unit:
+        layer = layer_of.get(i)
+        if not out or out[-1][0] != layer:
+            out.append((layer, []))
+        out[-1][1].append(i)
+    return [(layer, tuple(seg)) for layer, seg in out]
 
 
 def _block(arr: np.ndarray, pl: Shard, n: int, c: int) -> np.ndarray:

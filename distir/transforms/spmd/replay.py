@@ -93,7 +93,8 @@ class Replay:
         self.keys: dict[tuple[str, int], list[tuple[Value, int]]] = {}
         """The ``pieces`` keys a unit can read or leave (``_pieces``), per stage and phase."""
 
-    def _recorded(self, m: int) -> bool:
+    def recorded(self, m: int) -> bool:
+        """Whether the units of microbatch ``m`` are recorded as templates."""
         return m in (1, 2) and self.pipe.k >= 5  # else no unit is copied
 
     def copies(self, kind: str, s: int, m: int) -> bool:
@@ -102,7 +103,7 @@ class Replay:
 
     def start(self, kind: str, s: int, m: int) -> None:
         """Before writing unit ``(kind, s, m)`` op by op: note the state it starts from."""
-        if self._recorded(m):
+        if self.recorded(m):
             self.before = self._pieces(kind, s, m)
             self.running = {(key, j): x for key, run in self.pipe.running.items()
                             for j, x in run.items() if j != "m"}
@@ -111,7 +112,7 @@ class Replay:
     def written(self, kind: str, s: int, m: int, start: int, layers: int) -> None:
         """After writing unit ``(kind, s, m)`` op by op from op ``start`` (its layer runs
         from ``layers``): record its template; keep it if microbatches 1 and 2 agree."""
-        if not self._recorded(m):
+        if not self.recorded(m):
             return
         pipe = self.pipe
         t = self._template(kind, s, m, pipe.b.ops[start:], pipe.layer_runs[layers:], start)

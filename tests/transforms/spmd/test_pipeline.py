@@ -552,6 +552,40 @@ def test_middle_microbatches_copied_are_the_units_written(
     _same(fn, plan.lower(self_contained=True))
 
 
+@pytest.mark.parametrize("model,dp,tp,pp,k,kind", [("gpt2", 1, 1, 1, 1, "1f1b"),
+                                                   ("gpt2", 2, 2, 1, 2, "1f1b"),
+                                                   ("gpt2", 2, 1, 2, 8, "gpipe"),
+                                                   ("mlp", 1, 2, 1, 4, "1f1b"),
+                                                   ("mlp", 2, 1, 2, 8, "1f1b")])
+def test_repeated_layers_copied_are_the_layers_written(
+        model: str, dp: int, tp: int, pp: int, k: int, kind: str,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The repeated layers of a unit written as copies of a template layer (``layer_copy``,
+    with stage functions, in the units no ``Replay`` records: placeholders that ``outline``
+    makes calls of the template's layer function) are the program written op by op: the
+    same text, placed and self-contained, and of replica 0 alone, folded and not."""
+    from distir.transforms.spmd import layer_copy
+
+    fn = _gpt2_step(10, 8 * dp) if model == "gpt2" else _mlp(12, 16 * dp)
+    plan = plan_dtp(fn, dp, tp, pp, k, kind)
+    copies: list[int] = []
+    copy = layer_copy.LayerCopies.copy
+    monkeypatch.setattr(layer_copy.LayerCopies, "copy",
+                        lambda self, seg: copy(self, seg) and not copies.append(1))
+    monkeypatch.setattr(layer_copy, "MIN_RUN", 1)  # every repeated layer, however few
+
+    def texts() -> list[str]:
+        out = [dumps(plan.lower(sc)) for sc in (False, True)]
+        return out + [dumps(plan.lower_replica(fold_tp=f).fn) for f in (False, True)]
+
+    got = texts()
+    assert copies
+    monkeypatch.setattr(layer_copy, "MIN_RUN", 10 ** 9)  # none: every layer op by op
+    copies.clear()
+    assert got == texts()
+    assert not copies
+
+
 @pytest.mark.parametrize("dp,k", [(2, 1), (4, 1), (2, 2)])
 def test_bias_gradients_are_all_reduced_inside_the_backward_pass(dp: int, k: int) -> None:
     """A bias gradient is finished by an update-phase ``Reshape`` (the training step writes
