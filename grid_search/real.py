@@ -98,8 +98,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     so (``cuda_graph`` ``true``), and ``study compare`` simulates them without host
     dispatch (``Hardware.for_cuda_graphs``). ``timeout_s``: how long a collective may wait
     for its peers before the run is declared hung (its row then says so). The programs are
-    written as the search wrote them (``Workload.program``: ``dtp``, or the passes when
-    ``workload.transform`` is ``"passes"``).
+    written as the search wrote them (``Workload.program``: ``dtp``, the spmd passes, or
+    the builder tower when ``workload.transform`` is ``"tower"``).
     """
     from distir.backend import Session
     from distir.errors import DistIRError, TransformError
