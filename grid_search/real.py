@@ -57,9 +57,10 @@ def spearman(a: Sequence[float], b: Sequence[float]) -> float:
 def program_fingerprint(fn: Any) -> str:
     """A short fingerprint (16 hex digits of the SHA-256 of its printed DistIR text) of the
     distributed program ``fn``: two programs print the same text exactly when they are the
-    same program, so a measured row whose fingerprint differs from today's ``dtp`` output
-    was measured on another program (other stage cuts, layouts or collectives). The text
-    is independent of the machine, the hardware profile and hash seeds."""
+    same program, so a measured row whose fingerprint differs from what the transform that
+    wrote it builds today was measured on another program (other stage cuts, layouts or
+    collectives). The text is independent of the machine, the hardware profile and hash
+    seeds."""
     import hashlib
 
     import distir

@@ -1,4 +1,6 @@
-"""The top-level function of a D/T/P/K program: placed inputs, microbatches, the pipeline
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+The top-level function of a D/T/P/K program: placed inputs, microbatches, the pipeline
 schedule, gradient reduction and the updates.
 
 ``@main`` does, in order:

@@ -1,4 +1,6 @@
-"""Writing the local ops of one sequential op for a tensor-parallel group.
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+Writing the local ops of one sequential op for a tensor-parallel group.
 
 Every sequential value maps to ``tp`` local values, one per rank. ``Emitter.emit`` appends,
 for one sequential op, its local copy on each rank (rank-major within the op, so the ranks'

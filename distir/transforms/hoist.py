@@ -1,4 +1,6 @@
-"""The state shared by the top-level builder: where each value lives, names, transfers,
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+The state shared by the top-level builder: where each value lives, names, transfers,
 and the batch-independent values computed once per device.
 
 A batch-independent value (constant, local target shape, causal mask, weight-only op) is

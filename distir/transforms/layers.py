@@ -1,4 +1,6 @@
-"""Layer functions: the repeated layers of the stage functions, written once.
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+Layer functions: the repeated layers of the stage functions, written once.
 
 The ops of a stage function fall in *segments*, maximal runs of ops of one layer (one
 anchor, see ``structure``). Two segments are the same layer when their ops match one for

@@ -1,4 +1,6 @@
-"""Where the inputs of a distributed step come from and where its results go.
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+Where the inputs of a distributed step come from and where its results go.
 
 - ``placed_params``: the default variant's parameters, already on their devices: each
   weight shard (or whole copy) on every device of its stage that uses it, each replica's

@@ -1,4 +1,6 @@
-"""Stage functions: one function per pipeline stage and phase, called once per microbatch.
+"""Part of the builder tower (``distir.transforms.tower``, ``dtp`` before the spmd passes).
+
+Stage functions: one function per pipeline stage and phase, called once per microbatch.
 
 ``@stage{s}_fwd`` holds the forward ops of stage ``s`` and ``@stage{s}_bwd`` its backward
 ops, for all ``tp`` ranks of the stage (rank-major per op, with the tensor-parallel
