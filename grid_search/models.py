@@ -216,11 +216,13 @@ def transform_of(row: dict[str, Any]) -> str:
     t = (row.get("transform") or "").strip()
     return "tower" if t in ("", "dtp") else t
 
-PASSES_MAX_DEVICES = 64
+PASSES_MAX_DEVICES = 256
 """The most devices a program written by the passes spans in a search: the whole
 configuration's, or one replica's (``tp·pp``) where replica 0's program is simulated for
 all, or ``pp`` where its tensor-parallel rank 0's is (``Workload.replica_program``); see
-docs/grid-search.md, "Through the passes"."""
+docs/grid-search.md, "Through the passes". At 256, the GPT-3 175B training space on
+1,024 GPUs simulates 146 of its 242 configurations in 185 s on 2 cores (at 64: 98 in
+76 s), its largest worker at 2.8 GiB."""
 
 
 def _passes_fit(devices: int, what: str) -> None:

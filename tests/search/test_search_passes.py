@@ -58,7 +58,7 @@ def test_a_configuration_the_passes_refuse_is_a_row_with_its_reason() -> None:
           Config(MLP.name, 256, 1, 1, 2 * PASSES_MAX_DEVICES, 1, "1f1b"),
           Config(MLP.name, 256, 2, 1, 2 * PASSES_MAX_DEVICES, 1, "1f1b"),
           # replica 0's program alone spans more than one device but fewer than the limit
-          Config(MLP.name, 256, 2 * PASSES_MAX_DEVICES, 1, 2, 1, "1f1b"),
+          Config(MLP.name, 4 * PASSES_MAX_DEVICES, 2 * PASSES_MAX_DEVICES, 1, 2, 1, "1f1b"),
           # the MLP's ranks run alike: rank 0 of replica 0 alone, 2 devices written of 256
           Config(MLP.name, 256, 2, PASSES_MAX_DEVICES, 2, 1, "1f1b")]
     rows = run_search(MLP, cs, progress=None, transform="passes").rows
