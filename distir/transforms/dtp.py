@@ -20,7 +20,7 @@ from typing import Any
 
 from distir.analysis.replicas import ReplicaProgram
 from distir.ir.core import Function, Module
-from distir.transforms.plan import Analysis, analyze
+from distir.transforms.plan import Analysis, analyze, as_analysis
 
 __all__ = ["dtp", "dtp_replica", "analyze"]
 
@@ -60,7 +60,7 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
     """
     from distir.transforms.spmd.compose import compose_dtp
 
-    return compose_dtp(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches,
+    return compose_dtp(as_analysis(fn, batch_inputs, hardware, "dtp"), dp, tp, pp, microbatches,
                        schedule, self_contained=self_contained,
                        stage_functions=layer_functions)
 
@@ -82,20 +82,7 @@ def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: 
     refuses."""
     from distir.transforms.spmd.compose import plan_dtp
 
-    plan = plan_dtp(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches,
+    plan = plan_dtp(as_analysis(fn, batch_inputs, hardware, "dtp"), dp, tp, pp, microbatches,
                     schedule)
     return plan.lower_replica(layer_functions, fold_tp=fold_tp and tp > 1)
 
-
-def _analysis(fn: Function | Module | Analysis, batch_inputs: Sequence[str] | None,
-              hardware: Any) -> Analysis:
-    from distir.errors import TransformError
-
-    if isinstance(fn, Module):
-        fn = fn.entry
-    if isinstance(fn, Analysis):
-        for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
-            if v is not None:
-                raise TransformError(f"dtp: pass {name} to analyze(), not with an Analysis")
-        return fn
-    return analyze(fn, batch_inputs, hardware=hardware)

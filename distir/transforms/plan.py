@@ -80,6 +80,23 @@ def analyze(fn: Function | Module | Program, batch_inputs: Sequence[str] | None 
         return Analysis(prog, sh, st, StagePartition(st, hardware))
 
 
+def as_analysis(fn: Function | Module | Program | Analysis,
+                batch_inputs: Sequence[str] | None, hardware: Any, caller: str) -> Analysis:
+    """``fn`` analysed (a ``Module``'s entry), or ``fn`` itself when it is an ``Analysis``,
+    which already holds its batch inputs and hardware: passing them too is refused in one
+    line naming ``caller``."""
+    if isinstance(fn, Module):
+        fn = fn.entry
+    if isinstance(fn, Analysis):
+        for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
+            if v is not None:
+                raise TransformError(f"{caller}: pass {name} to analyze(), not with an "
+                                     "Analysis")
+        return fn
+    return analyze(fn, list(batch_inputs) if batch_inputs is not None else None,
+                   hardware=hardware)
+
+
 def check_batch(an: Analysis, dp: int, k: int) -> None:
     """Refuse ``dp`` replicas of ``k`` microbatches that the batch cannot be split into,
     naming the batch input (shared by both transforms)."""

@@ -21,14 +21,13 @@ from distir._util import no_gc
 from distir.analysis.replicas import ReplicaProgram
 from distir.ir.core import Function, Module
 from distir.transforms.compose import MainBuilder
-from distir.transforms.dtp import _analysis
 from distir.transforms.placement import (
     distribute,
     gather_results,
     placed_initializers,
     placed_params,
 )
-from distir.transforms.plan import Analysis, Plan, analyze
+from distir.transforms.plan import Analysis, Plan, analyze, as_analysis
 from distir.transforms.stages import build_stage_functions
 
 __all__ = ["dtp", "dtp_replica", "analyze"]
@@ -64,7 +63,7 @@ def dtp(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: int = 1,
 
     Impossible configurations raise ``TransformError`` naming the failed constraint.
     """
-    plan = Plan(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches, schedule)
+    plan = Plan(as_analysis(fn, batch_inputs, hardware, "dtp"), dp, tp, pp, microbatches, schedule)
     return _build(plan, self_contained, layer_functions)
 
 
@@ -83,7 +82,7 @@ def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: 
     rank (``distir.analysis.replicas``) at a cost that grows with neither ``dp`` nor
     ``tp``; it cannot be executed or run (there, use ``dtp``). Refuses what ``dtp``
     refuses."""
-    plan = Plan(_analysis(fn, batch_inputs, hardware), dp, tp, pp, microbatches, schedule,
+    plan = Plan(as_analysis(fn, batch_inputs, hardware, "dtp"), dp, tp, pp, microbatches, schedule,
                 one_replica=True, one_rank=fold_tp)
     peers = tp // plan.written_tp
     return ReplicaProgram(_build(plan, False, layer_functions), dp, tp * pp, peers)

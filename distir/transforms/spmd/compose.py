@@ -27,7 +27,7 @@ from distir._util import no_gc
 from distir.analysis.replicas import ReplicaProgram
 from distir.errors import TransformError
 from distir.ir.core import Function, Module, Value
-from distir.transforms.plan import check_batch, check_layers
+from distir.transforms.plan import as_analysis, check_batch, check_layers
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
@@ -141,7 +141,7 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
         if not isinstance(v, int) or isinstance(v, bool) or v < 1:
             raise TransformError(f"{name} must be a positive integer, got {v!r}")
     with no_gc():  # many objects, almost no garbage (as dtp)
-        an = _analysis(fn, batch_inputs, hardware)
+        an = as_analysis(fn, batch_inputs, hardware, "plan_dtp")
         prog = an.prog
         nb = dp * microbatches
         check_batch(an, dp, microbatches)  # the constraints' messages, as dtp's tower's
@@ -157,22 +157,6 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
         a = wide.on(Mesh.of(dp, tp))
         stages = partition_stages(an, pp)
         return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
-
-
-def _analysis(fn: Function | Module | Program | Analysis, batch_inputs: Sequence[str] | None,
-              hardware: Any) -> Analysis:
-    from distir.transforms.plan import Analysis, analyze
-
-    if isinstance(fn, Module):
-        fn = fn.entry
-    if isinstance(fn, Analysis):
-        for name, v in (("batch_inputs", batch_inputs), ("hardware", hardware)):
-            if v is not None:
-                raise TransformError(f"plan_dtp: pass {name} to analyze(), not with an "
-                                     "Analysis")
-        return fn
-    return analyze(fn, list(batch_inputs) if batch_inputs is not None else None,
-                   hardware=hardware)
 
 
 def compose_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 1,
