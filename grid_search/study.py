@@ -60,6 +60,72 @@ class StaleMeasurementError(ConfigError):
     """A measured row's program is not the one the transform builds today."""
 
 
+_REPEAT_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
+
+
+def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
+                     measured: str) -> dict[int, list[float]]:
+    """For each row of ``rows`` (by index) measured ``ok``, the latencies of the same
+    configuration in the files ``paths`` (other measurements of the same study: another
+    launch, session or machine) where it ran there too. A file of another model, or a row
+    there measured on another program than here, is refused in one line."""
+    model = rows[0]["model"]
+    index: dict[tuple[str, ...], int] = {}
+    for i, r in enumerate(rows):
+        if r.get("measured_status") == "ok":
+            index.setdefault(tuple(r.get(k, "") for k in _REPEAT_KEY), i)
+    out: dict[int, list[float]] = {}
+    for path in paths:
+        try:
+            with open(path, newline="", encoding="utf-8") as f:
+                other = list(csv.DictReader(f))
+        except OSError as e:
+            raise ConfigError(f"--repeat {path}: {e.strerror}") from None
+        for line, r in enumerate(other, start=2):
+            if r.get("model") != model:
+                raise ConfigError(f"{path}:{line}: model {r.get('model')!r}, not {model!r} "
+                                  f"as in {measured}: --repeat takes measurements of the "
+                                  "same study")
+            at = index.get(tuple(r.get(k, "") for k in _REPEAT_KEY))
+            if at is None or r.get("measured_status") != "ok":
+                continue
+            mine = (rows[at].get("program_fingerprint") or "").strip()
+            theirs = (r.get("program_fingerprint") or "").strip()
+            if mine and theirs and mine != theirs:
+                raise ConfigError(f"{path}:{line}: measured on program {theirs}, but "
+                                  f"{measured} ran {mine} for this configuration: the "
+                                  "measurements are of different programs; measure both "
+                                  "with one commit")
+            out.setdefault(at, []).append(float(r["measured_latency_s"]))
+    return out
+
+
+def repeat_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per batch size, how far the measurements of a configuration differ between the
+    launches compared (``measured_spread``: slowest over fastest, minus one), and how many
+    configurations' latency errors exceed their own spread (errors within it are the
+    measurement's noise, not the model's)."""
+    from grid_search.real import quantile
+
+    sel = [r for r in rows if r.get("measured_spread", "") != "" and r.get("latency_s") != ""]
+    if not sel:
+        return []
+    out = ["Each configuration measured again (`--repeat`): the spread is the slowest of its "
+           "measurements over the fastest, minus one; a latency error within it is the "
+           "measurement's own variation.", "",
+           "| batch | configs measured again | spread: median / p90 / worst | errors beyond "
+           "their spread |", "|---|---|---|---|"]
+    for b in sorted({int(r["batch_size"]) for r in sel}):
+        xs = [r for r in sel if int(r["batch_size"]) == b]
+        sp = [float(r["measured_spread"]) for r in xs]
+        beyond = sum(abs(float(r["latency_s"]) / float(r["measured_latency_s"]) - 1)
+                     > float(r["measured_spread"]) for r in xs)
+        out.append(f"| {b} | {len(xs)} | {quantile(sp, 0.5) * 100:.1f}% / "
+                   f"{quantile(sp, 0.9) * 100:.1f}% / {max(sp) * 100:.1f}% | {beyond} of "
+                   f"{len(xs)} |")
+    return out
+
+
 def _configs(w: Any, batches: list[int], max_devices: int, max_k: int, schedule: str,
              min_devices: int = 1) -> list:
     out = []
@@ -197,6 +263,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     if not rows:
         print(f"{args.measured}: no rows", file=sys.stderr)
         return 1
+    repeats = repeat_latencies(rows, args.repeat, args.measured) if args.repeat else {}
+    for i, xs in repeats.items():
+        r = rows[i]
+        every = [float(r["measured_latency_s"]), *xs]
+        r["repeat_latencies_s"] = " ".join(f"{x:.6g}" for x in xs)
+        r["measured_spread"] = max(every) / min(every) - 1
     w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
     hw = load_hardware(args.hardware)
     hw_graph = hw.for_cuda_graphs()
@@ -316,22 +388,30 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{float(top['measured_throughput']):.0f} | {best('D')} / {best('T')} / {best('P')} "
             f"/ {best(None)} |")
     lines += [""] + fidelity_table(rows)
+    rep = repeat_table(rows)
+    if rep:
+        lines += [""] + rep
     n_summary = len(lines)
     # Where the profile models host dispatch, the busiest host's simulated time: a step
     # whose host time nears its latency is host-bound.
     host = any(r.get("host_s", "") != "" for r in rows)
-    extra = " host ms |" if host else ""
+    spread = any(r.get("measured_spread", "") != "" for r in rows)
+    extra = (" host ms |" if host else "") + (" spread |" if spread else "")
+    blank = (" |" if host else "") + (" |" if spread else "")
     lines += ["", "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
               "measured GiB |" + extra, "|---|---|---|---|---|---|---|---|---|---|"
-              + ("---|" if host else "")]
+              + ("---|" if host else "") + ("---|" if spread else "")]
     for r in rows:
         if r.get("latency_s") == "":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                          f"{r['microbatches']} | refused | {r.get('measured_status')} | | | |"
-                         + (" |" if host else ""))
+                         + blank)
             continue
         h = f" {float(r['host_s']) * 1e3:.2f} |" if host and r.get("host_s", "") != "" else \
             (" |" if host else "")
+        if spread:
+            h += f" {float(r['measured_spread']) * 100:.1f}% |" \
+                if r.get("measured_spread", "") != "" else " |"
         if r.get("measured_status") != "ok":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                          f"{r['microbatches']} | {float(r['latency_s']) * 1e3:.2f} | "
@@ -522,6 +602,10 @@ def main(argv: list[str] | None = None) -> int:
     c.add_argument("--skip-stale", action="store_true",
                    help="leave out (with a warning) the rows whose recorded program "
                    "fingerprint differs from today's program, instead of refusing")
+    c.add_argument("--repeat", nargs="+", default=[], metavar="CSV",
+                   help="other measurements of the same configurations (another launch, "
+                   "session or machine, same commit): each row gains the spread between its "
+                   "measurements, and the report how many errors exceed their row's spread")
     c.add_argument("-o", "--out", required=True, help="output path without extension")
     c.set_defaults(func=cmd_compare)
     e = sub.add_parser("explain", help="profile one configuration and explain it against "

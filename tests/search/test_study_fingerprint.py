@@ -190,3 +190,42 @@ def test_compare_simulates_cuda_graph_rows_without_hosts(
     for i in range(2, len(rows)):  # eager rows as before
         assert graph[i]["latency_s"] == host[i]["latency_s"]
     assert "CUDA graph replays" in (tmp_path / "graph.md").read_text()
+
+
+def test_compare_reports_the_spread_between_repeated_measurements(
+        measured: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``--repeat``: each row gains the spread between its measurements, and the report how
+    many latency errors exceed it; other models or other programs are refused in one line."""
+    rows = _read(measured)
+    again = [dict(r) for r in rows]
+    again[1]["measured_latency_s"] = str(float(rows[1]["measured_latency_s"]) * 1.25)
+    again = again[1:]  # the first configuration was not measured again
+    path = tmp_path / "again.csv"
+    _write(path, again)
+    out = tmp_path / "rep"
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "--hardware", "h100-sxm", "-o", str(out)]) == 0
+    got = _read(tmp_path / "rep.csv")
+    assert got[0]["measured_spread"] == ""
+    assert float(got[1]["measured_spread"]) == pytest.approx(0.25, rel=1e-4)
+    assert all(float(r["measured_spread"]) == pytest.approx(0.0, abs=1e-6) for r in got[2:])
+    text = (tmp_path / "rep.md").read_text(encoding="utf-8")
+    assert "| batch | configs measured again | spread: median / p90 / worst |" in text
+    assert "| 16 | 3 | 0.0% / 20.0% / 25.0% |" in text
+    table = [ln for ln in text.splitlines() if ln.startswith("| 16 | ") and ln.count("|") == 12]
+    assert len(table) == len(rows) and table[0].endswith("| |")  # not measured again
+    assert table[1].endswith("| 25.0% |") and table[2].endswith("| 0.0% |")
+
+    capsys.readouterr()
+    bad = [dict(r, model="mlp-9-9") for r in again]
+    _write(path, bad)
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "same study" in err and len(err.splitlines()) == 1
+    other = [dict(r, program_fingerprint="0" * 16) for r in again]
+    _write(path, other)
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "different programs" in err and len(err.splitlines()) == 1
