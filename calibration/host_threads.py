@@ -7,7 +7,11 @@ program with ``CompiledProgram.run(host_clock=...)``, device synchronised) and r
 before and after them, the user and system CPU time of each thread of its process
 (``/proc/self/task/*/stat``, grouped by thread name). It writes one JSON line per
 configuration and rank: the step times, the host's busy time per step (first op issued to
-last), the per-op host medians summed, and each thread group's CPU seconds per step. Run
+last), the per-op host medians summed, and each thread group's CPU seconds per step.
+``--per-op CSV`` adds each op's median host time, and with ``--isolated N`` its host cost
+measured again in N steps that synchronise the device after every op (so that nothing the
+device or a peer does can hold the host back): where the two differ, the timed steps'
+host waited for its device. Run
 under ``torchrun`` (one process per GPU); ``--env`` only labels the rows with the
 environment the caller set::
 
@@ -46,6 +50,30 @@ def thread_cpu() -> dict[str, float]:
     return dict(out)
 
 
+def isolated(compiled: Any, sync: Any) -> tuple[Any, list[float]]:
+    """A copy of ``compiled`` that synchronises the device after every op, and the list
+    its runs fill with the host seconds each op's kernel took to return: the op's own host
+    cost with an idle device (no launch queue to wait for, no peer to wait on)."""
+    import copy
+    import dataclasses
+
+    times = [0.0] * len(compiled.steps)
+
+    def wrap(kernel: Any, i: int) -> Any:
+        def run(*args: Any) -> Any:
+            t = time.perf_counter()
+            res = kernel(*args)
+            times[i] = time.perf_counter() - t
+            sync()
+            return res
+        return run
+
+    out = copy.copy(compiled)
+    out.steps = [dataclasses.replace(st, kernel=wrap(st.kernel, i))
+                 for i, st in enumerate(compiled.steps)]
+    return out, times
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m calibration.host_threads",
                                 description=__doc__.split("\n\n")[0])
@@ -57,6 +85,12 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--env", default="default", help="a label for the rows")
     p.add_argument("--backend", default="nccl", help="nccl (GPUs) or gloo (CPU, to try it)")
+    p.add_argument("--per-op", metavar="CSV",
+                   help="also write each op's median host time per rank: in the timed "
+                   "steps (op start to next op start), and with --isolated")
+    p.add_argument("--isolated", type=int, default=0, metavar="N",
+                   help="with --per-op: N more steps synchronising the device after every "
+                   "op, each op's kernel timed on the host (its own cost, device idle)")
     p.add_argument("-o", "--out", required=True, help="JSON lines, appended")
     args = p.parse_args(argv)
 
@@ -74,6 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     w = workload(args.workload, dtype=args.dtype)
     seq = w.analyze(args.batch_size)
     rows: list[dict[str, Any]] = []
+    per_op_rows: list[dict[str, Any]] = []
     for c in args.configs:
         dp, tp, pp, k = (int(x) for x in c.split(","))
         label = f"D{dp} T{tp} P{pp} K{k}"
@@ -115,6 +150,23 @@ def main(argv: list[str] | None = None) -> int:
                     per_op[i].append(b - a)
             wall = time.perf_counter() - wall0
             cpu1 = thread_cpu()
+            alone: list[list[float]] = [[] for _ in compiled.steps]
+            if args.per_op and args.isolated:
+                iso, times = isolated(compiled, sync)
+                for _ in range(args.isolated):
+                    dist.barrier()
+                    iso.run(inputs)
+                    sync()
+                    for i, t in enumerate(times):
+                        alone[i].append(t)
+            if args.per_op:
+                for i, st in enumerate(compiled.steps):
+                    per_op_rows.append({
+                        "config": label, "rank": rank, "op": i, "op_type": st.op_type,
+                        "comm": int(st.comm),
+                        "host_s": f"{statistics.median(per_op[i]):.9f}",
+                        "isolated_s": f"{statistics.median(alone[i]):.9f}" if alone[i]
+                        else ""})
         threads = {n: round((cpu1.get(n, 0.0) - cpu0.get(n, 0.0)) / args.steps, 5)
                    for n in cpu1}
         rows.append({
@@ -136,6 +188,19 @@ def main(argv: list[str] | None = None) -> int:
         with open(args.out, "a", encoding="utf-8") as f:
             for r in out:
                 f.write(json.dumps(r) + "\n")
+    if args.per_op:
+        ops = sess.gather(per_op_rows)
+        if ops is not None:
+            import csv
+
+            new = not os.path.exists(args.per_op)
+            with open(args.per_op, "a", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, ["env", "config", "rank", "op", "op_type", "comm",
+                                       "host_s", "isolated_s"])
+                if new:
+                    w.writeheader()
+                for r in ops:
+                    w.writerow({"env": args.env, **r})
     sess.close()
     return 0
 
