@@ -10,8 +10,8 @@ configuration and rank: the step times, the host's busy time per step (first op 
 last), the per-op host medians summed, and each thread group's CPU seconds per step.
 ``--per-op CSV`` adds each op's median host time, and with ``--isolated N`` its host cost
 measured again in N steps that synchronise the device after every op (so that nothing the
-device or a peer does can hold the host back): where the two differ, the timed steps'
-host waited for its device. Run
+device or a peer does can hold the host back; ``distir.backend.lowering.isolated``): where
+the two differ, the timed steps' host waited for its device. Run
 under ``torchrun`` (one process per GPU); ``--env`` only labels the rows with the
 environment the caller set::
 
@@ -50,30 +50,6 @@ def thread_cpu() -> dict[str, float]:
     return dict(out)
 
 
-def isolated(compiled: Any, sync: Any) -> tuple[Any, list[float]]:
-    """A copy of ``compiled`` that synchronises the device after every op, and the list
-    its runs fill with the host seconds each op's kernel took to return: the op's own host
-    cost with an idle device (no launch queue to wait for, no peer to wait on)."""
-    import copy
-    import dataclasses
-
-    times = [0.0] * len(compiled.steps)
-
-    def wrap(kernel: Any, i: int) -> Any:
-        def run(*args: Any) -> Any:
-            t = time.perf_counter()
-            res = kernel(*args)
-            times[i] = time.perf_counter() - t
-            sync()
-            return res
-        return run
-
-    out = copy.copy(compiled)
-    out.steps = [dataclasses.replace(st, kernel=wrap(st.kernel, i))
-                 for i, st in enumerate(compiled.steps)]
-    return out, times
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m calibration.host_threads",
                                 description=__doc__.split("\n\n")[0])
@@ -98,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
     import torch.distributed as dist
 
     from distir.backend.launch import TorchrunSession
+    from distir.backend.lowering import isolated
     from distir.errors import DistIRError
     from distir.transforms import dtp
     from grid_search.models import workload

@@ -81,7 +81,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                  memory_limit: int | None = None, profile: str | None = None,
                  profile_marks: bool = True, hardware: Any = None,
                  fresh_sessions: bool = False, cuda_graph: bool = False,
-                 timeout_s: float = 300.0) -> Iterator[dict[str, Any]]:
+                 timeout_s: float = 300.0, host_cost: bool = False
+                 ) -> Iterator[dict[str, Any]]:
     """``measure``, yielding each row as soon as it is measured (so a caller can save it).
 
     An out-of-memory run is recorded (``measured_status`` ``oom``), not raised; a
@@ -100,9 +101,14 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     dispatch (``Hardware.for_cuda_graphs``). ``timeout_s``: how long a collective may wait
     for its peers before the run is declared hung (its row then says so). The programs are
     written as the search wrote them (``Workload.program``: ``dtp``, the spmd passes, or
-    the builder tower when ``workload.transform`` is ``"tower"``).
+    the builder tower when ``workload.transform`` is ``"tower"``). ``host_cost`` (eager
+    steps) measures each run's host cost of a step after its timed steps
+    (``RunResult.host_cost_s``): rows gain ``measured_host_cost_s``, the busiest rank's,
+    and ``measured_host_share``, that over the step's time (from ``HOST_BOUND``, 0.8, the
+    step is paced by its hosts: ``study compare`` reports such rows apart).
     """
     from distir.backend import Session
+    from distir.backend.timing import HOST_BOUND
     from distir.errors import DistIRError, TransformError
 
     by_size: dict[int, list[Config]] = {}
@@ -133,7 +139,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         fn = workload.program(seq, c)
                         row["program_fingerprint"] = program_fingerprint(fn)
                         r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
-                                  cuda_graph=cuda_graph)
+                                  cuda_graph=cuda_graph, host_cost=host_cost and not cuda_graph)
                         if profile is not None and r.status == "ok":
                             profiled.append((c, fn))
                     except DistIRError as e:
@@ -152,8 +158,15 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                                measured_peak_memory_bytes=max(peaks) if peaks else "",
                                measured_peak_memory_per_device=str(peaks),
                                measured_device=r.device_name, reason=r.message)
+                    share = r.host_share
+                    if share is not None:
+                        row.update(measured_host_cost_s=max(
+                            x for x in r.host_cost_s if x is not None),
+                            measured_host_share=share)
                     if progress is not None:
                         shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
+                        if share is not None and share >= HOST_BOUND:
+                            shown += f" (paced by the host: {share:.0%})"
                         progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                         progress.flush()
                     yield row

@@ -100,6 +100,47 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
     return out
 
 
+def host_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per batch size, the configurations whose measured step was paced by its hosts
+    (``measured_host_share`` from ``HOST_BOUND``: the busiest host's own cost of a step
+    over the step's time), and the accuracy on the others, beside the accuracy on all
+    (``fidelity_table``), never instead of it."""
+    from distir.backend.timing import HOST_BOUND
+    from grid_search.real import accuracy
+
+    ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""
+          and r.get("measured_host_share", "") != ""]
+    if not ok:
+        return []
+
+    def paced(r: dict[str, Any]) -> bool:
+        return float(r["measured_host_share"]) >= HOST_BOUND
+
+    out = [f"Host-paced: a step whose busiest host's own cost (ops issued to an idle device, "
+           f"measured after the timed steps) is at least {HOST_BOUND:.0%} of its time. Its "
+           "time is the host's speed, which differs between machines of one kind and "
+           "between launches (docs/fidelity.md); the accuracy on the other configurations "
+           "alone:", "",
+           "| batch | host-paced | the others: configs | Spearman | latency error median / "
+           "p90 / worst | top-1 regret |", "|---|---|---|---|---|---|"]
+    for b in sorted({int(r["batch_size"]) for r in ok}):
+        sel = [r for r in ok if int(r["batch_size"]) == b]
+        hosts = [r for r in sel if paced(r)]
+        rest = [r for r in sel if not paced(r)]
+        names = ", ".join(f"D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']}"
+                          for r in hosts) or "none"
+        if len(rest) < 3:
+            out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {len(rest)} | - | - "
+                       "| - |")
+            continue
+        a = accuracy(rest)
+        out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {len(rest)} | "
+                   f"{a['spearman']:.3f} | {a['median_latency_error'] * 100:.1f}% / "
+                   f"{a['p90_latency_error'] * 100:.1f}% / {a['worst_latency_error'] * 100:.1f}% "
+                   f"| {a['top1_regret'] * 100:.1f}% |")
+    return out
+
+
 def repeat_table(rows: list[dict[str, Any]]) -> list[str]:
     """Per batch size, how far the measurements of a configuration differ between the
     launches compared (``measured_spread``: slowest over fastest, minus one), and how many
@@ -225,7 +266,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "devices", "measured_status", "measured_latency_s", "measured_throughput",
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
-            "program_fingerprint", "stages_hardware", "cuda_graph", "transform", "env"]
+            "program_fingerprint", "stages_hardware", "cuda_graph", "transform", "env",
+            "measured_host_cost_s", "measured_host_share"]
     # A profile file by its absolute path: compare may run from another directory.
     stages_hardware = os.path.abspath(args.hardware) if os.path.isfile(args.hardware) \
         else args.hardware
@@ -237,7 +279,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
                               warmup=args.warmup, memory_limit=limit, profile=args.profile,
                               profile_marks=not args.profile_kernels,
                               hardware=args.hardware, fresh_sessions=args.memory_check,
-                              cuda_graph=args.cuda_graph, timeout_s=args.timeout):
+                              cuda_graph=args.cuda_graph, timeout_s=args.timeout,
+                              host_cost=not (args.no_host_cost or args.memory_check)):
             c = next((c for c in configs if c.as_row() == {k: r[k] for k in c.as_row()}),
                      None)
             wr.writerow({**r, "env": str(env), "memory_limit_bytes": limit or "",
@@ -388,19 +431,21 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{float(top['measured_throughput']):.0f} | {best('D')} / {best('T')} / {best('P')} "
             f"/ {best(None)} |")
     lines += [""] + fidelity_table(rows)
-    rep = repeat_table(rows)
-    if rep:
-        lines += [""] + rep
+    for extra_table in (host_table(rows), repeat_table(rows)):
+        if extra_table:
+            lines += [""] + extra_table
     n_summary = len(lines)
     # Where the profile models host dispatch, the busiest host's simulated time: a step
     # whose host time nears its latency is host-bound.
     host = any(r.get("host_s", "") != "" for r in rows)
     spread = any(r.get("measured_spread", "") != "" for r in rows)
-    extra = (" host ms |" if host else "") + (" spread |" if spread else "")
-    blank = (" |" if host else "") + (" |" if spread else "")
+    share = any(r.get("measured_host_share", "") != "" for r in rows)
+    extra = (" host ms |" if host else "") + (" spread |" if spread else "") + \
+        (" host's own cost / step |" if share else "")
+    blank = (" |" if host else "") + (" |" if spread else "") + (" |" if share else "")
     lines += ["", "| batch | D | T | P | K | predicted ms | measured ms | error | predicted GiB | "
               "measured GiB |" + extra, "|---|---|---|---|---|---|---|---|---|---|"
-              + ("---|" if host else "") + ("---|" if spread else "")]
+              + ("---|" if host else "") + ("---|" if spread else "") + ("---|" if share else "")]
     for r in rows:
         if r.get("latency_s") == "":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
@@ -412,6 +457,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         if spread:
             h += f" {float(r['measured_spread']) * 100:.1f}% |" \
                 if r.get("measured_spread", "") != "" else " |"
+        if share:
+            h += f" {float(r['measured_host_share']) * 100:.0f}% |" \
+                if r.get("measured_host_share", "") != "" else " |"
         if r.get("measured_status") != "ok":
             lines.append(f"| {r['batch_size']} | {r['dp']} | {r['tp']} | {r['pp']} | "
                          f"{r['microbatches']} | {float(r['latency_s']) * 1e3:.2f} | "
@@ -568,6 +616,11 @@ def main(argv: list[str] | None = None) -> int:
                    help="time each step replayed as a CUDA graph (captured after the "
                    "warm-up): the host launches one graph a step instead of every op; "
                    "compare then simulates those rows without host dispatch")
+    m.add_argument("--no-host-cost", action="store_true",
+                   help="eager steps: skip the extra step, after each configuration's timed "
+                   "ones, that measures the host's own cost of a step (the rows' "
+                   "measured_host_cost_s and measured_host_share; compare reports the rows "
+                   "paced by their hosts apart)")
     m.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds a collective may wait for its peers before a run is "
                    "declared hung (default 300)")

@@ -23,7 +23,7 @@ def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = N
         steps: int = 10, warmup: int = 3, world_size: int | None = None,
         outputs: bool | None = None, memory_limit: int | None = None, seed: int = 0,
         timeout_s: float = 300.0, profile: str | None = None,
-        cuda_graph: bool = False) -> RunResult | None:
+        cuda_graph: bool = False, host_cost: bool = False) -> RunResult | None:
     """Run ``fn`` (a ``Function``, a ``Module``'s entry, or a ``Projection``) for real.
 
     One process per device of the program (``world_size`` may ask for more; the extra
@@ -44,13 +44,17 @@ def run(fn: Any, inputs: Sequence[Any] | None = None, *, backend: str | None = N
     replays (GPU only): the host then launches one graph a step instead of every op, as
     small, host-bound steps are run in production; a step that cannot be captured (an op
     that reads a value back to the host) fails in one line. Its profiled step records the
-    graph's kernels, without per-op marks.
+    graph's kernels, without per-op marks. ``host_cost`` (eager steps on GPUs) adds one
+    step after the timed ones, the device synchronised after every op, to measure each
+    rank's host cost of a step: ``result.host_cost_s``, and ``result.host_share``, the
+    busiest host's over the step (from ``HOST_BOUND``, 0.8, the step is paced by its
+    hosts).
     """
     from distir.backend.launch import prepare
 
     kw = dict(steps=steps, warmup=warmup, memory_limit=memory_limit, seed=seed,
               profile=None if profile is None else os.path.abspath(profile),
-              cuda_graph=cuda_graph)
+              cuda_graph=cuda_graph, host_cost=host_cost)
     if in_torchrun():
         ts = TorchrunSession(backend, timeout_s=timeout_s)
         try:

@@ -125,7 +125,7 @@ def _check_input(proj: Projection, i: int, a: np.ndarray, t: Any) -> None:
 def make_tasks(proj: Projection, args: list[Any] | None, *, steps: int, warmup: int,
                want_outputs: bool, memory_limit: int | None, seed: int,
                profile: str | None = None, profile_marks: bool = True,
-               cuda_graph: bool = False) -> list[RankTask]:
+               cuda_graph: bool = False, host_cost: bool = False) -> list[RankTask]:
     if steps < 1 or warmup < 0:
         raise ConfigError(f"steps must be at least 1 and warmup at least 0, got steps={steps}, "
                           f"warmup={warmup}")
@@ -134,7 +134,8 @@ def make_tasks(proj: Projection, args: list[Any] | None, *, steps: int, warmup: 
     for prog in proj.programs:
         ins = None if args is None else [args[i] for i in prog.param_index]
         tasks.append(RankTask(proj.name, prog, proj.groups, ins, steps, warmup, want_outputs,
-                              memory_limit, seed, profile, profile_marks, cuda_graph))
+                              memory_limit, seed, profile, profile_marks, cuda_graph,
+                              host_cost))
     return tasks
 
 
@@ -177,6 +178,8 @@ def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps
             + r.message for r in ooms)
         return res
     res.rank_times_s = [list(r.times_s) for r in results]
+    if any(r.host_cost_s is not None for r in results):
+        res.host_cost_s = [r.host_cost_s for r in results]
     if any(r.outputs is not None for r in results):
         outs: list[Any] = [None] * len(proj.return_types)
         for prog, r in zip(proj.programs, results):
@@ -277,7 +280,7 @@ class Session:
             steps: int = 10, warmup: int = 3, outputs: bool | None = None,
             memory_limit: int | None = None, seed: int = 0,
             profile: str | None = None, profile_marks: bool = True,
-            cuda_graph: bool = False) -> RunResult:
+            cuda_graph: bool = False, host_cost: bool = False) -> RunResult:
         """Run ``fn`` (a function, a module's entry, or a ready projection) on the workers:
         ``warmup`` untimed steps, then ``steps`` timed ones.
 
@@ -291,24 +294,29 @@ class Session:
         runtime calls only, and the step the host time the marks would add).
         ``cuda_graph`` captures each rank's step as a CUDA graph after the warm-up and times
         its replays (GPU only; the host then issues one launch a step, not one call an op).
+        ``host_cost`` adds one step after the timed ones (eager steps only) that measures each
+        rank's host cost of a step (``RunResult.host_cost_s``, ``host_share``).
         """
         proj, args = prepare(fn, self.world_size, inputs)
         want = inputs is not None if outputs is None else outputs
         return self.run_prepared(proj, args, steps=steps, warmup=warmup, outputs=want,
                                  memory_limit=memory_limit, seed=seed, profile=profile,
-                                 profile_marks=profile_marks, cuda_graph=cuda_graph)
+                                 profile_marks=profile_marks, cuda_graph=cuda_graph,
+                                 host_cost=host_cost)
 
     def run_prepared(self, proj: Projection, args: list[Any] | None, *, steps: int,
                      warmup: int, outputs: bool, memory_limit: int | None = None,
                      seed: int = 0, profile: str | None = None,
-                     profile_marks: bool = True, cuda_graph: bool = False) -> RunResult:
+                     profile_marks: bool = True, cuda_graph: bool = False,
+                     host_cost: bool = False) -> RunResult:
         """``run`` for a projection and its bound arguments (see ``prepare``)."""
         if proj.world_size != self.world_size:
             raise ConfigError(f"@{proj.name} is projected on {proj.world_size} devices, but "
                               f"the session has {self.world_size} processes")
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=outputs,
                            memory_limit=memory_limit, seed=seed, profile=profile,
-                           profile_marks=profile_marks, cuda_graph=cuda_graph)
+                           profile_marks=profile_marks, cuda_graph=cuda_graph,
+                           host_cost=host_cost)
         if self._broken:
             self.close(kill=True)
         self.start()
@@ -454,14 +462,15 @@ class TorchrunSession:
             steps: int = 10, warmup: int = 3, outputs: bool | None = None,
             memory_limit: int | None = None, seed: int = 0,
             profile: str | None = None, profile_marks: bool = True,
-            cuda_graph: bool = False) -> RunResult | None:
+            cuda_graph: bool = False, host_cost: bool = False) -> RunResult | None:
         import torch.distributed as dist
 
         proj, args = prepare(fn, self.world_size, inputs)
         want = inputs is not None if outputs is None else outputs
         tasks = make_tasks(proj, args, steps=steps, warmup=warmup, want_outputs=want,
                            memory_limit=memory_limit, seed=seed, profile=profile,
-                           profile_marks=profile_marks, cuda_graph=cuda_graph)
+                           profile_marks=profile_marks, cuda_graph=cuda_graph,
+                           host_cost=host_cost)
         res = self.runner.run(tasks[self.rank])
         gathered: list[Any] | None = [None] * self.world_size if self.rank == 0 else None
         dist.gather_object(res, gathered, dst=0)

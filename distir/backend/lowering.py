@@ -39,7 +39,7 @@ if TYPE_CHECKING:
     from distir.analysis.projection import RankProgram
     from distir.backend.groups import GroupCache
 
-__all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program",
+__all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program", "isolated",
            "load_lowerings", "torch_dtype", "SimulatedOOM", "is_oom"]
 
 Kernel = Callable[..., tuple]
@@ -317,6 +317,34 @@ class CompiledProgram:
             res = st.kernel(*dummies)
             if st.asynchronous:
                 res[-1].wait()
+
+
+def isolated(compiled: CompiledProgram, sync: Callable[[], None]
+             ) -> tuple[CompiledProgram, list[float]]:
+    """A copy of ``compiled`` that calls ``sync`` (the device's synchronisation) after every
+    op, and the list each of its runs fills with the host seconds each op's kernel took to
+    return: the op's own host cost, issued to an idle device (no launch queue to wait for,
+    no peer still busy). Their sum is the host time the step needs whatever its devices do;
+    where it nears the step's time, the step is paced by its host
+    (``RunResult.host_cost_s``, ``calibration.host_threads``)."""
+    import copy
+    import dataclasses
+
+    times = [0.0] * len(compiled.steps)
+
+    def wrap(kernel: Kernel, i: int) -> Kernel:
+        def run(*args: Any) -> tuple:
+            t = time.perf_counter()
+            res = kernel(*args)
+            times[i] = time.perf_counter() - t
+            sync()
+            return res
+        return run
+
+    out = copy.copy(compiled)
+    out.steps = [dataclasses.replace(st, kernel=wrap(st.kernel, i))
+                 for i, st in enumerate(compiled.steps)]
+    return out, times
 
 
 def _memory_probe(device: Any, env: list[Any]) -> Callable[[bool], tuple[int, int]]:

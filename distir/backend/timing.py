@@ -18,7 +18,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-__all__ = ["RankResult", "RunResult", "StepTimer", "OK", "OOM", "ERROR", "COMM_ERROR"]
+__all__ = ["RankResult", "RunResult", "StepTimer", "OK", "OOM", "ERROR", "COMM_ERROR",
+           "HOST_BOUND"]
 
 OK, OOM, ERROR, COMM_ERROR = 0, 1, 2, 3
 """Rank status codes, ordered by severity (the barrier takes their maximum)."""
@@ -54,6 +55,10 @@ class StepTimer:
         return self._t1 - self._t0
 
 
+HOST_BOUND = 0.8
+"""``RunResult.host_share`` from which a step counts as paced by its hosts."""
+
+
 @dataclass(slots=True)
 class RankResult:
     """What one rank reports for one program."""
@@ -67,6 +72,7 @@ class RankResult:
     static_peak_bytes: int = 0
     outputs: list[Any] | None = None
     device_name: str = ""
+    host_cost_s: float | None = None
 
 
 @dataclass(slots=True)
@@ -78,7 +84,9 @@ class RunResult:
     in timed step k; ``step_times_s[k]`` the slowest rank's. ``peak_memory_bytes[r]`` is
     rank r's CUDA peak (``None`` on the CPU); ``static_peak_bytes[r]`` the most bytes its
     program's types say are live at once. ``outputs`` holds the function's results as
-    numpy arrays, in order, when they were asked for.
+    numpy arrays, in order, when they were asked for. ``host_cost_s[r]``, where the run
+    asked for it (``host_cost``), is rank r's host cost of one step: its ops issued to an
+    idle device, summed (``lowering.isolated``); ``host_bound`` compares it with the step.
     """
 
     name: str
@@ -97,6 +105,17 @@ class RunResult:
     cuda_graph: bool = False
     """Whether each step was a replay of a CUDA graph (``warmup`` is then the untimed steps
     run: at least 3, the capture among them)."""
+    host_cost_s: list[float | None] = field(default_factory=list)
+
+    @property
+    def host_share(self) -> float | None:
+        """The busiest host's own cost of a step over the step's latency (``None`` without
+        both). Near 1 (``HOST_BOUND``, 0.8, and above) the step is paced by its hosts: its
+        time is the host's speed, which differs between machines of one kind and between
+        launches, not the GPUs' (docs/fidelity.md)."""
+        costs = [c for c in self.host_cost_s if c is not None]
+        lat = self.step_latency_s
+        return max(costs) / lat if costs and lat else None
 
     @property
     def step_times_s(self) -> list[float]:
@@ -141,6 +160,7 @@ class RunResult:
             "step_times_s": self.step_times_s, "rank_latency_s": self.rank_latency_s,
             "rank_times_s": self.rank_times_s, "peak_memory_bytes": self.peak_memory_bytes,
             "static_peak_bytes": self.static_peak_bytes,
+            "host_cost_s": self.host_cost_s, "host_share": self.host_share,
             "outputs": None if self.outputs is None else [
                 {"shape": list(getattr(o, "shape", ())), "dtype": str(getattr(o, "dtype", ""))}
                 for o in self.outputs],
@@ -164,6 +184,13 @@ class RunResult:
                 f"{r}: {_mib(p)}" for r, p in enumerate(self.peak_memory_bytes)))
         lines.append("  live bytes by types: " + ", ".join(
             f"{r}: {_mib(p)}" for r, p in enumerate(self.static_peak_bytes)))
+        share = self.host_share
+        if share is not None:
+            lines.append("  host's own cost per step: " + ", ".join(
+                f"{r}: {_ms(c)}" for r, c in enumerate(self.host_cost_s))
+                + f" ({share:.0%} of the step" + ("; paced by the host: run it as a CUDA "
+                                                   "graph to time the GPUs" if share >= HOST_BOUND
+                                                   else "") + ")")
         return "\n".join(lines)
 
 

@@ -65,7 +65,8 @@ def task_message(task: RankTask, *, text: bool = True) -> tuple:
     prog = task.program
     return ("run", dumps(prog.fn), prog.device, prog.param_index, prog.return_index,
             task.name, task.groups, task.inputs, task.steps, task.warmup, task.want_outputs,
-            task.memory_limit, task.seed, task.profile, task.profile_marks, task.cuda_graph)
+            task.memory_limit, task.seed, task.profile, task.profile_marks, task.cuda_graph,
+            task.host_cost)
 
 
 def task_from_message(msg: tuple) -> RankTask:
@@ -76,11 +77,11 @@ def task_from_message(msg: tuple) -> RankTask:
     if msg[0] == "task":
         return msg[1]  # type: ignore[no-any-return]
     (_, text, device, param_index, return_index, name, groups, inputs, steps, warmup, want,
-     memory_limit, seed, profile, profile_marks, cuda_graph) = msg
+     memory_limit, seed, profile, profile_marks, cuda_graph, host_cost) = msg
     fn = parse_module(text, f"<rank {device} of @{name}>").entry
     return RankTask(name, RankProgram(device, fn, tuple(param_index), tuple(return_index)),
                     tuple(tuple(g) for g in groups), inputs, steps, warmup, want,
-                    memory_limit, seed, profile, profile_marks, cuda_graph)
+                    memory_limit, seed, profile, profile_marks, cuda_graph, host_cost)
 
 
 class Progress:

@@ -56,6 +56,10 @@ class RankTask:
     graph launch per step instead of one call per op. The warm-up is then at least three
     steps (eager, the capture, a replay). GPU only; a program that cannot be captured
     fails in one line."""
+    host_cost: bool = False
+    """After the timed steps (eager ones on a GPU only), one more step that synchronises
+    the device after every op, timing each op's call on the host: the sum is the host's own
+    cost of a step (``lowering.isolated``), reported as ``RankResult.host_cost_s``."""
 
 
 def to_torch(a: np.ndarray, device: Any) -> Any:
@@ -170,14 +174,18 @@ class RankRunner:
             warmup = max(task.warmup, 3) if task.cuda_graph else task.warmup
             capture_at = warmup - 2 if task.cuda_graph and mine == OK else -1
             timed = warmup + task.steps
+            # The host's own cost (eager steps on a GPU; on the CPU the ops' cost is the
+            # whole step): one step with the device synchronised after every op, after the
+            # timed ones.
+            host_at = timed if task.host_cost and is_cuda and not task.cuda_graph else -1
             # Profiling adds two steps: the profiler's own warm-up, then the recorded one.
-            total, step = timed + 2 * (task.profile is not None), 0
+            total, step = timed + (host_at >= 0) + 2 * (task.profile is not None), 0
             prof: Any = None
             while agreed == OK and step < total:
                 outs = graph_outs  # the previous step's results are not kept (a graph's are
                 # its own tensors, rewritten by each replay)
-                prog = compiled if step < timed or not task.profile_marks or graph is not None \
-                    else _marked(compiled)
+                prog = compiled if step <= max(timed - 1, host_at) or not task.profile_marks \
+                    or graph is not None else _marked(compiled)
                 try:
                     if step == capture_at:
                         graph, graph_outs = self.capture(
@@ -193,6 +201,8 @@ class RankRunner:
                         dt = timer.stop()
                         if step >= warmup:
                             res.times_s.append(dt)
+                    elif step == host_at:
+                        res.host_cost_s = self.host_cost(compiled, inputs)  # type: ignore[arg-type]
                     else:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
                                                  last=step == total - 1, graph=graph)
@@ -225,6 +235,28 @@ class RankRunner:
             if task.memory_limit is not None:  # the cap was this program's only
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
+
+    def host_cost(self, compiled: Any, inputs: list[Any]) -> float:
+        """One step with the device synchronised after every op; the host seconds its ops'
+        calls took, summed (``lowering.isolated``)."""
+        import torch
+
+        from distir.backend.lowering import isolated
+
+        if self.device.type == "cuda":
+            dev = self.device
+
+            def sync() -> None:
+                torch.cuda.synchronize(dev)
+        else:
+            def sync() -> None:
+                pass
+        prog, times = isolated(compiled, sync)
+        sync()
+        with torch.inference_mode():
+            prog.run(inputs)
+        sync()
+        return sum(times)
 
     def capture(self, compiled: Any, inputs: list[Any], profiled: bool = False,
                 ) -> tuple[Any, list[Any]]:

@@ -48,6 +48,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="capture each rank's step as a CUDA graph after the warm-up and time "
                    "its replays (GPU only): the host launches one graph a step instead of "
                    "every op; simulate it with `distir simulate --cuda-graph`")
+    p.add_argument("--host-cost", action="store_true",
+                   help="after the timed steps, run one more with the device synchronised "
+                   "after every op to measure each rank's host cost of a step, and say whether "
+                   "the step is paced by its hosts (eager steps on GPUs only)")
     p.add_argument("--json", action="store_true",
                    help="print one JSON object on standard output and nothing else")
     p.set_defaults(func=run_run)
@@ -87,7 +91,7 @@ def run_run(args: argparse.Namespace) -> int:
     res = run(fn, inputs, backend=args.backend, steps=args.steps, warmup=args.warmup,
               world_size=args.world_size, outputs=args.out is not None or inputs is not None,
               memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout,
-              profile=args.profile, cuda_graph=args.cuda_graph)
+              profile=args.profile, cuda_graph=args.cuda_graph, host_cost=args.host_cost)
     if res is None:  # a torchrun rank other than 0
         return 0
     saved: list[str | None] = []

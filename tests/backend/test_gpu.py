@@ -72,6 +72,30 @@ def test_gpu_out_of_memory_is_recorded(s1: Session) -> None:
 
 
 @two_gpus
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 1, 2, 2)])
+def test_host_cost_is_measured_after_the_timed_steps(s2: Session,
+                                                     cfg: tuple[int, int, int, int]) -> None:
+    """``host_cost``: each rank's host cost of a step, the device idle after every op; the
+    results are those of the plain run. A tiny step is paced by its hosts."""
+    from distir.backend.timing import HOST_BOUND
+    from distir.transforms import dtp
+
+    fn = small_mlp()
+    d, t, p, k = cfg
+    dist = dtp(fn, dp=d, tp=t, pp=p, microbatches=k)
+    ins = random_inputs(fn, seed=4)
+    res = s2.run(dist, ins, steps=3, warmup=1, host_cost=True)
+    same(res.outputs, execute(fn, ins), rtol=1e-3)
+    assert len(res.host_cost_s) == 2 and all(c is not None and c > 0 for c in res.host_cost_s)
+    assert res.host_share is not None and res.host_share >= HOST_BOUND
+    assert "host's own cost per step" in res.summary()
+    plain = s2.run(dist, ins, steps=1, warmup=1)
+    assert plain.host_cost_s == [] and plain.host_share is None
+    graph = s2.run(dist, ins, steps=1, warmup=1, cuda_graph=True, host_cost=True)
+    assert graph.host_cost_s == []  # a replay has no per-op host cost to measure
+
+
+@two_gpus
 @pytest.mark.parametrize("cfg", [(2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2)])
 def test_distributed_mlp(s2: Session, cfg: tuple[int, int, int, int]) -> None:
     from distir.transforms import dtp

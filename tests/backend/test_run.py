@@ -137,6 +137,45 @@ def test_cuda_graph_needs_a_gpu(s2: Session) -> None:
     assert s2.run(fn, steps=1, warmup=0).status == "ok"
 
 
+def test_host_cost_is_for_gpus(s2: Session) -> None:
+    """On CPU ranks the ops' cost is the whole step: ``host_cost`` measures nothing there."""
+    fn = example("mlp_step_dp2.dir")
+    res = s2.run(fn, steps=1, warmup=0, host_cost=True)
+    assert res.status == "ok" and res.host_cost_s == [] and res.host_share is None
+
+
+def test_isolated_times_each_op_and_synchronises_after_it() -> None:
+    from distir.backend.lowering import compile_program, isolated
+    from distir.backend.worker import random_tensor
+
+    fn = example("mlp_step.dir")
+    prog = project(fn).programs[0]
+    compiled = compile_program(prog, torch.device("cpu"))
+    gen = torch.Generator().manual_seed(0)
+    inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
+    syncs: list[int] = []
+    iso, times = isolated(compiled, lambda: syncs.append(1))
+    a = iso.run(inputs)
+    assert len(syncs) == len(compiled.steps) == len(times)
+    assert all(t > 0 for t in times)
+    b = compiled.run(inputs)  # the original is left as it was
+    assert len(syncs) == len(compiled.steps)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+
+
+def test_host_share_and_summary() -> None:
+    from distir.backend.timing import HOST_BOUND, RunResult
+
+    r = RunResult("f", "nccl", 2, 2, 1, rank_times_s=[[0.010, 0.010], [0.009, 0.011]],
+                  host_cost_s=[0.0085, 0.0095])
+    assert r.host_share == pytest.approx(0.0095 / 0.0105)
+    assert r.host_share >= HOST_BOUND and "paced by the host" in r.summary()
+    assert r.to_dict()["host_cost_s"] == [0.0085, 0.0095]
+    r.host_cost_s = [0.001, 0.002]
+    assert "host's own cost per step" in r.summary() and "paced" not in r.summary()
+    assert RunResult("f", "nccl", 1, 1, 0, rank_times_s=[[0.01]]).host_share is None
+
+
 def test_unsupported_op_before_running(s2: Session, monkeypatch: pytest.MonkeyPatch) -> None:
     from distir.backend.lowering import LOWERINGS, load_lowerings
 

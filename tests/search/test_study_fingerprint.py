@@ -212,9 +212,12 @@ def test_compare_reports_the_spread_between_repeated_measurements(
     text = (tmp_path / "rep.md").read_text(encoding="utf-8")
     assert "| batch | configs measured again | spread: median / p90 / worst |" in text
     assert "| 16 | 3 | 0.0% / 20.0% / 25.0% |" in text
-    table = [ln for ln in text.splitlines() if ln.startswith("| 16 | ") and ln.count("|") == 12]
-    assert len(table) == len(rows) and table[0].endswith("| |")  # not measured again
-    assert table[1].endswith("| 25.0% |") and table[2].endswith("| 0.0% |")
+    head = next(ln for ln in text.splitlines() if ln.startswith("| batch | D | T | P | K |"))
+    col = [c.strip() for c in head.split("|")].index("spread")
+    table = [[c.strip() for c in ln.split("|")] for ln in text.splitlines()
+             if ln.startswith("| 16 | ") and ln.count("|") == head.count("|")]
+    assert len(table) == len(rows)
+    assert [t[col] for t in table] == ["", "25.0%", "0.0%", "0.0%"]  # the first: not again
 
     capsys.readouterr()
     bad = [dict(r, model="mlp-9-9") for r in again]
@@ -229,3 +232,28 @@ def test_compare_reports_the_spread_between_repeated_measurements(
                  "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert "different programs" in err and len(err.splitlines()) == 1
+
+
+def test_compare_reports_host_paced_rows_apart(measured: Path, tmp_path: Path) -> None:
+    """Rows whose measured host share is from ``HOST_BOUND`` on are named per batch size, with
+    the accuracy on the others beside (never instead of) the accuracy on all."""
+    rows = _read(measured)
+    for r, share in zip(rows, ("0.95", "0.30", "0.50", "0.79")):
+        r["measured_host_share"] = share
+        r["measured_host_cost_s"] = str(float(share) * float(r["measured_latency_s"]))
+    path = tmp_path / "hosts.csv"
+    _write(path, rows)
+    assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "h")]) == 0
+    text = (tmp_path / "h.md").read_text(encoding="utf-8")
+    all_rows = next(ln for ln in text.splitlines() if ln.startswith("| 16 | 4 | "))
+    assert all_rows  # the accuracy on every row is still there
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 16 | 1 of 4 "))
+    assert "(D1 T1 P1 K1) | 3 |" in line
+    assert "| 95% |" in text and "| 79% |" in text  # the per-configuration column
+    for r in rows:  # rows without the values: nothing said
+        r["measured_host_share"] = ""
+    _write(path, rows)
+    assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "n")]) == 0
+    assert "Host-paced" not in (tmp_path / "n.md").read_text(encoding="utf-8")
