@@ -82,7 +82,7 @@ def test_host_cost_is_measured_after_the_timed_steps(s2: Session,
 
     fn = small_mlp()
     d, t, p, k = cfg
-    dist = dtp(fn, dp=d, tp=t, pp=p, microbatches=k)
+    dist = dtp(fn, dp=d, tp=t, pp=p, microbatches=k, schedule="1f1b", self_contained=True)
     ins = random_inputs(fn, seed=4)
     res = s2.run(dist, ins, steps=3, warmup=1, host_cost=True)
     same(res.outputs, execute(fn, ins), rtol=1e-3)
