@@ -202,7 +202,8 @@ class RankRunner:
                         if step >= warmup:
                             res.times_s.append(dt)
                     elif step == host_at:
-                        res.host_cost_s = self.host_cost(compiled, inputs)  # type: ignore[arg-type]
+                        res.host_cost_s, outs = self.host_cost(
+                            compiled, inputs)  # type: ignore[arg-type]
                     else:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
                                                  last=step == total - 1, graph=graph)
@@ -236,9 +237,9 @@ class RankRunner:
                 torch.cuda.set_per_process_memory_fraction(1.0, self.device)
         return res
 
-    def host_cost(self, compiled: Any, inputs: list[Any]) -> float:
-        """One step with the device synchronised after every op; the host seconds its ops'
-        calls took, summed (``lowering.isolated``)."""
+    def host_cost(self, compiled: Any, inputs: list[Any]) -> tuple[float, list[Any]]:
+        """One step with the device synchronised after every op: the host seconds its ops'
+        calls took, summed (``lowering.isolated``), and the step's results."""
         import torch
 
         from distir.backend.lowering import isolated
@@ -254,9 +255,9 @@ class RankRunner:
         prog, times = isolated(compiled, sync)
         sync()
         with torch.inference_mode():
-            prog.run(inputs)
+            outs = prog.run(inputs)
         sync()
-        return sum(times)
+        return sum(times), outs
 
     def capture(self, compiled: Any, inputs: list[Any], profiled: bool = False,
                 ) -> tuple[Any, list[Any]]:
