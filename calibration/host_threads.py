@@ -69,25 +69,34 @@ def main(argv: list[str] | None = None) -> int:
                    "op, each op's kernel timed on the host (its own cost, device idle)")
     p.add_argument("-o", "--out", required=True, help="JSON lines, appended")
     args = p.parse_args(argv)
+    configs = []
+    for c in args.configs:
+        parts = c.split(",")
+        if len(parts) != 4 or not all(x.isdigit() and int(x) > 0 for x in parts):
+            p.error(f"--configs: {c!r} is not D,T,P,K (four positive integers, e.g. 2,2,1,1)")
+        configs.append(tuple(int(x) for x in parts))
+    if args.steps < 1 or args.warmup < 0 or args.isolated < 0:
+        p.error("--steps must be at least 1, --warmup and --isolated at least 0")
+    if args.isolated and not args.per_op:
+        p.error("--isolated N needs --per-op CSV, where its times are written")
 
     import torch
     import torch.distributed as dist
 
     from distir.backend.launch import TorchrunSession
-    from distir.backend.lowering import isolated
+    from distir.backend.lowering import isolated, synchronizer
     from distir.errors import DistIRError
     from distir.transforms import dtp
     from grid_search.models import workload
 
     sess = TorchrunSession(args.backend)
     runner, rank = sess.runner, sess.rank
-    sync = torch.cuda.synchronize if runner.device.type == "cuda" else (lambda: None)
+    sync = synchronizer(runner.device)
     w = workload(args.workload, dtype=args.dtype)
     seq = w.analyze(args.batch_size)
     rows: list[dict[str, Any]] = []
     per_op_rows: list[dict[str, Any]] = []
-    for c in args.configs:
-        dp, tp, pp, k = (int(x) for x in c.split(","))
+    for dp, tp, pp, k in configs:
         label = f"D{dp} T{tp} P{pp} K{k}"
         try:
             fn = dtp(seq, dp=dp, tp=tp, pp=pp, microbatches=k,
@@ -128,6 +137,7 @@ def main(argv: list[str] | None = None) -> int:
             wall = time.perf_counter() - wall0
             cpu1 = thread_cpu()
             alone: list[list[float]] = [[] for _ in compiled.steps]
+            iso: Any = None
             if args.per_op and args.isolated:
                 iso, times = isolated(compiled, sync)
                 for _ in range(args.isolated):
@@ -159,7 +169,7 @@ def main(argv: list[str] | None = None) -> int:
         if rank == 0:
             print(f"{label} [{args.env}]: step {statistics.median(plain) * 1e3:.1f} ms, "
                   f"host busy {statistics.median(busy) * 1e3:.1f} ms", file=sys.stderr)
-        del compiled, inputs
+        del compiled, inputs, iso
     out = sess.gather(rows)
     if out is not None:
         with open(args.out, "a", encoding="utf-8") as f:
@@ -172,12 +182,12 @@ def main(argv: list[str] | None = None) -> int:
 
             new = not os.path.exists(args.per_op)
             with open(args.per_op, "a", newline="", encoding="utf-8") as f:
-                w = csv.DictWriter(f, ["env", "config", "rank", "op", "op_type", "comm",
-                                       "host_s", "isolated_s"])
+                wr = csv.DictWriter(f, ["env", "config", "rank", "op", "op_type", "comm",
+                                        "host_s", "isolated_s"])
                 if new:
-                    w.writeheader()
+                    wr.writeheader()
                 for r in ops:
-                    w.writerow({"env": args.env, **r})
+                    wr.writerow({"env": args.env, **r})
     sess.close()
     return 0
 

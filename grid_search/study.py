@@ -63,12 +63,19 @@ class StaleMeasurementError(ConfigError):
 _REPEAT_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
 
 
+def _graph(r: dict[str, Any]) -> bool:
+    """Whether a measured row's steps were CUDA graph replays (``measure --cuda-graph``)."""
+    return (r.get("cuda_graph") or "").strip().lower() == "true"
+
+
 def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
                      measured: str) -> dict[int, list[float]]:
     """For each row of ``rows`` (by index) measured ``ok``, the latencies of the same
     configuration in the files ``paths`` (other measurements of the same study: another
-    launch, session or machine) where it ran there too. A file of another model, or a row
-    there measured on another program than here, is refused in one line."""
+    launch, session or machine) where it ran there too. A file of another model, a row
+    there measured on another program or the other way (eager / CUDA graph replays) than
+    here, or a file that cannot be read, is refused in one line; a file that repeats no
+    configuration measured here is said in a warning."""
     model = rows[0]["model"]
     index: dict[tuple[str, ...], int] = {}
     for i, r in enumerate(rows):
@@ -81,6 +88,10 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
                 other = list(csv.DictReader(f))
         except OSError as e:
             raise ConfigError(f"--repeat {path}: {e.strerror}") from None
+        except (UnicodeDecodeError, csv.Error) as e:
+            raise ConfigError(f"--repeat {path}: not a CSV file of measurements ({e}); give "
+                              "the file `study measure` wrote") from None
+        matched = 0
         for line, r in enumerate(other, start=2):
             if r.get("model") != model:
                 raise ConfigError(f"{path}:{line}: model {r.get('model')!r}, not {model!r} "
@@ -96,7 +107,22 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
                                   f"{measured} ran {mine} for this configuration: the "
                                   "measurements are of different programs; measure both "
                                   "with one commit")
-            out.setdefault(at, []).append(float(r["measured_latency_s"]))
+            if _graph(r) != _graph(rows[at]):
+                raise ConfigError(f"{path}:{line}: measured "
+                                  + ("as CUDA graph replays" if _graph(r) else "eagerly")
+                                  + f", {measured} the other way: their difference is not a "
+                                  "spread; repeat a study with one way of running it")
+            try:
+                latency = float(r["measured_latency_s"])
+            except (KeyError, TypeError, ValueError):
+                raise ConfigError(f"{path}:{line}: measured ok but without a latency "
+                                  "(measured_latency_s); give the file `study measure` "
+                                  "wrote") from None
+            out.setdefault(at, []).append(latency)
+            matched += 1
+        if not matched:
+            print(f"warning: --repeat {path}: no configuration measured ok there and in "
+                  f"{measured}: it adds no spread", file=sys.stderr)
     return out
 
 
@@ -108,36 +134,40 @@ def host_table(rows: list[dict[str, Any]]) -> list[str]:
     from distir.backend.timing import HOST_BOUND
     from grid_search.real import accuracy
 
-    ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""
-          and r.get("measured_host_share", "") != ""]
-    if not ok:
+    ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""]
+    if not any(r.get("measured_host_share", "") != "" for r in ok):
         return []
 
     def paced(r: dict[str, Any]) -> bool:
-        return float(r["measured_host_share"]) >= HOST_BOUND
+        share = r.get("measured_host_share", "")
+        return share != "" and float(share) >= HOST_BOUND
 
     out = [f"Host-paced: a step whose busiest host's own cost (ops issued to an idle device, "
            f"measured after the timed steps) is at least {HOST_BOUND:.0%} of its time. Its "
            "time is the host's speed, which differs between machines of one kind and "
            "between launches (docs/fidelity.md); the accuracy on the other configurations "
-           "alone:", "",
-           "| batch | host-paced | the others: configs | Spearman | latency error median / "
-           "p90 / worst | top-1 regret |", "|---|---|---|---|---|---|"]
+           "alone (among them, rows without a measured host cost: replays, memory checks, "
+           "older files):", "",
+           "| batch | host-paced | the others: configs (without a host cost) | Spearman | "
+           "latency error median / p90 / worst | top-1 regret |",
+           "|---|---|---|---|---|---|"]
     for b in sorted({int(r["batch_size"]) for r in ok}):
         sel = [r for r in ok if int(r["batch_size"]) == b]
         hosts = [r for r in sel if paced(r)]
         rest = [r for r in sel if not paced(r)]
         names = ", ".join(f"D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']}"
                           for r in hosts) or "none"
+        unknown = sum(r.get("measured_host_share", "") == "" for r in rest)
+        others = f"{len(rest)} ({unknown})"
         if len(rest) < 3:
-            out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {len(rest)} | - | - "
+            out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {others} | - | - "
                        "| - |")
             continue
         a = accuracy(rest)
-        out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {len(rest)} | "
-                   f"{a['spearman']:.3f} | {a['median_latency_error'] * 100:.1f}% / "
-                   f"{a['p90_latency_error'] * 100:.1f}% / {a['worst_latency_error'] * 100:.1f}% "
-                   f"| {a['top1_regret'] * 100:.1f}% |")
+        out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {others} | "
+                   f"{a['spearman']:.3f} | {_pct(a['median_latency_error'])} / "
+                   f"{_pct(a['p90_latency_error'])} / {_pct(a['worst_latency_error'])} "
+                   f"| {_pct(a['top1_regret'])} |")
     return out
 
 
@@ -354,7 +384,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         else:
             checked += 1
         # A step replayed as a CUDA graph has no per-op host dispatch to model.
-        graph = (r.get("cuda_graph") or "").strip().lower() == "true"
+        graph = _graph(r)
         sim = distir.simulate(fn, hardware=hw_graph if graph else hw, batch_size=b)
         per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
@@ -620,7 +650,7 @@ def main(argv: list[str] | None = None) -> int:
                    help="eager steps: skip the extra step, after each configuration's timed "
                    "ones, that measures the host's own cost of a step (the rows' "
                    "measured_host_cost_s and measured_host_share; compare reports the rows "
-                   "paced by their hosts apart)")
+                   "paced by their hosts apart; --memory-check always skips it)")
     m.add_argument("--timeout", type=float, default=300.0, metavar="S",
                    help="seconds a collective may wait for its peers before a run is "
                    "declared hung (default 300)")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
     from distir.backend.groups import GroupCache
 
 __all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program", "isolated",
-           "load_lowerings", "torch_dtype", "SimulatedOOM", "is_oom"]
+           "synchronizer", "load_lowerings", "torch_dtype", "SimulatedOOM", "is_oom"]
 
 Kernel = Callable[..., tuple]
 
@@ -317,6 +317,15 @@ class CompiledProgram:
             res = st.kernel(*dummies)
             if st.asynchronous:
                 res[-1].wait()
+
+
+def synchronizer(device: Any) -> Callable[[], None]:
+    """A function that waits for everything queued on ``device`` (nothing on the CPU)."""
+    if getattr(device, "type", "cpu") != "cuda":
+        return lambda: None
+    import torch
+
+    return lambda: torch.cuda.synchronize(device)
 
 
 def isolated(compiled: CompiledProgram, sync: Callable[[], None]

@@ -202,8 +202,13 @@ class RankRunner:
                         if step >= warmup:
                             res.times_s.append(dt)
                     elif step == host_at:
-                        res.host_cost_s, outs = self.host_cost(
-                            compiled, inputs)  # type: ignore[arg-type]
+                        try:
+                            res.host_cost_s, outs = self.host_cost(
+                                compiled, inputs)  # type: ignore[arg-type]
+                        except Exception as e:  # noqa: BLE001
+                            if is_oom(e) or _comm_failure(e):
+                                raise  # a broken group or a full card: said as for any step
+                            # Otherwise the timed steps stand; the host cost stays unknown.
                     else:
                         prof = self.profile_step(task, prog, inputs, timer, prof,
                                                  last=step == total - 1, graph=graph)
@@ -242,20 +247,16 @@ class RankRunner:
         calls took, summed (``lowering.isolated``), and the step's results."""
         import torch
 
-        from distir.backend.lowering import isolated
+        from distir.backend.lowering import isolated, synchronizer
 
-        if self.device.type == "cuda":
-            dev = self.device
-
-            def sync() -> None:
-                torch.cuda.synchronize(dev)
-        else:
-            def sync() -> None:
-                pass
+        sync = synchronizer(self.device)
         prog, times = isolated(compiled, sync)
         sync()
-        with torch.inference_mode():
-            outs = prog.run(inputs)
+        try:
+            with torch.inference_mode():
+                outs = prog.run(inputs)
+        finally:
+            compiled.failed_at = prog.failed_at  # (the copy's failure, named as for any step)
         sync()
         return sum(times), outs
 

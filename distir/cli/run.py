@@ -103,6 +103,11 @@ def run_run(args: argparse.Namespace) -> int:
     if args.profile is not None and res.status == "ok":
         print(f"distir run: wrote one profiled step per rank to {args.profile}/rank<r>.json",
               file=sys.stderr)
+    if args.host_cost and res.status == "ok" and not res.host_cost_s:
+        why = "a CUDA graph replay issues no op from the host" if args.cuda_graph else \
+            "CPU ranks run the ops themselves, so the host's cost is the whole step"
+        print(f"distir run: --host-cost measured nothing: it times eager steps on GPUs ({why})",
+              file=sys.stderr)
     if args.json:
         doc = res.to_dict()
         doc["file"] = args.file

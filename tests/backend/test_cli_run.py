@@ -44,6 +44,15 @@ def test_run_json_and_saved_outputs(tmp_path: object) -> None:
         np.testing.assert_allclose(np.load(path), want, rtol=1e-4, atol=1e-4)
 
 
+def test_host_cost_on_cpu_ranks_says_it_measured_nothing() -> None:
+    r = distir_cmd("run", DP2, "--json", "--steps", "1", "--warmup", "0", "--backend", "gloo",
+                   "--host-cost")
+    assert r.returncode == 0, r.stderr
+    doc = json.loads(r.stdout)
+    assert doc["host_cost_s"] == [] and doc["host_share"] is None
+    assert "--host-cost measured nothing" in r.stderr and "CPU ranks" in r.stderr
+
+
 def test_run_errors_are_one_line(tmp_path: object) -> None:
     r = distir_cmd("run", os.path.join(str(tmp_path), "missing.dir"))
     assert r.returncode == 1 and r.stderr.strip().count("\n") == 0

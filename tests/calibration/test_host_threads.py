@@ -61,3 +61,19 @@ def test_gloo_run_writes_a_line_per_configuration_and_rank(tmp_path: Path) -> No
         assert len(x["step_s"]) == len(x["step_plain_s"]) == len(x["host_busy_s"]) == 2
         assert all(0 < b <= s for b, s in zip(x["host_busy_s"], x["step_s"]))
         assert x["host_median_sum_s"] > 0
+
+
+@pytest.mark.parametrize("args, says", [
+    (["--configs", "4,1,1"], "is not D,T,P,K"),
+    (["--configs", "4,1,1,1", "--steps", "0"], "--steps must be at least 1"),
+    (["--configs", "4,1,1,1", "--isolated", "2"], "--isolated N needs --per-op"),
+])
+def test_bad_arguments_are_one_line(args: list[str], says: str, tmp_path: Path,
+                                    capsys: pytest.CaptureFixture[str]) -> None:
+    from calibration.host_threads import main
+
+    with pytest.raises(SystemExit) as e:
+        main([*args, "-o", str(tmp_path / "t.jsonl")])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert says in err[-1] and not (tmp_path / "t.jsonl").exists()

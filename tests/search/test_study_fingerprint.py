@@ -232,6 +232,20 @@ def test_compare_reports_the_spread_between_repeated_measurements(
                  "-o", str(out)]) == 1
     err = capsys.readouterr().err.strip()
     assert "different programs" in err and len(err.splitlines()) == 1
+    _write(path, [dict(r, cuda_graph="true") for r in again])  # replays beside eager steps
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "as CUDA graph replays" in err and len(err.splitlines()) == 1
+    path.write_bytes(b"\xff\xfe\x00binary")
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "-o", str(out)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "not a CSV file" in err and len(err.splitlines()) == 1
+    _write(path, [dict(r, batch_size="64") for r in again])  # nothing in common
+    assert main(["compare", str(measured), "--repeat", str(path), "--dtype", "Float32",
+                 "-o", str(out)]) == 0
+    assert "adds no spread" in capsys.readouterr().err
 
 
 def test_compare_reports_host_paced_rows_apart(measured: Path, tmp_path: Path) -> None:
@@ -246,11 +260,17 @@ def test_compare_reports_host_paced_rows_apart(measured: Path, tmp_path: Path) -
     assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
                  "-o", str(tmp_path / "h")]) == 0
     text = (tmp_path / "h.md").read_text(encoding="utf-8")
-    all_rows = next(ln for ln in text.splitlines() if ln.startswith("| 16 | 4 | "))
-    assert all_rows  # the accuracy on every row is still there
+    # the accuracy on every row is still there (next raises where a line is missing)
+    next(ln for ln in text.splitlines() if ln.startswith("| 16 | 4 | "))
     line = next(ln for ln in text.splitlines() if ln.startswith("| 16 | 1 of 4 "))
-    assert "(D1 T1 P1 K1) | 3 |" in line
-    assert "| 95% |" in text and "| 79% |" in text  # the per-configuration column
+    assert "(D1 T1 P1 K1) | 3 (0) |" in line
+    rows[3]["measured_host_share"] = ""  # without a host cost: among the others, counted
+    _write(path, rows)
+    assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "h")]) == 0
+    text = (tmp_path / "h.md").read_text(encoding="utf-8")
+    assert "(D1 T1 P1 K1) | 3 (1) |" in text
+    assert "| 95% |" in text and "| 50% |" in text  # the per-configuration column
     for r in rows:  # rows without the values: nothing said
         r["measured_host_share"] = ""
     _write(path, rows)
