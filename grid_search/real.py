@@ -23,9 +23,10 @@ __all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy",
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
-                    "measured_device", "measured_reason"]
+                    "measured_device", "measured_reason", "measured_host_share"]
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
-or failed, one line; the row's own ``reason`` is the simulation's)."""
+or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
+an eager step's busiest host's own cost over its time, ``RunResult.host_share``)."""
 
 
 def _rank(xs: Sequence[float]) -> list[float]:
@@ -335,6 +336,7 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     """Run the ``k`` best fitting rows for real (``cuda_graph``: each step replayed as a
     CUDA graph); add measured columns to ``out``. When the measuring devices are not those
     ``hardware`` (a profile name or ``Hardware``) describes, says so beside the figures."""
+    from distir.backend.timing import HOST_BOUND
     from grid_search.report import best_rows
     from grid_search.search import COLUMNS, read_rows
 
@@ -344,7 +346,7 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     measured = {tuple(str(m[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
                                            "schedule")): m
                 for m in iter_measure(workload, configs, backend=backend, hardware=hardware,
-                                      cuda_graph=cuda_graph)}
+                                      cuda_graph=cuda_graph, host_cost=not cuda_graph)}
     merged = []
     for r in (read_rows(out) if out else rows):
         key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
@@ -375,6 +377,15 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
               f"{acc['spearman']:.3f}, latency error median {pct(acc['median_latency_error'])} "
               f"(worst {pct(acc['worst_latency_error'])}), peak-memory error median "
               f"{pct(acc['median_memory_error'])} (worst {pct(acc['worst_memory_error'])})")
+    paced = [r for r in ok if r.get("measured_host_share", "") != ""
+             and float(r["measured_host_share"]) >= HOST_BOUND]
+    if paced:
+        print("  paced by their hosts (the busiest host's own cost over the step): "
+              + ", ".join(f"D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "
+                          f"{r['batch_size']} ({float(r['measured_host_share']):.0%})"
+                          for r in paced)
+              + "; their time is this machine's host speed, not the configuration's: rank "
+              "them replayed (--cuda-graph)")
     failed = [r for r in merged if r.get("measured_status") not in ("", None, "ok")]
     for r in failed:
         print(f"  not measured: D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "

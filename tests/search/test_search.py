@@ -227,6 +227,35 @@ def test_spearman_and_accuracy() -> None:
     assert acc["median_memory_error"] == pytest.approx(0.05)
 
 
+def test_run_top_names_the_steps_paced_by_their_hosts(tmp_path, capsys, monkeypatch) -> None:
+    """Eager runs measure each step's host cost; those paced by their hosts are named, with
+    the advice to rank them replayed."""
+    import grid_search.real as real
+
+    out = str(tmp_path / "r.csv")
+    cs = _configs(2, max_microbatches=2)
+    run_search(W, cs, hardware="h200-sxm", out=out, progress=None)
+    asked = {}
+
+    def fake(workload, configs, **kw):
+        asked.update(kw)
+        for c, share in zip(configs, ("0.93", "0.40")):
+            yield {**c.as_row(), "measured_status": "ok", "measured_latency_s": "0.01",
+                   "measured_peak_memory_bytes": "", "measured_host_share": share}
+
+    monkeypatch.setattr(real, "iter_measure", fake)
+    real.run_top(read_rows(out), W, 2, out=out, backend="gloo", hardware="h200-sxm")
+    assert asked["host_cost"] is True and asked["cuda_graph"] is False
+    text = capsys.readouterr().out
+    line = next(ln for ln in text.splitlines() if "paced by their hosts" in ln)
+    assert "(93%)" in line and "(40%)" not in line and "--cuda-graph" in line
+    rows = [r for r in read_rows(out) if r["measured_status"] == "ok"]
+    assert sorted(r["measured_host_share"] for r in rows) == ["0.40", "0.93"]
+    real.run_top(read_rows(out), W, 2, out=out, backend="gloo", hardware="h200-sxm",
+                 cuda_graph=True)
+    assert asked["host_cost"] is False  # replays: nothing to measure
+
+
 def test_run_top_adds_measured_columns(tmp_path, capsys) -> None:
     """The best configurations run for real (gloo on the CPU) and are written back."""
     from grid_search.real import MEASURED_COLUMNS, run_top
