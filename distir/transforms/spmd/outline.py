@@ -33,7 +33,7 @@ COPIED = "copied"
 """The type of a ``Copied`` placeholder op (never left in a program ``outline`` returns)."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Copied:
     """A run that is a copy of an earlier run of the program (its *template*: its ops
     again, reading other values from outside, in the same form), written as one
@@ -175,9 +175,11 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         got = shaped.get((t0, t1))
         if got is None:  # too short to outline (a layer's call): its ops again
             if emit or cp.layer:
-                calls[j] = (j + 1, [Op(op.op_type, [None if v is None else cp.of(v)
+                value, index_of = cp.value, cp.index_of  # ``cp.of``
+                calls[j] = (j + 1, [Op(op.op_type, [None if v is None else value(index_of[v])
                                                     for v in op.inputs], op.attrs or None,
-                                       [cp.of(o) for o in op.outputs], callee=op.callee)
+                                       [value(index_of[o]) for o in op.outputs],
+                                       callee=op.callee)
                                     for op in ops[t0:t1]])
             continue
         _, label, text = got
