@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from distir.ir.core import CALL, Function, Op, Value
 
@@ -149,9 +148,8 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     as members of their template run's class; with ``emit`` their placeholders become
     calls. ``read_after``: (the template's values of) each copy's values that ops after
     it read, filled where missing (the same before and after inner runs become calls)."""
-    used_after: dict[Value | None, int] = {}  # the last op index reading each value
-    for j, op in enumerate(ops):
-        used_after.update(zip(op.inputs, repeat(j)))
+    used_after: dict[Value | None, int] = {  # the last op index reading each value
+        v: j for j, op in enumerate(ops) for v in op.inputs}
     used_after.pop(None, None)  # an omitted input
     for v in returns:
         used_after[v] = len(ops)
