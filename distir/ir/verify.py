@@ -84,8 +84,14 @@ def verify_function(fn: Function, *, members: set[int] | None = None,
         if id(p) in defined:
             raise _err(fn, f"parameter %{p.name} is listed twice", value=p)
         defined.add(id(p))
-        if p.type is not None:
-            _check_type(fn, p.type, num_devices, p)
+        t = p.type
+        if t is not None:
+            if type(t) is TensorType:  # the common case, as ``_check_type`` checks it
+                d = t.device
+                if type(d) is int and 0 <= d and (num_devices is None or d < num_devices) \
+                        and (not t.shape or min(t.shape) >= 0):
+                    continue
+            _check_type(fn, t, num_devices, p)
     for op in fn.ops:
         for v in op.inputs:
             if v is None:

@@ -74,6 +74,8 @@ class LayoutAssignment:
     copies, so that configurations lowered from one assignment derive it once."""
 
     def __post_init__(self) -> None:
+        if self._spec:  # ``on``'s copy: the specs of the same program and outcomes
+            return
         for p, s in zip(self.prog.fn.params, self.params, strict=True):
             self._spec[p] = s
         for op, out in zip(self.prog.ops, self.outcomes, strict=True):
@@ -89,7 +91,8 @@ class LayoutAssignment:
             raise TransformError(f"an assignment on a {self.mesh.ndim}-D mesh cannot move to "
                                  f"the {mesh.ndim}-D mesh {mesh}")
         return LayoutAssignment(self.prog, mesh, self.params, self.reads, self.outcomes,
-                                _checked=self._checked, derived=self.derived)
+                                _spec=self._spec, _checked=self._checked,
+                                derived=self.derived)
 
     def passes(self) -> LayoutAssignment:
         """Record that these placements pass ``check`` on this mesh's shape, as

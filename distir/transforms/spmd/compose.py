@@ -155,7 +155,10 @@ def plan_dtp(fn: Function | Module | Program | Analysis, dp: int = 1, tp: int = 
             seeds = dtp_layout_seeds(prog, an, nb > 1, tp)
             wide = prog.derived[key] = propagate(prog, Mesh.of(nb, tp), seeds).passes()
         a = wide.on(Mesh.of(dp, tp))
-        stages = partition_stages(an, pp)
+        skey = ("spmd.partition_stages", an.structure, an.partition, pp)
+        stages = prog.derived.get(skey)  # the same for every configuration of ``pp`` stages
+        if stages is None:
+            stages = prog.derived[skey] = partition_stages(an, pp)
         return Composed(a, stages, schedule(stages, microbatches, schedule_kind))
 
 

@@ -100,6 +100,9 @@ class _Template:
     counts: list[tuple[int, int, int]]
     sums: list[tuple[int, int, Any, int]]
     memo: list[tuple[Any, Any]]
+    plain: list[tuple[bool, bool]]
+    """Per entry of ``memo``: whether its key, its value hold no value of the segment nor
+    op of its layer nor list (``_plain``): a copy leaves them as they are."""
 
 
 class _Snapshot:
@@ -190,29 +193,31 @@ class LayerCopies:
                          pre.per_mb, pre.once, pre.scaled, pre.kinds, pre.summed, tuple(idx)))
         else:
             returned, here = set(prog.fn.returns), set(seg)
+            producer, param_set, home, stage = prog.producer, prog.param_set, pipe.home, \
+                pipe.stage
             facts = []
             keys: list[tuple[int, tuple[Value, int]]] = []
+            inside: list[bool] = []  # read in the layer alone: its pieces, never again
             for n, v in enumerate(vals):
-                j = prog.producer.get(v)
-                known = None
-                if j is not None and not pipe._reads(j):
-                    c = prog.const(v)
-                    known = None if c is None else (c.dtype.str, c.shape, c.tobytes())
-                placed = v in prog.param_set or v in pipe.home
-                fact: tuple = (pipe.spec(v, s) if placed else None, pipe._reads_of(v, False),
-                               v in returned, all(x in here for x, _ in pipe.readers.get(v, ())))
+                j = producer.get(v)
+                readers = pipe.readers.get(v, ())
+                alone = all(x in here for x, _ in readers)
+                param = v in param_set
+                fact: tuple = (pipe.spec(v, s) if param or v in home else None,
+                               pipe._reads_of(v, False), v in returned, alone)
                 if j not in here:  # from outside the layer (a made value's type follows
-                    fact += (prog.type(v), pipe.home.get(v), v in prog.param_set,  # from
-                             None if j is None else (  # its op's and inputs')
-                                 pipe.stage.get(j), pipe.per_mb(j),
-                                 pipe.layer_of.get(j) in pipe.whole, j in pipe.index_only),
-                             known)
+                    known = None  # from its op's and inputs')
+                    if j is not None and not pipe._reads(j):
+                        c = prog.const(v)
+                        known = None if c is None else (c.dtype.str, c.shape, c.tobytes())
+                    fact += (prog.type(v), home.get(v), param, None if j is None else (
+                        stage.get(j), pipe.per_mb(j), pipe.layer_of.get(j) in pipe.whole,
+                        j in pipe.index_only), known)
                 facts.append(fact)
                 keys.extend((n, (v, x)) for x in sorted(
-                    {pipe.home.get(v, 0)} | {pipe.stage[i] for i, _ in pipe.readers.get(v, ())}))
+                    {home.get(v, 0)} | {stage[i] for i, _ in readers}))
+                inside.append(alone and v not in returned)
             form = (s, tuple(rows), tuple(facts))
-            inside = [all(x in here for x, _ in pipe.readers.get(v, ())) and v not in returned
-                      for v in vals]  # read in the layer alone: its pieces, never again
             out = (form, vals, keys, inside)
         self.forms[seg] = out
         return out
@@ -363,7 +368,8 @@ class LayerCopies:
                           tuple(bases), tuple(counts), tuple(sums), tuple(memo)), start,
                          list(made), names, index_of, read, len(ext),
                          [k + (tuple(v),) for k, v in gets.items()], others,
-                         [k + (tuple(v),) for k, v in puts.items()], bases, counts, sums, memo)
+                         [k + (tuple(v),) for k, v in puts.items()], bases, counts, sums, memo,
+                         [(_plain(k), _plain(v)) for k, v in memo])
 
     def copy(self, seg: tuple[int, ...]) -> bool:
         """Write ``seg`` as a copy of the unit's template of its form, if it has one, every
@@ -428,8 +434,9 @@ class LayerCopies:
         for n, s, j, x in t.sums:
             running.setdefault((vals[n], s), {})[j] = value(x)
         memo = pipe.memo
-        for key, val in t.memo:
-            memo[_decode(key, seg, value, True)] = _decode(val, seg, value, False)
+        for (key, val), (plain_key, plain_val) in zip(t.memo, t.plain):
+            memo[key if plain_key else _decode(key, seg, value, True)] = \
+                val if plain_val else _decode(val, seg, value, False)
         op = Op(COPIED, read, None, tuple(made.values()))
         pipe.b.ops.append(op)
         pipe.copied[op] = Copied(t.start, len(t.key[1]), (), t.index_of,
@@ -455,6 +462,16 @@ def _encode_value(x: Any, ids: dict[int, int]) -> Any:
     if isinstance(x, tuple | list):
         return type(x)(_encode_value(y, ids) for y in x)
     return x
+
+
+def _plain(x: Any) -> bool:
+    """Whether ``_decode`` gives ``x`` again, as an equal immutable object: nothing in it
+    is a ``_V``, an ``_O`` or a list."""
+    if isinstance(x, _V | _O | list):
+        return False
+    if isinstance(x, tuple):
+        return all(map(_plain, x))
+    return True
 
 
 def _decode(x: Any, seg: tuple[int, ...], value: Any, as_id: bool) -> Any:

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from itertools import repeat
 
 from distir.ir.core import CALL, Function, Op, Value
 
@@ -33,7 +32,7 @@ COPIED = "copied"
 """The type of a ``Copied`` placeholder op (never left in a program ``outline`` returns)."""
 
 
-@dataclass(frozen=True, eq=False)
+@dataclass(eq=False, slots=True)
 class Copied:
     """A run that is a copy of an earlier run of the program (its *template*: its ops
     again, reading other values from outside, in the same form), written as one
@@ -149,9 +148,8 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
     as members of their template run's class; with ``emit`` their placeholders become
     calls. ``read_after``: (the template's values of) each copy's values that ops after
     it read, filled where missing (the same before and after inner runs become calls)."""
-    used_after: dict[Value | None, int] = {}  # the last op index reading each value
-    for j, op in enumerate(ops):
-        used_after.update(zip(op.inputs, repeat(j)))
+    used_after: dict[Value | None, int] = {  # the last op index reading each value
+        v: j for j, op in enumerate(ops) for v in op.inputs}
     used_after.pop(None, None)  # an omitted input
     for v in returns:
         used_after[v] = len(ops)
@@ -175,9 +173,11 @@ def _replace(ops: list[Op], returns: Sequence[Value], runs: Sequence[Run],
         got = shaped.get((t0, t1))
         if got is None:  # too short to outline (a layer's call): its ops again
             if emit or cp.layer:
-                calls[j] = (j + 1, [Op(op.op_type, [None if v is None else cp.of(v)
+                value, index_of = cp.value, cp.index_of  # ``cp.of``
+                calls[j] = (j + 1, [Op(op.op_type, [None if v is None else value(index_of[v])
                                                     for v in op.inputs], op.attrs or None,
-                                       [cp.of(o) for o in op.outputs], callee=op.callee)
+                                       [value(index_of[o]) for o in op.outputs],
+                                       callee=op.callee)
                                     for op in ops[t0:t1]])
             continue
         _, label, text = got

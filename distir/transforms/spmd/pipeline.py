@@ -293,6 +293,8 @@ class _Pipe(StageValues):
                     break
                 src = self.assign[s].spec(v) if j is None else \
                     self.assign[self.stage[j]].spec(v)
+                if src is rd:  # read as made: no step (most reads)
+                    continue
                 if any(x.axis == 0 and x.kind != "split" for x in plan(src, rd)):
                     out.add(i)
                     break
@@ -449,6 +451,8 @@ class _Pipe(StageValues):
 
     def _params(self, self_contained: bool) -> None:
         prog, b = self.prog, self.b
+        types: dict[tuple, TensorType] = {}  # one object per placed type (immutable)
+        prank, ranks, n = self.prank, self.all, self.all[-1] + 1
         for p in prog.fn.params:
             t = prog.type(p)
             if not isinstance(t, TensorType):
@@ -474,11 +478,18 @@ class _Pipe(StageValues):
             for s in used:
                 spec, mesh = self.spec(p, s), self.meshes[s]
                 shp = local_shape(t.shape, spec, mesh)
-                placed = {j: b.param(f"{p.name}_d{mesh.devices[j]}",
-                                     TensorType(t.dtype, shp, mesh.devices[j]))
-                          for j in self.pranks()}
+                placed: dict[int, Value] = {}
+                for j in self.pranks():
+                    d = mesh.devices[j]
+                    key = (t.dtype, shp, d)
+                    ty = types.get(key)
+                    if ty is None:
+                        ty = types[key] = TensorType(t.dtype, shp, d)
+                    placed[j] = b.param(f"{p.name}_d{d}", ty)
                 self.origin.extend((x, p, spec, mesh, j) for j, x in placed.items())
-                lst = self.each(lambda r, placed=placed: placed[self.prank[r]])
+                lst = [None] * n  # ``each``
+                for r in ranks:
+                    lst[r] = placed[prank[r]]
                 if self.k > 1 and isinstance(spec[0], Shard):  # the replica's microbatches
                     if spec[0].groups != 1:
                         raise TransformError(f"parameter %{p.name} is split in groups along "

@@ -69,6 +69,8 @@ class _Template:
     left: tuple[int, ...] = ()
     """The value indices of the unit's values it leaves (``leaves``, ``sums``), each once,
     in order: those a copy makes first (``Replay._placeholder``)."""
+    inner: tuple[tuple[int, int], ...] = ()
+    """``layers``' ``(start, end)``: a copy's inner runs (``Copied.inner``)."""
 
     lists: list[Any] = field(default_factory=list)
     """Per rule of ``external``, then per entry of ``leaves``: the ``pieces`` dict of its
@@ -206,7 +208,8 @@ class Replay:
         return _Template(ops, sig, pieces, running, counted, layers, list(external), read, code,
                          [(key, spec, tuple(x)) for (key, spec), x in leaves.items()],
                          sum_at, start, index_of, [o for op in ops for o in op.outputs],
-                         tuple(dict.fromkeys(x for x in kept if x >= 0)))
+                         tuple(dict.fromkeys(x for x in kept if x >= 0)),
+                         tuple((a, e) for _, a, e in layers))
 
     def _read_after(self, kind: str, s: int) -> set[Value]:
         """The values of unit ``(kind, s)``'s ops (read or made) that an op outside the
@@ -328,5 +331,5 @@ class Replay:
         assert t.index_of is not None and t.values is not None
         op = Op(COPIED, ext[:t.read], None, tuple(made.values()))
         pipe.b.ops.append(op)
-        pipe.copied[op] = Copied(t.start, len(t.code), tuple((a, e) for _, a, e in t.layers),
-                                 t.index_of, made, t.values, value)
+        pipe.copied[op] = Copied(t.start, len(t.code), t.inner, t.index_of, made, t.values,
+                                 value)

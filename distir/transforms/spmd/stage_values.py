@@ -19,7 +19,7 @@ import numpy as np
 
 from distir.errors import TransformError
 from distir.ir.builder import FunctionBuilder
-from distir.ir.core import Value
+from distir.ir.core import Op, Value
 from distir.transforms.program import Program
 from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import (
@@ -269,14 +269,17 @@ class StageValues:
         tau = self._tau(v, s, dst)
         got = self.get(v, s0, tau, rs)
         lst = self.pieces.setdefault(key, {}).setdefault(tau, [None] * vm.size)
+        devices, prank, memo, emit = self.meshes[s].devices, self.prank, self.memo, \
+            self.b.ops.append
         for r in rs:
             if lst[r] is None:
                 x = got[r]
-                d = self.dev(s, r)
+                d = devices[prank[r]]  # ``dev(s, r)``
                 mk = ("send", id(x), d)
-                y = self.memo.get(mk)
-                if y is None:
-                    y = self.memo[mk] = self.b.op("Send", x, device=d, name=self.name(v, s, r))
+                y = memo.get(mk)
+                if y is None:  # ``b.op("Send", x, device=d, name=...)``, without its lookups
+                    y = memo[mk] = Value(self.name(v, s, r))
+                    emit(Op("Send", (x,), {"device": d}, (y,)))
                 lst[r] = y
 
     def _step(self, v: Value, s: int, step: object, cur: list[Value | None],

@@ -21,7 +21,7 @@ computed from a loss gradient) to the same or earlier ones; so the stages form a
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from distir.errors import TransformError
@@ -48,6 +48,8 @@ class StagePartition:
     stage: tuple[int | None, ...]
     phase: tuple[str | None, ...]
     structure: Any = None
+    _checked: list[bool] = field(default_factory=list, repr=False)
+    """``[True]`` once ``check`` passed (the partition never changes)."""
 
     def ops_of(self, s: int) -> list[int]:
         """The live ops of stage ``s``, in program order."""
@@ -56,6 +58,8 @@ class StagePartition:
     def check(self) -> None:
         """Raise ``TransformError`` naming the first op that breaks the invariant (see the
         module docstring)."""
+        if self._checked:
+            return
         prog, pp = self.prog, self.pp
         forward = [False] * pp
         for i in prog.live_ops:
@@ -84,6 +88,7 @@ class StagePartition:
         empty = [s for s in range(pp) if not forward[s]] if pp > 1 else []
         if empty:
             raise TransformError(f"stage {empty[0]} of {pp} runs no forward op")
+        self._checked.append(True)
 
     def dumps(self) -> str:
         """The program with each live op's stage and phase as a comment."""
