@@ -18,8 +18,8 @@ from typing import Any
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
-__all__ = ["MEASURED_COLUMNS", "measure", "iter_measure", "run_top", "accuracy", "spearman",
-           "program_fingerprint", "measure_programs"]
+__all__ = ["MEASURED_COLUMNS", "CONFIG_KEY", "config_key", "measure", "iter_measure",
+           "run_top", "accuracy", "spearman", "program_fingerprint", "measure_programs"]
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
@@ -27,6 +27,15 @@ MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughpu
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
 or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
 an eager step's busiest host's own cost over its time, ``RunResult.host_share``)."""
+
+
+CONFIG_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
+"""The columns that name a configuration of a study or search row."""
+
+
+def config_key(row: dict[str, Any]) -> tuple[str, ...]:
+    """A row's configuration, as text (rows read from CSV and rows built in memory alike)."""
+    return tuple(str(row.get(c, "")) for c in CONFIG_KEY)
 
 
 def _rank(xs: Sequence[float]) -> list[float]:
@@ -161,9 +170,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                                measured_device=r.device_name, reason=r.message)
                     share = r.host_share
                     if share is not None:
-                        row.update(measured_host_cost_s=max(
-                            x for x in r.host_cost_s if x is not None),
-                            measured_host_share=share)
+                        row.update(measured_host_cost_s=r.busiest_host_cost_s,
+                                   measured_host_share=share)
                     if progress is not None:
                         shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
                         if share is not None and share >= HOST_BOUND:
@@ -343,15 +351,12 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     best = best_rows(rows, k)
     configs = [Config(r["model"], int(r["batch_size"]), int(r["dp"]), int(r["tp"]),
                       int(r["pp"]), int(r["microbatches"]), r["schedule"]) for r in best]
-    measured = {tuple(str(m[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
-                                           "schedule")): m
+    measured = {config_key(m): m
                 for m in iter_measure(workload, configs, backend=backend, hardware=hardware,
                                       cuda_graph=cuda_graph, host_cost=not cuda_graph)}
     merged = []
     for r in (read_rows(out) if out else rows):
-        key = tuple(str(r[c]) for c in ("batch_size", "dp", "tp", "pp", "microbatches",
-                                         "schedule"))
-        m = measured.get(key, {})
+        m = measured.get(config_key(r), {})
         if m:
             m = {**m, "measured_reason": m.get("reason", "")}
         merged.append({**r, **{c: m.get(c, r.get(c, "")) for c in MEASURED_COLUMNS}})

@@ -47,6 +47,7 @@ from typing import Any
 
 from distir.errors import ConfigError
 from grid_search.models import workload
+from grid_search.real import config_key
 from grid_search.space import enumerate_space, powers_of_two
 
 DEVELOPMENT = {("mlp-1b", "Float16"), ("gpt2-1.6b", "Float16"), ("gpt2-24-1024-16", "Float16"),
@@ -58,9 +59,6 @@ accuracy figures are not held out, at any batch size."""
 
 class StaleMeasurementError(ConfigError):
     """A measured row's program is not the one the transform builds today."""
-
-
-_REPEAT_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
 
 
 def _graph(r: dict[str, Any]) -> bool:
@@ -80,7 +78,7 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
     index: dict[tuple[str, ...], int] = {}
     for i, r in enumerate(rows):
         if r.get("measured_status") == "ok":
-            index.setdefault(tuple(r.get(k, "") for k in _REPEAT_KEY), i)
+            index.setdefault(config_key(r), i)
     out: dict[int, list[float]] = {}
     for path in paths:
         try:
@@ -97,7 +95,7 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
                 raise ConfigError(f"{path}:{line}: model {r.get('model')!r}, not {model!r} "
                                   f"as in {measured}: --repeat takes measurements of the "
                                   "same study")
-            at = index.get(tuple(r.get(k, "") for k in _REPEAT_KEY))
+            at = index.get(config_key(r))
             if at is None or r.get("measured_status") != "ok":
                 continue
             mine = (rows[at].get("program_fingerprint") or "").strip()

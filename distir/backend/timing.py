@@ -86,7 +86,8 @@ class RunResult:
     program's types say are live at once. ``outputs`` holds the function's results as
     numpy arrays, in order, when they were asked for. ``host_cost_s[r]``, where the run
     asked for it (``host_cost``), is rank r's host cost of one step: its ops issued to an
-    idle device, summed (``lowering.isolated``); ``host_bound`` compares it with the step.
+    idle device, summed (``lowering.isolated``); ``host_share`` compares the busiest
+    rank's with the step.
     """
 
     name: str
@@ -108,14 +109,18 @@ class RunResult:
     host_cost_s: list[float | None] = field(default_factory=list)
 
     @property
+    def busiest_host_cost_s(self) -> float | None:
+        """The largest ``host_cost_s`` of the ranks (``None`` where none was measured)."""
+        return max((c for c in self.host_cost_s if c is not None), default=None)
+
+    @property
     def host_share(self) -> float | None:
         """The busiest host's own cost of a step over the step's latency (``None`` without
         both). Near 1 (``HOST_BOUND``, 0.8, and above) the step is paced by its hosts: its
         time is the host's speed, which differs between machines of one kind and between
         launches, not the GPUs' (docs/fidelity.md)."""
-        costs = [c for c in self.host_cost_s if c is not None]
-        lat = self.step_latency_s
-        return max(costs) / lat if costs and lat else None
+        cost, lat = self.busiest_host_cost_s, self.step_latency_s
+        return cost / lat if cost is not None and lat else None
 
     @property
     def step_times_s(self) -> list[float]:
