@@ -441,6 +441,7 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
         d = max(peak_bytes, key=lambda k: peak_bytes[k])
         return Verdict(False, d, Reserve(worst, worst), high, replayed=False)
     from distir.analysis.projection import project
+    from distir.analysis.replicas import REPLICA_OPS
 
     prog = getattr(fn, "fn", fn)  # a ReplicaProgram's replica 0
     near = [d for d, b in peak_bytes.items() if b >= NEAR_CAPACITY * low]
@@ -449,7 +450,7 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
     groups = {tuple(sorted(g)) for g in proj.groups}
     for f in (prog, *prog.reachable()):  # a replica program's all-reduces over every
         for op in f.ops:                   # replica (inside stage and layer functions too)
-            if op.op_type == "ReplicaAllreduce":
+            if op.op_type in REPLICA_OPS:
                 groups.add(tuple(sorted(op.attrs["devices"])))  # type: ignore[arg-type]
     verdicts = []
     for p in proj.programs:

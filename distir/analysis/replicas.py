@@ -7,11 +7,12 @@ and the replicas meet only in the all-reduces of the gradients. Within a replica
 ``tp`` tensor-parallel ranks of a stage (on adjacent devices ``d, d + 1, ..., d + tp - 1``)
 run the same ops on their shards and meet only in their collectives. ``dtp_replica``
 writes rank 0 of replica 0 alone (devices ``s·tp`` of each stage ``s``): each all-reduce
-over the replicas as its part of one (``ReplicaAllreduce`` over the devices of every
-replica's copy), each collective of the ranks as rank 0's part of one (``PeerAllreduce``,
-``PeerAllgather``: over the input's device and the ``peers - 1`` next ones), and returns a
-``ReplicaProgram``. Where the ranks would not run alike (an op that only rank 0 runs), it
-writes every rank, and ``peers`` is 1.
+(or all-gather) over the replicas as its part of one (``ReplicaAllreduce``,
+``ReplicaAllgather``: over the devices of every replica's copy), each collective of the
+ranks as rank 0's part of one (``PeerAllreduce``, ``PeerAllgather``: over the input's
+device and the ``peers - 1`` next ones), and returns a ``ReplicaProgram``. Where the
+ranks would not run alike (an op that only rank 0 runs), it writes every rank, and
+``peers`` is 1.
 
 Its simulation is the whole program's (memory exactly, times to rounding) where the copies
 run alike: every copy's ops take the same times in the same order, so each copy's part of
@@ -19,7 +20,7 @@ a collective is ready when the written one's is, and the collective, timed over 
 devices, ends on all of them together. The figures of copy ``(r, t)`` are then those of
 the written devices shifted by ``r·stride + t``, and the trace is the written one's
 repeated (``expand``): an event of a ``Peer*`` collective once per replica, on the devices
-of every rank; of a ``ReplicaAllreduce`` once per rank, on the devices of every replica;
+of every rank; of a ``Replica*`` op once per rank, on the devices of every replica;
 any other once per copy. So a search's cost grows with neither ``dp`` nor ``tp``.
 
 The copies run alike when the cost of every op of a copy is the same on every copy's
@@ -46,7 +47,7 @@ if TYPE_CHECKING:
 __all__ = ["ReplicaProgram", "REPLICA_OPS", "PEER_OPS", "replica_program",
            "replicas_run_alike", "peers_run_alike", "expand_replica_events"]
 
-REPLICA_OPS = frozenset({"ReplicaAllreduce"})
+REPLICA_OPS = frozenset({"ReplicaAllreduce", "ReplicaAllgather"})
 """Ops of a replica program that stand for one collective over every replica."""
 
 PEER_OPS = frozenset({"PeerAllreduce", "PeerAllgather"})
@@ -72,7 +73,7 @@ class ReplicaProgram:
 
     def num_ops(self, *, inline_calls: bool = False) -> int:
         """The ops of the program of every copy (one ``MPIAllreduce`` for the copies of
-        a ``ReplicaAllreduce``, one collective for those of a ``Peer*`` op)."""
+        a ``Replica*`` op, one collective for those of a ``Peer*`` op)."""
         return _every_copy(self.fn.num_ops(inline_calls=inline_calls),
                            _count(self.fn, inline_calls, {}), self.replicas, self.peers)
 
@@ -126,8 +127,8 @@ class ReplicaProgram:
 
 
 def replica_program(fn: Function) -> ReplicaProgram | None:
-    """``fn`` as the replica program its ``ReplicaAllreduce`` and ``Peer*`` ops describe
-    (each ``ReplicaAllreduce`` lists the devices of every replica's copy: ``d, d + stride,
+    """``fn`` as the replica program its ``Replica*`` and ``Peer*`` ops describe
+    (each ``Replica*`` op lists the devices of every replica's copy: ``d, d + stride,
     ..., d + (replicas - 1)·stride``, with ``d`` its input's device; each ``Peer*`` op names
     its group's size, ``peers``), or ``None`` when it has neither: a replica program read
     from a file simulates as the program of every copy. Groups that disagree are a
@@ -163,7 +164,7 @@ def replica_program(fn: Function) -> ReplicaProgram | None:
                     want = "" if found is None else (f"; others are {found[0]} replicas "
                                                      f"{found[1]} devices apart")
                     raise SimulationError(
-                        f"ReplicaAllreduce(devices={g}) in @{f.name} does not list one "
+                        f"{op.op_type}(devices={g}) in @{f.name} does not list one "
                         f"device per replica, replicas equally far apart from replica 0's"
                         f"{want}: write each as d, d + stride, ... (dtp_replica does)")
                 found = (len(g), stride)
@@ -198,14 +199,14 @@ def peers_run_alike(hw: Hardware, peers: int) -> bool:
 
 def _every_copy(n_ops: int, shared: tuple[int, int], replicas: int, peers: int) -> int:
     """The ops of the program of every copy, of ``n_ops`` written ones of which
-    ``shared`` are (``ReplicaAllreduce``, ``Peer*``) ops: the first written once per
+    ``shared`` are (``Replica*``, ``Peer*``) ops: the first written once per
     rank, the second once per replica, the others once per copy."""
     rep, peer = shared
     return replicas * peers * (n_ops - rep - peer) + peers * rep + replicas * peer
 
 
 def _count(fn: Function, inline: bool, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
-    """``ReplicaAllreduce`` and ``Peer*`` ops of ``fn`` (with ``inline``, of its callees
+    """``Replica*`` and ``Peer*`` ops of ``fn`` (with ``inline``, of its callees
     per call)."""
     n = memo.get(id(fn))
     if n is None:
@@ -228,9 +229,10 @@ def expand_replica_events(events: list[tuple], replicas: int, stride: int,
                           peers: int = 1) -> list[tuple]:
     """The written copy's expanded events (``expand_events``) as every copy's: each event
     on each copy's devices (rank ``t`` of replica ``r``: shifted by ``r·stride + t``); a
-    ``ReplicaAllreduce`` once per rank, on every replica's devices (as the ``MPIAllreduce``
-    of the program of every replica); a ``Peer*`` op once per replica, on every rank's
-    devices (as its ``MPIAllreduce`` or ``MPIAllgather``). Sorted by start time (stable)."""
+    ``Replica*`` op once per rank, on every replica's devices (as the ``MPIAllreduce`` or
+    ``MPIAllgather`` of the program of every replica); a ``Peer*`` op once per replica, on
+    every rank's devices (as its ``MPIAllreduce`` or ``MPIAllgather``). Sorted by start
+    time (stable)."""
     from distir.analysis.renaming import rename_detail
 
     out: list[tuple] = []

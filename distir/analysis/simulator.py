@@ -1032,8 +1032,8 @@ def simulate(fn: Function | Module | ReplicaProgram, hardware: Hardware | str = 
     name, a path to a profile file, or a ``Hardware``).
 
     A ``ReplicaProgram`` (``dtp_replica``: one of several identical data-parallel
-    replicas, tensor-parallel ranks), or a function whose ``ReplicaAllreduce`` and
-    ``Peer*`` ops name the other copies' devices, is simulated as the program of every
+    replicas, tensor-parallel ranks), or a function whose ``Replica*`` and ``Peer*``
+    ops name the other copies' devices, is simulated as the program of every
     copy.
 
     ``input_types`` override the parameters' declared types (as in ``infer_types``);

@@ -87,7 +87,10 @@ def run_transform(args: argparse.Namespace) -> int:
     if args.one_replica and args.tp > 1:
         weights += f"; tensor-parallel rank 0 of {args.tp}" if peers > 1 else (
             f"; every tensor-parallel rank (the {args.tp} ranks do not run alike)")
-    if args.one_replica and args.dp > 1:
+    if args.one_replica and args.dp > 1 and rp.replicas == 1:
+        weights += (f"; every one of the {args.dp} replicas (a collective over them has no "
+                    "replica-0 form)")
+    elif args.one_replica and args.dp > 1:
         from distir.analysis.replicas import replica_program
 
         read = replica_program(fn)

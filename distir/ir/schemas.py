@@ -121,6 +121,13 @@ _DISTIR_OPS = [
         "(`dtp_replica`), this replica's part of an all-reduce over `devices` (the "
         "input's device and its copies on the other replicas): the sum, on the input's "
         "device; timed as `MPIAllreduce` over `devices`, not executable"),
+    _op("ReplicaAllgather", "comm", (1, 1), (1, 1),
+        (_A("devices", "devices", True), _A("axis", "int", False, 0)),
+        doc="in a program that writes one of several identical replicas "
+        "(`dtp_replica`), this replica's part of an all-gather along `axis` over `devices` "
+        "(as `ReplicaAllreduce`): the concatenation of every listed device's copy in the "
+        "listed order, `len(devices)` times the input's size along `axis`, on the input's "
+        "device; timed as `MPIAllgather` over `devices`, not executable"),
     _op("PeerAllreduce", "comm", (1, 1), (1, 1), (_A("peers", "int", True),),
         doc="in a program that writes rank 0 of `peers` identical tensor-parallel ranks "
         "(`dtp_replica`), its part of an all-reduce over the input's device and the next "
@@ -202,7 +209,8 @@ SCHEMAS.update({s.name: s for s in _DISTIR_OPS})
 COMM_OPS = frozenset(s.name for s in _DISTIR_OPS if s.domain == "comm")
 
 ASYNC_OPS = frozenset({"MPIAllreduce", "MPIAllreduceBucket", "ReplicaAllreduce",
-                       "PeerAllreduce", "MPIReduceScatter", "MPIAllgather", "PeerAllgather"})
+                       "ReplicaAllgather", "PeerAllreduce", "MPIReduceScatter", "MPIAllgather",
+                       "PeerAllgather"})
 """Collectives (the all-reduces, bucketed or not, reduce-scatter and all-gather) that run
 on each device's communication stream, overlapping the compute ops after them until the
 first op that reads their result (distir's extension of the spec's execution semantics;
@@ -210,8 +218,8 @@ see docs/simulation.md, "Overlapping communication"). The simulator and the PyTo
 backend (an ``async_op`` collective, waited for at the first use of its result) both
 follow it."""
 
-FOLDED_COLLECTIVES = {"ReplicaAllreduce": "MPIAllreduce", "PeerAllreduce": "MPIAllreduce",
-                      "PeerAllgather": "MPIAllgather"}
+FOLDED_COLLECTIVES = {"ReplicaAllreduce": "MPIAllreduce", "ReplicaAllgather": "MPIAllgather",
+                      "PeerAllreduce": "MPIAllreduce", "PeerAllgather": "MPIAllgather"}
 """The collectives of a program that writes one of several identical copies (data-parallel
 replicas, tensor-parallel ranks: ``distir.analysis.replicas``), each standing for this
 collective of the program of every copy: timed, issued and traced as it is."""

@@ -71,7 +71,11 @@ def dtp_replica(fn: Function | Module | Analysis, dp: int = 1, tp: int = 1, pp: 
                 fold_tp: bool = True) -> ReplicaProgram:
     """``dtp``'s step for simulation, written for replica 0 alone: the same program as
     ``dtp(fn, dp, ...)`` on devices ``0 .. tp·pp - 1``, each sum of gradients over the
-    replicas being replica 0's part of it (``ReplicaAllreduce``). With ``fold_tp`` (the
+    replicas being replica 0's part of it (``ReplicaAllreduce``), and each gather over
+    them (an activation split on the batch that an op reads whole, as where a reshape
+    merges the batch with a dimension split over the ranks) too (``ReplicaAllgather``);
+    where a collective over the replicas has neither form (a reduce-scatter), the program
+    of every replica (``replicas`` is then 1). With ``fold_tp`` (the
     default), where the ``tp`` ranks of every stage run alike (no bias added on rank 0
     alone), it is written for tensor-parallel rank 0 alone too (devices ``s·tp`` of each
     stage ``s``), each collective over the ranks being rank 0's part of it

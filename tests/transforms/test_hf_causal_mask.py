@@ -86,3 +86,51 @@ def test_training_step_distributes(model: distir.Module, cfg: tuple[int, int, in
     got = distir.execute(sc, ins, check_types=False)
     for g, w in zip(got, want, strict=True):
         np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("cfg", [(2, 2, 1, 1), (2, 2, 2, 2)],
+                         ids=lambda c: "D{}T{}P{}K{}".format(*c))
+def test_one_replica_gathers_over_the_replicas(model: distir.Module,
+                                               cfg: tuple[int, int, int, int]) -> None:
+    """The exporter's attention reshapes the queries ``(batch, heads, seq, d)`` to
+    ``(batch·heads, seq, d)``: under D x T the merged dimension would be split by both mesh
+    axes, which a layout does not express, so the passes gather the queries over the
+    replicas. Replica 0's program (what the grid search simulates) writes its part of that
+    gather (``ReplicaAllgather``, where it was refused before) and simulates as the program
+    of every replica."""
+    from distir.analysis.hardware import load_hardware
+    from distir.analysis.simulator import simulate
+    from distir.transforms.spmd import compose_dtp, compose_dtp_replica
+    from tests.analysis.test_simulator_replicas import assert_same_as_every_replica
+
+    hw = load_hardware("h100-sxm")
+    an = analyze(training_step(model.entry, loss="cross_entropy", optimizer="adam"))
+    dp, tp, pp, k = cfg
+    one = compose_dtp_replica(an, dp, tp, pp, k)
+    assert (one.replicas, one.peers) == (dp, tp)
+    kinds = {op.op_type for f in (one.fn, *one.fn.reachable()) for op in f.ops}
+    assert "ReplicaAllgather" in kinds
+    full = compose_dtp(an, dp, tp, pp, k)
+    assert one.num_ops(inline_calls=True) == full.num_ops(inline_calls=True)
+    assert_same_as_every_replica(simulate(one, hw), simulate(full, hw))
+
+
+def test_no_replica_form_writes_every_replica(model: distir.Module,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """Where a collective over the replicas has no replica-0 form (a reduce-scatter; here
+    made so by refusing every one), replica 0's program is the program of every replica,
+    a ``ReplicaProgram`` of one replica, and simulates as it."""
+    from distir.analysis.simulator import simulate
+    from distir.transforms.spmd import compose_dtp, compose_dtp_replica
+    from distir.transforms.spmd.stage_values import NoReplicaForm, StageValues
+
+    def refuse(self: object, *args: object) -> None:
+        raise NoReplicaForm("no replica form")
+
+    monkeypatch.setattr(StageValues, "_replica_part", refuse)
+    an = analyze(training_step(model.entry, loss="cross_entropy", optimizer="sgd"))
+    one = compose_dtp_replica(an, 2, 2, 1, 1)
+    assert (one.replicas, one.stride, one.peers) == (1, 4, 1)
+    full = compose_dtp(an, 2, 2, 1, 1)
+    assert distir.dumps(one.fn) == distir.dumps(full)
+    assert simulate(one, "h100-sxm").latency_s == simulate(full, "h100-sxm").latency_s

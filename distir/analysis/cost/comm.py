@@ -35,14 +35,17 @@ def collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return OpCost(hw.comm_time(_KIND[op_type], nbytes, devices), 0.0, nbytes, True)
 
 
-@COST_RULES.register("ReplicaAllreduce")
-def replica_allreduce(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
-                      hw: Hardware) -> OpCost:
-    """One replica's part of an all-reduce over ``devices``: the collective's time (every
-    replica's part starts and ends together, the replicas being identical)."""
-    nbytes = float(ins[0].size_bytes)
-    return OpCost(hw.comm_time("allreduce", nbytes, list(attrs["devices"])), 0.0, nbytes,
-                  True)
+@COST_RULES.register("ReplicaAllreduce", "ReplicaAllgather")
+def replica_collective(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                       hw: Hardware) -> OpCost:
+    """One replica's part of an all-reduce or all-gather over ``devices``: the
+    collective's time (every replica's part starts and ends together, the replicas being
+    identical). The message size is ``MPIAllreduce``'s (the input) or ``MPIAllgather``'s
+    (the result)."""
+    gather = op_type == "ReplicaAllgather"
+    nbytes = float((outs[0] if gather else ins[0]).size_bytes)
+    return OpCost(hw.comm_time("allgather" if gather else "allreduce", nbytes,
+                               list(attrs["devices"])), 0.0, nbytes, True)
 
 
 @COST_RULES.register("PeerAllreduce", "PeerAllgather")

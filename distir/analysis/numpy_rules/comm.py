@@ -63,9 +63,9 @@ def allreduce_bucket(op_type: str, args: tuple, attrs: dict[str, Any], n_out: in
     return tuple(s for m in range(k) for s in (total(op_type, args[m * n:(m + 1) * n]),) * n)
 
 
-@NUMPY_RULES.register("ReplicaAllreduce")
-def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
-    raise ExecutionError("ReplicaAllreduce sums values of replicas this program does not "
+@NUMPY_RULES.register("ReplicaAllreduce", "ReplicaAllgather")
+def replica_collective(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    raise ExecutionError(f"{op_type} combines values of replicas this program does not "
                          "write: it is for simulation; execute the program of every "
                          "replica (dtp, not dtp_replica)")
 

@@ -116,8 +116,8 @@ def allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> t
     return tuple(_collective_inputs(op_type, args, same_shape=True))
 
 
-@TYPE_RULES.register("ReplicaAllreduce")
-def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+def _replica_input(args: tuple, attrs: dict[str, Any]) -> tuple[TensorType, int]:
+    """The input of a ``Replica*`` op and the replicas its ``devices`` list."""
     t = tensor(args[0], "input 0")
     devices = list(attrs["devices"])
     if t.device not in devices:
@@ -127,7 +127,19 @@ def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
     if len(set(devices)) != len(devices):
         raise PlacementError(f"devices={devices} lists a device twice: list each replica's "
                              "device once")
-    return (t,)
+    return t, len(devices)
+
+
+@TYPE_RULES.register("ReplicaAllreduce")
+def replica_allreduce(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    return (_replica_input(args, attrs)[0],)
+
+
+@TYPE_RULES.register("ReplicaAllgather")
+def replica_allgather(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    t, n = _replica_input(args, attrs)
+    a = norm_axis(attrs.get("axis", 0), len(t.shape))
+    return (TensorType(t.dtype, t.shape[:a] + (t.shape[a] * n,) + t.shape[a + 1:], t.device),)
 
 
 def _peers(attrs: dict[str, Any]) -> int:

@@ -33,7 +33,7 @@ from distir.transforms.spmd.assignment import LayoutAssignment
 from distir.transforms.spmd.mesh import Mesh, R, Shard, Spec
 from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, ranks_alike, schedule
 from distir.transforms.spmd.propagate import propagate
-from distir.transforms.spmd.stage_values import Unfoldable
+from distir.transforms.spmd.stage_values import NoReplicaForm, Unfoldable
 from distir.transforms.spmd.stages import StagePartition, partition_stages
 
 if TYPE_CHECKING:
@@ -60,21 +60,28 @@ class Composed:
     def lower_replica(self, stage_functions: bool = True, fold_tp: bool = True,
                       ) -> ReplicaProgram:
         """The program of data-parallel replica 0 alone (devices ``0 .. tp·pp-1``), each
-        sum over the replicas its part of one (``ReplicaAllreduce``), as a
+        sum or gather over the replicas its part of one (``ReplicaAllreduce``,
+        ``ReplicaAllgather``), as a
         ``ReplicaProgram``: ``distir.simulate`` gives the figures of ``lower()``'s program
-        of every replica, at a cost that does not grow with ``dp`` (as ``dtp_replica``)."""
+        of every replica, at a cost that does not grow with ``dp`` (as ``dtp_replica``).
+        Where a collective over the replicas has no replica-0 form (a reduce-scatter), the
+        program of every replica, as a ``ReplicaProgram`` of one replica."""
         mesh = self.assignment.mesh
         tp = mesh.size // mesh.shape[0]
         fold = fold_tp and self.folds()
         with no_gc():
             try:
-                fn = lower_pipeline(self.assignment, self.stages, self.sched,
-                                    stage_functions=stage_functions, one_replica=True,
-                                    fold_tp=fold)
-            except Unfoldable:  # a collective over the ranks with no rank-0 form
-                fold = False
-                fn = lower_pipeline(self.assignment, self.stages, self.sched,
-                                    stage_functions=stage_functions, one_replica=True)
+                try:
+                    fn = lower_pipeline(self.assignment, self.stages, self.sched,
+                                        stage_functions=stage_functions, one_replica=True,
+                                        fold_tp=fold)
+                except Unfoldable:  # a collective over the ranks with no rank-0 form
+                    fold = False
+                    fn = lower_pipeline(self.assignment, self.stages, self.sched,
+                                        stage_functions=stage_functions, one_replica=True)
+            except NoReplicaForm:  # a collective over the replicas with no replica-0
+                fn = self.lower(stage_functions=stage_functions)  # form: every replica
+                return ReplicaProgram(fn, 1, mesh.size * self.stages.pp)
         return ReplicaProgram(fn, mesh.shape[0], tp * self.stages.pp, tp if fold else 1)
 
     def deferred(self) -> list[int]:

@@ -36,7 +36,7 @@ from distir.transforms.spmd.mesh import (
 from distir.transforms.spmd.redistribute import Step, plan
 from distir.transforms.spmd.stages import StagePartition
 
-__all__ = ["StageValues", "Pieces", "Unfoldable", "name_hint"]
+__all__ = ["StageValues", "Pieces", "Unfoldable", "NoReplicaForm", "name_hint"]
 
 Pieces = dict[Spec, list[Value | None]]
 
@@ -60,7 +60,7 @@ class StageValues:
     all: list[int]
     """The virtual ranks written: every one, or replica 0's (the first ``K·inner``)."""
     written: int
-    """The replicas written (``dp``, or 1: replica 0's program, see ``_replica_sum``)."""
+    """The replicas written (``dp``, or 1: replica 0's program, see ``_replica_part``)."""
     fold: bool
     """Whether tensor-parallel rank 0 alone is written (``all`` then holds the virtual
     ranks at tensor coordinate 0; see ``_peer``)."""
@@ -313,7 +313,7 @@ class StageValues:
         if step.axis == 0 and self.written < vm.shape[0]:  # replica 0's part of each
             for r in rs:
                 if nxt[r] is None:
-                    nxt[r] = self._replica_sum(v, s, step, cur[r], r)
+                    nxt[r] = self._replica_part(v, s, step, cur[r], r)
             return
         if self.fold:  # tensor-parallel rank 0's part of each
             for r in rs:
@@ -375,7 +375,7 @@ class StageValues:
                         acc = b.op("Add", acc, x, name=name)
                     per.append(acc)  # type: ignore[arg-type]
             if self.written < dp:
-                per = [self._replica_sum(v, s, step, per[0], g[0])]
+                per = [self._replica_part(v, s, step, per[0], g[0])]
             elif dp > 1:
                 res = b.op(op_type, *per, num_results=dp,
                            name=[f"{name_hint(v)}_d{self.dev(s, g[d * k])}" for d in range(dp)],
@@ -392,24 +392,34 @@ class StageValues:
                     for r in mine:
                         nxt[r] = per[d]
 
-    def _replica_sum(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
-        """Replica 0's part of the all-reduce of ``x`` (virtual rank ``r``'s piece of
-        ``v`` on stage ``s``) over the replicas: a ``ReplicaAllreduce`` over the device of
-        ``r`` and its copies on the other replicas. Gathers and reduce-scatters over the
-        replicas have no replica form and are refused."""
-        if step.kind != "allreduce":
-            raise TransformError(
+    def _replica_part(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
+        """Replica 0's part of the collective ``step`` over the replicas of ``x`` (virtual
+        rank ``r``'s piece of ``v`` on stage ``s``): ``ReplicaAllreduce`` or
+        ``ReplicaAllgather`` over the device of ``r`` and its copies on the other replicas
+        (a grouped gather put back in group-major order). A reduce-scatter over the
+        replicas has no replica form: ``NoReplicaForm`` (the caller writes every
+        replica)."""
+        if step.kind == "reduce_scatter":
+            raise NoReplicaForm(
                 f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
-                f"{spec_str(step.before)}: a {step.kind} over the replicas, which replica "
-                "0's program cannot write (only all-reduces); write every replica's")
-        mk = ("replica", id(x))
+                f"{spec_str(step.before)}: a reduce-scatter over the replicas, which replica "
+                "0's program cannot write (only all-reduces and all-gathers); write every "
+                "replica's")
+        mk = ("replica", step.kind, step.dim, step.groups, id(x))
         y = self.memo.get(mk)
         if y is None:
             devs = self.meshes[s].devices
             j = self.prank[r]
-            group = [devs[j + d * self.inner] for d in range(self.vmesh.shape[0] // self.k)]
-            y = self.memo[mk] = self.b.op("ReplicaAllreduce", x, devices=group,
-                                          name=self.name(v, s, r, per_mb=False))
+            n = self.vmesh.shape[0] // self.k
+            group = [devs[j + d * self.inner] for d in range(n)]
+            name = self.name(v, s, r, per_mb=False)
+            if step.kind == "allreduce":
+                y = self.b.op("ReplicaAllreduce", x, devices=group, name=name)
+            else:
+                y = self.b.op("ReplicaAllgather", x, devices=group, axis=step.dim, name=name)
+                if step.groups != 1:
+                    y = self._regroup(v, s, (r,), [y], step.dim, step.groups, n)[0]
+            self.memo[mk] = y
         return y
 
     def _peer(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
@@ -450,6 +460,10 @@ class StageValues:
 
 class Unfoldable(TransformError):
     """A collective over the tensor axis that rank 0's program cannot write alone."""
+
+
+class NoReplicaForm(TransformError):
+    """A collective over the replicas that replica 0's program cannot write alone."""
 
 
 def _has(lst: list[Value | None] | None, rs: list[int]) -> bool:
