@@ -29,11 +29,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--hardware", "-H", default="h100-sxm", metavar="H",
                    help="a profile name or a path to a profile .json file (default "
                    "h100-sxm)")
-    p.add_argument("--replay", nargs="+", metavar="REPLAY_TRACE", default=None,
+    # One path per --replay (repeatable), so that `--replay DIR2 DIR` leaves DIR to the
+    # measured traces, as a user writes it.
+    p.add_argument("--replay", action="append", metavar="REPLAY_TRACE", default=None,
                    help="the traces of the same program run with `distir run --cuda-graph "
-                   "--profile DIR2` (files or DIR2): each op is then timed by the replayed "
-                   "graph's kernels, matched in order to those its range launched in the "
-                   "marked eager step, and simulated without host dispatch")
+                   "--profile DIR2`: DIR2, or one rank<r>.json per --replay (repeat it): "
+                   "each op is then timed by the replayed graph's kernels, matched in order "
+                   "to those its range launched in the marked eager step, and simulated "
+                   "without host dispatch")
     p.add_argument("-o", "--out", metavar="OUT.json", default=None,
                    help="write both timelines as one Perfetto (Chrome trace) file")
     p.add_argument("--top", type=int, default=15, metavar="N",

@@ -251,6 +251,10 @@ def test_replayed_graph_times_ops_by_the_matched_kernels(tmp_path: Any) -> None:
     r = distir_cmd("explain", eager, "--replay", rdir, "--program", prog, "--json")
     assert r.returncode == 0, r.stderr
     assert json.loads(r.stdout)["replay"]["0"]["unmatched"] == [1, 1]
+    # --replay takes one path: the measured traces may follow it
+    r = distir_cmd("explain", "--program", prog, "--json", "--replay", rdir, eager)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["replay"]["0"]["unmatched"] == [1, 1]
 
 
 def _other_rank(rdir: str) -> str:
