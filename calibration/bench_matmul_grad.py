@@ -30,12 +30,13 @@ longer than it predicts.
 
 ``scatter_add_repeated``: ``ScatterND`` with ``reduction="add"`` of ``R`` rows of width
 ``d`` into a ``(V, d)`` table (the embedding gradient), through the backend's own lowering
-(``data.clone()`` then ``index_put_(..., accumulate=True)``), with the indices the backend
-draws for integer inputs when it measures a step (``distir/backend/worker.py``: integers in
-[0, 8)). CUDA's accumulating ``index_put_`` sorts the indices and adds each run of equal
-indices serially, so its time grows with the rows per distinct index: with 8 distinct
-indices a GPT-2 batch of 32 x 1024 tokens takes milliseconds where distinct indices take
-about a tenth of one. The same shapes with indices drawn over the whole table are measured
+(PyTorch's embedding backward, then added to the table: ``ops_onnx._scatter_add_rows``),
+with the indices the backend draws for integer inputs when it measures a step
+(``distir/backend/worker.py``: integers in [0, 8)). Until 2026-11-27 the lowering was an
+accumulating ``index_put_``, which adds each run of equal indices serially (with 8
+distinct indices a GPT-2 batch of 32 x 1024 tokens took milliseconds; BERT's token-type
+gradient, every row into row 0, 10.7 ms on an H200); profiles measured before then
+describe that kernel. The same shapes with indices drawn over the whole table are measured
 too, as rows of the existing ``scatter_add`` family (``calibration/bench_train.py``'s,
 fitted by bytes). A row's ``m`` is ``R``, ``n`` the width ``d``, ``k`` the table's rows
 ``V``; ``bytes`` every input and result of the op, as the cost rule counts them.

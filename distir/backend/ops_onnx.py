@@ -490,12 +490,33 @@ def _argmax(s: Static) -> Kernel:
     return lambda x: (f(x, dim=axis, keepdim=keep),)
 
 
+def _scatter_add_rows(s: Static) -> Kernel:
+    """An adding ``ScatterND`` of whole rows (index depth 1: the gradient of a ``Gather``,
+    an embedding's) by PyTorch's embedding backward, which sorts the indices and sums each
+    run of equal ones in parallel segments, then added to ``data``. An accumulating
+    ``index_put_`` adds a run serially: 10.7 ms on an H200 for BERT's token-type gradient
+    (16,384 rows of 768 into row 0), where this takes a fraction of a millisecond. The sums
+    are those of ``index_put_`` up to their order of addition."""
+    n = s.inp(0).shape[0]
+
+    def k(data: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor) -> tuple:
+        flat = idx.reshape(-1)
+        flat = torch.where(flat < 0, flat + n, flat)  # ONNX's negative indices
+        rows = upd.reshape(flat.shape[0], -1)
+        g = torch.ops.aten.embedding_dense_backward(rows, flat, n, -1, False)
+        return ((data + g.view(data.shape)).to(data.dtype),)
+
+    return k
+
+
 @LOWERINGS.register("ScatterND")
 def _scatter_nd(s: Static) -> Kernel:
     red = s.attrs.get("reduction", "none")
     if red not in ("none", "add", "mul"):
         raise UnsupportedError(f"ScatterND with reduction={red!r}")
     depth = s.inp(1).shape[-1]
+    if red == "add" and depth == 1 and s.inp(0).dtype.is_float:
+        return _scatter_add_rows(s)
 
     def k(data: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor) -> tuple:
         out = data.clone()

@@ -18,9 +18,9 @@
   H100 than ``matmul`` predicts): a rule sees its op's types and attributes only, and no
   type says that an operand is a transposed view.
 - An adding ``ScatterND`` (the embedding gradient) uses the profile's
-  ``scatter_add_repeated`` fit where it has one: the backend's accumulating ``index_put_``
-  adds each run of equal indices serially, and it was measured with the indices the
-  backend draws when it measures a step (integers in [0, 8)); else ``scatter_add``.
+  ``scatter_add_repeated`` fit where it has one (the backend's kernel, PyTorch's
+  embedding backward, measured with the indices the backend draws when it measures a
+  step: integers in [0, 8)); else ``scatter_add``.
 - Every other kernel is memory-bound: ``Hardware.memory_time(bytes, flops)`` with ``bytes``
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
   per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions,
