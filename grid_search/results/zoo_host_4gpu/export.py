@@ -55,6 +55,10 @@ def main() -> None:
         axes = [{0: "batch", 1: "seq"}, {0: "batch", 1: "seq"}]
         what = f"BertModel {a.layers} x {a.hidden}, {a.heads} heads"
     else:
+        import sys
+        from pathlib import Path
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project's root
         from tests.zoo.models import ResNet, _Bottleneck
 
         module = ResNet(_Bottleneck, [3, 4, 6, 3], base=a.width, classes=1000).eval()

@@ -1,0 +1,118 @@
+"""Simulated vs measured for the models of this folder (see README.md): exports each model
+here (``export.py``, the HF GPT-2 by ``../graph_zoo_4gpu/export_hf_gpt2.py``), simulates
+every configuration of 4 devices with the profiles named, and prints per study Spearman,
+median / p90 / worst latency error and top-1 regret beside each configuration.
+
+    python grid_search/results/zoo_host_4gpu/compare.py [--profiles h200-sxm-graph ...]
+
+Measured: call A's CSVs (``call_a/``; ResNet-50's from its printed output,
+``call_a/resnet50_measured_ms.txt``) and call D's BERT steps (``call_d/bert_measured_ms.txt``).
+Replayed steps are compared with the device-time profile (``h200-sxm-graph``), eager ones
+with ``h200-sxm``, as the held-out protocol does (docs/fidelity.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from scipy.stats import spearmanr
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parents[2]
+Key = tuple[int, int, int, int]
+MODELS = {  # name: (export command args, grid-search args)
+    "gpt2": ([str(HERE.parent / "graph_zoo_4gpu" / "export_hf_gpt2.py")],
+             ["--dim", "batch=16", "--dim", "seq=512", "--loss", "cross_entropy",
+              "--optimizer", "adam"]),
+    "bert": ([str(HERE / "export.py"), "bert"],
+             ["--dim", "batch=32", "--dim", "seq=512", "--loss", "mse", "--optimizer", "adam"]),
+    "resnet50": ([str(HERE / "export.py"), "resnet50"],
+                 ["--dim", "batch=128", "--loss", "cross_entropy", "--optimizer", "sgd"]),
+}
+
+
+def _key(r: dict[str, str]) -> Key:
+    return (int(r["dp"]), int(r["tp"]), int(r["pp"]), int(r["microbatches"]))
+
+
+def _csv(path: Path, column: str) -> dict[Key, float]:
+    with open(path, encoding="utf-8") as f:
+        return {_key(r): float(r[column]) * 1e3 for r in csv.DictReader(f)
+                if r.get(column) and r["status"] == "ok"}
+
+
+def _table(path: Path, mode: str) -> dict[Key, float]:
+    out = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        w = line.split()
+        if w and not line.startswith("#") and w[0] == mode:
+            out[(int(w[1]), int(w[2]), int(w[3]), int(w[4]))] = float(w[5])
+    return out
+
+
+def simulate(model: str, profile: str, work: Path) -> dict[Key, float]:
+    onnx = work / f"{model}.onnx"
+    if not onnx.exists():
+        subprocess.run([sys.executable, *MODELS[model][0], str(onnx)], check=True, cwd=ROOT,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    out = work / f"{model}_{Path(profile).stem}.csv"
+    subprocess.run([sys.executable, "-m", "distir", "grid-search", "--model", str(onnx),
+                    "--devices", "4", "--hardware", profile, "--max-microbatches", "4",
+                    "--train", *MODELS[model][1], "-o", str(out)], check=True, cwd=ROOT,
+                   stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return _csv(out, "latency_s")
+
+
+def report(name: str, pred: dict[Key, float], meas: dict[Key, float]) -> None:
+    ks = [k for k in meas if k in pred]
+    err = sorted(abs(pred[k] / meas[k] - 1) for k in ks)
+    rho = spearmanr([pred[k] for k in ks], [meas[k] for k in ks]).statistic
+    top, best = min(ks, key=pred.__getitem__), min(ks, key=meas.__getitem__)
+    p90 = err[round(0.9 * (len(err) - 1))]
+    print(f"{name}: {len(ks)} configurations, Spearman {rho:.3f}, median "
+          f"{statistics.median(err) * 100:.1f}%, p90 {p90 * 100:.1f}%, worst "
+          f"{err[-1] * 100:.1f}%, top-1 regret {(meas[top] / meas[best] - 1) * 100:.1f}%")
+    for k in sorted(ks, key=meas.__getitem__):
+        print(f"    D{k[0]} T{k[1]} P{k[2]} K{k[3]}: predicted {pred[k]:7.2f} ms, measured "
+              f"{meas[k]:7.2f} ms, {(pred[k] / meas[k] - 1) * 100:+.1f}%")
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--graph-profile", default="h200-sxm-graph")
+    ap.add_argument("--eager-profile", default="h200-sxm")
+    a = ap.parse_args()
+    A, D = HERE / "call_a", HERE / "call_d"
+    with tempfile.TemporaryDirectory() as tmp:
+        work = Path(tmp)
+        g, e = a.graph_profile, a.eager_profile
+        studies = [
+            ("HF GPT-2 eager, launch 1", "gpt2", e, _csv(A / "hf_gpt2_train_eager.csv",
+                                                       "measured_latency_s")),
+            ("HF GPT-2 eager, launch 2", "gpt2", e, _csv(A / "hf_gpt2_train_eager_r2.csv",
+                                                       "measured_latency_s")),
+            ("BERT replayed (call A)", "bert", g, _csv(A / "bert_train_graph.csv",
+                                                       "measured_latency_s")),
+            ("BERT eager (call A)", "bert", e, _csv(A / "bert_train_eager.csv",
+                                                    "measured_latency_s")),
+            ("BERT replayed (call D)", "bert", g, _table(D / "bert_measured_ms.txt", "graph")),
+            ("BERT eager (call D)", "bert", e, _table(D / "bert_measured_ms.txt", "eager")),
+            ("ResNet-50 replayed", "resnet50", g, _table(A / "resnet50_measured_ms.txt",
+                                                         "graph")),
+            ("ResNet-50 eager", "resnet50", e, _table(A / "resnet50_measured_ms.txt", "eager")),
+        ]
+        sims: dict[tuple[str, str], dict[Key, float]] = {}
+        for name, model, prof, meas in studies:
+            if (model, prof) not in sims:
+                sims[(model, prof)] = simulate(model, prof, work)
+            report(f"{name}, simulated with {prof}", sims[(model, prof)], meas)
+
+
+if __name__ == "__main__":
+    main()
