@@ -42,11 +42,11 @@ def test_families_taken_from_another_profile(tmp_path: Path) -> None:
 
 def test_a_family_dropped_falls_back(tmp_path: Path) -> None:
     out = tmp_path / "dropped.json"
-    assert main([str(PROFILES / "h100-sxm.json"), "--families", "scatter_add_repeated",
+    assert main([str(PROFILES / "h200-sxm.json"), "--families", "scatter_add_repeated",
                  "--drop", "-o", str(out)]) == 0
     hw = load_hardware(out)
     feats = scatter_features(8192, 1024, 50257, 4.5e8)
-    assert load_hardware(PROFILES / "h100-sxm.json").fitted_kernel_time(
+    assert load_hardware(PROFILES / "h200-sxm.json").fitted_kernel_time(
         "scatter_add_repeated", "Float32", feats) is not None
     assert hw.fitted_kernel_time("scatter_add_repeated", "Float32", feats) is None
     assert "scatter_add_repeated dropped" in json.loads(out.read_text())["comment"][-1]
