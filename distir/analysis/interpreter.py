@@ -32,7 +32,7 @@ from distir.errors import (
     UnsupportedError,
 )
 from distir.ir.core import Function, Op, Value
-from distir.ir.schemas import COMM_OPS
+from distir.ir.schemas import COMM_OPS, FOLDED_COLLECTIVES
 from distir.ir.types import TensorType, Type
 
 __all__ = ["Interpreter", "TypeInterpreter", "NumpyInterpreter", "Listener", "locate"]
@@ -236,7 +236,9 @@ class TypeInterpreter(Interpreter):
         if rule is None:
             raise UnsupportedError(f"no type rule for op '{op_type}'")
         types = tuple(rule(op_type, args, attrs, n_out))
-        if not all_concrete:
+        if not all_concrete or op_type in FOLDED_COLLECTIVES:
+            # (a Replica*/Peer* op combines its copies on replicas or ranks the program
+            # does not write: its result is known by type only, even of a constant)
             return types
         for t in types:
             if not isinstance(t, TensorType) or t.numel > CONCRETE_LIMIT:
