@@ -67,7 +67,9 @@ def dropout(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     if not training:
         return (douts[0], None, None)[:cx.n_in]
     if len(cx.op.outputs) < 2:
-        raise cx.fail("Dropout in training mode needs its mask result to be named")
+        raise cx.fail("Dropout in training mode needs its mask result to be named (a model "
+                      "exported in training mode, as torch's dynamo exporter does without "
+                      "model.eval(): export it after model.eval())")
     ratio = cx.known(1)
     r = 0.5 if not cx.has(1) else None if ratio is None else float(ratio.reshape(-1)[0])
     if r is None:
