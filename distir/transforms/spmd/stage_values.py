@@ -405,7 +405,8 @@ class StageValues:
                 f"{spec_str(step.before)}: a reduce-scatter over the replicas, which replica "
                 "0's program cannot write (only all-reduces and all-gathers); write every "
                 "replica's")
-        mk = ("replica", step.kind, step.dim, step.groups, id(x))
+        mk: tuple = (("replica", id(x)) if step.kind == "allreduce" else
+                     ("replica", step.kind, step.dim, step.groups, id(x)))
         y = self.memo.get(mk)
         if y is None:
             devs = self.meshes[s].devices
