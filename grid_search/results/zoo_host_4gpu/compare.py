@@ -19,16 +19,14 @@ from __future__ import annotations
 
 import argparse
 import csv
-import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-from scipy.stats import spearmanr
-
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[2]
+sys.path.insert(0, str(ROOT))  # grid_search, run as a script from anywhere
 Key = tuple[int, int, int, int]
 MODELS = {  # name: (export command args, grid-search args)
     "gpt2": ([str(HERE.parent / "graph_zoo_4gpu" / "export_hf_gpt2.py")],
@@ -81,14 +79,15 @@ def simulate(model: str, profile: str, work: Path) -> dict[Key, float]:
 
 
 def report(name: str, pred: dict[Key, float], meas: dict[Key, float]) -> None:
+    """The project's accuracy figures (``grid_search.real.accuracy``) and each row."""
+    from grid_search.real import accuracy
+
     ks = [k for k in meas if k in pred]
-    err = sorted(abs(pred[k] / meas[k] - 1) for k in ks)
-    rho = spearmanr([pred[k] for k in ks], [meas[k] for k in ks]).statistic
-    top, best = min(ks, key=pred.__getitem__), min(ks, key=meas.__getitem__)
-    p90 = err[round(0.9 * (len(err) - 1))]
-    print(f"{name}: {len(ks)} configurations, Spearman {rho:.3f}, median "
-          f"{statistics.median(err) * 100:.1f}%, p90 {p90 * 100:.1f}%, worst "
-          f"{err[-1] * 100:.1f}%, top-1 regret {(meas[top] / meas[best] - 1) * 100:.1f}%")
+    a = accuracy([{"latency_s": pred[k], "measured_latency_s": meas[k]} for k in ks])
+    print(f"{name}: {len(ks)} configurations, Spearman {a['spearman']:.3f}, median "
+          f"{a['median_latency_error'] * 100:.1f}%, p90 {a['p90_latency_error'] * 100:.1f}%, "
+          f"worst {a['worst_latency_error'] * 100:.1f}%, top-1 regret "
+          f"{a['top1_regret'] * 100:.1f}%")
     for k in sorted(ks, key=meas.__getitem__):
         print(f"    D{k[0]} T{k[1]} P{k[2]} K{k[3]}: predicted {pred[k]:7.2f} ms, measured "
               f"{meas[k]:7.2f} ms, {(pred[k] / meas[k] - 1) * 100:+.1f}%")
