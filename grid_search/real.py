@@ -18,15 +18,59 @@ from typing import Any
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
-__all__ = ["MEASURED_COLUMNS", "CONFIG_KEY", "config_key", "measure", "iter_measure",
-           "run_top", "accuracy", "spearman", "program_fingerprint", "measure_programs"]
+__all__ = ["MEASURED_COLUMNS", "CLOCK_COLUMNS", "CONFIG_KEY", "config_key", "measure",
+           "iter_measure", "run_top", "accuracy", "spearman", "program_fingerprint",
+           "measure_programs", "clock_columns", "clock_report", "clock_text"]
+
+CLOCK_COLUMNS = ["measured_sm_clock_mhz", "measured_max_sm_clock_mhz", "measured_clock_events"]
+"""Columns of a measured row that say what the GPUs' clocks did during its run
+(``distir.backend.clocks``): the busy SM clock (the lowest over the run's devices of each
+one's median while busy), the card's maximum, and the clock-event reasons seen while busy
+(``none``, or names joined by ``+``); empty where nothing could be read (no GPU, no
+NVML)."""
 
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
-                    "measured_device", "measured_reason", "measured_host_share"]
+                    "measured_device", "measured_reason", "measured_host_share",
+                    *CLOCK_COLUMNS]
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
 or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
-an eager step's busiest host's own cost over its time, ``RunResult.host_share``)."""
+an eager step's busiest host's own cost over its time, ``RunResult.host_share``; the
+``CLOCK_COLUMNS``)."""
+
+
+def clock_columns(report: Any) -> dict[str, Any]:
+    """A ``ClockReport`` as the ``CLOCK_COLUMNS`` of a row (empty when nothing was read)."""
+    if not report.samples:
+        return {}
+    return {"measured_sm_clock_mhz": report.busy_mhz if report.busy_mhz is not None else "",
+            "measured_max_sm_clock_mhz": report.max_mhz or "",
+            "measured_clock_events": report.events_text()}
+
+
+def clock_report(row: dict[str, Any]) -> Any:
+    """The ``ClockReport`` a row's ``CLOCK_COLUMNS`` record (rows read from CSV or built in
+    memory), or ``None`` where they are empty (rows measured without clocks)."""
+    from distir.backend.clocks import ClockReport
+
+    events = str(row.get("measured_clock_events", "") or "")
+    if not events:
+        return None
+    busy, top = row.get("measured_sm_clock_mhz", ""), row.get("measured_max_sm_clock_mhz", "")
+    return ClockReport(busy_mhz=int(float(busy)) if busy not in ("", None) else None,
+                       max_mhz=int(float(top)) if top not in ("", None) else None,
+                       events=frozenset() if events == "none" else frozenset(events.split("+")),
+                       samples=1)
+
+
+def clock_text(report: Any) -> str:
+    """A slowed run's clocks in a few words, e.g. ``1410 of 1980 MHz, hw_thermal``."""
+    parts = []
+    if report.busy_mhz and report.max_mhz:
+        parts.append(f"{report.busy_mhz} of {report.max_mhz} MHz")
+    if report.events:
+        parts.append(report.events_text())
+    return ", ".join(parts)
 
 
 CONFIG_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
@@ -115,9 +159,13 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     steps) measures each run's host cost of a step after its timed steps
     (``RunResult.host_cost_s``): rows gain ``measured_host_cost_s``, the busiest rank's,
     and ``measured_host_share``, that over the step's time (from ``HOST_BOUND``, 0.8, the
-    step is paced by its hosts: ``study compare`` reports such rows apart).
+    step is paced by its hosts: ``study compare`` reports such rows apart). On GPUs (NCCL),
+    the clocks of each run's devices are sampled while it runs (``ClockSampler``) and rows
+    gain the ``CLOCK_COLUMNS``; a run measured on slowed cards (``ClockReport.slowed``) is
+    named as such in the progress line, and ``study compare`` reports such rows apart.
     """
     from distir.backend import Session
+    from distir.backend.clocks import ClockSampler
     from distir.backend.timing import HOST_BOUND
     from distir.errors import DistIRError, TransformError
 
@@ -148,8 +196,10 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                                                                           hardware=hardware)
                         fn = workload.program(seq, c)
                         row["program_fingerprint"] = program_fingerprint(fn)
-                        r = s.run(fn, steps=steps, warmup=warmup, memory_limit=memory_limit,
-                                  cuda_graph=cuda_graph, host_cost=host_cost and not cuda_graph)
+                        with ClockSampler(size if s.backend == "nccl" else 0) as clocks:
+                            r = s.run(fn, steps=steps, warmup=warmup,
+                                      memory_limit=memory_limit, cuda_graph=cuda_graph,
+                                      host_cost=host_cost and not cuda_graph)
                         if profile is not None and r.status == "ok":
                             profiled.append((c, fn))
                     except DistIRError as e:
@@ -172,10 +222,13 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     if share is not None:
                         row.update(measured_host_cost_s=r.busiest_host_cost_s,
                                    measured_host_share=share)
+                    row.update(clock_columns(clocks.report))
                     if progress is not None:
                         shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
                         if share is not None and share >= HOST_BOUND:
                             shown += f" (paced by the host: {share:.0%})"
+                        if clocks.report.slowed:
+                            shown += f" (on slowed GPUs: {clock_text(clocks.report)})"
                         progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                         progress.flush()
                     yield row
@@ -391,6 +444,13 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
                           for r in paced)
               + "; their time is this machine's host speed, not the configuration's: rank "
               "them replayed (--cuda-graph)")
+    slowed = [(r, rep) for r in ok if (rep := clock_report(r)) is not None and rep.slowed]
+    if slowed:
+        print("  measured on slowed GPUs (the card's protection, or a busy clock below "
+              "90% of its maximum): "
+              + ", ".join(f"D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "
+                          f"{r['batch_size']} ({clock_text(rep)})" for r, rep in slowed)
+              + "; their time is this lease's, not the configuration's: measure them again")
     failed = [r for r in merged if r.get("measured_status") not in ("", None, "ok")]
     for r in failed:
         print(f"  not measured: D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "

@@ -47,7 +47,7 @@ from typing import Any
 
 from distir.errors import ConfigError
 from grid_search.models import workload
-from grid_search.real import config_key
+from grid_search.real import CLOCK_COLUMNS, config_key
 from grid_search.space import enumerate_space, powers_of_two
 
 DEVELOPMENT = {("mlp-1b", "Float16"), ("gpt2-1.6b", "Float16"), ("gpt2-24-1024-16", "Float16"),
@@ -124,13 +124,40 @@ def repeat_latencies(rows: list[dict[str, str]], paths: list[str],
     return out
 
 
+def _apart_rows(ok: list[dict[str, Any]], apart: Any, describe: Any,
+                unknown: Any) -> list[str]:
+    """The rows of a table of configurations reported apart, one per batch size: ``apart``
+    picks them, ``describe(picked, n)`` writes their cell, ``unknown`` counts the others
+    without the value; then the accuracy on the others (from 3 of them)."""
+    from grid_search.real import accuracy
+
+    out = []
+    for b in sorted({int(r["batch_size"]) for r in ok}):
+        sel = [r for r in ok if int(r["batch_size"]) == b]
+        hit = [r for r in sel if apart(r)]
+        rest = [r for r in sel if not apart(r)]
+        head = (f"| {b} | {describe(hit, len(sel))} | {len(rest)} "
+                f"({sum(bool(unknown(r)) for r in rest)}) |")
+        if len(rest) < 3:
+            out.append(head + " - | - | - |")
+            continue
+        a = accuracy(rest)
+        out.append(head + f" {a['spearman']:.3f} | {_pct(a['median_latency_error'])} / "
+                   f"{_pct(a['p90_latency_error'])} / {_pct(a['worst_latency_error'])} "
+                   f"| {_pct(a['top1_regret'])} |")
+    return out
+
+
+def _config_name(r: dict[str, Any]) -> str:
+    return f"D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']}"
+
+
 def host_table(rows: list[dict[str, Any]]) -> list[str]:
     """Per batch size, the configurations whose measured step was paced by its hosts
     (``measured_host_share`` from ``HOST_BOUND``: the busiest host's own cost of a step
     over the step's time), and the accuracy on the others, beside the accuracy on all
     (``fidelity_table``), never instead of it."""
     from distir.backend.timing import HOST_BOUND
-    from grid_search.real import accuracy
 
     ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""]
     if not any(r.get("measured_host_share", "") != "" for r in ok):
@@ -140,33 +167,48 @@ def host_table(rows: list[dict[str, Any]]) -> list[str]:
         share = r.get("measured_host_share", "")
         return share != "" and float(share) >= HOST_BOUND
 
-    out = [f"Host-paced: a step whose busiest host's own cost (ops issued to an idle device, "
-           f"measured after the timed steps) is at least {HOST_BOUND:.0%} of its time. Its "
-           "time is the host's speed, which differs between machines of one kind and "
-           "between launches (docs/fidelity.md); the accuracy on the other configurations "
-           "alone (among them, rows without a measured host cost: replays, memory checks, "
-           "older files):", "",
-           "| batch | host-paced | the others: configs (without a host cost) | Spearman | "
-           "latency error median / p90 / worst | top-1 regret |",
-           "|---|---|---|---|---|---|"]
-    for b in sorted({int(r["batch_size"]) for r in ok}):
-        sel = [r for r in ok if int(r["batch_size"]) == b]
-        hosts = [r for r in sel if paced(r)]
-        rest = [r for r in sel if not paced(r)]
-        names = ", ".join(f"D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']}"
-                          for r in hosts) or "none"
-        unknown = sum(r.get("measured_host_share", "") == "" for r in rest)
-        others = f"{len(rest)} ({unknown})"
-        if len(rest) < 3:
-            out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {others} | - | - "
-                       "| - |")
-            continue
-        a = accuracy(rest)
-        out.append(f"| {b} | {len(hosts)} of {len(sel)} ({names}) | {others} | "
-                   f"{a['spearman']:.3f} | {_pct(a['median_latency_error'])} / "
-                   f"{_pct(a['p90_latency_error'])} / {_pct(a['worst_latency_error'])} "
-                   f"| {_pct(a['top1_regret'])} |")
-    return out
+    return [f"Host-paced: a step whose busiest host's own cost (ops issued to an idle device, "
+            f"measured after the timed steps) is at least {HOST_BOUND:.0%} of its time. Its "
+            "time is the host's speed, which differs between machines of one kind and "
+            "between launches (docs/fidelity.md); the accuracy on the other configurations "
+            "alone (among them, rows without a measured host cost: replays, memory checks, "
+            "older files):", "",
+            "| batch | host-paced | the others: configs (without a host cost) | Spearman | "
+            "latency error median / p90 / worst | top-1 regret |",
+            "|---|---|---|---|---|---|",
+            *_apart_rows(ok, paced, lambda hit, n: f"{len(hit)} of {n} ("
+                         + (", ".join(map(_config_name, hit)) or "none") + ")",
+                         lambda r: r.get("measured_host_share", "") == "")]
+
+
+def clock_table(rows: list[dict[str, Any]]) -> list[str]:
+    """Per batch size, the configurations measured on slowed GPUs (``ClockReport.slowed``:
+    the card's own protection, or a busy SM clock below ``SLOW_CLOCK`` of its maximum) and
+    the accuracy on the others, beside the accuracy on all (``fidelity_table``), never
+    instead of it. Nothing for rows measured without clocks (older files, the CPU)."""
+    from distir.backend.clocks import SLOW_CLOCK
+    from grid_search.real import clock_report, clock_text
+
+    ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""]
+    reports = {id(r): clock_report(r) for r in ok}
+    if not any(reports.values()):
+        return []
+
+    def slowed(r: dict[str, Any]) -> bool:
+        rep = reports[id(r)]
+        return rep is not None and rep.slowed
+
+    return [f"Clocks: a step measured on slowed GPUs (a thermal, power-brake or hardware "
+            f"slowdown while busy, or a busy SM clock below {SLOW_CLOCK:.0%} of the card's "
+            "maximum; `measured_clock_events`, `measured_sm_clock_mhz`) ran at this lease's "
+            "clocks, not at those the profile was calibrated at; the accuracy on the other "
+            "configurations alone (among them, rows without clocks):", "",
+            "| batch | on slowed GPUs | the others: configs (without clocks) | Spearman | "
+            "latency error median / p90 / worst | top-1 regret |",
+            "|---|---|---|---|---|---|",
+            *_apart_rows(ok, slowed, lambda hit, n: f"{len(hit)} of {n}: " + (", ".join(
+                f"{_config_name(r)} ({clock_text(reports[id(r)])})" for r in hit) or "none"),
+                lambda r: reports[id(r)] is None)]
 
 
 def repeat_table(rows: list[dict[str, Any]]) -> list[str]:
@@ -295,7 +337,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
             "program_fingerprint", "stages_hardware", "cuda_graph", "transform", "env",
-            "measured_host_cost_s", "measured_host_share"]
+            "measured_host_cost_s", "measured_host_share", *CLOCK_COLUMNS]
     # A profile file by its absolute path: compare may run from another directory.
     stages_hardware = os.path.abspath(args.hardware) if os.path.isfile(args.hardware) \
         else args.hardware
@@ -459,7 +501,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
             f"{float(top['measured_throughput']):.0f} | {best('D')} / {best('T')} / {best('P')} "
             f"/ {best(None)} |")
     lines += [""] + fidelity_table(rows)
-    for extra_table in (host_table(rows), repeat_table(rows)):
+    for extra_table in (host_table(rows), clock_table(rows), repeat_table(rows)):
         if extra_table:
             lines += [""] + extra_table
     n_summary = len(lines)

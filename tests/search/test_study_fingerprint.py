@@ -277,3 +277,38 @@ def test_compare_reports_host_paced_rows_apart(measured: Path, tmp_path: Path) -
     assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
                  "-o", str(tmp_path / "n")]) == 0
     assert "Host-paced" not in (tmp_path / "n.md").read_text(encoding="utf-8")
+
+
+def test_measure_on_the_cpu_records_no_clocks(measured: Path) -> None:
+    """The clock columns are in every measured file, empty where no GPU was read."""
+    for r in _read(measured):
+        assert r["measured_clock_events"] == "" and r["measured_sm_clock_mhz"] == ""
+
+
+def test_compare_reports_rows_measured_on_slowed_gpus_apart(measured: Path,
+                                                            tmp_path: Path) -> None:
+    """Rows measured on slowed cards are named per batch size, with the accuracy on the
+    others beside (never instead of) the accuracy on all."""
+    rows = _read(measured)
+    clocks = (("1410", "hw_thermal"), ("1980", "none"), ("1890", "sw_power_cap"),
+              ("1500", "none"))
+    for r, (mhz, events) in zip(rows, clocks):
+        r.update(measured_sm_clock_mhz=mhz, measured_max_sm_clock_mhz="1980",
+                 measured_clock_events=events)
+    path = tmp_path / "clocks.csv"
+    _write(path, rows)
+    assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "c")]) == 0
+    text = (tmp_path / "c.md").read_text(encoding="utf-8")
+    next(ln for ln in text.splitlines() if ln.startswith("| 16 | 4 | "))  # all rows still
+    line = next(ln for ln in text.splitlines() if ln.startswith("| 16 | 2 of 4: "))
+    assert "D1 T1 P1 K1 (1410 of 1980 MHz, hw_thermal)" in line
+    assert "D2 T1 P1 K1 (1500 of 1980 MHz)" in line  # held below 90% of the maximum
+    assert "| 2 (0) | - |" in line  # too few others for figures
+    for r in rows:  # rows without clocks (older files): nothing said
+        r.update(measured_sm_clock_mhz="", measured_max_sm_clock_mhz="",
+                 measured_clock_events="")
+    _write(path, rows)
+    assert main(["compare", str(path), "--dtype", "Float32", "--hardware", "h100-sxm",
+                 "-o", str(tmp_path / "n")]) == 0
+    assert "slowed GPUs" not in (tmp_path / "n.md").read_text(encoding="utf-8")

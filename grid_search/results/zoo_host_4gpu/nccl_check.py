@@ -29,7 +29,8 @@ def main() -> None:
                 dt = (time.perf_counter() - t) / 20
                 if r == 0:
                     bus = 2 * (n - 1) / n * x.numel() * 4 / dt / 1e9
-                    print(f"all_reduce {n} GPUs {mb:4d} MiB: {dt * 1e3:8.3f} ms, bus {bus:6.1f} GB/s")
+                    print(f"all_reduce {n} GPUs {mb:4d} MiB: {dt * 1e3:8.3f} ms, "
+                          f"bus {bus:6.1f} GB/s")
             dist.barrier()
     dist.destroy_process_group()
 
