@@ -40,10 +40,12 @@ an eager step's busiest host's own cost over its time, ``RunResult.host_share``;
 
 
 def clock_columns(report: Any) -> dict[str, Any]:
-    """A ``ClockReport`` as the ``CLOCK_COLUMNS`` of a row (empty when nothing was read)."""
-    if not report.samples:
-        return {}
-    return {"measured_sm_clock_mhz": report.busy_mhz if report.busy_mhz is not None else "",
+    """A ``ClockReport`` as the ``CLOCK_COLUMNS`` of a row, every one set: empty when no
+    busy sample was read (no GPU, no NVML, or a run too short for the sampler), so that a
+    row measured again never keeps an earlier run's clocks."""
+    if report.busy_mhz is None:
+        return dict.fromkeys(CLOCK_COLUMNS, "")
+    return {"measured_sm_clock_mhz": report.busy_mhz,
             "measured_max_sm_clock_mhz": report.max_mhz or "",
             "measured_clock_events": report.events_text()}
 
@@ -54,7 +56,7 @@ def clock_report(row: dict[str, Any]) -> Any:
     from distir.backend.clocks import ClockReport
 
     events = str(row.get("measured_clock_events", "") or "")
-    if not events:
+    if not events or events == "nan":  # a cell left empty, as read by csv or pandas
         return None
     busy, top = row.get("measured_sm_clock_mhz", ""), row.get("measured_max_sm_clock_mhz", "")
     return ClockReport(busy_mhz=int(float(busy)) if busy not in ("", None) else None,
@@ -447,7 +449,7 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     slowed = [(r, rep) for r in ok if (rep := clock_report(r)) is not None and rep.slowed]
     if slowed:
         print("  measured on slowed GPUs (the card's protection, or a busy clock below "
-              "90% of its maximum): "
+              "70% of its maximum): "
               + ", ".join(f"D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "
                           f"{r['batch_size']} ({clock_text(rep)})" for r, rep in slowed)
               + "; their time is this lease's, not the configuration's: measure them again")

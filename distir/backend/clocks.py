@@ -18,6 +18,7 @@ the report is empty and nothing is said about clocks.
 
 from __future__ import annotations
 
+import functools
 import os
 import shutil
 import statistics
@@ -38,12 +39,15 @@ bit, as named in this module's reports."""
 SLOWDOWN_EVENTS = frozenset({"hw_slowdown", "sw_thermal", "hw_thermal", "hw_power_brake"})
 """Reasons that mark a run as measured on a slowed card whatever its clock: the card's own
 protection (temperature, the power brake, a hardware slowdown signal). The software power
-cap is not among them: large products reach it at full speed on a healthy card; a run held
-far below the maximum clock by it is caught by ``SLOW_CLOCK`` instead."""
+cap is not among them: a healthy card reaches it under load (an H200's SM clock fell from
+1,980 to 1,470-1,800 MHz after 2 s of products, ``calibration.steady``); a run held far
+below that is caught by ``SLOW_CLOCK`` instead."""
 
-SLOW_CLOCK = 0.9
+SLOW_CLOCK = 0.7
 """A run whose busy SM clock (the median of each device's busy samples, the lowest over the
-run's devices) is below this fraction of the card's maximum SM clock was measured slowed."""
+run's devices) is below this fraction of the card's maximum SM clock was measured slowed:
+below what the power cap alone gave a healthy card under sustained load (0.74 of the
+maximum, ``SLOWDOWN_EVENTS``)."""
 
 Sample = tuple[int, int, int]
 """``(sm_clock_mhz, max_sm_clock_mhz, reasons_bitmask)`` of one device at one moment."""
@@ -104,7 +108,11 @@ def summarize(per_device: Sequence[Sequence[Sample]]) -> ClockReport:
                        max_mhz=top or None, events=frozenset(events), samples=n)
 
 
-def _nvml_reader(ids: Sequence[str]) -> Callable[[], list[Sample]] | None:
+@functools.cache
+def _nvml_reader(ids: tuple[str, ...]) -> Callable[[], list[Sample]] | None:
+    """A reader through ``pynvml`` (NVML initialised once per process), or ``None`` where
+    it does not import or a first read fails (an old driver without the reasons call, a
+    device NVML cannot read): nvidia-smi is tried then."""
     try:
         import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
 
@@ -114,14 +122,22 @@ def _nvml_reader(ids: Sequence[str]) -> Callable[[], list[Sample]] | None:
     except Exception:  # noqa: BLE001 - no NVML: try nvidia-smi
         return None
     clk = pynvml.NVML_CLOCK_SM
-    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or \
-        pynvml.nvmlDeviceGetCurrentClocksThrottleReasons
+    for name in ("nvmlDeviceGetCurrentClocksEventReasons",
+                 "nvmlDeviceGetCurrentClocksThrottleReasons"):
+        reasons = getattr(pynvml, name, None)
+        if reasons is None:
+            continue
 
-    def read() -> list[Sample]:
-        return [(int(pynvml.nvmlDeviceGetClockInfo(h, clk)),
-                 int(pynvml.nvmlDeviceGetMaxClockInfo(h, clk)), int(reasons(h)))
-                for h in handles]
-    return read
+        def read(reasons: Callable[[object], int] = reasons) -> list[Sample]:
+            return [(int(pynvml.nvmlDeviceGetClockInfo(h, clk)),
+                     int(pynvml.nvmlDeviceGetMaxClockInfo(h, clk)), int(reasons(h)))
+                    for h in handles]
+        try:  # the driver resolves the call on first use
+            read()
+        except Exception:  # noqa: BLE001 - try the older name, then nvidia-smi
+            continue
+        return read
+    return None
 
 
 def _smi_reader(ids: Sequence[str]) -> Callable[[], list[Sample]] | None:
@@ -159,7 +175,7 @@ class ClockSampler:
         self._read = reader
         fast = True
         if self._read is None and ids:
-            self._read = _nvml_reader(ids)
+            self._read = _nvml_reader(tuple(ids))
             if self._read is None:
                 self._read, fast = _smi_reader(ids), False
         self.interval_s = interval_s if interval_s is not None else (0.1 if fast else 0.5)
