@@ -484,7 +484,7 @@ class TorchrunSession:
         (every rank calls it, in the same order), for tools that drive the compiled program
         themselves (``calibration.bench_dispatch``, ``calibration.memory_trace``).
         ``memory_limit`` caps the allocator on a GPU, the live bytes by types elsewhere."""
-        from distir.backend.lowering import compile_program
+        from distir.backend.lowering import compile_program, known_inputs
 
         proj, args = prepare(fn, self.world_size, None)
         task = make_tasks(proj, args, steps=1, warmup=0, want_outputs=False,
@@ -492,7 +492,8 @@ class TorchrunSession:
         self.runner.groups.ensure(task.groups)
         return task, compile_program(task.program, self.runner.device, rank=self.rank,
                                      groups=self.runner.groups,
-                                     memory_limit=self.runner.memory_cap(task))
+                                     memory_limit=self.runner.memory_cap(task),
+                                     known=known_inputs(task.inputs))
 
     def gather(self, rows: list[Any]) -> list[Any] | None:
         """Every rank's ``rows``, concatenated in rank order, on rank 0; ``None`` on the

@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import importlib
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -39,7 +39,8 @@ if TYPE_CHECKING:
     from distir.analysis.projection import RankProgram
     from distir.backend.groups import GroupCache
 
-__all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program", "isolated",
+__all__ = ["LOWERINGS", "Lowering", "Static", "CompiledProgram", "compile_program",
+           "known_inputs", "KNOWN_MAX_ELEMENTS", "isolated",
            "synchronizer", "load_lowerings", "torch_dtype", "SimulatedOOM", "is_oom"]
 
 Kernel = Callable[..., tuple]
@@ -413,11 +414,40 @@ class _Aliases:
             self.parent[ra] = rb
 
 
+KNOWN_MAX_ELEMENTS = 64
+"""The largest parameter ``known_inputs`` makes a compile-time constant."""
+
+
+def known_inputs(inputs: Sequence[Any] | None) -> dict[int, np.ndarray]:
+    """The parameters of a run whose values can be compiled in, by index: the small
+    operands an exporter stores as initializers (torch's dynamo exporter stores every scalar
+    of the forward pass so: a ``Pow``'s exponent, an attention scale, a mask's fill value;
+    and shapes, axes and slice bounds as small integer vectors). Those are 0-d tensors of
+    any dtype and integer tensors of at most ``KNOWN_MAX_ELEMENTS`` elements, given by the
+    caller (an initializer's value or an input), never a random one. A run binds its
+    inputs once for all its steps, so such a value is a constant of the run: a lowering then
+    reads it at compile time, as for a ``Constant`` (``Static.const``), instead of as a
+    device tensor at every call (a ``Pow`` of a known exponent runs PyTorch's kernel for
+    that exponent, not the general power; an index operand needs no device-to-host copy).
+    Weights (floating-point tensors of one or more dimensions) are never compiled in."""
+    out: dict[int, np.ndarray] = {}
+    for i, a in enumerate(inputs or ()):
+        if a is None:
+            continue
+        a = np.asarray(a)
+        if a.ndim == 0 or (a.dtype.kind in "iub" and a.size <= KNOWN_MAX_ELEMENTS):
+            out[i] = a
+    return out
+
+
 def compile_program(program: RankProgram, device: Any, *, rank: int | None = None,
                     groups: GroupCache | None = None, memory_limit: int | None = None,
-                    progress: Any = None) -> CompiledProgram:
-    """Compile one rank's program for ``device``. Raises ``UnsupportedError`` naming the
-    first op without a lowering (before anything runs)."""
+                    progress: Any = None,
+                    known: dict[int, np.ndarray] | None = None) -> CompiledProgram:
+    """Compile one rank's program for ``device``. ``known``: values of parameters (by
+    index) fixed for every step the program will run (``known_inputs``), compiled in as
+    constants. Raises ``UnsupportedError`` naming the first op without a lowering (before
+    anything runs)."""
     load_lowerings()
     fn = program.fn
     rank = program.device if rank is None else rank
@@ -477,7 +507,8 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
     live = sum(_type_bytes(p.type) for p in fn.params)
     peak = live
     limit_op: int | None = None
-    consts: dict[int, np.ndarray] = {}
+    consts: dict[int, np.ndarray] = {params[i]: v for i, v in (known or {}).items()
+                                     if i < len(params)}
     steps: list[_Step] = []
     pending: set[int] = set()  # slots of asynchronous results not read yet
     for i, (op, (ins, outs)) in enumerate(zip(ops, op_slots)):

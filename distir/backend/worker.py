@@ -135,7 +135,7 @@ class RankRunner:
         The result's status is this rank's own (``OK`` when another rank failed)."""
         import torch
 
-        from distir.backend.lowering import compile_program, is_oom
+        from distir.backend.lowering import compile_program, is_oom, known_inputs
 
         res = RankResult(self.rank, device_name=self.device_name)
         mine, compiled, inputs = OK, None, None
@@ -143,7 +143,8 @@ class RankRunner:
             self.groups.ensure(task.groups)
             compiled = compile_program(task.program, self.device, rank=self.rank,
                                        groups=self.groups, memory_limit=self.memory_cap(task),
-                                       progress=self.progress)
+                                       progress=self.progress,
+                                       known=known_inputs(task.inputs))
             res.static_peak_bytes = compiled.static_peak_bytes
             inputs = self.bind(task)
         except Exception as e:  # noqa: BLE001 - reported to the caller, with its kind

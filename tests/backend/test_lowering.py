@@ -130,6 +130,27 @@ def test_pow() -> None:
     check(one_op("Pow", [X, (F32, (3, 4))]), positive=True)
 
 
+def test_known_inputs_are_compiled_in() -> None:
+    """A run's small operands given by the caller (a dynamo export's 0-d exponent, an
+    integer shape) are compiled in as constants (``known_inputs``): the kernel then uses
+    the known value, as for a ``Constant``; weights and random inputs never are."""
+    from distir.backend.lowering import known_inputs
+
+    fn = one_op("Pow", [X, (F32, ())])
+    x = np.abs(random_for(fn)[0]) + 0.5
+    three = np.array(3.0, np.float32)
+    known = known_inputs([None, three])
+    assert list(known) == [1] and known[1] == 3.0
+    prog = compile_program(project(fn).programs[0], torch.device("cpu"), known=known)
+    with torch.inference_mode():  # a different tensor at run time: the compiled value wins
+        (got,) = prog.run([to_torch(x, "cpu"), to_torch(np.array(2.0, np.float32), "cpu")])
+    np.testing.assert_allclose(got.numpy(), x ** 3, rtol=1e-6)
+    check(fn, [x, three])  # and the result is the reference's
+    shape = np.array([4, 3], np.int64)
+    weight = np.ones((3, 4), np.float32)
+    assert set(known_inputs([weight, shape, None, np.ones(100, np.int64)])) == {1}
+
+
 @pytest.mark.parametrize("op", ["Sum", "Max", "Min"])
 def test_variadic(op: str) -> None:
     check(one_op(op, [(F32, (2, 3)), (F32, (3,)), (F32, (2, 1))]))
