@@ -32,11 +32,13 @@ NVML)."""
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
                     "measured_device", "measured_reason", "measured_host_share",
-                    *CLOCK_COLUMNS]
+                    *CLOCK_COLUMNS, "program_fingerprint", "cuda_graph"]
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
 or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
 an eager step's busiest host's own cost over its time, ``RunResult.host_share``; the
-``CLOCK_COLUMNS``)."""
+``CLOCK_COLUMNS``; the ``program_fingerprint`` of the program run and ``cuda_graph``
+``true`` for replayed steps, so that ``study compare --model`` can check and simulate
+them)."""
 
 
 def clock_columns(report: Any) -> dict[str, Any]:

@@ -362,6 +362,58 @@ def cmd_measure(args: argparse.Namespace) -> int:
     return 0
 
 
+def _stage_profile(name: str) -> Any:
+    """The profile that weighed a row's pipeline stages, by the name a row records: a
+    search's ``hardware`` column writes ``NAME+graph`` for a profile used for replayed
+    steps (``Hardware.for_cuda_graphs``)."""
+    if name.endswith("+graph"):
+        from distir.analysis.hardware import load_hardware
+
+        return load_hardware(name.removesuffix("+graph")).for_cuda_graphs()
+    return name
+
+
+def _is_file_label(label: str) -> bool:
+    """Whether a row's ``model`` names a model file (``bert.onnx``, ``step.dir``, with a
+    ``+train-...`` suffix when it was made a training step)."""
+    return label.split("+")[0].endswith((".onnx", ".dir"))
+
+
+def _compare_rows(args: argparse.Namespace, rows: list[dict[str, Any]],
+                  ) -> tuple[list[dict[str, Any]], Any, bool]:
+    """The measured rows of a file (a search's CSV after ``--run-top`` holds rows never
+    run: they are left out), the workload that rebuilds their programs, and whether it is a
+    model file (``--model``). One-line errors for rows of a model file without ``--model``,
+    and for a ``--model`` whose workload is not the rows'."""
+    from distir.cli import _train
+    from distir.cli.importer import parse_dims
+
+    label = rows[0]["model"].split("@")[0]
+    measured = [r for r in rows if (r.get("measured_status") or "").strip()]
+    if not measured:
+        raise ConfigError(f"{args.measured}: no row was measured (no measured_status); run "
+                          "the configurations first (grid-search --run-top, study measure)")
+    if args.model is None:
+        given = [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
+                                ("--train", args.train)) if v]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: these go with --model FILE (rows of a "
+                              "model file)")
+        if _is_file_label(label):
+            raise ConfigError(f"{args.measured}: its rows are of the model file {label}: "
+                              "pass --model FILE with the --dim, --batch-input and --train "
+                              "options grid-search was given, to rebuild its programs")
+        return measured, workload(label, dtype=args.dtype), False
+    batches = sorted({int(r["batch_size"]) for r in measured})
+    w = workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
+                 batch_input=args.batch_input, batch_sizes=batches)
+    if w.name != label:
+        raise ConfigError(f"{args.measured}: its rows are of {label}, and --model "
+                          f"{args.model} with these options is {w.name}: give the file and "
+                          "the --train options grid-search was given")
+    return measured, w, True
+
+
 def cmd_compare(args: argparse.Namespace) -> int:
     import distir
     from distir.analysis.allocator import near_capacity
@@ -382,7 +434,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         every = [float(r["measured_latency_s"]), *xs]
         r["repeat_latencies_s"] = " ".join(f"{x:.6g}" for x in xs)
         r["measured_spread"] = max(every) / min(every) - 1
-    w = workload(rows[0]["model"].split("@")[0], dtype=args.dtype)
+    rows, w, file_model = _compare_rows(args, rows)
     hw = load_hardware(args.hardware)
     hw_graph = hw.for_cuda_graphs()
     models: dict[tuple[int, str], Any] = {}
@@ -394,9 +446,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
         # (--stages-hardware, else the row's own column, else the one simulated), so
         # that the program simulated is the program measured.
         cuts = args.stages_hardware or (r.get("stages_hardware") or "").strip() \
-            or args.hardware
+            or (r.get("hardware") or "").strip() or args.hardware
         if (b, cuts) not in models:
-            models[b, cuts] = w.analyze(b, hardware=cuts)
+            models[b, cuts] = w.analyze(b, hardware=_stage_profile(cuts))
         # rebuilt by the transform that wrote it (rows measured before dtp became the
         # passes' composition were the tower's)
         cfg = Config(w.name, b, int(r["dp"]), int(r["tp"]), int(r["pp"]),
@@ -468,7 +520,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
              f"{rows[0].get('env', '')}).", "",
              f"Programs: {checked} row(s) record the fingerprint of the program the "
              "transform builds today.", *notes, "",
-             held_out_note(w.name, args.dtype), "",
+             (f"Model file: {w.name}. Whether it is held out is for you to say: "
+              "docs/fidelity.md lists the models the cost model was developed on."
+              if file_model else held_out_note(w.name, args.dtype)), "",
              *(["Steps measured as CUDA graph replays (`--cuda-graph`): simulated without "
                 "host dispatch.", ""] if any((r.get("cuda_graph") or "") == "true"
                                               for r in rows) else []),
@@ -730,6 +784,19 @@ def main(argv: list[str] | None = None) -> int:
                    "session or machine, same commit): each row gains the spread between its "
                    "measurements, and the report how many errors exceed their row's spread")
     c.add_argument("-o", "--out", required=True, help="output path without extension")
+    c.add_argument("--model", default=None, metavar="FILE",
+                   help="rows of a model file (a `distir grid-search --model FILE --run-top "
+                   "K` CSV): the file, with the --dim, --batch-input and --train options the "
+                   "search was given, to rebuild their programs (the file's own dtype: "
+                   "--dtype is not used)")
+    c.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="with --model FILE.onnx: bind a symbolic dimension, as grid-search "
+                   "did (repeatable)")
+    c.add_argument("--batch-input", default=None, metavar="NAME",
+                   help="with --model: the input that carries the batch, as grid-search had")
+    from distir.cli import _train
+
+    _train.add_arguments(c)
     c.set_defaults(func=cmd_compare)
     e = sub.add_parser("explain", help="profile one configuration and explain it against "
                        "the simulation (distir run --profile, distir explain)")

@@ -317,3 +317,38 @@ def test_training_labels_round_trip() -> None:
     w = workload("gpt2-1.6b-train", train=TrainOptions("cross_entropy", "adam", 0.5))
     assert (w.name, w.train.lr) == ("gpt2-1.6b-train", 0.5)  # type: ignore[union-attr]
     assert workload("gpt2-13b-train").sizes == workload("gpt2-13b").sizes
+
+
+def test_run_top_rows_of_a_model_file_are_compared(models, tmp_path, capsys) -> None:
+    """``grid-search --run-top`` on an ONNX file (gloo on the CPU), then ``study compare
+    --model`` on its CSV: the measured rows rebuilt from the file with the search's options,
+    their fingerprints checked; without --model, or with another model, a one-line error."""
+    from grid_search.study import main as study
+
+    out = tmp_path / "top.csv"
+    search = ["grid-search", "--model", models["mlp"], "--dim", "batch=8", "--devices", "2",
+              "--max-microbatches", "2", "--workers", "1", "--train", "--loss", "mse",
+              "--run-top", "2", "--backend", "gloo", "-o", str(out),
+              "--plot", str(tmp_path / "p.png")]
+    assert main(search) == 0
+    rows = list(csv.DictReader(open(out, encoding="utf-8")))
+    ran = [r for r in rows if r["measured_status"]]
+    assert len(ran) == 2 and all(len(r["program_fingerprint"]) == 16 for r in ran)
+    capsys.readouterr()
+    opts = ["--model", models["mlp"], "--dim", "batch=8", "--train", "--loss", "mse"]
+    assert study(["compare", str(out), *opts, "--hardware", "h100-sxm",
+                  "-o", str(tmp_path / "c")]) == 0
+    text = (tmp_path / "c.md").read_text(encoding="utf-8")
+    assert "Programs: 2 row(s) record the fingerprint" in text
+    assert "Model file: mlp.onnx+train-mse-sgd" in text
+    assert re.search(r"^\| 8 \| 2 \| ", text, re.M)  # the two measured rows, not the others
+    for argv, says in (
+            ([], r"rows are of the model file mlp\.onnx\+train-mse-sgd: pass --model FILE"),
+            ([*opts, "--optimizer", "adam"],
+             r"rows are of mlp\.onnx\+train-mse-sgd, and --model .* is "
+             r"mlp\.onnx\+train-mse-adam"),
+            (["--dim", "batch=8"], r"--dim: these go with --model FILE")):
+        capsys.readouterr()
+        assert study(["compare", str(out), *argv, "-o", str(tmp_path / "x")]) != 0
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and re.search(says, err[0]), err
