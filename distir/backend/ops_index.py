@@ -191,9 +191,10 @@ def _pad(s: Static) -> Kernel:
         maps.append((a, torch.from_numpy(idx.astype(np.int64)).to(s.device)))
 
     def k(x: torch.Tensor, *_: Any) -> tuple:
+        y = x
         for a, idx in maps:
-            x = x.index_select(a, idx)
-        return (x,)
+            y = y.index_select(a, idx)
+        return (y if y is not x else x.clone(),)  # no pad at all: a copy, not the input
 
     return k
 

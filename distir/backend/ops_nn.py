@@ -109,8 +109,8 @@ def _reduce(s: Static) -> Kernel:
     else:
         axes = ()
     if not axes:
-        if s.attrs.get("noop_with_empty_axes", 0):
-            return lambda x, *_: (x,)
+        if s.attrs.get("noop_with_empty_axes", 0):  # a copy: the result is no view
+            return lambda x, *_: (x.clone(),)
         axes = tuple(range(rank))
     f = _REDUCE[s.op_type]
     if not axes:  # a scalar: nothing to reduce

@@ -187,8 +187,11 @@ def _pow(s: Static) -> Kernel:
     dt = torch_dtype(s.out().dtype)
     c = s.const(1)
     if c is not None and c.size == 1 and s.inp(0).shape == s.out().shape:
-        e = float(c.reshape(-1)[0])
-        if e == 2.0:
+        v = c.reshape(-1)[0].item()
+        # An integer power of integers stays exact: a Python float would compute it in
+        # floating point.
+        e = float(v) if s.out().dtype.is_float else int(v)
+        if e == 2:
             return lambda x, _y: (x * x,)
         return lambda x, _y: (torch.pow(x, e).to(dt),)
     return lambda x, y: (torch.pow(x, y).to(dt),)
@@ -390,8 +393,10 @@ def _gather(s: Static) -> Kernel:
     if c is not None:
         idx = np.where(c < 0, c + n, c).astype(np.int64)
         if idx.ndim == 0:
+            # A copy, as index_select makes: the program does not treat a Gather's result
+            # as a view of its data, so a later op may overwrite it in place.
             i0 = int(idx)
-            return lambda x, _i: (x.select(axis, i0),)
+            return lambda x, _i: (x.select(axis, i0).clone(),)
         flat = torch.from_numpy(idx.reshape(-1).copy()).to(s.device)
         return lambda x, _i: (x.index_select(axis, flat).reshape(out_shape),)
     if axis == 0 and data.rank == 2:

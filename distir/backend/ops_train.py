@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
-from distir.errors import UnsupportedError
+from distir.errors import ExecutionError, UnsupportedError
 
 
 def _unbroadcast(g: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor:
@@ -185,6 +185,9 @@ def _adam(s: Static) -> Kernel:
         v_new = torch.addcmul(v * b2, g, g, value=1.0 - b2)
         return m_new, v_new
 
+    if step_c is not None and not float(step_c.reshape(-1)[0]) >= 1:
+        raise ExecutionError(f"AdamOptimizer: step counts from 1 (the first step), got "
+                             f"{float(step_c.reshape(-1)[0]):g}")
     fused = _fused_adam(s, lr, b1, b2, eps, wd)
     if fused is not None:
         return fused

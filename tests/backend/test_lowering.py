@@ -463,3 +463,37 @@ func @main(%x: Tensor[Float32, (4,), 0], %y: Tensor[Float32, (4,), 1]) {
     s0 = c.steps[0].outs[0]
     assert steps == [("MPIAllreduce", True, ()), ("Relu", False, ()), ("Add", False, (s0,)),
                      ("Add", False, ()), ("MPIAllreduce", True, ())]
+
+
+def test_known_operands_keep_the_programs_meaning() -> None:
+    """Compiled in, a 0-d ``Gather`` index still gives a copy (the program may overwrite
+    the result in place, which must not reach the data), an integer ``Pow`` stays exact,
+    and an Adam step count below 1 is the reference's one-line error."""
+    from distir.backend.lowering import known_inputs
+    from distir.errors import ExecutionError
+
+    fn = one_op("Gather", [X, (I64, ())], axis=0)
+    x, i = random_for(fn)[0], np.array(1, np.int64)
+    prog = compile_program(project(fn).programs[0], torch.device("cpu"),
+                           known=known_inputs([None, i]))
+    xt = to_torch(x, "cpu")
+    with torch.inference_mode():
+        (row,) = prog.run([xt, to_torch(i, "cpu")])
+    assert row.data_ptr() != xt[1].data_ptr()
+    np.testing.assert_array_equal(row.numpy(), x[1])
+    fn = one_op("Pow", [(I64, (1,)), (I64, ())])
+    base, three = np.array([257], np.int64), np.array(3, np.int64)
+    prog = compile_program(project(fn).programs[0], torch.device("cpu"),
+                           known=known_inputs([None, three]))
+    with torch.inference_mode():
+        (got,) = prog.run([to_torch(base, "cpu"), to_torch(three, "cpu")])
+    assert got.tolist() == [257 ** 3]
+    b = FunctionBuilder("adam")
+    ps = [b.param(n, TensorType(F32, (4,), 0)) for n in ("w", "dw", "m", "v")]
+    step = b.param("step", TensorType(F32, (), 0))
+    outs = b.op("AdamOptimizer", *ps, step, lr=0.1, beta1=0.9, beta2=0.999, eps=1e-8,
+                weight_decay=0.0, num_results=3)
+    adam = b.ret(*outs)
+    with pytest.raises(ExecutionError, match="step counts from 1"):
+        compile_program(project(adam).programs[0], torch.device("cpu"),
+                        known=known_inputs([None] * 4 + [np.array(0.0, np.float32)]))
