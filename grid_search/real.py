@@ -68,13 +68,9 @@ def clock_report(row: dict[str, Any]) -> Any:
 
 
 def clock_text(report: Any) -> str:
-    """A slowed run's clocks in a few words, e.g. ``1410 of 1980 MHz, hw_thermal``."""
-    parts = []
-    if report.busy_mhz and report.max_mhz:
-        parts.append(f"{report.busy_mhz} of {report.max_mhz} MHz")
-    if report.events:
-        parts.append(report.events_text())
-    return ", ".join(parts)
+    """A slowed run's clocks in a few words, e.g. ``1410 of 1980 MHz, hw_thermal``
+    (``ClockReport.text``)."""
+    return str(report.text())
 
 
 CONFIG_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")

@@ -28,7 +28,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 __all__ = ["ClockReport", "ClockSampler", "EVENT_BITS", "SLOWDOWN_EVENTS", "SLOW_CLOCK",
-           "physical_ids", "summarize"]
+           "physical_ids", "summarize", "visible_gpus"]
 
 EVENT_BITS = {0x1: "idle", 0x2: "applications_clocks", 0x4: "sw_power_cap",
               0x8: "hw_slowdown", 0x10: "sync_boost", 0x20: "sw_thermal",
@@ -86,6 +86,46 @@ class ClockReport:
     def events_text(self) -> str:
         """The events as one CSV cell: names joined by ``+``, ``none`` when none was seen."""
         return "+".join(sorted(self.events)) or "none"
+
+    def text(self) -> str:
+        """The clocks in a few words, e.g. ``1410 of 1980 MHz, hw_thermal``."""
+        parts = []
+        if self.busy_mhz and self.max_mhz:
+            parts.append(f"{self.busy_mhz} of {self.max_mhz} MHz")
+        if self.events:
+            parts.append(self.events_text())
+        return ", ".join(parts)
+
+    def to_dict(self) -> dict[str, object]:
+        """The report as JSON-ready fields (``distir run --json``)."""
+        return {"busy_sm_clock_mhz": self.busy_mhz, "max_sm_clock_mhz": self.max_mhz,
+                "events": sorted(self.events), "slowed": self.slowed,
+                "samples": self.samples}
+
+
+def visible_gpus(env: dict[str, str] | None = None) -> int:
+    """How many GPUs this process sees, without initialising CUDA: ``CUDA_VISIBLE_DEVICES``
+    when set, else NVML's count (``pynvml``, else ``nvidia-smi -L``); 0 without GPUs."""
+    vis = (os.environ if env is None else env).get("CUDA_VISIBLE_DEVICES")
+    if vis is not None:
+        ids = [v.strip() for v in vis.split(",") if v.strip()]
+        return 0 if not ids or ids[0].startswith("-") else len(ids)
+    try:
+        import pynvml  # type: ignore[import-not-found, import-untyped, unused-ignore]
+
+        pynvml.nvmlInit()
+        return int(pynvml.nvmlDeviceGetCount())
+    except Exception:  # noqa: BLE001 - no NVML binding: ask nvidia-smi
+        pass
+    smi = shutil.which("nvidia-smi")
+    if smi is None:
+        return 0
+    try:
+        out = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=10,
+                             check=True).stdout
+    except Exception:  # noqa: BLE001 - no readable GPU
+        return 0
+    return sum(line.startswith("GPU ") for line in out.splitlines())
 
 
 def summarize(per_device: Sequence[Sequence[Sample]]) -> ClockReport:

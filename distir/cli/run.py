@@ -85,15 +85,25 @@ def run_run(args: argparse.Namespace) -> int:
         from distir.cli.execute import load_inputs
 
         inputs = load_inputs(fn, args.inputs)
+    from distir.backend.clocks import ClockSampler, visible_gpus
+
     torchrun = in_torchrun()
     if not torchrun:
         print(f"distir run: starting the workers for @{fn.name}", file=sys.stderr)
-    res = run(fn, inputs, backend=args.backend, steps=args.steps, warmup=args.warmup,
-              world_size=args.world_size, outputs=args.out is not None or inputs is not None,
-              memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout,
-              profile=args.profile, cuda_graph=args.cuda_graph, host_cost=args.host_cost)
+    # The clocks of every GPU this process sees (the run's own are the busy ones); under
+    # torchrun each rank is its own process, and gloo runs on the CPU.
+    gpus = 0 if torchrun or args.backend == "gloo" else visible_gpus()
+    with ClockSampler(gpus) as clocks:
+        res = run(fn, inputs, backend=args.backend, steps=args.steps, warmup=args.warmup,
+                  world_size=args.world_size,
+                  outputs=args.out is not None or inputs is not None,
+                  memory_limit=args.memory_limit, seed=args.seed, timeout_s=args.timeout,
+                  profile=args.profile, cuda_graph=args.cuda_graph, host_cost=args.host_cost)
     if res is None:  # a torchrun rank other than 0
         return 0
+    if clocks.report.slowed:
+        print(f"distir run: measured on slowed GPUs ({clocks.report.text()}): the time is "
+              "this machine's now, not the program's; run it again", file=sys.stderr)
     saved: list[str | None] = []
     if args.out is not None and res.outputs is not None:
         from distir.cli.execute import output_name, save_outputs
@@ -111,6 +121,8 @@ def run_run(args: argparse.Namespace) -> int:
     if args.json:
         doc = res.to_dict()
         doc["file"] = args.file
+        if clocks.report.busy_mhz is not None:
+            doc["clocks"] = clocks.report.to_dict()
         if saved:
             doc["output_files"] = saved
         sys.stdout.write(json.dumps(doc) + "\n")

@@ -75,3 +75,44 @@ def test_torchrun_ranks() -> None:
     assert len(lines) == 1, r.stdout + r.stderr
     doc = json.loads(lines[0])
     assert doc["world_size"] == 2 and doc["status"] == "oom" and doc["oom_ranks"] == [0, 1]
+
+
+def test_run_names_slowed_gpus_and_reports_clocks(monkeypatch: pytest.MonkeyPatch,
+                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """What the GPUs' clocks did (``distir.backend.clocks``): a slowed run is named on
+    standard error, and ``--json`` carries the clocks; none of it without a busy sample."""
+    import distir.backend.clocks as clocks
+    from distir.cli import main
+
+    report = clocks.summarize([[(1410, 1980, 0x40)] * 3])
+
+    class Slowed:
+        def __init__(self, devices: object) -> None:
+            self.report = clocks.ClockReport()
+
+        def __enter__(self) -> Slowed:
+            return self
+
+        def __exit__(self, *exc: object) -> None:
+            self.report = report
+
+    monkeypatch.setattr(clocks, "ClockSampler", Slowed)
+    argv = ["run", DP2, "--json", "--steps", "1", "--warmup", "0", "--backend", "gloo"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "measured on slowed GPUs (1410 of 1980 MHz, hw_thermal)" in out.err
+    doc = json.loads(out.out)
+    assert doc["clocks"] == {"busy_sm_clock_mhz": 1410, "max_sm_clock_mhz": 1980,
+                             "events": ["hw_thermal"], "slowed": True, "samples": 3}
+    report = clocks.ClockReport()  # nothing read: nothing said
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    assert "slowed" not in out.err and "clocks" not in json.loads(out.out)
+
+
+def test_visible_gpus_follow_cuda_visible_devices() -> None:
+    from distir.backend.clocks import visible_gpus
+
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "0,3"}) == 2
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": ""}) == 0
+    assert visible_gpus({"CUDA_VISIBLE_DEVICES": "-1"}) == 0
