@@ -20,7 +20,7 @@ from grid_search.space import Config, strategy
 
 __all__ = ["MEASURED_COLUMNS", "CLOCK_COLUMNS", "CONFIG_KEY", "config_key", "measure",
            "iter_measure", "run_top", "accuracy", "spearman", "program_fingerprint",
-           "measure_programs", "clock_columns", "clock_report", "clock_text"]
+           "measure_programs", "clock_columns", "clock_report"]
 
 CLOCK_COLUMNS = ["measured_sm_clock_mhz", "measured_max_sm_clock_mhz", "measured_clock_events"]
 """Columns of a measured row that say what the GPUs' clocks did during its run
@@ -66,11 +66,6 @@ def clock_report(row: dict[str, Any]) -> Any:
                        events=frozenset() if events == "none" else frozenset(events.split("+")),
                        samples=1)
 
-
-def clock_text(report: Any) -> str:
-    """A slowed run's clocks in a few words, e.g. ``1410 of 1980 MHz, hw_thermal``
-    (``ClockReport.text``)."""
-    return str(report.text())
 
 
 CONFIG_KEY = ("batch_size", "dp", "tp", "pp", "microbatches", "schedule")
@@ -228,7 +223,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         if share is not None and share >= HOST_BOUND:
                             shown += f" (paced by the host: {share:.0%})"
                         if clocks.report.slowed:
-                            shown += f" (on slowed GPUs: {clock_text(clocks.report)})"
+                            shown += f" (on slowed GPUs: {clocks.report.text()})"
                         progress.write(f"measured {c} batch {c.batch_size}: {shown}\n")
                         progress.flush()
                     yield row
@@ -449,7 +444,7 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
         print("  measured on slowed GPUs (the card's protection, or a busy clock below "
               "70% of its maximum): "
               + ", ".join(f"D{r['dp']}/T{r['tp']}/P{r['pp']}/K{r['microbatches']} batch "
-                          f"{r['batch_size']} ({clock_text(rep)})" for r, rep in slowed)
+                          f"{r['batch_size']} ({rep.text()})" for r, rep in slowed)
               + "; their time is this lease's, not the configuration's: measure them again")
     failed = [r for r in merged if r.get("measured_status") not in ("", None, "ok")]
     for r in failed:

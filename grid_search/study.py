@@ -187,7 +187,7 @@ def clock_table(rows: list[dict[str, Any]]) -> list[str]:
     the accuracy on the others, beside the accuracy on all (``fidelity_table``), never
     instead of it. Nothing for rows measured without clocks (older files, the CPU)."""
     from distir.backend.clocks import SLOW_CLOCK
-    from grid_search.real import clock_report, clock_text
+    from grid_search.real import clock_report
 
     ok = [r for r in rows if r.get("measured_status") == "ok" and r.get("latency_s") != ""]
     reports = {id(r): clock_report(r) for r in ok}
@@ -207,7 +207,7 @@ def clock_table(rows: list[dict[str, Any]]) -> list[str]:
             "latency error median / p90 / worst | top-1 regret |",
             "|---|---|---|---|---|---|",
             *_apart_rows(ok, slowed, lambda hit, n: f"{len(hit)} of {n}: " + (", ".join(
-                f"{_config_name(r)} ({clock_text(reports[id(r)])})" for r in hit) or "none"),
+                f"{_config_name(r)} ({reports[id(r)].text()})" for r in hit) or "none"),
                 lambda r: reports[id(r)] is None)]
 
 

@@ -79,7 +79,7 @@ def test_a_failed_read_ends_the_sampling_not_the_run() -> None:
 
 def test_a_measured_row_keeps_the_report() -> None:
     """``grid_search.real``: a report written as a row's columns reads back the same."""
-    from grid_search.real import CLOCK_COLUMNS, clock_columns, clock_report, clock_text
+    from grid_search.real import CLOCK_COLUMNS, clock_columns, clock_report
 
     rep = summarize([[(1410, 1980, HW_THERMAL | POWER_CAP)] * 3])
     row = {k: str(v) for k, v in clock_columns(rep).items()}  # as read from a CSV
@@ -87,7 +87,7 @@ def test_a_measured_row_keeps_the_report() -> None:
     back = clock_report(row)
     assert back is not None and back.slowed
     assert (back.busy_mhz, back.max_mhz, back.events) == (rep.busy_mhz, rep.max_mhz, rep.events)
-    assert clock_text(back) == "1410 of 1980 MHz, hw_thermal+sw_power_cap"
+    assert back.text() == "1410 of 1980 MHz, hw_thermal+sw_power_cap"
     empty = clock_columns(ClockReport())  # every column set, so no earlier value survives
     assert empty == dict.fromkeys(CLOCK_COLUMNS, "") and clock_report(empty) is None
     idle = clock_columns(summarize([[(345, 1980, IDLE)] * 3]))  # never busy: unknown
