@@ -94,9 +94,17 @@ class Timer:
 
 
 def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
-                  max_flops: float = 1.1e12) -> list[tuple[int, int, int]]:
+                  max_flops: float = 1.1e12, off_grid: bool = False,
+                  ) -> list[tuple[int, int, int]]:
     """``n`` distinct ``(m, n, k)`` drawn log-uniformly from a grid of powers of two and
-    their midpoints (1.5 x), plus the cubes, with at most ``max_flops`` FLOPs each."""
+    their midpoints (1.5 x), plus the cubes, with at most ``max_flops`` FLOPs each. With
+    ``off_grid``, each dimension is instead any multiple of 8 over the same range
+    (``off_grid_dims``): the sizes real models make (a ViT's 197 tokens times the batch,
+    an MLP of 8/3 the width rounded), where a kernel's tiles and waves fill otherwise."""
+    if off_grid:
+        lo, hi = (16, 256) if quick else ((64, 16384) if cuda else (32, 1024))
+        rng = random.Random(seed)
+        return sample_shapes(rng, (off_grid_dims(lo, hi, 8),) * 3, n, max_flops)
     if quick:
         dims = [16, 24, 32, 48, 64, 96, 128, 192, 256]
     elif cuda:
@@ -110,6 +118,15 @@ def matmul_shapes(quick: bool, cuda: bool, n: int, seed: int = 0,
         if 2.0 * d ** 3 <= max_flops:
             shapes[(d, d, d)] = None
     return sample_shapes(rng, (dims, dims, dims), n, max_flops, shapes)
+
+
+def off_grid_dims(lo: int, hi: int, step: int, count: int = 400) -> list[int]:
+    """``count`` sizes (fewer where they repeat), multiples of ``step`` spread
+    log-uniformly over ``[lo, hi]``: drawn from, they make shapes of every alignment the
+    grid leaves out, without favouring small ones."""
+    out = {max(lo, min(hi, round(lo * (hi / lo) ** (i / (count - 1)) / step) * step))
+           for i in range(count)}
+    return sorted(out)
 
 
 def sample_shapes(rng: random.Random, axes: tuple[list[int], list[int], list[int]], n: int,

@@ -61,7 +61,15 @@ import sys
 from collections.abc import Callable, Iterator
 from typing import Any
 
-from calibration.bench import TORCH_DTYPES, Row, Timer, _split, sample_shapes, size_ladder
+from calibration.bench import (
+    TORCH_DTYPES,
+    Row,
+    Timer,
+    _split,
+    off_grid_dims,
+    sample_shapes,
+    size_ladder,
+)
 
 __all__ = ["LAYOUTS", "BATCHED", "WIDTHS", "VOCAB", "MERGED", "product_shapes",
            "batched_shapes", "scatter_shapes", "bench_layouts", "bench_batched",
@@ -85,12 +93,22 @@ MAX_TENSOR_BYTES = 1 << 30
 
 
 def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int = 0,
-                   ) -> list[tuple[int, int, int]]:
+                   off_grid: bool = False) -> list[tuple[int, int, int]]:
     """``count`` distinct ``(rows, k_in, n_out)`` of a layer ``y = x @ w``, ``x`` of ``rows x
     k_in``, drawn from the rows 2^11 to 2^16 and pairs of ``WIDTHS``, each product at most
     ``MAX_FLOPS``; then LM-head shapes (``n_out = VOCAB``, or ``k_in = VOCAB`` for the
-    head's input gradient), on a GPU only. Small sizes with ``quick`` or on a CPU."""
+    head's input gradient), on a GPU only. Small sizes with ``quick`` or on a CPU. With
+    ``off_grid``, only random shapes, rows any multiple of 8 and widths any multiple of 64
+    over the same ranges (``calibration.bench.off_grid_dims``)."""
     rng = random.Random(seed + (0 if layout == "matmul_tn" else 1))
+    if off_grid:
+        rows_lo, rows_hi, w_lo, w_hi, cap = ((64, 256, 32, 96, 5e7) if quick else
+                                             (2048, 65536, 768, 8192, MAX_FLOPS) if cuda
+                                             else (256, 2048, 64, 512, 2e9))
+        return sample_shapes(rng, (off_grid_dims(rows_lo, rows_hi, 8),
+                                   off_grid_dims(w_lo, w_hi, 64 if cuda and not quick else 8),
+                                   off_grid_dims(w_lo, w_hi, 64 if cuda and not quick else 8)),
+                             count, cap)
     if quick or not cuda:
         rows_ax = [64, 128, 256] if quick else [256, 512, 1024, 2048]
         widths = [32, 48, 64, 96] if quick else [64, 128, 256, 384, 512]
@@ -135,13 +153,15 @@ def _layout_case(layout: str, rows: int, k_in: int, n_out: int, tdt: Any, device
 
 
 def bench_layouts(device: Any, dtypes: list[str], quick: bool, timer: Timer,
-                  log: Callable[[str], None], count: int) -> Iterator[Row]:
-    """Time both layouts for every shape and dtype; one shape in four is held out."""
+                  log: Callable[[str], None], count: int, off_grid: bool = False,
+                  ) -> Iterator[Row]:
+    """Time both layouts for every shape and dtype (``product_shapes``); one shape in four
+    is held out."""
     import torch
 
     cuda = device.type == "cuda"
     for layout in LAYOUTS:
-        shapes = product_shapes(layout, quick, cuda, count)
+        shapes = product_shapes(layout, quick, cuda, count, off_grid=off_grid)
         for dt in dtypes:
             tdt = getattr(torch, TORCH_DTYPES[dt])
             size = torch.empty((), dtype=tdt).element_size()
@@ -305,12 +325,14 @@ def merge(bench_csv: str, measurements_csv: str) -> int:
 
 
 def bench_all(device: Any, dtypes: list[str], quick: bool, timer: Timer,
-              log: Callable[[str], None], shapes: int | None = None) -> Iterator[Row]:
+              log: Callable[[str], None], shapes: int | None = None,
+              off_grid: bool = False) -> Iterator[Row]:
     """Every family ``merge`` adds (``MERGED``), as ``distir calibrate`` measures them:
-    ``shapes`` random product shapes per layout (default 64 on a GPU, 12 else)."""
+    ``shapes`` random product shapes per layout (default 64 on a GPU, 12 else; off the
+    grid with ``off_grid``: ``product_shapes``)."""
     cuda = device.type == "cuda"
     count = shapes or (6 if quick else 64 if cuda else 12)
-    yield from bench_layouts(device, dtypes, quick, timer, log, count)
+    yield from bench_layouts(device, dtypes, quick, timer, log, count, off_grid)
     yield from bench_batched(device, dtypes, quick, timer, log)
     yield from bench_scatter(device, dtypes, scatter_shapes(quick, cuda), timer, log,
                              spread=False)

@@ -329,7 +329,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
               measure_only: bool = False, device_time: bool = False,
               families: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
               command: str = "", log: Callable[[str], None] | None = None,
-              ) -> dict[str, Any] | None:
+              off_grid: bool = False) -> dict[str, Any] | None:
     """Measure (unless ``fit_only`` names a measurements CSV), fit (unless
     ``measure_only``), write the profile and its companions; return the profile object
     (``None`` with ``measure_only``). See the module docstring. ``device_time`` times
@@ -340,7 +340,11 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     those compute families (the CSV's ``family`` names), ``dtypes`` every family in those
     dtypes; ``fit_only`` may name several CSVs, whose rows are pooled (the machine
     description is the first's): a full calibration completed by a later one of some
-    families in another dtype."""
+    families in another dtype. ``off_grid`` draws the products' shapes (``matmul``,
+    ``matmul_tn``, ``matmul_nt``) off the grid of powers of two and their midpoints
+    (``calibration.bench.off_grid_dims``): measured with ``families`` and pooled with a
+    full calibration's CSV by ``fit_only``, it completes the fits where real models'
+    sizes fall between the grid's."""
     log = log or _Log()
     t_start = time.perf_counter()
     gpu_s = 0.0
@@ -370,7 +374,8 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
         rows, machine, gpu_s = _measure(quick=quick, devices=devices, cpu=cpu,
                                         cpu_procs=cpu_procs, comm=comm, nn=nn, shapes=shapes,
                                         seed=seed, log=log, device_time=device_time,
-                                        families=families, dtypes_arg=dtypes)
+                                        families=families, dtypes_arg=dtypes,
+                                        off_grid=off_grid)
         machine["wall_s"] = time.perf_counter() - t_start
         machine["command"] = command or "distir calibrate"
     name = name or (Path(output).stem if output else default_name(machine["device_name"]))
@@ -417,7 +422,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
 def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, comm: bool,
              shapes: int | None, seed: int, log: Callable[[str], None], nn: bool = True,
              device_time: bool = False, families: Sequence[str] | None = None,
-             dtypes_arg: Sequence[str] | None = None,
+             dtypes_arg: Sequence[str] | None = None, off_grid: bool = False,
              ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     try:
         import torch
@@ -453,7 +458,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         dtypes = ew_dtypes = nn_dtypes = train_dtypes = list(dtypes_arg)
     want = _family_filter(families)
     n_shapes = shapes or (24 if quick else (300 if use_cuda else 80))
-    grid = bench.matmul_shapes(quick, use_cuda, n_shapes, seed)
+    grid = bench.matmul_shapes(quick, use_cuda, n_shapes, seed, off_grid=off_grid)
     rows: list[dict[str, Any]] = []
     t0 = time.perf_counter()
     if want("matmul"):
@@ -518,7 +523,8 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         if any(want(f) for f in MATMUL_GRAD_FAMILIES):
             log("products with a transposed operand (matmul_tn, matmul_nt, bmm_nt, bmm_tn) "
                 f"and repeated-index scatter-adds, {len(dtypes)} dtypes")
-            rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log))
+            rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log,
+                                                       off_grid=off_grid))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0
@@ -576,6 +582,7 @@ def run_from_args(args: Any) -> int:
               fit_only=args.fit_only, measure_only=args.measure_only,
               device_time=getattr(args, "device_time", False),
               families=getattr(args, "families", None), dtypes=getattr(args, "dtypes", None),
+              off_grid=getattr(args, "off_grid", False),
               command=" ".join([getattr(args, "prog", "distir calibrate"),
                                 *(shlex.quote(a) for a in getattr(args, "argv", []))]))
     return 0

@@ -63,6 +63,11 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "while the calls are enqueued), as a step replayed as a CUDA graph runs "
                    "them: a profile to simulate --cuda-graph steps with (name it apart, "
                    "e.g. --name h200-sxm-graph)")
+    p.add_argument("--off-grid", action="store_true",
+                   help="draw the products' shapes (matmul, matmul_tn, matmul_nt) as any "
+                   "multiple of 8 rather than from the grid of powers of two and their "
+                   "midpoints: measure with --families, then pool with the full calibration "
+                   "by --fit-only FULL.csv THIS.csv")
     p.add_argument("--measure-only", action="store_true",
                    help="write the measurements CSV and stop (fit later with --fit-only, "
                    "e.g. where scikit-learn is missing)")
