@@ -10,6 +10,8 @@ rules fall back to what they use without them (``distir/analysis/cost``):
         --from NEW.json [-o OUT.json] --note "why"
     python -m calibration.splice PROFILE.json --families scatter_add_repeated --drop \\
         --note "measured on a kernel the backend no longer runs"
+    python -m calibration.splice PROFILE.json --families matmul --dtypes Float32 \\
+        --from NEW.json --note "..."          # one dtype's fits; the others stay
 
 Each use adds a line to the profile's ``comment`` naming the families, where they came
 from and the note. The result is checked (``Hardware.from_json``) before it is written
@@ -32,28 +34,41 @@ __all__ = ["splice"]
 
 
 def splice(profile: dict[str, Any], families: list[str], source: dict[str, Any] | None,
-           note: str) -> dict[str, Any]:
+           note: str, dtypes: list[str] | None = None) -> dict[str, Any]:
     """``profile`` with the fits of ``families`` taken from ``source`` (``None``: dropped);
-    a one-line ``ConfigError`` for a family that ``source`` does not fit, or, when
-    dropping, that ``profile`` does not fit."""
+    with ``dtypes``, only those dtypes' fits of each family (the others stay as they are).
+    A one-line ``ConfigError`` for a family (or dtype) that ``source`` does not fit, or,
+    when dropping, that ``profile`` does not fit."""
     out = json.loads(json.dumps(profile))  # a deep copy
     fits = out.setdefault("fits", {})
     for f in families:
         if source is None:
-            if f not in fits:
-                raise ConfigError(f"profile {profile.get('name')!r} fits no {f!r}: nothing "
+            if f not in fits or any(d not in fits[f] for d in dtypes or ()):
+                what = f"{f!r}" + (f" in {', '.join(dtypes)}" if dtypes else "")
+                raise ConfigError(f"profile {profile.get('name')!r} fits no {what}: nothing "
                                   "to drop")
-            del fits[f]
+            if dtypes:
+                fits[f] = {d: v for d, v in fits[f].items() if d not in dtypes}
+                if not fits[f]:
+                    del fits[f]
+            else:
+                del fits[f]
         else:
             new = (source.get("fits") or {}).get(f)
-            if new is None:
-                raise ConfigError(f"profile {source.get('name')!r} fits no {f!r}: fit it "
+            missing = [d for d in dtypes or () if d not in (new or {})]
+            if new is None or missing:
+                what = f"{f!r}" + (f" in {', '.join(missing)}" if missing else "")
+                raise ConfigError(f"profile {source.get('name')!r} fits no {what}: fit it "
                                   "first (python -m calibration --fit-only CSV)")
-            fits[f] = new
+            if dtypes:
+                fits[f] = {**fits.get(f, {}), **{d: new[d] for d in dtypes}}
+            else:
+                fits[f] = new
     out["fits"] = dict(sorted(fits.items()))
     where = ("dropped" if source is None else
              f"taken from {source.get('name')} ({_date(source)})")
-    line = (f"Spliced by python -m calibration.splice: {', '.join(families)} {where}"
+    which = ", ".join(families) + (f" ({', '.join(dtypes)} only)" if dtypes else "")
+    line = (f"Spliced by python -m calibration.splice: {which} {where}"
             + (f": {note}" if note else "") + ".")
     comment = out.get("comment")
     out["comment"] = ([] if comment is None else [comment] if isinstance(comment, str)
@@ -80,6 +95,9 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--from", dest="source", metavar="NEW.json",
                    help="the profile whose fits of those families are taken")
     g.add_argument("--drop", action="store_true", help="drop those families' fits")
+    p.add_argument("--dtypes", nargs="+", default=None, metavar="D",
+                   help="only these dtypes' fits of the families (Float32 ...); the others "
+                   "stay")
     p.add_argument("--note", default="", help="why, recorded in the profile's comment")
     p.add_argument("-o", "--output", help="where to write (default: over PROFILE)")
     a = p.parse_args(argv)
@@ -90,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
                 docs.append(json.loads(Path(path).read_text(encoding="utf-8")))
             except (OSError, ValueError) as e:
                 raise ConfigError(f"{path}: cannot read the profile ({e})") from None
-        doc = splice(docs[0], a.families, docs[1] if a.source else None, a.note)
+        doc = splice(docs[0], a.families, docs[1] if a.source else None, a.note, a.dtypes)
     except DistIRError as e:
         print(e, file=sys.stderr)
         return 2

@@ -181,3 +181,29 @@ def test_some_families_in_another_dtype_added_to_a_calibration(
     assert main(["calibrate", "--families", "adamw", "--cpu", "--quick"]) == 1
     err = capsys.readouterr().err
     assert "unknown adamw" in err and err.count("\n") == 1
+
+
+def test_off_grid_products(tmp_path: Path) -> None:
+    """``--off-grid``: the products' dimensions are any multiple of 8 over the grid's
+    range, not only its powers of two and midpoints, for the three product families."""
+    from calibration.bench import matmul_shapes, off_grid_dims
+    from calibration.bench_matmul_grad import product_shapes
+
+    dims = off_grid_dims(64, 16384, 8)
+    assert dims[0] == 64 and dims[-1] == 16384 and all(d % 8 == 0 for d in dims)
+    on_grid = {1 << e for e in range(20)} | {3 << e for e in range(20)}
+    assert len(set(dims) - on_grid) > 0.9 * len(dims)
+    shapes = matmul_shapes(False, True, 50, off_grid=True)
+    assert len(shapes) == 50 and all(d % 8 == 0 and 64 <= d <= 16384
+                                     for s in shapes for d in s)
+    assert sum(d not in on_grid for s in shapes for d in s) > 100
+    rows_w = product_shapes("matmul_nt", False, True, 20, off_grid=True)
+    assert all(r % 8 == 0 and w1 % 64 == 0 and w2 % 64 == 0 for r, w1, w2 in rows_w)
+    out = tmp_path / "o.json"
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, measure_only=True,
+                     families=["matmul", "matmul_tn"], dtypes=["Float32"], off_grid=True,
+                     log=lambda s: None) is None
+    rows, _ = read_measurements(tmp_path / "o.measurements.csv")
+    mm = [r for r in rows if r["family"] == "matmul"]
+    assert mm and all(int(r[a]) % 8 == 0 for r in mm for a in ("m", "n", "k"))
+    assert {r["family"] for r in rows} >= {"matmul", "matmul_tn"}

@@ -60,3 +60,23 @@ def test_refusals_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture) ->
     assert main([str(tmp_path / "missing.json"), "--families", "conv", "--drop"]) == 2
     err = capsys.readouterr().err.strip()
     assert "missing.json: cannot read the profile" in err and "\n" not in err
+
+
+def test_one_dtype_taken_the_others_kept(tmp_path: Path) -> None:
+    base, other = _doc("h100-sxm"), _doc("h200-sxm")
+    src = tmp_path / "other.json"
+    src.write_text(json.dumps(other), encoding="utf-8")
+    out = tmp_path / "spliced.json"
+    assert main([str(PROFILES / "h100-sxm.json"), "--families", "matmul", "--dtypes",
+                 "Float32", "--from", str(src), "-o", str(out)]) == 0
+    got = json.loads(out.read_text(encoding="utf-8"))["fits"]["matmul"]
+    assert got["Float32"] == other["fits"]["matmul"]["Float32"]
+    assert got["BFloat16"] == base["fits"]["matmul"]["BFloat16"] != \
+        other["fits"]["matmul"]["BFloat16"]
+    assert "matmul (Float32 only) taken from h200-sxm" in \
+        json.loads(out.read_text())["comment"][-1]
+    dropped = splice(base, ["matmul"], None, "", ["Float16"])
+    assert "Float16" not in dropped["fits"]["matmul"]
+    assert dropped["fits"]["matmul"]["Float32"] == base["fits"]["matmul"]["Float32"]
+    with pytest.raises(ConfigError, match="fits no 'matmul' in Float64"):
+        splice(base, ["matmul"], other, "", ["Float64"])
