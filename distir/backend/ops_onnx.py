@@ -501,8 +501,23 @@ def _scatter_add_rows(s: Static) -> Kernel:
     run of equal ones in parallel segments, then added to ``data``. An accumulating
     ``index_put_`` adds a run serially: 10.7 ms on an H200 for BERT's token-type gradient
     (16,384 rows of 768 into row 0), where this takes a fraction of a millisecond. The sums
-    are those of ``index_put_`` up to their order of addition."""
+    are those of ``index_put_`` up to their order of addition.
+
+    A few rows (``few_scatter_rows``: the gradient of a ``Gather`` of one wide slice) go by
+    ``index_add`` instead, parallel over every element of the rows: the embedding
+    backward gives each distinct index one segment, so one row of millions of elements
+    runs several times slower than a copy."""
+    from distir.analysis.cost.compute import few_scatter_rows
+
     n = s.inp(0).shape[0]
+    if few_scatter_rows(s.inp(1)):
+        def few(data: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor) -> tuple:
+            flat = idx.reshape(-1)
+            flat = torch.where(flat < 0, flat + n, flat)
+            rows = upd.reshape(flat.shape[0], *data.shape[1:]).to(data.dtype)
+            return (data.index_add(0, flat, rows),)
+
+        return few
 
     def k(data: torch.Tensor, idx: torch.Tensor, upd: torch.Tensor) -> tuple:
         flat = idx.reshape(-1)

@@ -157,3 +157,16 @@ def test_the_shipped_profiles_fit_the_new_families() -> None:
     assert dgx.fit("matmul_tn", "Float16") is None
     assert dgx.layout_matmul_time("matmul_tn", 1024, 1024, 8192, "Float16", 2) == \
         dgx.matmul_time(1024, 1024, 8192, "Float16", 2)
+
+
+def test_an_adding_scatter_of_few_rows_is_a_copy() -> None:
+    """One wide row (a ``Gather``'s gradient: the backend's ``index_add``) costs what a
+    copy of its bytes does, not the repeated-index fit of the embedding gradient."""
+    text = """
+func @main(%t: Tensor[Float16, (3, 4096), 0], %i: Tensor[Int64, (1, 1), 0],
+           %u: Tensor[Float16, (1, 4096), 0]) {
+  %s = ScatterND(%t, %i, %u, reduction="add")
+  return %s
+}"""
+    nbytes = 2 * 3 * 4096 * 2 + 8 + 4096 * 2
+    assert _costs(text, NEW)["s"] == pytest.approx(NEW.memory_time(nbytes, 0.0, "Float16"))

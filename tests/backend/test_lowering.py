@@ -365,13 +365,21 @@ def test_more_onnx_ops() -> None:
 @pytest.mark.parametrize("dtype", [F32, DType.Float16])
 def test_scatter_add_of_rows(dtype: DType) -> None:
     """An adding ``ScatterND`` of whole rows (the embedding gradient: index depth 1) runs
-    as PyTorch's embedding backward: long runs of one index (every row into row 0),
-    negative indices, rows of a 3-D table, a table that is not zero."""
+    as PyTorch's embedding backward, and one of a few rows (``few_scatter_rows``: a
+    ``Gather``'s gradient) by ``index_add``: long runs of one index (every row into row
+    0), negative indices, rows of a 3-D table, a table that is not zero, one wide row."""
+    from distir.analysis.cost.compute import FEW_SCATTER_ROWS
+
     tol = 1e-5 if dtype is F32 else 5e-2
     rng = np.random.default_rng(0)
-    for idx, table in ((np.zeros((64, 1), np.int64), (2, 8)),
+    many = FEW_SCATTER_ROWS + 36
+    for idx, table in ((np.zeros((many, 1), np.int64), (2, 8)),
+                       (rng.integers(-5, 5, (10, many // 10 + 1, 1)).astype(np.int64),
+                        (5, 3, 4)),
+                       (np.zeros((64, 1), np.int64), (2, 8)),
                        (rng.integers(-5, 5, (6, 7, 1)).astype(np.int64), (5, 3, 4)),
-                       (np.array([[1], [3], [1]], np.int64), (4, 3))):
+                       (np.array([[1], [3], [1]], np.int64), (4, 3)),
+                       (np.array([[-2]], np.int64), (3, 5, 7, 16))):
         upd = (*idx.shape[:-1], *table[1:])
         fn = one_op("ScatterND", [(dtype, table), idx, (dtype, upd)], reduction="add")
         check(fn, rtol=tol, atol=tol)
