@@ -33,18 +33,22 @@ time (in a training step the host runs ahead of the GPU); back-to-back on a CPU.
 from __future__ import annotations
 
 import random
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
-           "CONV_FAMILIES", "conv_geometry", "norm_features"]
+           "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "grouped_conv_shapes", "conv_geometry",
+           "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                   "maxpool", "maxpool_grad", "avgpool_grad")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
+GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
+"""The same kernels of convolutions of more than one group (depthwise: one per channel),
+which cuDNN runs by other kernels, far from a product of the implicit GEMM's sizes."""
 MAX_TENSOR_BYTES = 1 << 30
 
 _WIDTHS: dict[str, tuple[int, ...]] = {
@@ -118,10 +122,10 @@ class DeviceTimer:
 
 
 def conv_geometry(op: str) -> dict[str, int]:
-    """The geometry a convolution row's ``op`` names (``conv k3 s2 n64 c256 p196``): ``k``
-    kernel size (elements), ``s`` stride, ``n`` batch, ``c`` input channels, ``p`` output
-    pixels per image; only ``k`` (the kernel's side, squared here) and ``s`` in the first
-    format."""
+    """The geometry a convolution row's ``op`` names (``conv k3 s2 n64 c256 p196``, ``... g96``
+    for grouped ones): ``k`` kernel size (elements), ``s`` stride, ``n`` batch, ``c`` input
+    channels per group, ``p`` output pixels per image, ``g`` groups; only ``k`` (the
+    kernel's side, squared here) and ``s`` in the first format."""
     g = {part[0]: int(part[1:]) for part in op.split()[1:]}
     if "n" not in g:  # the first format named the kernel's side
         g["k"] = g["k"] ** 2
@@ -157,6 +161,49 @@ def conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
         biggest = 4 * max(n * c * h * h, n * m * oh * oh)
         key = (n, c, m, h, k, s)
         if oh < 1 or flops > max_flops or biggest > MAX_TENSOR_BYTES or key in seen:
+            continue
+        seen.add(key)
+        out.append(key)
+    return out
+
+
+def grouped_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
+                        ) -> list[tuple[int, int, int, int, int, int, int]]:
+    """``(N, C, M, H, kernel, stride, groups)`` of grouped 2-D convolutions (``padding =
+    kernel // 2``): two in three depthwise (``groups = C = M``: MobileNet's and
+    EfficientNet's 3 x 3 and 5 x 5, channels 16 to 1152 as their expansions make them), the
+    others grouped as ResNeXt's (4 to 64 channels per group, 2 to 64 groups); kernels 3, 5,
+    7, strides 1, 2, images 7 to 112 pixels; at most 1 GiB a tensor (float32) on a GPU, far
+    smaller on a CPU."""
+    rng = random.Random(seed + 7)
+    dw_chans = [16, 24, 32, 48, 64, 96, 144, 192, 240, 288, 384, 480, 576, 672, 768, 960,
+                1152]
+    sizes = [7, 14, 28, 56, 112]
+    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
+    out: list[tuple[int, int, int, int, int, int, int]] = []
+    seen = set()
+    tries = 0
+    while len(out) < count and tries < 100 * count:
+        tries += 1
+        k = rng.choice([3, 3, 5, 5, 7])
+        s = rng.choice([1, 1, 1, 2])
+        h = rng.choice(sizes)
+        n = rng.choice(batches)
+        if rng.random() < 2 / 3:
+            c = m = g = rng.choice(dw_chans)
+        else:
+            g = rng.choice([2, 4, 8, 16, 32, 64])
+            per = rng.choice([4, 8, 16, 32, 64, 128])
+            c = m = g * per
+        if quick:
+            c = m = g = min(g, 16) if c == g else c
+            if c != g:
+                g, c, m = 2, 8, 8
+            h = min(h, 14)
+        oh = (h + 2 * (k // 2) - k) // s + 1
+        biggest = 4 * max(n * c * h * h, n * m * oh * oh)
+        key = (n, c, m, h, k, s, g)
+        if oh < 1 or biggest > (MAX_TENSOR_BYTES if cuda else 1 << 26) or key in seen:
             continue
         seen.add(key)
         out.append(key)
@@ -327,10 +374,12 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
 
 
 def bench_convs(device: Any, dtypes: list[str],
-                shapes: list[tuple[int, int, int, int, int, int]], timer: Timer,
+                shapes: Sequence[tuple[int, ...]], timer: Timer,
                 log: Callable[[str], None]) -> Iterator[Row]:
     """Time ``Conv`` and both halves of ``ConvGrad`` for every shape and dtype through the
-    backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k``."""
+    backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k`` (``k``
+    per group). A shape of seven numbers has groups (``grouped_conv_shapes``), measured as
+    ``GROUPED_CONV_FAMILIES``."""
     import torch
 
     from distir.ir import DType
@@ -339,28 +388,34 @@ def bench_convs(device: Any, dtypes: list[str],
     for dt in dtypes:
         ddt = DType[dt]
         size = ddt.itemsize
-        for i, (n, c, m, h, k, s) in enumerate(shapes):
+        for i, shape in enumerate(shapes):
+            n, c, m, h, k, s = shape[:6]
+            g = shape[6] if len(shape) > 6 else 1
             p = k // 2
             oh = (h + 2 * p - k) // s + 1
-            gm, gn, gk = n * oh * oh, m, c * k * k
-            geo = dict(strides=[s, s], pads=[p] * 4, dilations=[1, 1])
-            x, w, dy = (n, c, h, h), (m, c, k, k), (n, m, oh, oh)
+            cg = c // g
+            gm, gn, gk = n * oh * oh, m, cg * k * k
+            geo = dict(strides=[s, s], pads=[p] * 4, dilations=[1, 1], group=g)
+            x, w, dy = (n, c, h, h), (m, cg, k, k), (n, m, oh, oh)
             split = _split(i)
-            for fam in CONV_FAMILIES:
-                if fam == "conv":
+            fams = GROUPED_CONV_FAMILIES if g > 1 else CONV_FAMILIES
+            for fam, role in zip(fams, ("conv", "dgrad", "wgrad"), strict=True):
+                if role == "conv":
                     fn = _one_op("Conv", [("x", ddt, x), ("w", ddt, w)], 1,
                                  kernel_shape=[k, k], **geo)
                 else:
                     # only the half measured is returned: the other result is dead
                     fn = _one_op("ConvGrad", [("x", ddt, x), ("w", ddt, w), ("dy", ddt, dy)],
-                                 2, keep=0 if fam == "conv_dgrad" else 1, group=1, **geo)
+                                 2, keep=0 if role == "dgrad" else 1, **geo)
                 kernel = _compile(fn, device)
                 args = _inputs(fn, {}, device)
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
-                nbytes = (n * c * h * h + m * c * k * k + n * m * oh * oh) * size
-                yield Row(fam, f"conv k{k * k} s{s} n{n} c{c} p{oh * oh}", dt, secs, gm, gn,
-                          gk, nbytes,
-                          2.0 * gm * gn * gk, reps=reps, device=str(device), split=split)
+                nbytes = (n * c * h * h + m * cg * k * k + n * m * oh * oh) * size
+                tag = f" g{g}" if g > 1 else ""
+                yield Row(fam, f"conv k{k * k} s{s} n{n} c{cg} p{oh * oh}{tag}", dt, secs, gm,
+                          gn, gk, nbytes, 2.0 * gm * gn * gk, reps=reps, device=str(device),
+                          split=split)
                 del args, kernel
-        log(f"conv {dt}: {len(shapes)} shapes x 3")
+        kind = "grouped conv" if any(len(sh) > 6 and sh[6] > 1 for sh in shapes) else "conv"
+        log(f"{kind} {dt}: {len(shapes)} shapes x 3")

@@ -509,6 +509,13 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
                 device, train_dtypes, tsizes, timer, log, families=tfams))
+        if any(want(f) for f in bench_train.GROUPED_CONV_FAMILIES):
+            gconvs = bench_train.grouped_conv_shapes(quick, use_cuda, 8 if quick else
+                                                     (240 if use_cuda else 16), seed)
+            log(f"grouped convolutions: {len(gconvs)} shapes x 3 (forward, dgrad, wgrad), "
+                f"{len(train_dtypes)} dtypes")
+            rows.extend(r.as_dict() for r in bench_train.bench_convs(
+                device, train_dtypes, gconvs, timer, log))
         if any(want(f) for f in bench_train.CONV_FAMILIES):
             convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
                                             (240 if use_cuda else 16), seed)
@@ -562,10 +569,11 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
     refused in one line."""
     if families is None:
         return lambda f: True
-    from calibration.bench_train import CONV_FAMILIES, TRAIN_FAMILIES
+    from calibration.bench_train import CONV_FAMILIES, GROUPED_CONV_FAMILIES, TRAIN_FAMILIES
 
     known = {"matmul", "matmul_unaligned", "elementwise", "elementwise_bcast", "bmm",
-             *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *MATMUL_GRAD_FAMILIES}
+             *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
+             *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)
     if bad:
         raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "

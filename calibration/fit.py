@@ -57,7 +57,10 @@ LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
          "matmul_tn": ("flops", 1e9), "matmul_nt": ("flops", 1e9),
          "bmm_nt": ("flops", 1e9), "bmm_tn": ("flops", 1e9),
          "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20)),
-         "conv": ("flops", 1e9), "conv_dgrad": ("flops", 1e9), "conv_wgrad": ("flops", 1e9)}
+         "conv": ("flops", 1e9), "conv_dgrad": ("flops", 1e9), "conv_wgrad": ("flops", 1e9),
+         "conv_grouped": ("bytes", float(1 << 20)),
+         "conv_grouped_dgrad": ("bytes", float(1 << 20)),
+         "conv_grouped_wgrad": ("bytes", float(1 << 20))}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
 
@@ -69,12 +72,16 @@ CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
 
+GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
+"""Convolutions of more than one group (depthwise ones mostly): the same features and
+``groups``; their kernels are bound by memory and latency more than by FLOPs."""
+
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                  "maxpool", "maxpool_grad", "avgpool_grad")
 """The memory-bound training families (``calibration.bench_train``)."""
 
-PER_DTYPE = (*MATMULS, *BMMS, *CONV, "softmax", "layernorm", "gelu", "copy",
+PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, "softmax", "layernorm", "gelu", "copy",
              "elementwise_bcast", "scatter_add_repeated", *TRAIN_KERNELS)
 """Families fitted per dtype (the memory-bound kernel families too: half-precision softmax,
 layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones,
@@ -144,7 +151,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         from calibration.bench_train import norm_features
 
         return norm_features(str(row["op"]), int(row["n"]), float(row["bytes"]))
-    if row["family"] in CONV:
+    if row["family"] in CONV or row["family"] in GROUPED_CONV:
         from calibration.bench_train import conv_geometry
         from distir.analysis.cost.train import conv_features
 
@@ -152,7 +159,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         m, k = int(row["m"]), int(row["k"])
         return conv_features(m, int(row["n"]), k, float(row["bytes"]), g["k"], g["s"],
                              g.get("n", 1), g.get("c", k // g["k"]),
-                             g.get("p", m // g.get("n", 1)))
+                             g.get("p", m // g.get("n", 1)), g.get("g", 1))
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
@@ -300,6 +307,14 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "stride)": _boosted(("flops", "mn", "mk", "kn"),
                                     ("batch", "cin", "n", "pixels", "window", "stride"),
                                     300, 4, 0.05)}
+    if family in GROUPED_CONV:
+        trees = ("batch", "cin", "n", "pixels", "window", "stride", "groups")
+        return {"linear(flops, bytes)": _linear(("flops", "bytes")),
+                "loglog2(bytes, flops)": _loglog(("bytes", "flops"), 2),
+                "linear(flops, bytes) x trees(batch, cin, n, pixels, window, stride, groups)":
+                    _boosted(("flops", "bytes"), trees),
+                "linear(flops, bytes) x deep trees(batch, cin, n, pixels, window, stride, "
+                "groups)": _boosted(("flops", "bytes"), trees, 300, 4, 0.05)}
     if family in NORM:
         return {"linear(bytes)": _linear(("bytes",)),
                 "piecewise(every size)": _piecewise(1),

@@ -207,3 +207,22 @@ def test_off_grid_products(tmp_path: Path) -> None:
     mm = [r for r in rows if r["family"] == "matmul"]
     assert mm and all(int(r[a]) % 8 == 0 for r in mm for a in ("m", "n", "k"))
     assert {r["family"] for r in rows} >= {"matmul", "matmul_tn"}
+
+
+def test_grouped_convolutions_measured_and_fitted(tmp_path: Path) -> None:
+    """``--families conv_grouped ...``: grouped convolutions through the backend's
+    lowerings, their rows naming the groups, fitted per dtype with ``groups`` a feature."""
+    from calibration.fit import _x, fit_rows
+
+    out = tmp_path / "g.json"
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, measure_only=True,
+                     families=["conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad"],
+                     dtypes=["Float32"], log=lambda s: None) is None
+    rows, _ = read_measurements(tmp_path / "g.measurements.csv")
+    assert {r["family"] for r in rows} == {"conv_grouped", "conv_grouped_dgrad",
+                                           "conv_grouped_wgrad"}
+    assert all(" g" in r["op"] and float(r["seconds"]) > 0 for r in rows)
+    feats = _x(rows[0])
+    assert feats["groups"] > 1 and feats["cin"] * feats["groups"] >= feats["groups"]
+    fitted = {(r.family, r.key) for r in fit_rows(rows, lambda s: None)}
+    assert ("conv_grouped_wgrad", "Float32") in fitted

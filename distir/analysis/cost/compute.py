@@ -364,7 +364,7 @@ def conv(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     from distir.analysis.cost.train import conv_fit_time
 
     fitted = conv_fit_time(hw, "conv", x, w, y, attrs)
-    if fitted is not None:  # the profile's cuDNN fit (2-D, one group); bias added apart
+    if fitted is not None:  # the profile's cuDNN fit (2-D); bias added apart
         flops = 2.0 * y.numel * w.shape[1] * _window(w)
         nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))
         if len(ins) > 2 and ins[2] is not None:

@@ -1,13 +1,16 @@
 """Cost rules of the gradient ops added for automatic differentiation and of the kernels
 a training step runs, with the profile families ``calibration/bench_train.py`` fits.
 
-- ``Conv`` (2-D, one group) and ``ConvGrad`` (each of ``dx`` and ``dw`` the program
-  uses) cost the profile's ``conv``, ``conv_dgrad`` and ``conv_wgrad`` fits of the dtype
-  where it has them, with ``conv_features`` (the forward's implicit GEMM ``m = N * output
-  pixels``, ``n = M``, ``k = C / group * kernel size``, ``window`` the kernel size,
-  ``stride``, ``batch``, ``cin``, ``pixels`` per image, ``bytes`` of x, w and y): cuDNN's
-  kernels (TF32 for float32, as PyTorch allows by default) differ from a plain product of
-  those dimensions. Without a fit,
+- ``Conv`` (2-D) and ``ConvGrad`` (each of ``dx`` and ``dw`` the program uses) cost the
+  profile's ``conv``, ``conv_dgrad`` and ``conv_wgrad`` fits of the dtype where it has
+  them (one group), or its ``conv_grouped``, ``conv_grouped_dgrad`` and
+  ``conv_grouped_wgrad`` fits (more than one group: depthwise and ResNeXt-like
+  convolutions, which cuDNN runs by other kernels), with ``conv_features`` (the forward's
+  implicit GEMM ``m = N * output pixels``, ``n = M``, ``k = C / group * kernel size``,
+  ``window`` the kernel size, ``stride``, ``batch``, ``cin`` per group, ``pixels`` per
+  image, ``groups``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as
+  PyTorch allows by default) differ from a plain product of those dimensions, and a
+  depthwise one's gradients from it by several times. Without a fit,
   ``ConvGrad`` is two implicit GEMMs with the forward's dimensions: ``dx`` ``(N * input
   pixels) x (C / group) x (M * kernel size)`` and ``dw`` ``M x (C / group * kernel size) x
   (N * output pixels)``; a result the program never uses is not computed (``skips_unused``,
@@ -44,14 +47,14 @@ def _prod(xs: tuple[int, ...]) -> int:
 
 
 def conv_features(m: int, n: int, k: int, nbytes: float, window: int, stride: int,
-                  batch: int, cin: int, pixels: int) -> dict[str, float]:
+                  batch: int, cin: int, pixels: int, groups: int = 1) -> dict[str, float]:
     """The features of a convolution fit: the forward's implicit-GEMM ``m``, ``n``, ``k``
     and their products (``matmul_features``), ``bytes`` of ``x``, ``w`` and ``y``, the
     kernel's ``window`` (elements), the largest ``stride``, the ``batch``, the input
-    channels per group ``cin`` and the output ``pixels`` per image."""
+    channels per group ``cin``, the output ``pixels`` per image and the ``groups``."""
     x = matmul_features(m, n, k, 1)
     x.update(bytes=float(nbytes), window=float(window), stride=float(stride),
-             batch=float(batch), cin=float(cin), pixels=float(pixels))
+             batch=float(batch), cin=float(cin), pixels=float(pixels), groups=float(groups))
     return x
 
 
@@ -82,12 +85,15 @@ def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: fl
 
 def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: TensorType,
                   attrs: dict[str, Any]) -> float | None:
-    """The fitted time of a 2-D, one-group convolution kernel of ``family`` (``conv``,
-    ``conv_dgrad``, ``conv_wgrad``) with forward input ``x``, weight ``w`` and output
-    ``y``; ``None`` where the profile has no fit for the dtype or the convolution is not
-    2-D with one group."""
-    if x.rank != 4 or int(attrs.get("group", 1) or 1) != 1:
+    """The fitted time of a 2-D convolution kernel of ``family`` (``conv``, ``conv_dgrad``,
+    ``conv_wgrad``; of more than one group, the profile's ``conv_grouped...`` family of the
+    same role) with forward input ``x``, weight ``w`` and output ``y``; ``None`` where the
+    profile has no such fit for the dtype or the convolution is not 2-D."""
+    groups = int(attrs.get("group", 1) or 1)
+    if x.rank != 4:
         return None
+    if groups != 1:
+        family = family.replace("conv", "conv_grouped", 1)
     f = hw.fit(family, x.dtype.value)
     if f is None:
         return None
@@ -96,7 +102,7 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     m = x.shape[0] * _prod(y.shape[2:])
     nbytes = float(x.size_bytes + w.size_bytes + y.size_bytes)
     feats = conv_features(m, w.shape[0], w.shape[1] * window, nbytes, window, stride,
-                          x.shape[0], w.shape[1], _prod(y.shape[2:]))
+                          x.shape[0], w.shape[1], _prod(y.shape[2:]), groups)
     return max(f(feats), hw.launch_overhead)
 
 

@@ -1,0 +1,69 @@
+"""Convolutions of more than one group (depthwise, ResNeXt-like) cost the profile's
+``conv_grouped`` families where it fits them, the one-group ones their ``conv`` families, on
+a tiny made-up profile with hand-computed times; and the grouped shapes the calibration
+measures."""
+
+from __future__ import annotations
+
+import pytest
+
+import distir
+from distir.analysis.hardware import FitModel, Hardware, LinkSpec
+from distir.analysis.simulator import simulate
+
+BASE = dict(name="t", memory_bytes=1 << 34, peak_flops=(("Float32", 1e12),),
+            memory_bandwidth=1e11, launch_overhead=1e-6, devices_per_node=4,
+            intra_node=(LinkSpec(2, 1e10, 1e-6),), inter_node=(LinkSpec(2, 1e9, 1e-5),))
+CONV = FitModel("linear", ("flops",), intercept=1e-5, coef=(1e-12,))
+GROUPED = FitModel("linear", ("bytes", "groups"), intercept=2e-5, coef=(1e-10, 1e-7))
+DGRAD = FitModel("linear", ("bytes",), intercept=3e-5, coef=(2e-10,))
+WGRAD = FitModel("linear", ("bytes", "cin"), intercept=4e-5, coef=(3e-10, 1e-6))
+FITS = (("conv", "Float32", CONV), ("conv_dgrad", "Float32", CONV),
+        ("conv_wgrad", "Float32", CONV))
+HW = Hardware(**BASE, fits=(*FITS, ("conv_grouped", "Float32", GROUPED),
+                            ("conv_grouped_dgrad", "Float32", DGRAD),
+                            ("conv_grouped_wgrad", "Float32", WGRAD)))
+PLAIN = Hardware(**BASE, fits=FITS)
+
+# a depthwise 3 x 3 over 32 channels of 8 x 8 pixels, batch 2; and a one-group 1 x 1
+TEXT = """
+func @main(%x: Tensor[Float32, (2, 32, 8, 8), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
+           %w1: Tensor[Float32, (16, 32, 1, 1), 0], %dy: Tensor[Float32, (2, 32, 8, 8), 0]) {
+  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %dx, %dw = ConvGrad(%x, %w, %dy, group=32, pads=[1, 1, 1, 1], strides=[1, 1],
+                       dilations=[1, 1])
+  %z = Conv(%x, %w1, kernel_shape=[1, 1])
+  return %y, %dx, %dw, %z
+}"""
+
+
+def _costs(hw: Hardware) -> dict[str, float]:
+    sim = simulate(distir.parse(TEXT), hw)
+    return {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+
+
+def test_grouped_convolutions_take_the_grouped_fits() -> None:
+    got = _costs(HW)
+    nbytes = (2 * 32 * 64 + 32 * 9 + 2 * 32 * 64) * 4  # x, w, y
+    assert got["y"] == pytest.approx(2e-5 + 1e-10 * nbytes + 1e-7 * 32)
+    # dgrad and wgrad both used: the sum of their fits (cin = 1 channel per group)
+    assert got["dx"] == pytest.approx(3e-5 + 2e-10 * nbytes + 4e-5 + 3e-10 * nbytes + 1e-6)
+    # the one-group 1 x 1 keeps the conv fit: 2 * (2 * 64) * 16 * 32 FLOPs
+    assert got["z"] == pytest.approx(1e-5 + 1e-12 * 2 * 128 * 16 * 32)
+    # a profile without grouped fits prices the grouped ones as before (implicit GEMMs)
+    old = _costs(PLAIN)
+    assert old["z"] == pytest.approx(got["z"])
+    assert old["y"] != pytest.approx(got["y"]) and old["dx"] != pytest.approx(got["dx"])
+
+
+def test_grouped_shapes() -> None:
+    from calibration.bench_train import grouped_conv_shapes
+
+    shapes = grouped_conv_shapes(False, True, 120)
+    assert len(shapes) == 120 and len(set(shapes)) == 120
+    depthwise = [s for s in shapes if s[1] == s[2] == s[6]]
+    assert 0.5 < len(depthwise) / len(shapes) < 0.85
+    for _n, c, m, _h, k, s, g in shapes:
+        assert g > 1 and c % g == 0 and m % g == 0 and k in (3, 5, 7) and s in (1, 2)
+    quick = grouped_conv_shapes(True, False, 8)
+    assert all(s[3] <= 14 and s[1] <= 16 for s in quick)
