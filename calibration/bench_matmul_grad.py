@@ -95,7 +95,9 @@ MAX_TENSOR_BYTES = 1 << 30
 def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int = 0,
                    off_grid: bool = False) -> list[tuple[int, int, int]]:
     """``count`` distinct ``(rows, k_in, n_out)`` of a layer ``y = x @ w``, ``x`` of ``rows x
-    k_in``, drawn from the rows 2^11 to 2^16 and pairs of ``WIDTHS``, each product at most
+    k_in``, drawn from the rows 2^8 to 2^16 (a pipeline's microbatch of one 512-token
+    sequence has 512; the fits extrapolated below 2^11 until 2026-11-28, pricing such weight
+    gradients up to 1.5x the plain products) and pairs of ``WIDTHS``, each product at most
     ``MAX_FLOPS``; then LM-head shapes (``n_out = VOCAB``, or ``k_in = VOCAB`` for the
     head's input gradient), on a GPU only. Small sizes with ``quick`` or on a CPU. With
     ``off_grid``, only random shapes, rows any multiple of 8 and widths any multiple of 64
@@ -103,7 +105,7 @@ def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int =
     rng = random.Random(seed + (0 if layout == "matmul_tn" else 1))
     if off_grid:
         rows_lo, rows_hi, w_lo, w_hi, cap = ((64, 256, 32, 96, 5e7) if quick else
-                                             (2048, 65536, 768, 8192, MAX_FLOPS) if cuda
+                                             (256, 65536, 768, 8192, MAX_FLOPS) if cuda
                                              else (256, 2048, 64, 512, 2e9))
         return sample_shapes(rng, (off_grid_dims(rows_lo, rows_hi, 8),
                                    off_grid_dims(w_lo, w_hi, 64 if cuda and not quick else 8),
@@ -114,13 +116,13 @@ def product_shapes(layout: str, quick: bool, cuda: bool, count: int, seed: int =
         widths = [32, 48, 64, 96] if quick else [64, 128, 256, 384, 512]
         max_flops = 5e7 if quick else 2e9
     else:
-        rows_ax = [1 << e for e in range(11, 17)]
+        rows_ax = [1 << e for e in range(8, 17)]
         widths = list(WIDTHS)
         max_flops = MAX_FLOPS
     out = sample_shapes(rng, (rows_ax, widths, widths), count, max_flops)
     shapes = set(out)
     if cuda and not quick:
-        for r in (8192, 32768):  # a transformer layer's products: attention, fused QKV, MLP
+        for r in (512, 8192, 32768):  # a layer's products: attention, fused QKV, MLP
             for d in (768, 1024, 2048):
                 for s in ((d, d), (d, 3 * d), (d, 4 * d), (4 * d, d)):
                     if (r, *s) not in shapes and 2.0 * r * s[0] * s[1] <= max_flops:
