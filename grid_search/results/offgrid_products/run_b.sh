@@ -2,7 +2,7 @@
 # For a later session (not run yet), one GPU of either kind: the weight-gradient layouts
 # (matmul_tn, matmul_nt) in float32 over rows 2^8 to 2^16, on the grid and off it, timed by
 # their device time, measured only. Until 2026-11-28 their sweep started at 2^11 rows, and
-# the fits extrapolated below it (1.3-1.55x the plain product at 512 rows, a pipeline's
+# the fits extrapolated below it (1.1-1.55x the plain product at 512 rows, a pipeline's
 # microbatch of one 512-token sequence: held-out LLaMA's and T5's P2 x K8 at batch 8 were
 # predicted 13-16% too slow). Fit here, pooled with the device-time calibration's CSV and
 # this folder's, then splice matmul_tn matmul_nt --dtypes Float32 (README.md's commands).

@@ -8,7 +8,9 @@ Per model and batch size, the project's accuracy figures (``grid_search.real.acc
     python grid_search/results/zoo_more_2gpu/compare.py [--profile P] [--models DIR] [--rows]
 
 Every re-simulated row's program is checked against the fingerprint recorded when it was
-measured (``study compare`` refuses another program).
+measured (``study compare`` refuses another program); ``../zoo_2gpu/``'s LLaMA rows were
+measured before rows recorded fingerprints, and the skeleton of this folder's export (same
+torch, same ``transformers``) reproduces the predictions they recorded exactly.
 """
 
 from __future__ import annotations
@@ -44,6 +46,9 @@ STUDIES = [  # (model, status, model file, options, CSVs)
      ["call_d/encoder_b8_graph.csv"]),
     ("HF GPT-2 12 x 768 (dynamo)", "development", "gpt2_hf", TOKENS + CE,
      ["call_a/hf_gpt2_b8_graph.csv", "call_b/hf_gpt2_b16_graph.csv"]),
+    ("HF LLaMA 8 x 1024 (dynamo; ../zoo_2gpu/, sealed there)", "held out", "llama",
+     TOKENS + CE, ["../zoo_2gpu/call_c/sealed/llama_b8_graph.csv",
+                   "../zoo_2gpu/call_c/sealed/llama_b16_graph.csv"]),
     ("HF ViT 12 x 768 (torchscript)", "development", "vit", MSE,
      ["call_a/vit_b32_graph.csv", "call_b/vit_b64_graph.csv"]),
 ]
@@ -101,7 +106,8 @@ def main() -> None:
             model = _model(a.models, name)
             for f in files:
                 recorded = _ok(HERE / f)
-                again = _simulated(HERE / f, model, opts, a.profile, Path(tmp) / Path(f).stem)
+                again = _simulated((HERE / f).resolve(), model, opts, a.profile,
+                                   Path(tmp) / Path(f).stem)
                 b = recorded[0]["batch_size"]
                 print(_line(f"{label} ({status}), batch {b}, recorded", recorded))
                 print(_line(f"{label} ({status}), batch {b}, {a.profile}", again))
