@@ -609,7 +609,13 @@ def test_bias_gradients_are_all_reduced_inside_the_backward_pass(dp: int, k: int
 def test_gpt2_data_parallel_simulated_time_is_near_dtps(dp: int) -> None:
     """With the gradients' all-reduces inside the backward pass, data parallelism on the
     GPT-2 step simulates within 0.2% of ``dtp`` (2.8-5.1% slower when the bias gradients
-    were summed after it)."""
-    ours = distir.simulate(compose_dtp(_gpt2_step(), dp), "h100-sxm").latency_s
+    were summed after it), but for the returned loss's own all-reduce: the passes sum a
+    returned partial value where the step returns it, after the update, the tower right
+    after the loss, so on this tiny step (2.4-2.6 ms) the passes' ends with it exposed
+    (one scalar all-reduce, 28 us on ``h100-sxm``; on a real step a few hundredths of a
+    percent)."""
+    ours_sim = distir.simulate(compose_dtp(_gpt2_step(), dp), "h100-sxm")
     ref = distir.simulate(dtp(_gpt2_step(), dp), "h100-sxm").latency_s
-    assert ours <= ref * 1.002
+    _, secs, _, last, detail, _ = max(ours_sim.events(), key=lambda e: e[0] + e[1])
+    assert last.op_type == "MPIAllreduce" and detail[1][0].rank == 0  # the loss
+    assert ours_sim.latency_s <= ref * 1.002 + secs
