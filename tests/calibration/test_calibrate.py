@@ -19,7 +19,8 @@ KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy", "elementwise_bcast"}
 TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
             "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
             "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad", "matmul_tn", "matmul_nt",
-            "bmm_nt", "bmm_tn", "scatter_add_repeated"}
+            "bmm_nt", "bmm_tn", "scatter_add_repeated", "conv_grouped", "conv_grouped_dgrad",
+            "conv_grouped_wgrad"}
 
 
 @pytest.fixture(scope="module")
