@@ -32,7 +32,7 @@ from __future__ import annotations
 import math
 import statistics
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from distir.analysis.hardware import (
@@ -64,6 +64,11 @@ LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
 
+
+DOMAIN = {**dict.fromkeys(MATMULS, ("m", "n", "k")),
+          **dict.fromkeys(BMMS, ("batch", "m", "n", "k"))}
+"""The features whose measured range a fit of these families records (``FitModel.domain``):
+a layout's fit is not used below it (``Hardware.layout_matmul_time``)."""
 
 NORM = ("batchnorm", "batchnorm_grad")
 """Batch normalizations: features ``bytes``, ``channels``, ``spatial``."""
@@ -386,6 +391,11 @@ def fit_one(family: str, key: str, rows: Sequence[dict[str, Any]]) -> FitReport 
     cv = {name: _cv_error(t, train_rows, family) for name, t in cands.items()}
     best = min(cv, key=lambda n: cv[n])
     model = cands[best](train_rows)
+    dims = DOMAIN.get(family)
+    if dims:
+        feats = [_x(r) for r in train_rows + test_rows]
+        model = replace(model, domain=tuple(
+            (f, min(x[f] for x in feats), max(x[f] for x in feats)) for f in dims))
     r2 = med = med_large = None
     n_large = 0
     if test_rows:

@@ -245,6 +245,13 @@ class FitModel:
       folded into the leaf values). Outside the calibrated range the trees' corrections
       stay constant, so the base sets how time scales. ``trees`` may be given as any
       sequence of sequences of nodes; it is stored as ``Trees``.
+
+    ``domain`` (optional, any kind): ``(feature, lo, hi)`` for the features the
+    calibration varied, their smallest and largest measured values (``calibration.fit``
+    records them for the product families). ``below(x)`` says whether ``x`` lies below
+    the smallest sizes measured: there a fit of one layout of a product extrapolates, and
+    the profile's general product fit, measured down there, prices it instead
+    (``Hardware.layout_matmul_time``).
     """
 
     kind: str
@@ -258,6 +265,7 @@ class FitModel:
     ts: tuple[float, ...] = ()
     tree_features: tuple[str, ...] = ()
     trees: Sequence[tuple[Node, ...]] = ()
+    domain: tuple[tuple[str, float, float], ...] = ()
     _memo: dict[tuple[float, ...], float] = field(default_factory=dict, compare=False,
                                                   hash=False, repr=False)
 
@@ -282,6 +290,8 @@ class FitModel:
                 for f, lo, hi in zip(feature[s:e], left[s:e], right[s:e]):
                     if f >= n or (f >= 0 and not (s <= lo < e and s <= hi < e)):
                         raise ConfigError("a boosted fit has a malformed tree node")
+        if any(len(d) != 3 or not d[1] <= d[2] for d in self.domain):
+            raise ConfigError("a fit's domain maps each feature to [lo, hi] with lo <= hi")
         if self.kind == "loglog":
             if len(self.coef) != len(_monomials(len(self.features), self.degree)):
                 raise ConfigError(f"a degree-{self.degree} loglog fit of "
@@ -358,8 +368,14 @@ class FitModel:
         frac = (math.log(v) - math.log(xs[lo])) / (math.log(xs[hi]) - math.log(xs[lo]))
         return math.exp(math.log(ts[lo]) + frac * (math.log(ts[hi]) - math.log(ts[lo])))
 
+    def below(self, x: Mapping[str, float]) -> bool:
+        """Whether ``x`` lies below the domain's smallest measured value of a feature."""
+        return any(f in x and x[f] < lo for f, lo, _ in self.domain)
+
     def to_json(self) -> dict[str, Any]:
         d: dict[str, Any] = {"kind": self.kind, "features": list(self.features)}
+        if self.domain:
+            d["domain"] = {f: [lo, hi] for f, lo, hi in self.domain}
         if self.kind == "piecewise":
             d.update(xs=list(self.xs), ts=list(self.ts))
             return d
@@ -384,7 +400,9 @@ class FitModel:
                 xs=tuple(float(v) for v in d.get("xs", ())),
                 ts=tuple(float(v) for v in d.get("ts", ())),
                 tree_features=tuple(d.get("tree_features", ())),
-                trees=Trees(d.get("trees", ())))
+                trees=Trees(d.get("trees", ())),
+                domain=tuple((str(f), float(v[0]), float(v[1]))
+                             for f, v in dict(d.get("domain", {})).items()))
         except (KeyError, TypeError, ValueError) as e:
             raise ConfigError(f"{where}: malformed fit ({type(e).__name__}: {e}); see "
                               "calibration/README.md for the format") from None
@@ -664,11 +682,14 @@ class Hardware:
         a weight's gradient: ``layout`` ``matmul_tn`` (``a.t() @ dy``, the reduction ``k``
         over the rows of a batch) or ``matmul_nt`` (``dy @ b.t()``, ``x @ w.t()``). The
         profile's fit of that family for ``dtype`` (measured on aligned and unaligned shapes
-        alike, ``calibration/bench_matmul_grad.py``), else ``matmul_time``."""
+        alike, ``calibration/bench_matmul_grad.py``), else ``matmul_time``; also
+        ``matmul_time`` below the smallest sizes the family's fit was measured at
+        (``FitModel.below``: a pipeline microbatch's few rows)."""
         f = self._fits.get((layout, dtype))
-        if f is None:
+        x = matmul_features(m, n, k, itemsize)
+        if f is None or f.below(x):  # not measured that small: the general fit
             return self.matmul_time(m, n, k, dtype, itemsize)
-        return max(f(matmul_features(m, n, k, itemsize)), self.launch_overhead)
+        return max(f(x), self.launch_overhead)
 
     def layout_bmm_time(self, layout: str, batch: int, m: int, n: int, k: int, dtype: str,
                         itemsize: int) -> float:

@@ -14,6 +14,7 @@ import pytest
 import distir
 from distir.analysis.hardware import FitModel, Hardware, LinkSpec, load_hardware
 from distir.analysis.simulator import simulate
+from distir.errors import ConfigError
 
 BASE = dict(name="t", memory_bytes=1 << 34,
             peak_flops=(("Float32", 1e12), ("Float16", 8e12)), memory_bandwidth=1e11,
@@ -170,3 +171,24 @@ func @main(%t: Tensor[Float16, (3, 4096), 0], %i: Tensor[Int64, (1, 1), 0],
 }"""
     nbytes = 2 * 3 * 4096 * 2 + 8 + 4096 * 2
     assert _costs(text, NEW)["s"] == pytest.approx(NEW.memory_time(nbytes, 0.0, "Float16"))
+
+
+def test_a_layout_fit_is_not_used_below_its_measured_domain(tmp_path: Path) -> None:
+    """A fit records the range its sizes were measured over (``FitModel.domain``); a layout
+    product smaller than that (a pipeline microbatch's few rows) is priced by the matmul
+    fit, and the domain survives a profile file."""
+    nt = FitModel("linear", ("flops", "mk"), intercept=3e-5, coef=(2e-13, 1e-11),
+                  domain=(("m", 2048.0, 65536.0), ("n", 768.0, 8192.0),
+                          ("k", 768.0, 8192.0)))
+    hw = Hardware(**BASE, fits=(*OLD.fits, ("matmul_nt", "Float16", nt)))
+    inside = hw.layout_matmul_time("matmul_nt", 4096, 1024, 1024, "Float16", 2)
+    assert inside == pytest.approx(3e-5 + 2e-13 * 2 * 4096 * 1024 * 1024 + 1e-11 * 4096 * 1024)
+    assert hw.layout_matmul_time("matmul_nt", 512, 1024, 1024, "Float16", 2) == \
+        hw.matmul_time(512, 1024, 1024, "Float16", 2)
+    assert not nt.below({"m": 1e6, "n": 768.0}) and nt.below({"m": 512.0})
+    path = tmp_path / "d.json"
+    path.write_text(json.dumps(hw.to_json()), encoding="utf-8")
+    back = load_hardware(str(path))
+    assert back.fit("matmul_nt", "Float16").domain == nt.domain
+    with pytest.raises(ConfigError, match="domain"):
+        FitModel("linear", ("flops",), coef=(1.0,), domain=(("m", 5.0, 1.0),))

@@ -77,6 +77,15 @@ def test_the_families_are_fitted_per_dtype(family: str) -> None:
     assert set(reps) == {(family, "Float16"), (family, "Float32")}
     rep = reps[(family, "Float16")]
     assert rep.median_ape is not None and rep.median_ape < 0.1
+    # the products' fits record the sizes they were measured over (train and test rows)
+    dom = {f: (lo, hi) for f, lo, hi in rep.model.domain}
+    if family == "scatter_add_repeated":
+        assert not dom
+    else:
+        fam_rows = [r for r in rows if r["dtype"] == "Float16"]
+        assert dom["m"] == (min(r["m"] for r in fam_rows), max(r["m"] for r in fam_rows))
+        assert set(dom) == ({"m", "n", "k"} if family == "matmul_tn" else
+                            {"batch", "m", "n", "k"})
 
 
 def test_merge_adds_the_three_families_once(tmp_path: Path) -> None:
