@@ -195,9 +195,10 @@ def grouped_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
             g = rng.choice([2, 4, 8, 16, 32, 64])
             per = rng.choice([4, 8, 16, 32, 64, 128])
             c = m = g * per
-        if quick:
-            c = m = g = min(g, 16) if c == g else c
-            if c != g:
+        if quick:  # small: 16 depthwise channels at most, else 2 groups of 4
+            if c == g:
+                g = c = m = min(g, 16)
+            else:
                 g, c, m = 2, 8, 8
             h = min(h, 14)
         oh = (h + 2 * (k // 2) - k) // s + 1

@@ -509,20 +509,16 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
                 device, train_dtypes, tsizes, timer, log, families=tfams))
-        if any(want(f) for f in bench_train.GROUPED_CONV_FAMILIES):
-            gconvs = bench_train.grouped_conv_shapes(quick, use_cuda, 8 if quick else
-                                                     (240 if use_cuda else 16), seed)
-            log(f"grouped convolutions: {len(gconvs)} shapes x 3 (forward, dgrad, wgrad), "
-                f"{len(train_dtypes)} dtypes")
-            rows.extend(r.as_dict() for r in bench_train.bench_convs(
-                device, train_dtypes, gconvs, timer, log))
-        if any(want(f) for f in bench_train.CONV_FAMILIES):
-            convs = bench_train.conv_shapes(quick, use_cuda, 8 if quick else
-                                            (240 if use_cuda else 16), seed)
-            log(f"convolutions: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
-                f"{len(train_dtypes)} dtypes")
-            rows.extend(r.as_dict() for r in bench_train.bench_convs(
-                device, train_dtypes, convs, timer, log))
+        for what, fams, draw in (
+                ("grouped convolutions", bench_train.GROUPED_CONV_FAMILIES,
+                 bench_train.grouped_conv_shapes),
+                ("convolutions", bench_train.CONV_FAMILIES, bench_train.conv_shapes)):
+            if any(want(f) for f in fams):
+                convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
+                log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
+                    f"{len(train_dtypes)} dtypes")
+                rows.extend(r.as_dict() for r in bench_train.bench_convs(
+                    device, train_dtypes, convs, timer, log))
         from calibration.bench_matmul_grad import bench_all
 
         if use_cuda:
