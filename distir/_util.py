@@ -3,10 +3,26 @@
 from __future__ import annotations
 
 import gc
+import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-__all__ = ["no_gc"]
+__all__ = ["no_gc", "STDERR"]
+
+
+class _Stderr:
+    """Whatever ``sys.stderr`` is when written to: a default ``progress`` stream. A default
+    of ``sys.stderr`` itself is the stream of import time, which a caller that swaps
+    ``sys.stderr`` (a test's capture, a redirection) may since have closed."""
+
+    def write(self, text: str) -> int:
+        return sys.stderr.write(text)
+
+    def flush(self) -> None:
+        sys.stderr.flush()
+
+
+STDERR = _Stderr()
 
 
 @contextmanager

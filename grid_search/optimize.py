@@ -14,6 +14,7 @@ import sys
 from collections.abc import Iterator
 from typing import Any
 
+from distir._util import STDERR
 from distir.errors import ConfigError
 from grid_search.executors import RayExecutor, _import_ray, in_order
 from grid_search.models import Workload, default_batches
@@ -94,7 +95,7 @@ def _top_fitting(res: Any, k: int) -> list[Any]:
 
 def run_top_plans(res: Any, k: int, *, backend: str | None = None, out: str | None = None,
                   hardware: str | None = None, steps: int = 5, warmup: int = 2,
-                  progress: Any = sys.stderr, cuda_graph: bool = False,
+                  progress: Any = STDERR, cuda_graph: bool = False,
                   ) -> list[dict[str, Any]]:
     """Run the ``k`` fastest fitting plans of an ``OptimizeResult`` for real (each its
     lowered SPMD program, through the PyTorch backend; ``cuda_graph``: each step replayed
@@ -206,7 +207,7 @@ _SAVED_COLUMNS = ("file", "mesh", "plan", "simulated_ms", "estimate_ms",
 
 def run_saved_plans(directory: str, *, backend: str | None = None, out: str | None = None,
                     hardware: str | None = None, steps: int = 5, warmup: int = 2,
-                    progress: Any = sys.stderr, cuda_graph: bool = False,
+                    progress: Any = STDERR, cuda_graph: bool = False,
                     ) -> list[dict[str, Any]]:
     """``run_top_plans`` for the plans ``save_plans`` wrote to ``directory``."""
     import distir

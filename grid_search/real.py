@@ -11,10 +11,10 @@ from __future__ import annotations
 import csv
 import math
 import os
-import sys
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
+from distir._util import STDERR
 from grid_search.models import Workload
 from grid_search.space import Config, strategy
 
@@ -118,7 +118,7 @@ def program_fingerprint(fn: Any) -> str:
 
 
 def measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
-            steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+            steps: int = 5, warmup: int = 2, progress: Any = STDERR,
             hardware: Any = None) -> list[dict[str, Any]]:
     """Run each configuration for real; one row per configuration with measured columns."""
     return list(iter_measure(workload, configs, backend=backend, steps=steps, warmup=warmup,
@@ -126,7 +126,7 @@ def measure(workload: Workload, configs: Iterable[Config], *, backend: str | Non
 
 
 def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str | None = None,
-                 steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+                 steps: int = 5, warmup: int = 2, progress: Any = STDERR,
                  memory_limit: int | None = None, profile: str | None = None,
                  profile_marks: bool = True, hardware: Any = None,
                  fresh_sessions: bool = False, cuda_graph: bool = False,
@@ -240,7 +240,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
 
 
 def measure_programs(programs: Sequence[tuple[str, Any]], *, backend: str | None = None,
-                     steps: int = 5, warmup: int = 2, progress: Any = sys.stderr,
+                     steps: int = 5, warmup: int = 2, progress: Any = STDERR,
                      memory_limit: int | None = None,
                      cuda_graph: bool = False) -> list[dict[str, Any]]:
     """Run arbitrary distributed programs (``(label, Function)``, each placed on devices

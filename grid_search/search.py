@@ -13,13 +13,13 @@ import csv
 import io
 import json
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from contextlib import closing
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from distir._util import STDERR
 from distir.errors import ConfigError, DistIRError
 from distir.ir.core import Function, Module
 from grid_search.executors import Executor, LocalExecutor
@@ -285,7 +285,7 @@ def run_search(workload: Workload | Function | Module,
                configs: Iterable[Config] | None = None, *,
                hardware: str | Hardware = "h100-sxm", devices: int | None = None,
                out: str | None = None, workers: int = 1, resume: bool = False,
-               progress: Any = sys.stderr,
+               progress: Any = STDERR,
                on_row: Callable[[dict[str, Any]], None] | None = None,
                executor: Executor | None = None, sync: str = "",
                transform: str = "passes") -> SearchResult:

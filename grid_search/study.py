@@ -601,15 +601,35 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def _explain_workload(args: argparse.Namespace) -> Any:
+    """The workload ``study explain`` runs: a built-in model by name (``--dtype``), or a
+    model file with the ``--dim``, ``--batch-input`` and ``--train`` options a search of it
+    was given (the file's own dtype), so that a ``grid-search --model FILE --run-top`` row is
+    rebuilt as measured (its ``program_fingerprint`` is printed beside the result)."""
+    from distir.cli import _train
+    from distir.cli.importer import parse_dims
+
+    if not _is_file_label(args.model):
+        given = [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
+                                ("--train", args.train)) if v]
+        if given:
+            raise ConfigError(f"{', '.join(given)}: these go with a model file (--model "
+                              "FILE.onnx or FILE.dir)")
+        return workload(args.model, dtype=args.dtype)
+    return workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
+                    batch_input=args.batch_input, batch_sizes=[args.batch_size])
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     """Run one configuration with ``--profile`` and explain it against the simulation."""
     import json
 
     import distir
     from distir.analysis.explain import explain, format_table, write_perfetto
+    from grid_search.real import program_fingerprint
     from grid_search.space import Config
 
-    w = dataclasses.replace(workload(args.model, dtype=args.dtype), transform=args.transform)
+    w = dataclasses.replace(_explain_workload(args), transform=args.transform)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
     fn = w.program(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
                    Config(w.name, args.batch_size, args.dp, args.tp, args.pp,
@@ -634,8 +654,9 @@ def cmd_explain(args: argparse.Namespace) -> int:
     ex = explain(fn, [traces], args.hardware,
                  replay=[traces + "_replay"] if args.cuda_graph else None)
     res = results["replayed" if args.cuda_graph else "eager"]
-    head = (f"{w.name} ({args.dtype}) batch {args.batch_size}, D{args.dp} T{args.tp} "
-            f"P{args.pp} K{args.microbatches} {schedule}: timed steps' median "
+    head = (f"{w.name} ({w.dtype}) batch {args.batch_size}, D{args.dp} T{args.tp} "
+            f"P{args.pp} K{args.microbatches} {schedule}, program {program_fingerprint(fn)}: "
+            "timed steps' median "
             + "; ".join(f"{k} {r.step_latency_s * 1e3:.3f} ms" for k, r in results.items())
             + f" on {res.device_name}\n")
     table = head + format_table(ex, top=args.top) + "\n"
@@ -800,8 +821,16 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(func=cmd_compare)
     e = sub.add_parser("explain", help="profile one configuration and explain it against "
                        "the simulation (distir run --profile, distir explain)")
-    e.add_argument("--model", required=True)
-    e.add_argument("--dtype", default="Float16")
+    e.add_argument("--model", required=True,
+                   help="a built-in model (gpt2-..., mlp-...) or a model file (.onnx, .dir) "
+                   "with the --dim, --batch-input and --train options its search was given")
+    e.add_argument("--dtype", default="Float16", help="of a built-in model (a file's own "
+                   "dtype is used)")
+    e.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="with --model FILE.onnx: bind a symbolic dimension (repeatable)")
+    e.add_argument("--batch-input", default=None, metavar="NAME",
+                   help="with --model FILE: the input that carries the batch")
+    _train.add_arguments(e)
     e.add_argument("--batch-size", type=int, required=True)
     for k in ("dp", "tp", "pp", "microbatches"):
         e.add_argument(f"--{k}", type=int, default=1)

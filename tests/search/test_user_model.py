@@ -352,3 +352,31 @@ def test_run_top_rows_of_a_model_file_are_compared(models, tmp_path, capsys) -> 
         assert study(["compare", str(out), *argv, "-o", str(tmp_path / "x")]) != 0
         err = capsys.readouterr().err.strip().splitlines()
         assert len(err) == 1 and re.search(says, err[0]), err
+
+
+def test_study_explain_rebuilds_a_run_top_row_of_a_model_file(models, tmp_path,
+                                                               capsys) -> None:
+    """``study explain --model FILE`` with the search's options runs and explains the very
+    program a ``grid-search --run-top`` row measured (the fingerprints agree); the file
+    options without a file are a one-line error."""
+    from grid_search.study import main as study
+
+    out = tmp_path / "top.csv"
+    opts = ["--model", models["mlp"], "--dim", "batch=8", "--train", "--loss", "mse"]
+    assert main(["grid-search", *opts, "--devices", "2", "--max-microbatches", "2",
+                 "--workers", "1", "--run-top", "1", "--backend", "gloo", "-o", str(out),
+                 "--plot", str(tmp_path / "p.png")]) == 0
+    row = next(r for r in csv.DictReader(open(out, encoding="utf-8"))
+               if r["measured_status"] == "ok")
+    assert study(["explain", *opts, "--batch-size", "8", "--dp", row["dp"], "--tp", row["tp"],
+                  "--pp", row["pp"], "--microbatches", row["microbatches"], "--schedule",
+                  row["schedule"], "--backend", "gloo", "--steps", "1", "--warmup", "0",
+                  "-o", str(tmp_path / "x")]) == 0
+    head = (tmp_path / "x" / "explain.txt").read_text(encoding="utf-8").splitlines()[0]
+    assert head.startswith("mlp.onnx+train-mse-sgd (Float32) batch 8, ")
+    assert f"program {row['program_fingerprint']}:" in head
+    capsys.readouterr()
+    assert study(["explain", "--model", "mlp-2-32", "--dim", "batch=8", "--batch-size", "8",
+                  "-o", str(tmp_path / "y")]) != 0
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--dim: these go with a model file" in err[0], err
