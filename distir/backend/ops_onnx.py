@@ -356,13 +356,17 @@ def _transpose(s: Static) -> Kernel:
     again (``torch.matmul`` merging its batch axes, a ``Reshape`` merging the permuted
     axes), and an elementwise reader would run uncoalesced and hand the strides on:
     measured on the held-out transformer's replayed steps, such copies took 8.6 ms of a
-    122-ms step against the 4.8 ms of one copy per transpose (docs/fidelity.md)."""
-    from distir.analysis.cost.compute import copied_transpose
+    122-ms step against the 4.8 ms of one copy per transpose (docs/fidelity.md). A
+    permutation that moves only axes of length 1 is a reshape (``only_unit_axes_move``)."""
+    from distir.analysis.cost.compute import copied_transpose, only_unit_axes_move
 
     x_t = s.inp(0)
     rank = x_t.rank
     perm = s.attrs.get("perm")
     perm = tuple(range(rank - 1, -1, -1)) if perm is None else tuple(int(p) for p in perm)
+    if only_unit_axes_move(tuple(x_t.shape), perm):  # a reshape, with contiguous strides
+        shape = s.out().shape
+        return lambda x: (x.reshape(shape),)
     if copied_transpose(tuple(x_t.shape), x_t.dtype.itemsize, perm):
         return lambda x: (x.permute(perm).contiguous(),)
     return lambda x: (x.permute(perm),)

@@ -7,7 +7,11 @@ from __future__ import annotations
 import pytest
 
 import distir
-from distir.analysis.cost.compute import copied_transpose, copies_batch_axes
+from distir.analysis.cost.compute import (
+    copied_transpose,
+    copies_batch_axes,
+    only_unit_axes_move,
+)
 from distir.analysis.hardware import FitModel, Hardware, LinkSpec, bmm_features, load_hardware
 from distir.analysis.simulator import simulate
 
@@ -64,6 +68,13 @@ def test_which_transposes_copy() -> None:
     assert not copied_transpose((1024, 4100), 4, [1, 0])
     assert not copied_transpose((8, 3, 5), 2, [0, 1, 2])   # nothing moves
     assert not copied_transpose((7,), 2, None)
+    # only axes of length 1 move: a reshape, never a copy
+    assert not copied_transpose((1, 512, 768), 4, [1, 0, 2])
+    assert not copied_transpose((8, 1, 197, 64), 2, [1, 0, 2, 3])
+    assert not copied_transpose((50257, 1), 2, None)
+    assert only_unit_axes_move((1, 512, 768), [1, 0, 2])
+    assert not only_unit_axes_move((2, 512, 768), [1, 0, 2])
+    assert copied_transpose((2, 512, 768), 4, [1, 0, 2])
 
 
 def test_an_unaligned_2d_transpose_costs_a_copy() -> None:

@@ -186,6 +186,26 @@ def test_shapes() -> None:
     check(one_op("Trilu", [(F32, (4, 4)), np.array(1, np.int64)], upper=0))
 
 
+def test_a_transpose_of_unit_axes_is_a_contiguous_reshape() -> None:
+    """Moving only axes of length 1 moves no element: the result has the strides of a
+    contiguous tensor, so that ``torch.matmul`` folds it into one product (a ``permute``
+    view keeps the moved axis's stride, and matmul then runs one matrix-vector product per
+    row: 8x on an H200 for nn.MultiheadAttention's microbatch of one sequence)."""
+    for shape, perm in (((1, 5, 4), [1, 0, 2]), ((5, 1, 4), [1, 0, 2]), ((4, 1), None),
+                        ((1, 3, 1, 4), [2, 1, 0, 3])):
+        fn = one_op("Transpose", [(F32, shape)], perm=perm) if perm else \
+            one_op("Transpose", [(F32, shape)])
+        check(fn)
+        prog = compile_program(project(fn).programs[0], torch.device("cpu"))
+        x = torch.randn(shape)
+        (y,) = prog.run([x])
+        assert y.stride() == torch.empty(y.shape).stride(), (shape, perm, y.stride())
+    w = torch.randn(4, 6)
+    (y,) = compile_program(project(one_op("Transpose", [(F32, (1, 5, 4))], perm=[1, 0, 2]))
+                           .programs[0], torch.device("cpu")).run([torch.randn(1, 5, 4)])
+    assert torch.equal(torch.matmul(y, w), (y.reshape(5, 4) @ w).reshape(5, 1, 6))
+
+
 def test_split_and_concat() -> None:
     check(one_op("Split", [(F32, (6, 4))], n_out=3, axis=0, num_outputs=3))
     check(one_op("Split", [(F32, (2, 7)), np.array([2, 5], np.int64)], n_out=2, axis=-1))

@@ -205,17 +205,35 @@ ALIGN_BYTES = 16
 """The alignment (bytes) of a matrix's rows that the vectorized matmul kernels need."""
 
 
+def only_unit_axes_move(shape: tuple[int, ...],
+                        perm: tuple[int, ...] | list[int] | None) -> bool:
+    """Whether a ``Transpose`` of ``shape`` by ``perm`` leaves the axes longer than 1 in
+    their order: it moves no element, and is a reshape (the backend's, a view with the
+    strides of a contiguous tensor: a ``permute`` view keeps the moved axis's stride, which
+    ``torch.matmul`` reads as a tensor it cannot fold into one product, running one
+    matrix-vector product per row instead, 8x the product's time on an H200 for
+    ``nn.MultiheadAttention``'s ``(1, 512, 768) -> (512, 1, 768)`` in a pipeline microbatch
+    of one sequence)."""
+    rank = len(shape)
+    p = tuple(range(rank - 1, -1, -1)) if perm is None else tuple(int(a) % rank for a in perm)
+    moved = [a for a in p if shape[a] != 1]
+    return moved == sorted(moved)
+
+
 def copied_transpose(shape: tuple[int, ...], itemsize: int,
                      perm: tuple[int, ...] | list[int] | None) -> bool:
     """Whether the backend computes a ``Transpose`` of a tensor of ``shape`` (elements of
     ``itemsize`` bytes) by ``perm`` as a contiguous copy rather than a view: where it moves
     a batch axis (``copies_batch_axes``), and where it moves the last axis of a tensor one
     of whose last two dimensions spans a number of bytes that is not a multiple of
-    ``ALIGN_BYTES``. Read as a view, the second kind sends a matrix product to cuBLAS's
+    ``ALIGN_BYTES``; never where only axes of length 1 move (``only_unit_axes_move``: a
+    reshape). Read as a view, the second kind sends a matrix product to cuBLAS's
     unaligned transposed kernels (GPT-2's tied LM head ``x @ wte^T``, vocabulary 50257:
     12.9 ms on an H200 in bfloat16, against 8.2-8.9 ms for its two gradient products of
     the same size) and an elementwise reader to strided, uncoalesced loads."""
     rank = len(shape)
+    if only_unit_axes_move(shape, perm):
+        return False
     if copies_batch_axes(rank, perm):
         return True
     if rank < 2:
