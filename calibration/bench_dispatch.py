@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import csv
+import gzip
 import json
 import os
 import statistics
@@ -140,7 +141,8 @@ def cmd_fit(args: argparse.Namespace) -> int:
     from distir.errors import ConfigError
 
     try:
-        with open(args.csv, encoding="utf-8") as f:
+        opener = gzip.open if args.csv.endswith(".gz") else open
+        with opener(args.csv, "rt", encoding="utf-8") as f:  # gzipped in results folders
             rows = list(csv.DictReader(f))
     except OSError as e:
         print(f"error: {args.csv}: {e.strerror}", file=sys.stderr)

@@ -936,14 +936,15 @@ def _outside(d: Any, source: str) -> tuple[int, ...]:
 
 
 def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:
-    """A profile by name (``"h100-sxm"``), by path to a JSON file, or as given.
+    """A profile by name (``"h100-sxm"``), by path to a JSON file (gzipped where its name
+    ends in ``.json.gz``: results folders keep their profiles so), or as given.
 
     Unknown names raise a one-line ``ConfigError`` that lists the available ones."""
     if isinstance(spec, Hardware):
         return spec
     s = os.fspath(spec)
     path: Path | None = None
-    if s.endswith(".json") or os.sep in s or (os.altsep and os.altsep in s):
+    if s.endswith((".json", ".json.gz")) or os.sep in s or (os.altsep and os.altsep in s):
         path = Path(s)
         if not path.is_file():
             raise ConfigError(f"hardware profile file {s} does not exist")
@@ -968,7 +969,13 @@ def load_hardware(spec: str | os.PathLike[str] | Hardware) -> Hardware:
 def _parse_profile(path: Path, st: os.stat_result) -> Hardware:
     """Read and validate a profile's JSON, then store the result in the compiled cache."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
+        if path.name.endswith(".gz"):
+            import gzip
+
+            with gzip.open(path, "rt", encoding="utf-8") as f:
+                data = json.load(f)
+        else:
+            data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as e:
         raise ConfigError(f"invalid JSON in hardware profile: {e.msg}",
                           Loc(str(path), e.lineno, e.colno)) from None

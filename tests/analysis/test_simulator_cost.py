@@ -218,6 +218,22 @@ def test_load_profiles_by_name_and_path(tmp_path: Path,
     assert "mine" in available_profiles()
 
 
+def test_a_gzipped_profile_loads_by_path(tmp_path: Path) -> None:
+    import gzip
+
+    doc = {**load_hardware("h100-sxm-datasheet").to_json(), "name": "zipped"}
+    p = tmp_path / "zipped.json.gz"
+    with gzip.open(p, "wt", encoding="utf-8") as f:
+        json.dump(doc, f)
+    hw = load_hardware(str(p))
+    assert hw.name == "zipped" and hw.peak_flops == load_hardware("h100-sxm-datasheet").peak_flops
+    bad = tmp_path / "bad.json.gz"
+    with gzip.open(bad, "wt", encoding="utf-8") as f:
+        f.write("{ not json")
+    with pytest.raises(ConfigError, match=r"bad.json.gz:1:3: error: invalid JSON"):
+        load_hardware(str(bad))
+
+
 def test_profile_errors_are_one_line(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match=r"unknown hardware profile 'nope'; available: .*"
                                           r"dgx2-v100.*h100-sxm") as e:

@@ -71,6 +71,14 @@ def test_fit_writes_a_profile_derived_from_its_base(tmp_path: Path) -> None:
     assert main(["fit", str(data), "--profile", str(src), "--name", "x",
                  "-o", str(out2)]) == 0
     assert load_hardware(str(out2)).peak("Float16") == load_hardware(str(src)).peak("Float16")
+    # gzipped measurements (as results folders keep them) are read the same
+    import gzip
+
+    zipped = tmp_path / "d.csv.gz"
+    zipped.write_bytes(gzip.compress(data.read_bytes()))
+    out3 = tmp_path / "prof" / "z.json"
+    assert main(["fit", str(zipped), "--profile", "h100-sxm", "-o", str(out3)]) == 0
+    assert load_hardware(str(out3)).host_seconds("Add") == pytest.approx(2e-5)
 
 
 @pytest.mark.slow
