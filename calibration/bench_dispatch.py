@@ -144,8 +144,9 @@ def cmd_fit(args: argparse.Namespace) -> int:
         opener = gzip.open if args.csv.endswith(".gz") else open
         with opener(args.csv, "rt", encoding="utf-8") as f:  # gzipped in results folders
             rows = list(csv.DictReader(f))
-    except OSError as e:
-        print(f"error: {args.csv}: {e.strerror}", file=sys.stderr)
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # EOFError: a truncated .gz
+        print(f"error: {args.csv}: {e.strerror if getattr(e, 'strerror', None) else e}",
+              file=sys.stderr)
         return 2
     if not rows:
         print(f"error: {args.csv} holds no measurements", file=sys.stderr)
@@ -166,7 +167,7 @@ def cmd_fit(args: argparse.Namespace) -> int:
         return 2
     out = Path(args.out)
     ref = args.profile
-    if ref.endswith(".json"):  # a path: relative to the new profile's folder
+    if ref.endswith((".json", ".json.gz")):  # a path: relative to the new profile's folder
         ref = os.path.relpath(Path(ref).resolve(), out.resolve().parent)
     d = {"format": FORMAT, "base": ref, "name": args.name or f"{base.name}-host",
          "description": f"{base.name} with the host dispatch measured by "

@@ -608,16 +608,35 @@ def _explain_workload(args: argparse.Namespace) -> Any:
     rebuilt as measured (its ``program_fingerprint`` is printed beside the result)."""
     from distir.cli import _train
     from distir.cli.importer import parse_dims
+    from grid_search.models import _is_file
 
-    if not _is_file_label(args.model):
+    if not _is_file(args.model):
         given = [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
-                                ("--train", args.train)) if v]
+                                ("--train", args.train), ("--loss", args.loss),
+                                ("--optimizer", args.optimizer), ("--lr", args.lr))
+                 if v is not None and v != [] and v is not False]
         if given:
-            raise ConfigError(f"{', '.join(given)}: these go with a model file (--model "
-                              "FILE.onnx or FILE.dir)")
+            raise ConfigError(f"{', '.join(given)}: {'these go' if len(given) > 1 else 'it goes'}"
+                              " with a model file (--model FILE.onnx or FILE.dir)")
         return workload(args.model, dtype=args.dtype)
     return workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
                     batch_input=args.batch_input, batch_sizes=[args.batch_size])
+
+
+def _main_dtype(fn: Any) -> str:
+    """The floating dtype most of a program's parameter elements have (a model file's own
+    dtype), or ``"-"`` for a program without floating parameters."""
+    from collections import Counter
+
+    from distir.ir.types import TensorType
+
+    fn = getattr(fn, "entry", fn)
+    n: Counter[str] = Counter()
+    for p in fn.params:
+        t = p.type
+        if isinstance(t, TensorType) and t.dtype.is_float:
+            n[t.dtype.value] += t.numel
+    return n.most_common(1)[0][0] if n else "-"
 
 
 def cmd_explain(args: argparse.Namespace) -> int:
@@ -654,7 +673,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
     ex = explain(fn, [traces], args.hardware,
                  replay=[traces + "_replay"] if args.cuda_graph else None)
     res = results["replayed" if args.cuda_graph else "eager"]
-    head = (f"{w.name} ({w.dtype}) batch {args.batch_size}, D{args.dp} T{args.tp} "
+    head = (f"{w.name} ({_main_dtype(fn) if w.family == 'user' else w.dtype}) batch "
+            f"{args.batch_size}, D{args.dp} T{args.tp} "
             f"P{args.pp} K{args.microbatches} {schedule}, program {program_fingerprint(fn)}: "
             "timed steps' median "
             + "; ".join(f"{k} {r.step_latency_s * 1e3:.3f} ms" for k, r in results.items())

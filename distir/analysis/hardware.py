@@ -979,6 +979,9 @@ def _parse_profile(path: Path, st: os.stat_result) -> Hardware:
     except json.JSONDecodeError as e:
         raise ConfigError(f"invalid JSON in hardware profile: {e.msg}",
                           Loc(str(path), e.lineno, e.colno)) from None
+    except (OSError, EOFError, UnicodeDecodeError) as e:  # a damaged .json.gz, or not text
+        raise ConfigError(f"{path}: cannot read the hardware profile ({e}); write it "
+                          "again") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: a hardware profile must be a JSON object")
     if "base" in data:  # not stored compiled: a change to the base must show
@@ -1002,7 +1005,8 @@ def _derived(data: Mapping[str, Any], source: str) -> Hardware:
         raise ConfigError(f"{source}: its base profiles lead back to it ({ref})")
     _DERIVING.add(source)
     try:
-        base = load_hardware(rel if ref.endswith(".json") and rel.is_file() else ref)
+        base = load_hardware(rel if ref.endswith((".json", ".json.gz")) and rel.is_file()
+                             else ref)
     finally:
         _DERIVING.discard(source)
     # the base's fits are kept as they are, not printed and parsed again: the rest comes

@@ -232,6 +232,22 @@ def test_a_gzipped_profile_loads_by_path(tmp_path: Path) -> None:
         f.write("{ not json")
     with pytest.raises(ConfigError, match=r"bad.json.gz:1:3: error: invalid JSON"):
         load_hardware(str(bad))
+    # a damaged or truncated archive, or plain text named .gz: one line, not a traceback
+    notgz = tmp_path / "plain.json.gz"
+    notgz.write_text("{}")
+    cut = tmp_path / "cut.json.gz"
+    cut.write_bytes(p.read_bytes()[:200])
+    for f in (notgz, cut):
+        with pytest.raises(ConfigError, match=rf"{f.name}: cannot read the hardware profile") \
+                as e:
+            load_hardware(str(f))
+        assert "\n" not in str(e.value)
+    # a profile derived from a gzipped base finds it beside itself, from any folder
+    sub = tmp_path / "sub"
+    sub.mkdir()
+    child = {"format": doc["format"], "base": "../zipped.json.gz", "name": "child"}
+    (sub / "child.json").write_text(json.dumps(child))
+    assert load_hardware(str(sub / "child.json")).peak_flops == hw.peak_flops
 
 
 def test_profile_errors_are_one_line(tmp_path: Path) -> None:

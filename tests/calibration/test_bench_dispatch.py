@@ -4,6 +4,8 @@ the fit, the profile it writes, and a gloo run on CPU processes."""
 from __future__ import annotations
 
 import csv
+import gzip
+import json
 import os
 import subprocess
 import sys
@@ -72,13 +74,19 @@ def test_fit_writes_a_profile_derived_from_its_base(tmp_path: Path) -> None:
                  "-o", str(out2)]) == 0
     assert load_hardware(str(out2)).peak("Float16") == load_hardware(str(src)).peak("Float16")
     # gzipped measurements (as results folders keep them) are read the same
-    import gzip
-
     zipped = tmp_path / "d.csv.gz"
     zipped.write_bytes(gzip.compress(data.read_bytes()))
     out3 = tmp_path / "prof" / "z.json"
     assert main(["fit", str(zipped), "--profile", "h100-sxm", "-o", str(out3)]) == 0
     assert load_hardware(str(out3)).host_seconds("Add") == pytest.approx(2e-5)
+    # a gzipped base profile is written relative to the new profile too
+    gz_base = tmp_path / "bases" / "base.json.gz"
+    gz_base.parent.mkdir()
+    gz_base.write_bytes(gzip.compress(src.read_bytes()))
+    out4 = tmp_path / "prof" / "g.json"
+    assert main(["fit", str(data), "--profile", str(gz_base), "-o", str(out4)]) == 0
+    assert json.loads(out4.read_text())["base"] == "../bases/base.json.gz"
+    assert load_hardware(str(out4)).peak("Float16") == load_hardware(str(src)).peak("Float16")
 
 
 @pytest.mark.slow
@@ -109,6 +117,15 @@ def test_fit_refuses_bad_input_in_one_line(tmp_path: Path,
     assert "not a bench_dispatch measurement file" in capsys.readouterr().err
     assert main(["fit", str(tmp_path / "none.csv"), "--profile", "h100-sxm", "-o", out]) == 2
     assert "none.csv" in capsys.readouterr().err
+    notgz = tmp_path / "plain.csv.gz"
+    notgz.write_text("program,rank\n")
+    cut = tmp_path / "cut.csv.gz"
+    cut.write_bytes(gzip.compress(b"program,rank,op,op_type,comm,host_s\n" * 50)[:40])
+    for f in (notgz, cut):
+        capsys.readouterr()
+        assert main(["fit", str(f), "--profile", "h100-sxm", "-o", out]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and err[0].startswith(f"error: {f}: ") and "None" not in err[0]
     good = tmp_path / "g.csv"
     good.write_text("op_type,host_s\nAdd,1e-5\n")
     assert main(["fit", str(good), "--profile", "no-such-profile", "-o", out]) == 2

@@ -379,4 +379,10 @@ def test_study_explain_rebuilds_a_run_top_row_of_a_model_file(models, tmp_path,
     assert study(["explain", "--model", "mlp-2-32", "--dim", "batch=8", "--batch-size", "8",
                   "-o", str(tmp_path / "y")]) != 0
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "--dim: these go with a model file" in err[0], err
+    assert len(err) == 1 and "--dim: it goes with a model file" in err[0], err
+    # the header names a model file's own dtype
+    from distir.ir.types import DType
+    from distir.models import mlp
+    from grid_search.study import _main_dtype
+
+    assert _main_dtype(mlp(16, 8, 8, 4, 2, dtype=DType.Float16)) == "Float16"
