@@ -21,6 +21,9 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   (``SoftmaxCrossEntropyLoss[Grad]`` over the last axis),
   ``adam`` (``AdamOptimizer``, the step count a runtime value), ``scatter_add``
   (``ScatterND`` with ``reduction="add"`` of rows into a table: the embedding gradient),
+  ``scatter_add_few`` (the same of one index row into a table of 3 or 16 long rows: the
+  backend's ``index_add``, ``FEW_SCATTER_ROWS``; `nn.MultiheadAttention`'s query / key /
+  value gradients out of its packed projection),
   ``reduce`` (``ReduceSum`` over the leading axis: bias gradients), ``maxpool``,
   ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2).
 
@@ -44,7 +47,7 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
-                  "maxpool", "maxpool_grad", "avgpool_grad")
+                  "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
@@ -56,9 +59,11 @@ _WIDTHS: dict[str, tuple[int, ...]] = {
     "layernorm_grad": (768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048), "reduce": (768, 4096),
-    "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256)}
+    "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256),
+    "scatter_add_few": (3, 16)}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
-the embedding width, the reduced rows' width; the batch normalizations take ``_CNN``."""
+the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
+batch normalizations take ``_CNN``."""
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
@@ -310,6 +315,13 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
         return _one_op("ScatterND", [("data", dtype, (table, width)),
                                      ("idx", i64, (rows, 1)), ("upd", dtype, (rows, width))],
                        1, reduction="add"), {"idx": table}
+    if fam == "scatter_add_few":  # one row of n / table elements added into the table
+        row = n // width
+        if row < 1:
+            return None
+        return _one_op("ScatterND", [("data", dtype, (width, row)), ("idx", i64, (1, 1)),
+                                     ("upd", dtype, (1, row))], 1, reduction="add"), \
+            {"idx": width}
     if fam == "reduce":
         from distir.ir import FunctionBuilder, TensorType
 

@@ -83,7 +83,7 @@ GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
-                 "maxpool", "maxpool_grad", "avgpool_grad")
+                 "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few")
 """The memory-bound training families (``calibration.bench_train``)."""
 
 PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, "softmax", "layernorm", "gelu", "copy",
@@ -100,7 +100,7 @@ a profile measured in float32 alone prices every dtype as before."""
 COMPUTE = ("elementwise", "batchnorm",
            "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
            "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
-           "avgpool_grad")
+           "avgpool_grad", "scatter_add_few")
 
 
 def fit_key(row: dict[str, Any]) -> str:

@@ -171,6 +171,10 @@ func @main(%t: Tensor[Float16, (3, 4096), 0], %i: Tensor[Int64, (1, 1), 0],
 }"""
     nbytes = 2 * 3 * 4096 * 2 + 8 + 4096 * 2
     assert _costs(text, NEW)["s"] == pytest.approx(NEW.memory_time(nbytes, 0.0, "Float16"))
+    # ... unless the profile fits the backend's index_add (``scatter_add_few``)
+    few = FitModel("linear", ("bytes",), intercept=9e-6, coef=(3e-12,))
+    hw = Hardware(**BASE, fits=(*NEW.fits, ("scatter_add_few", "Float16", few)))
+    assert _costs(text, hw)["s"] == pytest.approx(9e-6 + 3e-12 * nbytes)
 
 
 def test_a_layout_fit_is_not_used_below_its_measured_domain(tmp_path: Path) -> None:

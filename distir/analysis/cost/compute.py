@@ -22,8 +22,9 @@
   embedding backward, measured with the indices the backend draws when it measures a
   step: integers in [0, 8)); else ``scatter_add``. One of at most ``FEW_SCATTER_ROWS``
   index rows (the gradient of a ``Gather`` of one slice, as of the query, key or value
-  out of ``nn.MultiheadAttention``'s packed projection) is memory-bound like a copy: the
-  backend adds those rows with ``index_add``, parallel over every element.
+  out of ``nn.MultiheadAttention``'s packed projection) the backend adds with
+  ``index_add``, parallel over every element: the profile's ``scatter_add_few`` fit where it
+  has one (``calibration.bench_train``), else memory-bound like a copy.
 - Every other kernel is memory-bound: ``Hardware.memory_time(bytes, flops)`` with ``bytes``
   the sizes of its inputs and results (read once, written once) and ``flops`` a small
   per-element count (1 for arithmetic, 8 for transcendental functions, 5 for reductions,
@@ -143,8 +144,8 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
         if t is not None:
             return OpCost(t, flops, nbytes)
     if family == "scatter_add" and isinstance(ins[1], TensorType) and \
-            few_scatter_rows(ins[1]):
-        return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+            few_scatter_rows(ins[1]):  # index_add: its own fit where the profile has one
+        return OpCost(hw.kernel_time("scatter_add_few", nbytes, flops, dt), flops, nbytes)
     if family == "scatter_add":
         t = _scatter_add_repeated(hw, ins, nbytes, dt)
         if t is not None:
