@@ -263,12 +263,18 @@ def _check_ops(path: str, r: int, doc: dict[str, Any], ops: Any) -> None:
     if got != want:
         first = next((i for i, (a, b) in enumerate(zip(got, want)) if a != b),
                      min(len(got), len(want)))
+        # The same ops with some folded into constants on one side only: the run's
+        # program knew small initializers (its .npz) that this reading does not, or back
+        folded = len(got) == len(want) and all(
+            a == b or "Constant" in (a, b) for a, b in zip(got, want))
+        fix = ("read the program with the same weights (.npz) beside it as when it ran: "
+               "small initializers are folded into constants" if folded else
+               "profile this program with `distir run FILE --profile DIR`")
         raise ExplainError(
             f"{path}: rank {r}'s trace does not match the program: it ran {len(got)} "
             f"ops, the program's rank {r} has {len(want)} (first difference at op "
             f"{first}: {got[first] if first < len(got) else 'none'} vs "
-            f"{want[first] if first < len(want) else 'none'}); profile this program "
-            "with `distir run FILE --profile DIR`")
+            f"{want[first] if first < len(want) else 'none'}); {fix}")
 
 
 def load_traces(paths: list[str], proj: Projection, replay: list[str] | None = None,

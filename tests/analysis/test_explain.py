@@ -283,3 +283,21 @@ def test_align_replay_resynchronizes_after_mismatches() -> None:
     assert [r[3] for r in got[1]] == ["y", "ncclAllReduce"]
     assert [r[3] for r in got[2]] == ["z"]
     assert (lost_e, lost_r) == (0, 1)
+
+
+def test_a_trace_with_folded_initializers_says_to_read_the_weights() -> None:
+    """The same ops but some folded into constants on one side only (the run's program had
+    its small initializers, this reading of it does not): the error says so."""
+    from types import SimpleNamespace
+
+    from distir.analysis.explain import _check_ops
+
+    ops = [SimpleNamespace(op_type=t) for t in ("Identity", "MatMul", "Relu")]
+    doc = {"distir": {"op_types": ["Constant", "MatMul", "Relu"]}}
+    with pytest.raises(ExplainError, match=r"first difference at op 0: Constant vs "
+                                           r"Identity\); read the program with the same "
+                                           r"weights \(\.npz\)"):
+        _check_ops("rank0.json", 0, doc, ops)
+    doc = {"distir": {"op_types": ["Identity", "Gemm", "Relu"]}}
+    with pytest.raises(ExplainError, match=r"profile this program with `distir run"):
+        _check_ops("rank0.json", 0, doc, ops)
