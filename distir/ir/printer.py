@@ -128,11 +128,18 @@ def format_attr(v: object) -> str:
     raise TypeError(f"cannot print attribute value {v!r}")
 
 
+BRIEF_DENSE = 16
+"""With ``brief``, a constant of more elements prints as its type and ``[...]`` (error
+messages: an export's index table may hold thousands)."""
+
+
 class _Printer:
-    def __init__(self, types: Mapping[Value, Type] | None = None) -> None:
+    def __init__(self, types: Mapping[Value, Type] | None = None, brief: bool = False,
+                 ) -> None:
         self.type_str: dict[Type, str] = {}
         self.attr_str: dict[tuple, str] = {}
         self.types = types
+        self.brief = brief
 
     def ty(self, t: Type) -> str:
         s = self.type_str.get(t)
@@ -148,10 +155,16 @@ class _Printer:
             s = None
             key = None  # type: ignore[assignment]
         if s is None:
-            s = ", ".join(f"{k}={format_attr(v)}" for k, v in op.attrs.items())
+            s = ", ".join(f"{k}={self._attr(v)}" for k, v in op.attrs.items())
             if key is not None:
                 self.attr_str[key] = s
         return s
+
+    def _attr(self, v: object) -> str:
+        if self.brief and isinstance(v, DenseAttr) and v.numel > BRIEF_DENSE:
+            shape = ", ".join(str(n) for n in v.shape) + ("," if len(v.shape) == 1 else "")
+            return f"dense<{v.dtype.value}, ({shape})>[...]"
+        return format_attr(v)
 
     def value_decl(self, namer: Namer, v: Value) -> str:
         name = namer.define(v)

@@ -18,7 +18,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.inline import inline_calls
 from distir.ir.printer import Namer, _Printer
 from distir.ir.schemas import COMM_OPS
-from distir.ir.types import TensorType
+from distir.ir.types import DenseAttr, TensorType
 
 __all__ = ["Program", "SHAPE_OPERANDS", "KNOWN_LIMIT", "inline_calls"]
 
@@ -120,6 +120,18 @@ class Program:
         a = self.env.get(v)
         return getattr(a, "value", None)
 
+    def constant(self, v: Value | None) -> np.ndarray | None:
+        """``const``'s value of ``v``, else, for a ``Constant`` op's result too large for the
+        type propagator to keep, the op's own value; else ``None``."""
+        c = self.const(v)
+        if c is not None or v is None:
+            return c
+        i = self.producer.get(v)
+        op = None if i is None else self.ops[i]
+        value = None if op is None or op.op_type != "Constant" or op.inputs else \
+            op.attrs.get("value")
+        return np.asarray(value.array) if isinstance(value, DenseAttr) else None
+
     def known(self, v: Value | None) -> np.ndarray | None:
         """The value of ``v`` where it is known before running: ``const``'s, else computed
         once (memoized) with the reference rules from known values (constants, shapes) where
@@ -186,7 +198,7 @@ class Program:
     def op_text(self, op: Op) -> str:
         """``op`` in IR syntax with the names ``distir.dumps`` gives its values (unnamed
         values, such as a gradient's, are numbered as in the printed function), for error
-        messages."""
+        messages (a large constant's value shown as ``[...]``)."""
         namer = self._namer
         if namer is None:
             namer = self._namer = _Named()
@@ -197,7 +209,7 @@ class Program:
                     if v.name != "_":  # printed as `_`, not numbered
                         namer.define(v)
             namer.done = True
-        return _Printer().op(namer, op)
+        return _Printer(brief=True).op(namer, op)
 
     def producer_op(self, v: Value) -> Op | None:
         i = self.producer.get(v)

@@ -33,8 +33,10 @@ def is_shape_operand(op: Op, k: int) -> bool:
 
 
 def is_constant_op(prog: Program, op: Op) -> bool:
-    """Whether every result of ``op`` is known before running (lowered to constants)."""
-    if op.op_type in SHAPE_OPS:
+    """Whether every result of ``op`` is known before running (lowered to constants): a
+    ``Constant`` always, whatever its size (the type propagator keeps the values of small
+    ones only: an export's index table of 8,192 rows is one)."""
+    if op.op_type in SHAPE_OPS or (op.op_type == "Constant" and not op.inputs):
         return True
     return bool(op.outputs) and all(prog.const(o) is not None for o in op.outputs)
 

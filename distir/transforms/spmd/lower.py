@@ -161,7 +161,7 @@ class _Lowering:
         out = made_as(prog, op, out, self.read_as.get(op.outputs[0], set()))
         if not reads:  # known before running: a constant on every device
             for o in op.outputs:
-                arr = prog.const(o)
+                arr = prog.constant(o)
                 if arr is None:  # Shape/Size of a value too large to keep: its shape
                     raise TransformError(f"`{prog.op_text(op)}`: its result is not known "
                                          "before running")

@@ -253,7 +253,7 @@ class StageValues:
         key = (v, s)
         i = prog.producer.get(self.unsummed.get(v, v))
         if i is not None and not self.assign[self.home[v]].reads[i]:  # known before running
-            arr = prog.const(v)
+            arr = prog.constant(v)
             if arr is None:
                 raise TransformError(f"`{prog.op_text(prog.ops[i])}`: its result is not known "
                                      "before running")
