@@ -199,6 +199,13 @@ class Program:
         """``op`` in IR syntax with the names ``distir.dumps`` gives its values (unnamed
         values, such as a gradient's, are numbered as in the printed function), for error
         messages (a large constant's value shown as ``[...]``)."""
+        return _Printer(brief=True).op(self._names(), op)
+
+    def value_text(self, v: Value) -> str:
+        """``v`` as ``op_text`` names it (``%17`` for an unnamed value)."""
+        return self._names().ref(v)
+
+    def _names(self) -> _Named:
         namer = self._namer
         if namer is None:
             namer = self._namer = _Named()
@@ -209,7 +216,7 @@ class Program:
                     if v.name != "_":  # printed as `_`, not numbered
                         namer.define(v)
             namer.done = True
-        return _Printer(brief=True).op(namer, op)
+        return namer
 
     def producer_op(self, v: Value) -> Op | None:
         i = self.producer.get(v)

@@ -145,8 +145,8 @@ class Propagation:
                         heapq.heappush(heap, i)
                     continue
                 if v is None or not accept(v, d.layout, d.local):
-                    r = Reject(f"input {d.index} (%{v.name if v else '_'}) would have to "
-                               f"be split as {d.layout}")
+                    r = Reject(f"input {d.index} ({prog.value_text(v) if v else '_'}) would "
+                               f"have to be split as {d.layout}")
                     alt = on_reject(op, r) if on_reject is not None else None
                     if alt is None:
                         return op, r

@@ -91,3 +91,17 @@ def test_pp1_never_needs_layers() -> None:
     out = dtp(fn, pp=1)
     x = np.arange(32, dtype=np.float32).reshape(8, 4) - 16
     np.testing.assert_array_equal(distir.execute(out, [x])[0], np.maximum(x, 0))
+
+
+def test_an_unnamed_value_is_named_as_printed() -> None:
+    """A refusal names an input as ``distir.dumps`` prints it (``%1``), never ``%None``."""
+    from distir.ir import DType, FunctionBuilder, TensorType
+    from distir.transforms.spmd.propagate import program_of
+
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(DType.Float32, (4, 8), 0))
+    r = b.op("Relu", x)
+    fn = b.ret(b.op("Relu", r))
+    prog = program_of(fn)
+    assert r.name is None or r.name.isdigit()
+    assert prog.value_text(r) == "%0" and prog.value_text(x) == "%x"
