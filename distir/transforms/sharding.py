@@ -157,6 +157,13 @@ class Sharding(TensorPass):
                 pulls.append((x, reshape_layout(want, so, prog.shape(x))))  # type: ignore
             except Reject:
                 return None
+        elif t == "Tile":
+            # a batch-free value tiled by the batch size (ALiBi's biases, once per sample, in
+            # an axis merging batch and heads): each shard tiles it by its own samples
+            x = op.inputs[0]
+            if x is None or local or any(m is not None and (m != B or not self._tiles_batch(
+                    op, a)) for a, m in enumerate(want.marks)):
+                return None
         elif t == "Concat":
             axis = prog.attrs(op).get("axis", 0)
             if want.marks[axis + len(so) if axis < 0 else axis] is not None:
@@ -216,6 +223,21 @@ class Sharding(TensorPass):
         self._ranges[v] = found
         self._pulled.append(v)
         return found
+
+    def _tiles_batch(self, op: Op, axis: int) -> bool:
+        """Whether the ``Tile`` ``op`` repeats its input along ``axis`` once per sample: its
+        repeats are a ``Concat`` whose element ``axis`` holds the batch size."""
+        prog = self.prog
+        reps = prog.producer_op(op.inputs[1]) if op.inputs[1] is not None else None
+        if reps is None or reps.op_type != "Concat":
+            return False
+        at = 0
+        for x in reps.inputs:
+            n = int(np.prod(prog.shape(x))) if x is not None else 0
+            if at <= axis < at + n:
+                return n == 1 and self._is_batch_size(x, 0)
+            at += n
+        return False
 
     def _is_batch_size(self, v: Value | None, depth: int) -> bool:
         """Whether ``v`` holds the batch size, read from the shape of a batch-split value
