@@ -160,10 +160,14 @@ class Sharding(TensorPass):
         elif t == "Tile":
             # a batch-free value tiled by the batch size (ALiBi's biases, once per sample, in
             # an axis merging batch and heads): each shard tiles it by its own samples
-            x = op.inputs[0]
-            if x is None or local or any(m is not None and (m != B or not self._tiles_batch(
-                    op, a)) for a, m in enumerate(want.marks)):
+            # (every other repeat count a constant: one read from a shape would be the
+            # shard's too, and shorten an axis that stays whole)
+            if op.inputs[0] is None or local or B not in want.marks or \
+                    any(m not in (None, B) for m in want.marks):
                 return None
+            for a, m in enumerate(want.marks):
+                if not (self._tiles_batch(op, a) if m == B else self._repeat_is_fixed(op, a)):
+                    return None
         elif t == "Concat":
             axis = prog.attrs(op).get("axis", 0)
             if want.marks[axis + len(so) if axis < 0 else axis] is not None:
@@ -224,20 +228,33 @@ class Sharding(TensorPass):
         self._pulled.append(v)
         return found
 
-    def _tiles_batch(self, op: Op, axis: int) -> bool:
-        """Whether the ``Tile`` ``op`` repeats its input along ``axis`` once per sample: its
-        repeats are a ``Concat`` whose element ``axis`` holds the batch size."""
+    def _repeats_piece(self, op: Op, axis: int) -> Value | None:
+        """The one-element input of the ``Concat`` making the ``Tile`` ``op``'s repeats
+        that holds the repeat count of ``axis``, or ``None``."""
         prog = self.prog
         reps = prog.producer_op(op.inputs[1]) if op.inputs[1] is not None else None
         if reps is None or reps.op_type != "Concat":
-            return False
+            return None
         at = 0
         for x in reps.inputs:
             n = int(np.prod(prog.shape(x))) if x is not None else 0
             if at <= axis < at + n:
-                return n == 1 and self._is_batch_size(x, 0)
+                return x if n == 1 else None
             at += n
-        return False
+        return None
+
+    def _tiles_batch(self, op: Op, axis: int) -> bool:
+        """Whether the ``Tile`` ``op`` repeats its input along ``axis`` once per sample: its
+        repeats are a ``Concat`` whose element ``axis`` holds the batch size."""
+        x = self._repeats_piece(op, axis)
+        return x is not None and self._is_batch_size(x, 0)
+
+    def _repeat_is_fixed(self, op: Op, axis: int) -> bool:
+        """Whether the ``Tile`` ``op``'s repeat count of ``axis`` is a ``Constant`` of the
+        program (not a size read from a shape, which a shard would read locally)."""
+        x = self._repeats_piece(op, axis)
+        src = self.prog.producer_op(x) if x is not None else None
+        return src is not None and src.op_type == "Constant"
 
     def _is_batch_size(self, v: Value | None, depth: int) -> bool:
         """Whether ``v`` holds the batch size, read from the shape of a batch-split value
