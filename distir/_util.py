@@ -21,10 +21,7 @@ class _Stderr:
     def flush(self) -> None:
         sys.stderr.flush()
 
-    def isatty(self) -> bool:
-        return sys.stderr.isatty()
-
-    def __getattr__(self, name: str) -> object:  # fileno, encoding, ...: today's stream's
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, ...: today's stream's
         return getattr(sys.stderr, name)
 
 

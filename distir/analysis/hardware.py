@@ -686,10 +686,11 @@ class Hardware:
         ``matmul_time`` below the smallest sizes the family's fit was measured at
         (``FitModel.below``: a pipeline microbatch's few rows)."""
         f = self._fits.get((layout, dtype))
-        x = matmul_features(m, n, k, itemsize)
-        if f is None or f.below(x):  # not measured that small: the general fit
-            return self.matmul_time(m, n, k, dtype, itemsize)
-        return max(f(x), self.launch_overhead)
+        if f is not None:
+            x = matmul_features(m, n, k, itemsize)
+            if not f.below(x):  # else not measured that small: the general fit
+                return max(f(x), self.launch_overhead)
+        return self.matmul_time(m, n, k, dtype, itemsize)
 
     def layout_bmm_time(self, layout: str, batch: int, m: int, n: int, k: int, dtype: str,
                         itemsize: int) -> float:
