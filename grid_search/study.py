@@ -379,23 +379,38 @@ def _is_file_label(label: str) -> bool:
     return label.split("+")[0].endswith((".onnx", ".dir"))
 
 
+def _file_options(args: argparse.Namespace) -> list[str]:
+    """The options given that only a model file takes (``--dim``, ``--batch-input`` and the
+    ``--train`` options)."""
+    return [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
+                           ("--train", args.train), ("--loss", args.loss),
+                           ("--optimizer", args.optimizer), ("--lr", args.lr))
+            if v is not None and v != [] and v is not False]
+
+
+def _file_workload(args: argparse.Namespace, batches: list[int]) -> Any:
+    """The workload of ``args.model``, a model file, with the options a search of it was
+    given."""
+    from distir.cli import _train
+    from distir.cli.importer import parse_dims
+
+    return workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
+                    batch_input=args.batch_input, batch_sizes=batches)
+
+
 def _compare_rows(args: argparse.Namespace, rows: list[dict[str, Any]],
                   ) -> tuple[list[dict[str, Any]], Any, bool]:
     """The measured rows of a file (a search's CSV after ``--run-top`` holds rows never
     run: they are left out), the workload that rebuilds their programs, and whether it is a
     model file (``--model``). One-line errors for rows of a model file without ``--model``,
     and for a ``--model`` whose workload is not the rows'."""
-    from distir.cli import _train
-    from distir.cli.importer import parse_dims
-
     label = rows[0]["model"].split("@")[0]
     measured = [r for r in rows if (r.get("measured_status") or "").strip()]
     if not measured:
         raise ConfigError(f"{args.measured}: no row was measured (no measured_status); run "
                           "the configurations first (grid-search --run-top, study measure)")
     if args.model is None:
-        given = [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
-                                ("--train", args.train)) if v]
+        given = _file_options(args)
         if given:
             raise ConfigError(f"{', '.join(given)}: these go with --model FILE (rows of a "
                               "model file)")
@@ -404,9 +419,7 @@ def _compare_rows(args: argparse.Namespace, rows: list[dict[str, Any]],
                               "pass --model FILE with the --dim, --batch-input and --train "
                               "options grid-search was given, to rebuild its programs")
         return measured, workload(label, dtype=args.dtype), False
-    batches = sorted({int(r["batch_size"]) for r in measured})
-    w = workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
-                 batch_input=args.batch_input, batch_sizes=batches)
+    w = _file_workload(args, sorted({int(r["batch_size"]) for r in measured}))
     if w.name != label:
         raise ConfigError(f"{args.measured}: its rows are of {label}, and --model "
                           f"{args.model} with these options is {w.name}: give the file and "
@@ -606,21 +619,15 @@ def _explain_workload(args: argparse.Namespace) -> Any:
     model file with the ``--dim``, ``--batch-input`` and ``--train`` options a search of it
     was given (the file's own dtype), so that a ``grid-search --model FILE --run-top`` row is
     rebuilt as measured (its ``program_fingerprint`` is printed beside the result)."""
-    from distir.cli import _train
-    from distir.cli.importer import parse_dims
     from grid_search.models import _is_file
 
     if not _is_file(args.model):
-        given = [f for f, v in (("--dim", args.dim), ("--batch-input", args.batch_input),
-                                ("--train", args.train), ("--loss", args.loss),
-                                ("--optimizer", args.optimizer), ("--lr", args.lr))
-                 if v is not None and v != [] and v is not False]
+        given = _file_options(args)
         if given:
             raise ConfigError(f"{', '.join(given)}: {'these go' if len(given) > 1 else 'it goes'}"
                               " with a model file (--model FILE.onnx or FILE.dir)")
         return workload(args.model, dtype=args.dtype)
-    return workload(args.model, train=_train.from_args(args), dims=parse_dims(args.dim),
-                    batch_input=args.batch_input, batch_sizes=[args.batch_size])
+    return _file_workload(args, [args.batch_size])
 
 
 def _main_dtype(fn: Any) -> str:
