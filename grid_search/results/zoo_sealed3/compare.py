@@ -1,0 +1,71 @@
+"""Predicted vs measured for this folder's sealed studies (README.md), as
+``../zoo_more_2gpu/compare.py`` reads its own: the predictions recorded at the measuring
+commit, and the rows simulated again by ``study compare`` against ``--profile`` on the
+device's own exports (``call_a/skel/``, filled into ``--models`` once).
+
+    python grid_search/results/zoo_sealed3/compare.py [--profile P] [--models DIR] [--rows]
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import tempfile
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("zoo_more_compare",
+                                               HERE.parent / "zoo_more_2gpu" / "compare.py")
+assert _spec is not None and _spec.loader is not None
+base = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(base)
+
+TOKENS = base.TOKENS + base.MSE
+STUDIES = [  # (label, model file, options): every one held out, measured sealed at 2600bce
+    ("HF ConvNeXt-T (torchscript)", "convnext", base.CE),
+    ("HF MobileNetV2 1.0 (torchscript)", "mobilenet", base.CE),
+    ("HF GPT-NeoX, Pythia-160m sizes (dynamo)", "neox", TOKENS),
+    ("HF OPT, OPT-125m sizes (torchscript)", "opt", TOKENS),
+]
+
+
+def _model(models: Path, name: str) -> Path:
+    path = models / f"{name}.onnx"
+    if not path.exists():
+        models.mkdir(parents=True, exist_ok=True)
+        base.subprocess.run([base.sys.executable, "-m", "grid_search.skeleton", "fill",
+                             str(HERE / "call_a" / "skel" / f"{name}.skel.onnx"), str(path)],
+                            check=True, cwd=base.ROOT, stdout=base.subprocess.DEVNULL)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--profile", default="h200-sxm-graph")
+    ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "zoo_sealed3",
+                    help="where the filled skeletons go (default: TMPDIR/zoo_sealed3)")
+    ap.add_argument("--rows", action="store_true", help="also print every row")
+    a = ap.parse_args()
+    print("| model, batch, predictions | n | Spearman | Kendall | latency error median / p90 / "
+          "worst | median signed | top-1 regret | memory error median / worst |")
+    print("|---|---|---|---|---|---|---|---|")
+    with tempfile.TemporaryDirectory() as tmp:
+        for label, name, opts in STUDIES:
+            model = _model(a.models, name)
+            for f in sorted((HERE / "call_a" / "sealed").glob(f"{name}_b*_graph.csv"),
+                            key=lambda p: int(p.stem.split("_b")[1].split("_")[0])):
+                recorded = base._ok(f)
+                again = base._simulated(f, model, opts, a.profile, Path(tmp) / f.stem)
+                b = recorded[0]["batch_size"]
+                print(base._line(f"{label}, batch {b}, recorded", recorded))
+                print(base._line(f"{label}, batch {b}, {a.profile}", again))
+                if a.rows:
+                    for r in sorted(again, key=lambda r: float(r["measured_latency_s"])):
+                        p, m = float(r["latency_s"]) * 1e3, float(r["measured_latency_s"]) * 1e3
+                        print(f"    D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']} "
+                              f"{r['schedule']:5}: predicted {p:7.2f} ms, measured "
+                              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%")
+
+
+if __name__ == "__main__":
+    main()
