@@ -13,7 +13,8 @@ the PyTorch backend (``distir/backend/ops_*.py``) lowers them:
   ``p = (0, 2, 1, 3)`` (queries, values, the heads merged back) and ``(0, 2, 3, 1)`` (keys):
   the copy ``torch.matmul`` makes of a permuted 4-D operand before ``bmm`` (``reshape``
   cannot view it, so it copies into a contiguous tensor), and which a ``Reshape`` merging
-  permuted axes makes too.
+  permuted axes makes too; and an image batch's ``[N, C, S, S]`` to ``[N, S, S, C]`` and
+  back (``copy_0231 s<S>``, ``copy_0312 s<S>``).
 
 Rows follow ``bench.Row``. A ``bmm`` row's ``m``, ``n``, ``k`` are per product and its
 ``flops`` is ``2 * batch * m * n * k`` (the batch is ``flops / (2mnk)``); ``bytes`` counts
@@ -30,7 +31,7 @@ from typing import Any
 from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
 
 __all__ = ["attention_shapes", "kernel_sizes", "bench_bmm", "bench_kernels",
-           "KERNEL_WIDTHS"]
+           "KERNEL_WIDTHS", "copy_axes"]
 
 MAX_TENSOR_BYTES = 1 << 30
 """No benchmark tensor above 1 GiB (keeps the run short and within any GPU's memory)."""
@@ -48,10 +49,27 @@ def attention_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int]]:
     return [(b, t, hd) for b in bs for t in ts for hd in hds]
 
 
-KERNEL_WIDTHS = {"softmax": (128, 1024, 2048), "layernorm": (768, 2048, 8192),
-                 "gelu": (0,), "copy": (64, 128)}
+KERNEL_WIDTHS: dict[str, tuple[Any, ...]] = {
+    "softmax": (128, 1024, 2048), "layernorm": (96, 192, 384, 768, 2048, 8192), "gelu": (0,),
+    "copy": (64, 128, (32, 112), (96, 56), (192, 28), (384, 14), (768, 7))}
 """The last-axis lengths measured per kernel family: softmax rows (``T``), layer-norm width
-(``d_model``), the head size of the copies; ``gelu`` is flat."""
+(``d_model``, and a convolutional network's channels: ConvNeXt normalizes 96 to 768), the
+head size of the copies; ``gelu`` is flat. A ``copy`` pair ``(channels, side)`` is an image
+batch's layout change, ``[N, C, S, S]`` to ``[N, S, S, C]`` and back (ConvNeXt's blocks
+and any model that puts a layer norm between convolutions)."""
+
+
+def copy_axes(op: str, n: int, width: int) -> tuple[int, int]:
+    """``(output's last axis, input's last axis)`` of a ``copy`` row (``op``, ``n``
+    elements, its ``width``): what ``calibration.fit`` calls ``width`` and ``inner``, as
+    ``distir.analysis.cost.compute.transpose`` reads them off a ``Transpose``."""
+    name, *geo = op.split()
+    side = {g[0]: int(g[1:]) for g in geo}.get("s")
+    if side is not None:  # an image batch: width = channels
+        return (width, side) if name == "copy_0231" else (side, width)
+    if name == "copy_0231":  # [1, T, 16, hd] -> [1, 16, hd, T]
+        return max(n // (16 * width), 1), width
+    return width, width
 
 
 def kernel_sizes(quick: bool, cuda: bool) -> list[tuple[int, str]]:
@@ -84,7 +102,7 @@ def bench_bmm(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]]
         log(f"bmm {dt}: {i} configurations")
 
 
-def _kernel(family: str, width: int, n: int, dtype: Any, device: Any,
+def _kernel(family: str, width: Any, n: int, dtype: Any, device: Any,
             ) -> tuple[list[tuple[str, Callable[[], object]]], int]:
     """The calls measured for one family, width and element count, and the bytes each
     moves (inputs and results)."""
@@ -96,6 +114,14 @@ def _kernel(family: str, width: int, n: int, dtype: Any, device: Any,
         x = torch.randn(n, device=device, dtype=dtype)
         return ([("gelu_tanh", lambda: F.gelu(x, approximate="tanh")),
                  ("gelu", lambda: F.gelu(x))], 2 * n * size)
+    if isinstance(width, tuple):  # an image batch's layout, both ways
+        c, side = width
+        images = max(n // (c * side * side), 1)
+        x = torch.randn(images, c, side, side, device=device, dtype=dtype)
+        y = torch.randn(images, side, side, c, device=device, dtype=dtype)
+        return ([(f"copy_0231 s{side}", lambda: x.permute(0, 2, 3, 1).contiguous()),
+                 (f"copy_0312 s{side}", lambda: y.permute(0, 3, 1, 2).contiguous())],
+                2 * images * c * side * side * size)
     rows = max(n // width, 1)
     if family == "softmax":
         x = torch.randn(rows, width, device=device, dtype=dtype)
@@ -132,12 +158,15 @@ def bench_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, str]], 
                 if n * size > MAX_TENSOR_BYTES:
                     continue
                 for width in KERNEL_WIDTHS[fam]:
-                    if width * (16 if fam == "copy" else 1) > n:
+                    least = (width[0] * width[1] ** 2 if isinstance(width, tuple) else
+                             width * (16 if fam == "copy" else 1))
+                    if least > n:
                         continue
                     calls, nbytes = _kernel(fam, width, n, tdt, device)
                     for op, fn in calls:
                         secs, reps = timer.time(fn)
-                        yield Row(fam, op, dt, secs, n, width, bytes=nbytes,
+                        yield Row(fam, op, dt, secs, n,
+                                  width[0] if isinstance(width, tuple) else width, bytes=nbytes,
                                   flops=float(n), reps=reps, device=str(device), split=split)
                         count += 1
                     del calls

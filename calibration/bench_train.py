@@ -24,13 +24,17 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   ``scatter_add_few`` (the same of one index row into a table of 3 or 16 long rows: the
   backend's ``index_add``, ``FEW_SCATTER_ROWS``; `nn.MultiheadAttention`'s query / key /
   value gradients out of its packed projection),
-  ``reduce`` (``ReduceSum`` over the leading axis: bias gradients), ``maxpool``,
-  ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2).
+  ``reduce`` (``ReduceSum`` over the leading axis, and over the batch and pixels of
+  ``[N, C, pixels]``: bias gradients), ``maxpool``,
+  ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2), ``where``
+  (``Where`` of a mask, a tensor and a zero: a ReLU6's gradient) and ``pad`` (a constant
+  ``Pad`` of one pixel around each image of ``[N, C, S, S]``).
 
 Held out: the 1.5 x 2^k sizes of the memory-bound families, one convolution in four.
 
 Timed by ``DeviceTimer`` on a GPU: the kernels' device time, without the host's launch
-time (in a training step the host runs ahead of the GPU); back-to-back on a CPU.
+time (in a training step the host runs ahead of the GPU), with the L2 cache flushed
+before each call for the families of ``COLD``; back-to-back on a CPU.
 """
 
 from __future__ import annotations
@@ -47,23 +51,35 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
-                  "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few")
+                  "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few", "where",
+                  "pad")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
 which cuDNN runs by other kernels, far from a product of the implicit GEMM's sizes."""
 MAX_TENSOR_BYTES = 1 << 30
 
-_WIDTHS: dict[str, tuple[int, ...]] = {
+_WIDTHS: dict[str, tuple[Any, ...]] = {
     "batchnorm": (0,), "batchnorm_grad": (0,),
-    "layernorm_grad": (768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
+    "layernorm_grad": (96, 192, 384, 768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
-    "adam": (1,), "scatter_add": (768, 2048), "reduce": (768, 4096),
+    "adam": (1,), "scatter_add": (768, 2048),
+    "reduce": (96, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784), (384, 196),
+               (960, 49)),
     "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256),
-    "scatter_add_few": (3, 16)}
+    "scatter_add_few": (3, 16), "where": (1,),
+    "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
-batch normalizations take ``_CNN``."""
+batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
+``reduce`` pair ``(channels, pixels)`` is a
+convolution's bias gradient, ``[N, channels, pixels]`` summed to ``[channels]`` (the row's
+op ``ReduceSum i<pixels>``); a plain width, rows ``[N, width]`` summed over ``N``."""
+
+COLD = frozenset({"adam"})
+"""Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``): their
+operands are a step's parameters, gradients and moments, none of them touched since the
+backward pass."""
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
@@ -89,6 +105,27 @@ class DeviceTimer:
 
     def __init__(self, timer: Timer | DeviceTimer) -> None:
         self.timer: Timer = timer.timer if isinstance(timer, DeviceTimer) else timer
+        self._flush: Any = None
+
+    def cold(self, fn: Callable[[], object]) -> tuple[float, int]:
+        """Device time per call with the GPU's L2 cache flushed before each call (a write
+        of twice its size between calls, whose own time is measured alone and taken
+        off): the time of a kernel whose operands were last touched long before, as an
+        optimizer's parameters, gradients and moments are at the end of a step. Timed
+        back to back, an operand that fits in L2 stays there, and an Adam update of 0.6 M
+        float32 elements measured half the time it took in a replayed ConvNeXt step. On a
+        CPU, ``time``."""
+        t = self.timer
+        if not t.cuda:
+            return t.time(fn)
+        if self._flush is None:
+            props = t.torch.cuda.get_device_properties(t.device)
+            size = 2 * max(int(getattr(props, "L2_cache_size", 0) or 0), 64 << 20)
+            self._flush = t.torch.empty(size, dtype=t.torch.uint8, device=t.device)
+        flush = self._flush.zero_
+        both, reps = self.time(lambda: (flush(), fn()))
+        alone, _ = self.time(flush)
+        return max(both - alone, 1e-7), reps
 
     def time(self, fn: Callable[[], object]) -> tuple[float, int]:
         import statistics
@@ -294,6 +331,37 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
                                          ("m", dtype, (n,)), ("v", dtype, (n,)),
                                          ("step", DType.Float32, ())], 3,
                        lr=1e-4), {}
+    if fam == "reduce":
+        from distir.ir import FunctionBuilder, TensorType
+
+        c, inner = width if isinstance(width, tuple) else (width, 1)
+        rows = n // (c * inner)
+        if rows < 1:
+            return None
+        b = FunctionBuilder("reduce")
+        shape, axes = ((rows, c, inner), [0, 2]) if inner > 1 else ((rows, c), [0])
+        x = b.param("x", TensorType(dtype, shape, 0))
+        ax = b.op("Constant", value=__import__("numpy").array(axes, dtype="int64"))
+        return b.ret(b.op("ReduceSum", x, ax, keepdims=0)), {}
+    if fam == "where":  # a ReLU6's gradient: the mask's elements kept, else zero
+        from distir.ir import FunctionBuilder, TensorType
+
+        b = FunctionBuilder("where")
+        cond = b.param("cond", TensorType(DType.Bool, (n,), 0))
+        x = b.param("x", TensorType(dtype, (n,), 0))
+        zero = b.op("Constant", value=__import__("numpy").zeros((), dtype=dtype.np))
+        return b.ret(b.op("Where", cond, x, zero)), {}
+    if fam == "pad":  # one pixel around each image, as a same-padded convolution's input
+        c, side = width
+        if c * side * side > n:
+            return None
+        b_pad = __import__("numpy").array([0, 0, 1, 1, 0, 0, 1, 1], dtype="int64")
+        from distir.ir import FunctionBuilder, TensorType
+
+        b = FunctionBuilder("pad")
+        x = b.param("x", TensorType(dtype, (n // (c * side * side), c, side, side), 0))
+        pads = b.op("Constant", value=b_pad)
+        return b.ret(b.op("Pad", x, pads)), {}
     rows = n // width
     if rows < 1:
         return None
@@ -322,13 +390,6 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
         return _one_op("ScatterND", [("data", dtype, (width, row)), ("idx", i64, (1, 1)),
                                      ("upd", dtype, (1, row))], 1, reduction="add"), \
             {"idx": width}
-    if fam == "reduce":
-        from distir.ir import FunctionBuilder, TensorType
-
-        b = FunctionBuilder("reduce")
-        x = b.param("x", TensorType(dtype, (rows, width), 0))
-        axes = b.op("Constant", value=__import__("numpy").array([0], dtype="int64"))
-        return b.ret(b.op("ReduceSum", x, axes, keepdims=0)), {}
     raise ValueError(f"unknown family {fam}")
 
 
@@ -336,6 +397,7 @@ def _inputs(fn: Any, bounds: dict[str, int], device: Any) -> list[Any]:
     import torch
 
     from distir.backend.lowering import torch_dtype
+    from distir.ir import DType
 
     out = []
     for p in fn.params:
@@ -343,6 +405,8 @@ def _inputs(fn: Any, bounds: dict[str, int], device: Any) -> list[Any]:
         if t.dtype.is_float:
             x = torch.randn(t.shape, device=device, dtype=torch_dtype(t.dtype))
             out.append(x.abs() + 0.1 if p.name in ("v", "step") else x)
+        elif t.dtype == DType.Bool:
+            out.append(torch.rand(t.shape, device=device) < 0.5)
         else:
             out.append(torch.randint(0, bounds.get(p.name, 2), t.shape, device=device))
     return out
@@ -374,11 +438,15 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     fn, bounds = case
                     kernel = _compile(fn, device)
                     args = _inputs(fn, bounds, device)
+                    timed = dtimer.cold if fam in COLD else dtimer.time
                     with torch.inference_mode():
-                        secs, reps = dtimer.time(lambda k=kernel, a=args: k(*a))
+                        secs, reps = timed(lambda k=kernel, a=args: k(*a))
                     op = fn.ops[-1].op_type
-                    if isinstance(width, tuple):  # (channels, image size)
-                        op, width = f"{op} h{width[1]}", width[0]
+                    if fam == "pad":  # the row is the padded image's side
+                        op, width = f"{op} c{width[0]}", width[1]
+                    elif isinstance(width, tuple):  # (channels, image size or pixels)
+                        op, width = f"{op} {'i' if fam == 'reduce' else 'h'}{width[1]}", \
+                            width[0]
                     yield Row(fam, op, dt, secs, n, width, bytes=_nbytes(fn),
                               flops=float(n), reps=reps, device=str(device), split=split)
                     count += 1

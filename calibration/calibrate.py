@@ -504,7 +504,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         tfams = tuple(f for f in bench_train.TRAIN_FAMILIES if want(f))
         if tfams:
             tsizes = (bench.size_ladder(10, 14) if quick else
-                      bench.size_ladder(14, 28) if use_cuda else bench.size_ladder(12, 18))
+                      bench.size_ladder(8, 28) if use_cuda else bench.size_ladder(12, 18))
             log(f"training kernels: {len(tsizes)} sizes x {len(tfams)} families x "
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(

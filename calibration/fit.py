@@ -40,6 +40,7 @@ from distir.analysis.hardware import (
     bmm_features,
     loglog_terms,
     matmul_features,
+    rowwise_features,
     scatter_features,
 )
 
@@ -73,6 +74,17 @@ a layout's fit is not used below it (``Hardware.layout_matmul_time``)."""
 NORM = ("batchnorm", "batchnorm_grad")
 """Batch normalizations: features ``bytes``, ``channels``, ``spatial``."""
 
+ROWWISE = ("layernorm", "layernorm_grad", "reduce", "copy", "pad")
+"""Kernels over rows whose speed per byte depends on the rows' shape: features ``bytes``,
+``width`` (the normalized row's length; a reduction's kept elements) and ``inner`` (a
+reduction's reduced elements after its last kept axis, 1 when the rows are reduced over
+the leading axes; the op name's ``i...``, ``calibration.bench_train``): a layer norm over
+ConvNeXt's 96 channels runs 5 times slower per byte than one over 768, and a bias
+gradient over an image's pixels (``[N, C, H * W]`` reduced to ``[C]``) otherwise than one
+over the rows of ``[N, C]``. A copy's ``width`` is its result's last axis and ``inner``
+its input's (``calibration.bench_nn.copy_axes``); a pad's ``width`` the padded rows'
+length."""
+
 CONV = ("conv", "conv_dgrad", "conv_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
 plus ``window`` and ``stride``, per dtype."""
@@ -83,7 +95,7 @@ GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
-                 "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few")
+                 "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few", "where", "pad")
 """The memory-bound training families (``calibration.bench_train``)."""
 
 PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, "softmax", "layernorm", "gelu", "copy",
@@ -165,6 +177,14 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         return conv_features(m, int(row["n"]), k, float(row["bytes"]), g["k"], g["s"],
                              g.get("n", 1), g.get("c", k // g["k"]),
                              g.get("p", m // g.get("n", 1)), g.get("g", 1))
+    if row["family"] == "copy":
+        from calibration.bench_nn import copy_axes
+
+        return rowwise_features(float(row["bytes"]),
+                                *copy_axes(str(row["op"]), int(row["m"]), int(row["n"])))
+    if row["family"] in ROWWISE:
+        inner = [int(w[1:]) for w in str(row["op"]).split()[1:] if w[:1] == "i"]
+        return rowwise_features(float(row["bytes"]), int(row["n"]), inner[0] if inner else 1)
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
@@ -328,6 +348,15 @@ def candidates(family: str) -> dict[str, Trainer]:
                     _loglog(("bytes", "channels", "spatial"), 2),
                 "linear(bytes) x trees(bytes, channels, spatial)":
                     _boosted(("bytes",), ("bytes", "channels", "spatial"))}
+    if family in ROWWISE:
+        return {"linear(bytes)": _linear(("bytes",)),
+                "piecewise(every size)": _piecewise(1),
+                "piecewise(every 2nd size)": _piecewise(2),
+                "loglog2(bytes, width, inner)": _loglog(("bytes", "width", "inner"), 2),
+                "linear(bytes) x trees(bytes, width, inner)":
+                    _boosted(("bytes",), ("bytes", "width", "inner")),
+                "linear(bytes) x deep trees(bytes, width, inner)":
+                    _boosted(("bytes",), ("bytes", "width", "inner"), 300, 4, 0.05)}
     if family == "scatter_add_repeated":
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(rows, bytes)": _linear(("rows", "bytes")),

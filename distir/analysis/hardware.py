@@ -72,7 +72,8 @@ from distir.ir.schemas import FOLDED_COLLECTIVES
 
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "Trees", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
-           "matmul_features", "bmm_features", "scatter_features", "KERNEL_FAMILIES"]
+           "matmul_features", "bmm_features", "scatter_features", "rowwise_features",
+           "KERNEL_FAMILIES"]
 
 FORMAT = "distir-hardware/1"
 
@@ -425,6 +426,16 @@ def scatter_features(rows: int, width: int, table: int, nbytes: float) -> dict[s
             "updates": float(rows * width), "bytes": float(nbytes)}
 
 
+def rowwise_features(nbytes: float, width: int, inner: int = 1) -> dict[str, float]:
+    """The features a ``layernorm``, ``layernorm_grad`` or ``reduce`` fit may use:
+    ``bytes`` (every input and result), ``width`` (a normalized row's length; the elements
+    a reduction keeps) and ``inner`` (the reduced elements after a reduction's last kept
+    axis: 1 for rows reduced over the leading axes, the pixels of an ``[N, C, H, W]``
+    tensor reduced to ``[C]``)."""
+    return {"bytes": float(nbytes), "width": float(max(width, 1)),
+            "inner": float(max(inner, 1))}
+
+
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
     """The features a ``bmm`` fit may use: ``batch`` products of ``(m x k) @ (k x n)``, both
     operands batched; ``m``, ``n``, ``k`` per product, ``flops``, ``bytes``, ``mn``, ``mk``
@@ -731,14 +742,18 @@ class Hardware:
                 return f
         return None
 
-    def kernel_time(self, family: str, nbytes: float, flops: float, dtype: str) -> float:
+    def kernel_time(self, family: str, nbytes: float, flops: float, dtype: str,
+                    features: Mapping[str, float] | None = None) -> float:
         """A memory-bound kernel of a family of ``KERNEL_FAMILIES`` moving ``nbytes`` (read +
         written): its fit for ``dtype`` (``_kernel_fit``), floored as ``memory_time``;
-        ``memory_time`` without one."""
+        ``memory_time`` without one. ``features``, where given, are every feature the
+        family's fits may use (``bytes`` among them, ``rowwise_features``); a fit reads
+        those it was fitted on."""
         f = self._kernel_fit(family, dtype)
         if f is None:
             return self.memory_time(nbytes, flops, dtype)
-        t = max(f({"bytes": nbytes}), self.launch_overhead)
+        t = max(f(features if features is not None else {"bytes": nbytes}),
+                self.launch_overhead)
         return max(t, self.launch_overhead + flops / self.peak(dtype))
 
     def memory_time(self, nbytes: float, flops: float, dtype: str) -> float:

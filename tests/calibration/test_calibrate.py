@@ -20,7 +20,7 @@ TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cr
             "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
             "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad", "matmul_tn", "matmul_nt",
             "bmm_nt", "bmm_tn", "scatter_add_repeated", "conv_grouped", "conv_grouped_dgrad",
-            "conv_grouped_wgrad", "scatter_add_few"}
+            "conv_grouped_wgrad", "scatter_add_few", "where", "pad"}
 
 
 @pytest.fixture(scope="module")

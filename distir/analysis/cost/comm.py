@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost
-from distir.analysis.hardware import Hardware
+from distir.analysis.hardware import Hardware, rowwise_features
 
 _KIND = {"Send": "send", "MPIAllreduce": "allreduce", "MPIAllgather": "allgather",
          "MPIReduceScatter": "reduce_scatter", "MPIBroadcast": "broadcast",
@@ -75,5 +75,7 @@ def allreduce_bucket(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any
     nbytes = float(sum(ins[m * n].size_bytes for m in range(k)))
     seconds = hw.comm_time("allreduce", nbytes, _group(ins, outs))
     if k > 1:
-        seconds += 2 * hw.kernel_time("copy", 2 * nbytes, 0.0, ins[0].dtype.value)
+        rows = int(nbytes) // max(ins[0].dtype.itemsize, 1)  # contiguous: one long row
+        seconds += 2 * hw.kernel_time("copy", 2 * nbytes, 0.0, ins[0].dtype.value,
+                                      rowwise_features(2 * nbytes, rows, rows))
     return OpCost(seconds, 0.0, nbytes, True)

@@ -40,7 +40,9 @@
   PyTorch runs those on a strided path bound by elements per second, at about half the
   bytes per second in half precision (``calibration/bench_broadcast.py``). 0-d operands are
   scalars (the backend passes constants as numbers). Kernel fits are per dtype
-  (``Hardware.kernel_time``). ``Einsum`` and ``Resize``: ``structured.py``.
+  (``Hardware.kernel_time``); the ``layernorm`` and ``reduce`` fits also see the rows'
+  shape (``row_features``: the normalized width; the kept elements and the reduced ones
+  after them), where a profile fitted them so. ``Einsum`` and ``Resize``: ``structured.py``.
 - Views and values known before the step cost nothing: ``Reshape``, ``Flatten``,
   ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Shape``, ``Split``, ``Slice``, ``Expand``,
   ``Transpose`` (PyTorch returns views for all of them) and ``Constant``. Exception, with a
@@ -61,7 +63,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
-from distir.analysis.hardware import Hardware, scatter_features
+from distir.analysis.hardware import Hardware, rowwise_features, scatter_features
 from distir.ir.types import TensorType, Type
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Split", "Slice",
@@ -95,11 +97,13 @@ KERNEL_FAMILY = {"Softmax": "softmax", "LogSoftmax": "softmax",
                  "LayerNormalization": "layernorm", "Gelu": "gelu",
                  "SoftmaxCrossEntropyLoss": "cross_entropy",
                  "SoftmaxCrossEntropyLossGrad": "cross_entropy_grad",
-                 "AdamOptimizer": "adam", "ReduceSum": "reduce", "ReduceMean": "reduce"}
+                 "AdamOptimizer": "adam", "ReduceSum": "reduce", "ReduceMean": "reduce",
+                 "Where": "where"}
 """Ops whose kernels a profile may fit apart from ``elementwise`` (``Hardware.kernel_time``,
 which falls back to the ``elementwise`` fit for a profile without the family). Besides:
 ``BatchNormalization`` in training mode (``batchnorm``), ``ScatterND`` adding into its data
-(``scatter_add``: the embedding gradient), ``MaxPool`` (``maxpool``)."""
+(``scatter_add``: the embedding gradient), ``MaxPool`` (``maxpool``), a constant ``Pad``
+(``pad``)."""
 
 
 def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
@@ -107,6 +111,8 @@ def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
         return "batchnorm" if int(attrs.get("training_mode", 0) or 0) else None
     if op_type == "ScatterND":
         return "scatter_add" if attrs.get("reduction") == "add" else None
+    if op_type == "Pad":  # F.pad; the other modes gather (index_select)
+        return "pad" if attrs.get("mode", "constant") == "constant" else None
     return KERNEL_FAMILY.get(op_type)
 
 
@@ -150,12 +156,70 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
         t = _scatter_add_repeated(hw, ins, nbytes, dt)
         if t is not None:
             return OpCost(t, flops, nbytes)
+    if family == "where" and (broadcasts(ins, outs) or not hw.has_kernel_fit(family, dt)):
+        family = None  # measured on same-shape operands: else an elementwise kernel
     if family is not None:
-        return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+        return OpCost(hw.kernel_time(family, nbytes, flops, dt,
+                                     row_features(op_type, ins, outs, attrs, nbytes)),
+                      flops, nbytes)
     if op_type in _ELEMENTWISE and broadcasts(ins, outs) and \
             hw.has_kernel_fit("elementwise_bcast", dt):
         return OpCost(hw.kernel_time("elementwise_bcast", nbytes, flops, dt), flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+
+
+def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                 nbytes: float) -> dict[str, float] | None:
+    """``rowwise_features`` of a layer norm (or its gradient), a sum or mean reduction, a
+    ``Pad`` (``width``: its rows' length) or a copying ``Transpose`` (``width``: the
+    result's last axis, ``inner``: the input's), from its types; ``None`` for other ops
+    (their fits see ``bytes`` alone).
+
+    A layer norm's ``width`` is the normalized length (the axes from ``axis`` on). A
+    reduction keeps the axes where its result's shape, aligned to the input's from the
+    right (its ``keepdims`` ones or its squeezed ones), matches: ``width`` is the kept
+    elements, ``inner`` the reduced ones after the last kept axis (the pixels of a
+    convolution's bias gradient, 1 for a linear layer's)."""
+    x = ins[0] if ins else None
+    if not isinstance(x, TensorType) or x.rank == 0:
+        return None
+    shape = x.shape
+    if op_type == "Pad":
+        return rowwise_features(nbytes, shape[-1])
+    if op_type == "Transpose":  # the result's last axis, and the input's
+        y = outs[0] if outs else None
+        return rowwise_features(nbytes, y.shape[-1] if isinstance(y, TensorType) and y.rank
+                                else 1, shape[-1])
+    if op_type in ("LayerNormalization", "LayerNormGrad"):
+        axis = int(attrs.get("axis", -1))
+        axis = axis + len(shape) if axis < 0 else axis
+        width = 1
+        for d in shape[axis:]:
+            width *= d
+        return rowwise_features(nbytes, width)
+    if op_type not in ("ReduceSum", "ReduceMean") or not outs or \
+            not isinstance(outs[0], TensorType):
+        return None
+    out = outs[0].shape
+    kept = [False] * len(shape)
+    if len(out) == len(shape):  # keepdims: reduced axes are 1 where the input's are not
+        kept = [o == d for o, d in zip(out, shape)]
+    else:
+        j = len(out) - 1
+        for i in range(len(shape) - 1, -1, -1):
+            if j >= 0 and out[j] == shape[i]:
+                kept[i] = True
+                j -= 1
+    width, inner = 1, 1
+    for d, k in zip(shape, kept):
+        if k:
+            width *= d
+    last = max((i for i, k in enumerate(kept) if k), default=-1)
+    for d in shape[last + 1:]:
+        inner *= d
+    if width == x.numel:  # nothing reduced
+        inner = 1
+    return rowwise_features(nbytes, width, inner)
 
 
 FEW_SCATTER_ROWS = 64
@@ -251,7 +315,9 @@ def transpose(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             not copied_transpose(x.shape, x.dtype.itemsize, attrs.get("perm")):
         return ZERO
     nbytes = 2.0 * x.size_bytes  # read once, written once
-    return OpCost(hw.kernel_time("copy", nbytes, 0.0, x.dtype.value), 0.0, nbytes)
+    return OpCost(hw.kernel_time("copy", nbytes, 0.0, x.dtype.value,
+                                 row_features(op_type, ins, outs, attrs, nbytes)),
+                  0.0, nbytes)
 
 
 @COST_RULES.register("MaxPool", "AveragePool")

@@ -26,7 +26,8 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   the first family the profile fits of ``batchnorm_grad``; ``layernorm_grad``, then
   ``layernorm``; ``softmax_grad``, then ``softmax``; else the ``elementwise`` fit. The
   batch normalizations' fits (``norm_time``) also see the channel count and the pixels per
-  image: their per-channel reductions run slower with few channels of many pixels.
+  image: their per-channel reductions run slower with few channels of many pixels; the
+  layer norms' see the normalized width (``compute.row_features``).
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
-from distir.analysis.cost.compute import _products
+from distir.analysis.cost.compute import _products, row_features
 from distir.analysis.hardware import Hardware, matmul_features
 from distir.ir.types import TensorType
 
@@ -59,12 +60,13 @@ def conv_features(m: int, n: int, k: int, nbytes: float, window: int, stride: in
 
 
 def kernel_time(hw: Hardware, families: tuple[str, ...], nbytes: float, flops: float,
-                dt: str) -> float:
+                dt: str, features: dict[str, float] | None = None) -> float:
     """A memory-bound kernel priced by the first of ``families`` the profile fits (key
-    ``any``), else by ``Hardware.memory_time`` (the ``elementwise`` fit or the roofline)."""
+    ``any``; ``features`` as ``Hardware.kernel_time`` takes them), else by
+    ``Hardware.memory_time`` (the ``elementwise`` fit or the roofline)."""
     for fam in families:
         if hw.has_kernel_fit(fam):
-            return hw.kernel_time(fam, nbytes, flops, dt)
+            return hw.kernel_time(fam, nbytes, flops, dt, features)
     return hw.memory_time(nbytes, flops, dt)
 
 
@@ -163,4 +165,6 @@ def normalization_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, A
         t = norm_time(hw, "batchnorm_grad", ins[0], nbytes, flops, dt)
         if t is not None:
             return OpCost(t, flops, nbytes)
-    return OpCost(kernel_time(hw, _FAMILIES[op_type], nbytes, flops, dt), flops, nbytes)
+    return OpCost(kernel_time(hw, _FAMILIES[op_type], nbytes, flops, dt,
+                              row_features(op_type, ins, outs, attrs, nbytes)),
+                  flops, nbytes)
