@@ -158,6 +158,9 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             return OpCost(t, flops, nbytes)
     if family == "where" and (broadcasts(ins, outs) or not hw.has_kernel_fit(family, dt)):
         family = None  # measured on same-shape operands: else an elementwise kernel
+    elif family == "pad" and isinstance(outs[0], TensorType) and \
+            isinstance(ins[0], TensorType) and outs[0].shape == ins[0].shape:
+        family = None  # pads of zero (TensorFlow's "same" padding of a 1 x 1 kernel): a copy
     if family is not None:
         return OpCost(hw.kernel_time(family, nbytes, flops, dt,
                                      row_features(op_type, ins, outs, attrs, nbytes)),
