@@ -29,30 +29,32 @@ STUDIES = [  # (label, model file, options): every one held out, measured sealed
 ]
 
 
-def _model(models: Path, name: str) -> Path:
+def _model(here: Path, models: Path, name: str) -> Path:
     path = models / f"{name}.onnx"
     if not path.exists():
         models.mkdir(parents=True, exist_ok=True)
         base.subprocess.run([base.sys.executable, "-m", "grid_search.skeleton", "fill",
-                             str(HERE / "call_a" / "skel" / f"{name}.skel.onnx"), str(path)],
+                             str(here / "call_a" / "skel" / f"{name}.skel.onnx"), str(path)],
                             check=True, cwd=base.ROOT, stdout=base.subprocess.DEVNULL)
     return path
 
 
-def main() -> None:
+def main(here: Path = HERE, studies: list[tuple[str, str, list[str]]] = STUDIES) -> None:
+    """Compare the sealed studies of folder ``here`` (``call_a/sealed/NAME_b*_graph.csv``,
+    the skeletons in ``call_a/skel/``): ``studies`` lists ``(label, NAME, options)``."""
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--profile", default="h200-sxm-graph")
-    ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / "zoo_sealed3",
-                    help="where the filled skeletons go (default: TMPDIR/zoo_sealed3)")
+    ap.add_argument("--models", type=Path, default=Path(tempfile.gettempdir()) / here.name,
+                    help=f"where the filled skeletons go (default: TMPDIR/{here.name})")
     ap.add_argument("--rows", action="store_true", help="also print every row")
     a = ap.parse_args()
     print("| model, batch, predictions | n | Spearman | Kendall | latency error median / p90 / "
           "worst | median signed | top-1 regret | memory error median / worst |")
     print("|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, name, opts in STUDIES:
-            model = _model(a.models, name)
-            for f in sorted((HERE / "call_a" / "sealed").glob(f"{name}_b*_graph.csv"),
+        for label, name, opts in studies:
+            model = _model(here, a.models, name)
+            for f in sorted((here / "call_a" / "sealed").glob(f"{name}_b*_graph.csv"),
                             key=lambda p: int(p.stem.split("_b")[1].split("_")[0])):
                 recorded = base._ok(f)
                 again = base._simulated(f, model, opts, a.profile, Path(tmp) / f.stem)
