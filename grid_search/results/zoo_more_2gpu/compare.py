@@ -87,11 +87,14 @@ def _model(models: Path, name: str) -> Path:
 
 
 def _simulated(csv_path: Path, model: Path, opts: list[str], profile: str,
-               out: Path) -> list[dict[str, str]]:
+               out: Path, stages: str | None = None) -> list[dict[str, str]]:
+    """The rows of ``csv_path`` simulated again on ``profile``; ``stages``: the profile
+    that weighed the pipeline stages when they were measured (default ``profile``)."""
     batch = _ok(csv_path)[0]["batch_size"]
     subprocess.run([sys.executable, "-m", "grid_search.study", "compare", str(csv_path),
                     "--model", str(model), "--dim", f"batch={batch}", *opts,
-                    "--hardware", profile, "--dtype", "Float32", "-o", str(out)],
+                    "--hardware", profile, "--dtype", "Float32", "-o", str(out),
+                    *(["--stages-hardware", stages] if stages else [])],
                    check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return _ok(out.with_suffix(".csv"))
 
