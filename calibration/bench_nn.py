@@ -50,13 +50,14 @@ def attention_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int]]:
 
 
 KERNEL_WIDTHS: dict[str, tuple[Any, ...]] = {
-    "softmax": (128, 1024, 2048), "layernorm": (96, 192, 384, 768, 2048, 8192), "gelu": (0,),
+    "softmax": (128, 1024, 2048), "layernorm": (32, 64, 96, 192, 384, 768, 2048, 8192),
+    "gelu": (0,),
     "copy": (64, 128, (32, 112), (96, 56), (192, 28), (384, 14), (768, 7))}
 """The last-axis lengths measured per kernel family: softmax rows (``T``), layer-norm width
-(``d_model``, and a convolutional network's channels: ConvNeXt normalizes 96 to 768), the
-head size of the copies; ``gelu`` is flat. A ``copy`` pair ``(channels, side)`` is an image
-batch's layout change, ``[N, C, S, S]`` to ``[N, S, S, C]`` and back (ConvNeXt's blocks
-and any model that puts a layer norm between convolutions)."""
+(``d_model``, and a convolutional network's channels: ConvNeXt normalizes 96 to 768,
+SegFormer 32 to 256), the head size of the copies; ``gelu`` is flat. A ``copy`` pair
+``(channels, side)`` is an image batch's layout change, ``[N, C, S, S]`` to ``[N, S, S, C]``
+and back (ConvNeXt's blocks and any model that puts a layer norm between convolutions)."""
 
 
 def copy_axes(op: str, n: int, width: int) -> tuple[int, int]:

@@ -61,7 +61,8 @@ MAX_TENSOR_BYTES = 1 << 30
 
 _WIDTHS: dict[str, tuple[Any, ...]] = {
     "batchnorm": (0,), "batchnorm_grad": (0,),
-    "layernorm_grad": (96, 192, 384, 768, 2048, 8192), "softmax_grad": (128, 1024, 2048),
+    "layernorm_grad": (32, 64, 96, 192, 384, 768, 2048, 8192),
+    "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048),
     "reduce": (96, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784), (384, 196),
