@@ -1,0 +1,123 @@
+"""The rows' shape of the memory-bound kernels whose speed per byte depends on it
+(``compute.row_features``): layer norms and their gradients (the normalized width),
+sum and mean reductions (the kept elements and the reduced ones after them), copying
+transposes (the result's last axis and the input's) and pads; and the ``where`` and
+``pad`` families, each used only where its measurements apply."""
+
+from __future__ import annotations
+
+import pytest
+
+import distir
+from distir.analysis.cost.compute import row_features
+from distir.analysis.hardware import FitModel, Hardware, LinkSpec, rowwise_features
+from distir.analysis.simulator import simulate
+from distir.ir.types import DType, TensorType
+
+BASE = dict(name="t", memory_bytes=1 << 34, peak_flops=(("Float32", 1e12),),
+            memory_bandwidth=1e11, launch_overhead=1e-6, devices_per_node=4,
+            intra_node=(LinkSpec(2, 1e10, 1e-6),), inter_node=(LinkSpec(2, 1e9, 1e-5),))
+EW = FitModel("linear", ("bytes",), intercept=4e-6, coef=(1e-12,))
+# Linear in bytes, and slower per byte over narrow rows: 1 ms per 1 / width.
+BY_WIDTH = FitModel("linear", ("bytes", "width", "inner"), intercept=1e-5,
+                    coef=(2e-12, 0.0, 0.0))
+WIDE = FitModel("loglog", ("bytes", "width", "inner"), intercept=-20.0,
+                coef=(1.0, -0.5, 0.25), degree=1, lo=(1.0, 1.0, 1.0),
+                hi=(1e12, 1e6, 1e6))
+WHERE = FitModel("linear", ("bytes",), intercept=2e-5, coef=(3e-12,))
+PAD = FitModel("linear", ("bytes", "width"), intercept=3e-5, coef=(5e-12, 0.0))
+HW = Hardware(**BASE, fits=(("elementwise", "any", EW), ("layernorm", "Float32", WIDE),
+                            ("layernorm_grad", "Float32", WIDE), ("reduce", "Float32", WIDE),
+                            ("copy", "Float32", WIDE), ("where", "Float32", WHERE),
+                            ("pad", "Float32", PAD)))
+
+
+def _t(*shape: int) -> TensorType:
+    return TensorType(DType.Float32, shape, 0)
+
+
+def _costs(text: str, hw: Hardware = HW) -> dict[str, float]:
+    sim = simulate(distir.parse(text), hw)
+    return {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+
+
+def test_layer_norm_width_is_the_normalized_axes() -> None:
+    x = _t(64, 56, 56, 96)
+    assert row_features("LayerNormalization", (x, _t(96), _t(96)), (x,), {}, 8.0) == \
+        rowwise_features(8.0, 96)
+    x3 = _t(8, 512, 4, 192)
+    got = row_features("LayerNormGrad", (x3, _t(4, 192), x3), (x3,), {"axis": 2}, 1.0)
+    assert got["width"] == 4 * 192 and got["inner"] == 1
+
+
+@pytest.mark.parametrize("shape, out, width, inner", [
+    ((64, 28, 28, 192), (1, 1, 1, 192), 192, 1),   # a layer scale's gradient (keepdims)
+    ((64, 192, 28, 28), (192,), 192, 784),          # a convolution's bias gradient
+    ((4096, 768), (768,), 768, 1),                  # a linear layer's bias gradient
+    ((64, 64, 7, 7), (64,), 64, 49),                # equal lengths: matched from the right
+    ((8, 512), (), 1, 8 * 512),                     # to a scalar
+    ((8, 512), (8, 1), 8, 512),                     # over the last axis, kept
+])
+def test_reduction_rows(shape: tuple, out: tuple, width: int, inner: int) -> None:
+    got = row_features("ReduceSum", (_t(*shape), None), (_t(*out),), {}, 1.0)
+    assert (got["width"], got["inner"]) == (width, inner)
+
+
+def test_other_ops_have_no_row_features() -> None:
+    assert row_features("Add", (_t(4, 4), _t(4, 4)), (_t(4, 4),), {}, 1.0) is None
+    assert row_features("ReduceMax", (_t(4, 4), None), (_t(4),), {}, 1.0) is None
+
+
+def test_narrow_rows_cost_more_per_byte() -> None:
+    """The fits read the features given: the same bytes normalized over 96 channels cost
+    more than over 768, reduced from an image's pixels more than from rows."""
+    costs = _costs("""
+func @main(%a: Tensor[Float32, (64, 3136, 96), 0], %wa: Tensor[Float32, (96,), 0],
+           %b: Tensor[Float32, (64, 392, 768), 0], %wb: Tensor[Float32, (768,), 0],
+           %c: Tensor[Float32, (64, 96, 56, 56), 0], %d: Tensor[Float32, (200704, 96), 0]) {
+  %na = LayerNormalization(%a, %wa, %wa, axis=-1)
+  %nb = LayerNormalization(%b, %wb, %wb, axis=-1)
+  %axes = Constant(value=dense<Int64>[0, 2, 3])
+  %rc = ReduceSum(%c, %axes, keepdims=0)
+  %axis0 = Constant(value=dense<Int64>[0])
+  %rd = ReduceSum(%d, %axis0, keepdims=0)
+  %tc = Transpose(%c, perm=[0, 2, 3, 1])
+  return %na, %nb, %rc, %rd, %tc
+}""")
+    assert costs["na"] > costs["nb"]
+    assert costs["rc"] > costs["rd"]
+    x = _t(64, 96, 56, 56)
+    nbytes = 2.0 * x.size_bytes
+    assert costs["tc"] == pytest.approx(HW.kernel_time(
+        "copy", nbytes, 0.0, "Float32", rowwise_features(nbytes, 96, 56)))
+
+
+def test_where_and_pad_families() -> None:
+    """``where`` prices a same-shape ``Where`` (a ReLU6's gradient), not a broadcast one;
+    ``pad`` a constant ``Pad`` that pads, not one of zero pads (a copy)."""
+    n = 64 * 32 * 56 * 56
+    costs = _costs("""
+func @main(%m: Tensor[Bool, (64, 32, 56, 56), 0], %x: Tensor[Float32, (64, 32, 56, 56), 0],
+           %rowmask: Tensor[Bool, (56,), 0]) {
+  %zero = Constant(value=dense<Float32, ()>[0.0])
+  %same = Where(%m, %x, %zero)
+  %bcast = Where(%rowmask, %x, %zero)
+  %p1 = Constant(value=dense<Int64>[0, 0, 1, 1, 0, 0, 1, 1])
+  %padded = Pad(%x, %p1)
+  %p0 = Constant(value=dense<Int64>[0, 0, 0, 0, 0, 0, 0, 0])
+  %copied = Pad(%x, %p0)
+  return %same, %bcast, %padded, %copied
+}""")
+    assert costs["same"] == pytest.approx(2e-5 + 3e-12 * (n + 4 * n + 4 + 4 * n))
+    assert costs["bcast"] == pytest.approx(4e-6 + 1e-12 * (56 + 4 * n + 4 + 4 * n))
+    assert costs["padded"] == pytest.approx(3e-5 + 5e-12 * (4 * n + 4 * 64 * 32 * 58 * 58
+                                                            + 8 * 8))
+    assert costs["copied"] == pytest.approx(4e-6 + 1e-12 * (8 * n + 8 * 8))
+
+
+def test_profiles_fitted_on_bytes_alone_price_as_before() -> None:
+    """A profile whose fits read ``bytes`` only (every one measured before the rows'
+    shape) prices these kernels by bytes, whatever the features given."""
+    old = Hardware(**BASE, fits=(("elementwise", "any", EW), ("layernorm", "Float32", EW)))
+    a = old.kernel_time("layernorm", 1e6, 0.0, "Float32", rowwise_features(1e6, 96))
+    assert a == old.kernel_time("layernorm", 1e6, 0.0, "Float32") == pytest.approx(4e-6 + 1e-6)
