@@ -120,11 +120,16 @@ def main() -> None:
                 print(_line(f"{label} ({status}), batch {b}, recorded", recorded))
                 print(_line(f"{label} ({status}), batch {b}, {a.profile}", again))
                 if a.rows:
-                    for r in sorted(again, key=lambda r: float(r["measured_latency_s"])):
-                        p, m = float(r["latency_s"]) * 1e3, float(r["measured_latency_s"]) * 1e3
-                        print(f"    D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']} "
-                              f"{r['schedule']:5}: predicted {p:7.2f} ms, measured "
-                              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%")
+                    print_rows(again)
+
+
+def print_rows(rows: list[dict[str, str]]) -> None:
+    """Each row's predicted and measured step, fastest measured first."""
+    for r in sorted(rows, key=lambda r: float(r["measured_latency_s"])):
+        p, m = float(r["latency_s"]) * 1e3, float(r["measured_latency_s"]) * 1e3
+        print(f"    D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']} "
+              f"{r['schedule']:5}: predicted {p:7.2f} ms, measured "
+              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%")
 
 
 if __name__ == "__main__":

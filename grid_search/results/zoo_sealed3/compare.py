@@ -79,11 +79,7 @@ def main(here: Path = HERE, studies: list[tuple[str, str, list[str]]] = STUDIES)
                 print(base._line(f"{label}, batch {b}, recorded", recorded))
                 print(base._line(f"{label}, batch {b}, {a.profile}", again))
                 if a.rows:
-                    for r in sorted(again, key=lambda r: float(r["measured_latency_s"])):
-                        p, m = float(r["latency_s"]) * 1e3, float(r["measured_latency_s"]) * 1e3
-                        print(f"    D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']} "
-                              f"{r['schedule']:5}: predicted {p:7.2f} ms, measured "
-                              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%")
+                    base.print_rows(again)
 
 
 if __name__ == "__main__":

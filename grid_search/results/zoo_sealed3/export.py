@@ -74,12 +74,14 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
 }
 
 
-def main() -> None:
+def main(models: dict | None = None) -> None:
+    """Export the model named on the command line, of ``models`` (default this file's)."""
+    models = MODELS if models is None else models
     ap = argparse.ArgumentParser()
-    ap.add_argument("model", choices=sorted(MODELS))
+    ap.add_argument("model", choices=sorted(models))
     ap.add_argument("out")
     a = ap.parse_args()
-    build, inputs, name, axes, exporter, what = MODELS[a.model]
+    build, inputs, name, axes, exporter, what = models[a.model]
 
     def seeded() -> torch.nn.Module:
         torch.manual_seed(0)
