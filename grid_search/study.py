@@ -646,6 +646,23 @@ def _main_dtype(fn: Any) -> str:
     return n.most_common(1)[0][0] if n else "-"
 
 
+def _write_known_weights(fn: Any, path: str) -> None:
+    """The program's initializers small enough to enter the interpreters as known values
+    (``KNOWN_INITIALIZER_ELEMENTS``), written beside its ``.dir`` as ``distir.load`` reads
+    them: the projection folds them into constants, and ``distir explain`` of the program
+    read back without them would not match its traces. The larger weights (their values
+    change nothing simulated) are not written."""
+    import numpy as np
+
+    from distir.analysis.api import KNOWN_INITIALIZER_ELEMENTS
+    from distir.ir.text import write_weights
+
+    small = {k: v for k, v in (getattr(fn, "initializers", None) or {}).items()
+             if np.asarray(v).size <= KNOWN_INITIALIZER_ELEMENTS}
+    if small:
+        write_weights(path, small)
+
+
 def cmd_explain(args: argparse.Namespace) -> int:
     """Run one configuration with ``--profile`` and explain it against the simulation."""
     import json
@@ -664,6 +681,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     os.makedirs(out, exist_ok=True)
     with open(os.path.join(out, "program.dir"), "w", encoding="utf-8") as f:
         f.write(distir.dumps(fn))
+    _write_known_weights(fn, os.path.join(out, "program.npz"))
     traces = args.traces or os.path.join(out, "prof")
     runs = [("eager", traces, False)]
     if args.cuda_graph:  # the same program replayed: its kernels, matched to the marked ones
@@ -695,7 +713,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
                    **ex.to_dict(top=args.top)}, f)
     write_perfetto(ex, os.path.join(out, "perfetto.json"))
     sys.stdout.write(table)
-    print(f"wrote {out}/program.dir, explain.txt, explain.json, perfetto.json; traces in "
+    print(f"wrote {out}/program.dir (its small weights in program.npz), explain.txt, "
+          "explain.json, perfetto.json; traces in "
           f"{traces}", file=sys.stderr)
     return 0
 

@@ -17,6 +17,10 @@ __all__ = ["infer_types", "type_env", "infer_module_types", "execute", "bind_inp
            "random_inputs", "host_memory_needed", "check_host_memory", "available_host_memory"]
 
 
+KNOWN_INITIALIZER_ELEMENTS = 4096
+"""An initializer of at most this many elements enters the interpreters as a known value
+(shapes, axes and small constants fold through it); a larger one as its type only."""
+
 def _input_values(fn: Function, input_types: Sequence[Type | None] | None) -> list[Any]:
     """The abstract arguments of ``fn``: declared types, overridden by ``input_types``;
     initializer-bound parameters become concrete when small."""
@@ -39,7 +43,8 @@ def _input_values(fn: Function, input_types: Sequence[Type | None] | None) -> li
         if t is None:
             raise TypeInferenceError(f"parameter %{p.name} of @{fn.name} has no type: "
                                      "declare it or pass input types", p.loc or fn.loc)
-        if p.name in fn.initializers and isinstance(t, TensorType) and t.numel <= 4096:
+        if p.name in fn.initializers and isinstance(t, TensorType) and \
+                t.numel <= KNOWN_INITIALIZER_ELEMENTS:
             args.append(make_concrete(np.asarray(fn.initializers[p.name]), t.device))
         else:
             args.append(t)

@@ -375,6 +375,10 @@ def test_study_explain_rebuilds_a_run_top_row_of_a_model_file(models, tmp_path,
     head = (tmp_path / "x" / "explain.txt").read_text(encoding="utf-8").splitlines()[0]
     assert head.startswith("mlp.onnx+train-mse-sgd (Float32) batch 8, ")
     assert f"program {row['program_fingerprint']}:" in head
+    # the program and its small weights, read back, explain the same traces elsewhere
+    assert (tmp_path / "x" / "program.npz").is_file()
+    assert main(["explain", "--program", str(tmp_path / "x" / "program.dir"),
+                 str(tmp_path / "x" / "prof"), "--json"]) == 0
     capsys.readouterr()
     assert study(["explain", "--model", "mlp-2-32", "--dim", "batch=8", "--batch-size", "8",
                   "-o", str(tmp_path / "y")]) != 0
