@@ -4,8 +4,6 @@ rows (``calibration.fit``), the microbenchmarks that measure them (``bench_train
 
 from __future__ import annotations
 
-import pytest
-
 from calibration.bench import Timer
 from calibration.bench_nn import copy_axes
 from calibration.bench_train import DeviceTimer, _case
@@ -52,7 +50,8 @@ def test_benchmarked_programs() -> None:
 
 
 def test_cold_timer_falls_back_to_back_to_back_on_a_cpu() -> None:
-    torch = pytest.importorskip("torch")
+    import torch
+
     t = DeviceTimer(Timer(torch.device("cpu"), target_s=1e-3, trials=1, max_reps=3))
     secs, reps = t.cold(lambda: torch.ones(8).sum())
     assert secs > 0 and reps >= 2
