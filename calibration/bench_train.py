@@ -354,15 +354,15 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
         zero = b.op("Constant", value=__import__("numpy").zeros((), dtype=dtype.np))
         return b.ret(b.op("Where", cond, x, zero)), {}
     if fam == "pad":  # one pixel around each image, as a same-padded convolution's input
+        from distir.ir import FunctionBuilder, TensorType
+
         c, side = width
         if c * side * side > n:
             return None
-        b_pad = __import__("numpy").array([0, 0, 1, 1, 0, 0, 1, 1], dtype="int64")
-        from distir.ir import FunctionBuilder, TensorType
-
         b = FunctionBuilder("pad")
         x = b.param("x", TensorType(dtype, (n // (c * side * side), c, side, side), 0))
-        pads = b.op("Constant", value=b_pad)
+        pads = b.op("Constant", value=__import__("numpy").array([0, 0, 1, 1, 0, 0, 1, 1],
+                                                                dtype="int64"))
         return b.ret(b.op("Pad", x, pads)), {}
     rows = n // width
     if rows < 1:

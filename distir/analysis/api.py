@@ -21,6 +21,7 @@ KNOWN_INITIALIZER_ELEMENTS = 4096
 """An initializer of at most this many elements enters the interpreters as a known value
 (shapes, axes and small constants fold through it); a larger one as its type only."""
 
+
 def _input_values(fn: Function, input_types: Sequence[Type | None] | None) -> list[Any]:
     """The abstract arguments of ``fn``: declared types, overridden by ``input_types``;
     initializer-bound parameters become concrete when small."""

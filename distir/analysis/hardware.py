@@ -427,11 +427,12 @@ def scatter_features(rows: int, width: int, table: int, nbytes: float) -> dict[s
 
 
 def rowwise_features(nbytes: float, width: int, inner: int = 1) -> dict[str, float]:
-    """The features a ``layernorm``, ``layernorm_grad`` or ``reduce`` fit may use:
-    ``bytes`` (every input and result), ``width`` (a normalized row's length; the elements
-    a reduction keeps) and ``inner`` (the reduced elements after a reduction's last kept
-    axis: 1 for rows reduced over the leading axes, the pixels of an ``[N, C, H, W]``
-    tensor reduced to ``[C]``)."""
+    """The features a ``layernorm``, ``layernorm_grad``, ``reduce``, ``copy`` or ``pad`` fit
+    may use: ``bytes`` (every input and result), ``width`` (a normalized row's length; the
+    elements a reduction keeps; a copy's result's last axis; a pad's rows' length) and
+    ``inner`` (the reduced elements after a reduction's last kept axis: 1 for rows reduced
+    over the leading axes, the pixels of an ``[N, C, H, W]`` tensor reduced to ``[C]``; a
+    copy's input's last axis)."""
     return {"bytes": float(nbytes), "width": float(max(width, 1)),
             "inner": float(max(inner, 1))}
 

@@ -60,6 +60,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
@@ -195,11 +196,7 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                                 else 1, shape[-1])
     if op_type in ("LayerNormalization", "LayerNormGrad"):
         axis = int(attrs.get("axis", -1))
-        axis = axis + len(shape) if axis < 0 else axis
-        width = 1
-        for d in shape[axis:]:
-            width *= d
-        return rowwise_features(nbytes, width)
+        return rowwise_features(nbytes, math.prod(shape[axis % len(shape):]))
     if op_type not in ("ReduceSum", "ReduceMean") or not outs or \
             not isinstance(outs[0], TensorType):
         return None
@@ -213,15 +210,9 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             if j >= 0 and out[j] == shape[i]:
                 kept[i] = True
                 j -= 1
-    width, inner = 1, 1
-    for d, k in zip(shape, kept):
-        if k:
-            width *= d
+    width = math.prod(d for d, k in zip(shape, kept) if k)
     last = max((i for i, k in enumerate(kept) if k), default=-1)
-    for d in shape[last + 1:]:
-        inner *= d
-    if width == x.numel:  # nothing reduced
-        inner = 1
+    inner = math.prod(shape[last + 1:]) if width != x.numel else 1  # else nothing reduced
     return rowwise_features(nbytes, width, inner)
 
 
