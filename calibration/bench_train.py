@@ -13,6 +13,12 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   (``ConvGrad`` computing only ``dx`` / only ``dw``: ``aten.convolution_backward``);
   a row's ``op`` is ``conv k{kernel elements} s{stride} n{batch} c{input channels}
   p{output pixels per image}`` (``conv_geometry``), features ``batch``, ``cin``, ``pixels``;
+  of more than one group, ``conv_grouped`` and its two gradients; each of the six again
+  with channels-last inputs (``x`` and ``dy`` in PyTorch's ``channels_last`` memory
+  format, the weight contiguous): ``conv_nhwc``, ``conv_grouped_nhwc`` and their
+  ``_dgrad`` / ``_wgrad`` (``NHWC_CONV_FAMILIES``), the kernels cuDNN runs where a
+  program hands a convolution a permuted view (a ``[B, H * W, C]`` token tensor
+  transposed and reshaped to ``[B, C, H, W]``);
 - memory-bound, under ``any`` with the feature ``bytes`` (every input and result of the op,
   read or written once, as the cost rules count them; the batch normalizations also
   ``channels`` and ``spatial``, pixels per image: ``norm_features``): ``batchnorm``
@@ -46,7 +52,8 @@ from typing import Any
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
-           "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "grouped_conv_shapes", "conv_geometry",
+           "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "NHWC_CONV_FAMILIES",
+           "NHWC_GROUPED_CONV_FAMILIES", "conv_family", "grouped_conv_shapes", "conv_geometry",
            "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
@@ -57,6 +64,20 @@ CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
 which cuDNN runs by other kernels, far from a product of the implicit GEMM's sizes."""
+NHWC_CONV_FAMILIES = ("conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
+NHWC_GROUPED_CONV_FAMILIES = ("conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
+                              "conv_grouped_nhwc_wgrad")
+"""The same six kernels with ``x`` and ``dy`` channels-last (``conv_family``)."""
+
+
+def conv_family(role: str, grouped: bool, channels_last: bool) -> str:
+    """The profile family of a convolution kernel: ``role`` one of ``conv``, ``dgrad``,
+    ``wgrad``; ``conv_grouped...`` for more than one group; ``..._nhwc...`` for a
+    channels-last input."""
+    name = "conv_grouped" if grouped else "conv"
+    if channels_last:
+        name += "_nhwc"
+    return name if role == "conv" else f"{name}_{role}"
 MAX_TENSOR_BYTES = 1 << 30
 
 _WIDTHS: dict[str, tuple[Any, ...]] = {
@@ -458,11 +479,12 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
 
 def bench_convs(device: Any, dtypes: list[str],
                 shapes: Sequence[tuple[int, ...]], timer: Timer,
-                log: Callable[[str], None]) -> Iterator[Row]:
+                log: Callable[[str], None], channels_last: bool = False) -> Iterator[Row]:
     """Time ``Conv`` and both halves of ``ConvGrad`` for every shape and dtype through the
     backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k`` (``k``
     per group). A shape of seven numbers has groups (``grouped_conv_shapes``), measured as
-    ``GROUPED_CONV_FAMILIES``."""
+    ``GROUPED_CONV_FAMILIES``. With ``channels_last``, ``x`` and ``dy`` are handed over in
+    the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``)."""
     import torch
 
     from distir.ir import DType
@@ -481,8 +503,7 @@ def bench_convs(device: Any, dtypes: list[str],
             geo = dict(strides=[s, s], pads=[p] * 4, dilations=[1, 1], group=g)
             x, w, dy = (n, c, h, h), (m, cg, k, k), (n, m, oh, oh)
             split = _split(i)
-            fams = GROUPED_CONV_FAMILIES if g > 1 else CONV_FAMILIES
-            for fam, role in zip(fams, ("conv", "dgrad", "wgrad"), strict=True):
+            for role in ("conv", "dgrad", "wgrad"):
                 if role == "conv":
                     fn = _one_op("Conv", [("x", ddt, x), ("w", ddt, w)], 1,
                                  kernel_shape=[k, k], **geo)
@@ -492,13 +513,18 @@ def bench_convs(device: Any, dtypes: list[str],
                                  2, keep=0 if role == "dgrad" else 1, **geo)
                 kernel = _compile(fn, device)
                 args = _inputs(fn, {}, device)
+                if channels_last:  # x and dy (never the weight, the second argument)
+                    args = [a.contiguous(memory_format=torch.channels_last)
+                            if j != 1 and a.dim() == 4 else a for j, a in enumerate(args)]
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
                 nbytes = (n * c * h * h + m * cg * k * k + n * m * oh * oh) * size
                 tag = f" g{g}" if g > 1 else ""
-                yield Row(fam, f"conv k{k * k} s{s} n{n} c{cg} p{oh * oh}{tag}", dt, secs, gm,
+                yield Row(conv_family(role, g > 1, channels_last),
+                          f"conv k{k * k} s{s} n{n} c{cg} p{oh * oh}{tag}", dt, secs, gm,
                           gn, gk, nbytes, 2.0 * gm * gn * gk, reps=reps, device=str(device),
                           split=split)
                 del args, kernel
         kind = "grouped conv" if any(len(sh) > 6 and sh[6] > 1 for sh in shapes) else "conv"
+        kind += " (channels-last)" if channels_last else ""
         log(f"{kind} {dt}: {len(shapes)} shapes x 3")

@@ -509,16 +509,20 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
                 device, train_dtypes, tsizes, timer, log, families=tfams))
-        for what, fams, draw in (
+        for what, fams, draw, nhwc in (
                 ("grouped convolutions", bench_train.GROUPED_CONV_FAMILIES,
-                 bench_train.grouped_conv_shapes),
-                ("convolutions", bench_train.CONV_FAMILIES, bench_train.conv_shapes)):
+                 bench_train.grouped_conv_shapes, False),
+                ("convolutions", bench_train.CONV_FAMILIES, bench_train.conv_shapes, False),
+                ("channels-last grouped convolutions", bench_train.NHWC_GROUPED_CONV_FAMILIES,
+                 bench_train.grouped_conv_shapes, True),
+                ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
+                 bench_train.conv_shapes, True)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
                     f"{len(train_dtypes)} dtypes")
                 rows.extend(r.as_dict() for r in bench_train.bench_convs(
-                    device, train_dtypes, convs, timer, log))
+                    device, train_dtypes, convs, timer, log, channels_last=nhwc))
         from calibration.bench_matmul_grad import bench_all
 
         if use_cuda:
@@ -565,11 +569,17 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
     refused in one line."""
     if families is None:
         return lambda f: True
-    from calibration.bench_train import CONV_FAMILIES, GROUPED_CONV_FAMILIES, TRAIN_FAMILIES
+    from calibration.bench_train import (
+        CONV_FAMILIES,
+        GROUPED_CONV_FAMILIES,
+        NHWC_CONV_FAMILIES,
+        NHWC_GROUPED_CONV_FAMILIES,
+        TRAIN_FAMILIES,
+    )
 
     known = {"matmul", "matmul_unaligned", "elementwise", "elementwise_bcast", "bmm",
              *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
-             *MATMUL_GRAD_FAMILIES}
+             *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)
     if bad:
         raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "

@@ -58,10 +58,10 @@ LARGE = {"matmul": ("flops", 1e9), "matmul_unaligned": ("flops", 1e9),
          "matmul_tn": ("flops", 1e9), "matmul_nt": ("flops", 1e9),
          "bmm_nt": ("flops", 1e9), "bmm_tn": ("flops", 1e9),
          "bmm": ("flops", 1e9), "elementwise": ("bytes", float(1 << 20)),
-         "conv": ("flops", 1e9), "conv_dgrad": ("flops", 1e9), "conv_wgrad": ("flops", 1e9),
-         "conv_grouped": ("bytes", float(1 << 20)),
-         "conv_grouped_dgrad": ("bytes", float(1 << 20)),
-         "conv_grouped_wgrad": ("bytes", float(1 << 20))}
+         **{f"conv{x}{r}": ("flops", 1e9) for x in ("", "_nhwc")
+            for r in ("", "_dgrad", "_wgrad")},
+         **{f"conv_grouped{x}{r}": ("bytes", float(1 << 20)) for x in ("", "_nhwc")
+            for r in ("", "_dgrad", "_wgrad")}}
 """What counts as large for the headline error: matmuls of at least 1 GFLOP, every other
 family (collectives included) at least 1 MiB."""
 
@@ -85,11 +85,12 @@ over the rows of ``[N, C]``. A copy's ``width`` is its result's last axis and ``
 its input's (``calibration.bench_nn.copy_axes``); a pad's ``width`` the padded rows'
 length."""
 
-CONV = ("conv", "conv_dgrad", "conv_wgrad")
+CONV = ("conv", "conv_dgrad", "conv_wgrad", "conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
-plus ``window`` and ``stride``, per dtype."""
+plus ``window`` and ``stride``, per dtype; ``_nhwc`` those of channels-last inputs."""
 
-GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
+GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad",
+                "conv_grouped_nhwc", "conv_grouped_nhwc_dgrad", "conv_grouped_nhwc_wgrad")
 """Convolutions of more than one group (depthwise ones mostly): the same features and
 ``groups``; their kernels are bound by memory and latency more than by FLOPs."""
 

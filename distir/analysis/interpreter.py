@@ -61,6 +61,9 @@ class Interpreter:
 
     post_op: Listener | None = None
     """A subclass's own per-op hook, run before the listeners (checks, recording)."""
+    env: dict[Value | None, Any] | None = None
+    """The values of the function being run, by ``Value`` (its callers' while a call runs
+    are restored after it): an op's hook may read how its inputs were made."""
 
     def __init__(self, listeners: Sequence[Listener] = ()) -> None:
         self.listeners = list(listeners)
@@ -81,6 +84,15 @@ class Interpreter:
                                      f"{len(args)} given", fn.loc)
         env: dict[Value | None, Any] = dict(zip(fn.params, args))
         env[None] = None  # an omitted optional input
+        outer = self.env
+        self.env = env
+        try:
+            self._loop(fn, env)
+        finally:
+            self.env = outer
+        return tuple(env[v] for v in fn.returns)
+
+    def _loop(self, fn: Function, env: dict[Value | None, Any]) -> None:
         lookup = env.__getitem__
         eval_op = self.eval_op
         eval_call = self.eval_call
@@ -111,7 +123,6 @@ class Interpreter:
             if listeners:
                 for listener in listeners:
                     listener(op, ins, outs)
-        return tuple(env[v] for v in fn.returns)
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
         raise NotImplementedError

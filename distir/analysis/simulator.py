@@ -50,6 +50,7 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
+from distir.analysis.layout import LAYOUT_OPS, MEMORY_FORMAT, ViewChain, memory_format
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.renaming import (
     ARG_KEY0,
@@ -605,12 +606,18 @@ class Simulator(TypeInterpreter):
                 for d in t.devices:
                     seen[d] = None
         devs = tuple(seen)
-        free_out = self._lv[op][3]
+        lv = self._lv[op]
+        free_out = lv[3]
+        fmt = None
+        if op.op_type in LAYOUT_OPS and isinstance(lv[0][-1], ViewChain):
+            env = self.env
+            assert env is not None
+            fmt = memory_format(lv[0][-1], lambda v: type_of(env[v]))
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
-                                                  for i, t in enumerate(out_types)))
+                                                  for i, t in enumerate(out_types)), fmt)
         else:
-            cost = self._cost(op, in_types, out_types)
+            cost = self._cost(op, in_types, out_types, fmt)
         per_out = tuple(placed_bytes(t) for t in out_types)
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
@@ -630,12 +637,18 @@ class Simulator(TypeInterpreter):
         return rec
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type | None, ...],
-              ) -> OpCost:
-        key = (op.op_type, ins, op.attrs_key, outs)
+              fmt: str | None = None) -> OpCost:
+        """The op's cost by its rule, memoized by (op type, types, attributes); ``fmt``,
+        the memory format of its first input where it is not contiguous (``layout``),
+        reaches the rule as the attribute ``layout.MEMORY_FORMAT``."""
+        key = (op.op_type, ins, op.attrs_key, outs) if fmt is None else \
+            (op.op_type, ins, op.attrs_key, outs, fmt)
         c = self._costs.get(key)
         if c is None:
             rule = COST_RULES.get(op.op_type)
             attrs = self.attrs_of(op)
+            if fmt is not None:
+                attrs = {**attrs, MEMORY_FORMAT: fmt}
             if rule is None:
                 if not self.fallback:
                     raise SimulationError(

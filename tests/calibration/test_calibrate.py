@@ -20,7 +20,9 @@ TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cr
             "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
             "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad", "matmul_tn", "matmul_nt",
             "bmm_nt", "bmm_tn", "scatter_add_repeated", "conv_grouped", "conv_grouped_dgrad",
-            "conv_grouped_wgrad", "scatter_add_few", "where", "pad"}
+            "conv_grouped_wgrad", "scatter_add_few", "where", "pad", "conv_nhwc",
+            "conv_nhwc_dgrad", "conv_nhwc_wgrad", "conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
+            "conv_grouped_nhwc_wgrad"}
 
 
 @pytest.fixture(scope="module")

@@ -5,10 +5,12 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   profile's ``conv``, ``conv_dgrad`` and ``conv_wgrad`` fits of the dtype where it has
   them (one group), or its ``conv_grouped``, ``conv_grouped_dgrad`` and
   ``conv_grouped_wgrad`` fits (more than one group: depthwise and ResNeXt-like
-  convolutions, which cuDNN runs by other kernels), with ``conv_features`` (the forward's
-  implicit GEMM ``m = N * output pixels``, ``n = M``, ``k = C / group * kernel size``,
-  ``window`` the kernel size, ``stride``, ``batch``, ``cin`` per group, ``pixels`` per
-  image, ``groups``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as
+  convolutions, which cuDNN runs by other kernels), those of a channels-last input
+  (``distir.analysis.layout``) by the ``_nhwc`` fits of the same (``conv_nhwc``,
+  ``conv_grouped_nhwc_dgrad``, ...) where the profile has them, with ``conv_features``
+  (the forward's implicit GEMM ``m = N * output pixels``, ``n = M``, ``k = C / group *
+  kernel size``, ``window`` the kernel size, ``stride``, ``batch``, ``cin`` per group,
+  ``pixels`` per image, ``groups``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as
   PyTorch allows by default) differ from a plain product of those dimensions, and a
   depthwise one's gradients from it by several times. Without a fit,
   ``ConvGrad`` is two implicit GEMMs with the forward's dimensions: ``dx`` ``(N * input
@@ -37,6 +39,7 @@ from typing import Any
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
 from distir.analysis.cost.compute import _products, row_features
 from distir.analysis.hardware import Hardware, matmul_features
+from distir.analysis.layout import MEMORY_FORMAT
 from distir.ir.types import TensorType
 
 
@@ -90,13 +93,21 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     """The fitted time of a 2-D convolution kernel of ``family`` (``conv``, ``conv_dgrad``,
     ``conv_wgrad``; of more than one group, the profile's ``conv_grouped...`` family of the
     same role) with forward input ``x``, weight ``w`` and output ``y``; ``None`` where the
-    profile has no such fit for the dtype or the convolution is not 2-D."""
+    profile has no such fit for the dtype or the convolution is not 2-D. Where ``x`` is
+    channels-last (``attrs``' ``layout.MEMORY_FORMAT``, which the simulator sets), the
+    family's ``_nhwc`` fit (``conv_nhwc``, ``conv_grouped_nhwc_dgrad``, ...) where the
+    profile has one for the dtype, else the NCHW one."""
     groups = int(attrs.get("group", 1) or 1)
     if x.rank != 4:
         return None
     if groups != 1:
         family = family.replace("conv", "conv_grouped", 1)
-    f = hw.fit(family, x.dtype.value)
+    f = None
+    if attrs.get(MEMORY_FORMAT) == "channels_last":
+        role = family[-6:] if family.endswith(("_dgrad", "_wgrad")) else ""
+        f = hw.fit(f"{family[:len(family) - len(role)]}_nhwc{role}", x.dtype.value)
+    if f is None:
+        f = hw.fit(family, x.dtype.value)
     if f is None:
         return None
     window = _prod(w.shape[2:])

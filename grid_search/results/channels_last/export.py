@@ -1,0 +1,57 @@
+"""Export two models to ONNX that no cost-model work looked at, random weights, no
+download; both hand convolutions permuted views of token tensors (channels-last inputs).
+
+    python export.py pvt_v2 OUT.onnx     # HF PvtV2ForImageClassification, b0 sizes
+    python export.py mobilevit OUT.onnx  # HF MobileViTForImageClassification, XXS sizes
+
+``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
+ratios 8-4-2-1, a depthwise 3 x 3 in each feed-forward), 224 x 224 images, 1000 classes;
+dynamo. ``mobilevit``: MobileViT-XXS's sizes (hidden 64-80-96, MobileNetV2 blocks with
+depthwise 3 x 3, transformers over unfolded 2 x 2 patches folded back into images),
+256 x 256 images, 1000 classes; dynamo. Each returns its first output.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))  # the project's root
+
+from tests.zoo.models import _FirstOutput, _image  # noqa: E402
+
+
+def _pvt_v2() -> torch.nn.Module:
+    from transformers import PvtV2Config, PvtV2ForImageClassification
+
+    return _FirstOutput(PvtV2ForImageClassification(PvtV2Config(
+        hidden_sizes=[32, 64, 160, 256], depths=[2, 2, 2, 2], sr_ratios=[8, 4, 2, 1],
+        num_attention_heads=[1, 2, 5, 8], num_labels=1000)))
+
+
+def _mobilevit() -> torch.nn.Module:
+    from transformers import MobileViTConfig, MobileViTForImageClassification
+
+    return _FirstOutput(MobileViTForImageClassification(MobileViTConfig(
+        hidden_sizes=[64, 80, 96], neck_hidden_sizes=[16, 16, 24, 48, 64, 80, 320],
+        expand_ratio=2.0, num_labels=1000, image_size=256)))
+
+
+MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
+    "pvt_v2": (_pvt_v2, _image(224), "pixel_values", {0: "batch"}, "dynamo",
+               "HF PVT-v2 b0, 224 x 224 images"),
+    "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
+                  "HF MobileViT-XXS, 256 x 256 images"),
+}
+
+
+if __name__ == "__main__":
+    _spec = importlib.util.spec_from_file_location(
+        "zoo_sealed3_export", Path(__file__).resolve().parent.parent / "zoo_sealed3" / "export.py")
+    assert _spec is not None and _spec.loader is not None
+    sealed3 = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(sealed3)
+    sealed3.main(MODELS)

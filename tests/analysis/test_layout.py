@@ -1,0 +1,150 @@
+"""Memory formats (``distir.analysis.layout``): strides through views as PyTorch computes
+them, and convolutions handed a channels-last view priced by the profile's ``_nhwc`` fits
+where it has them, on a tiny made-up profile."""
+
+from __future__ import annotations
+
+import itertools
+import random
+
+import pytest
+import torch
+
+import distir
+from distir.analysis.hardware import FitModel, Hardware, LinkSpec
+from distir.analysis.layout import (
+    contiguous_strides,
+    is_channels_last,
+    producers,
+    view_chain,
+    view_strides,
+)
+from distir.analysis.simulator import simulate
+
+
+def test_view_strides_agree_with_torch() -> None:
+    rng = random.Random(0)
+    checked = viewed = 0
+    for _ in range(400):
+        rank = rng.randint(1, 4)
+        shape = tuple(rng.choice([1, 2, 3, 4, 6]) for _ in range(rank))
+        perm = list(range(rank))
+        rng.shuffle(perm)
+        t = torch.empty(shape).permute(perm)
+        numel = t.numel()
+        # a new shape of the same size: the dims' factors regrouped at random
+        factors = [p for d in t.shape for p in _factors(d)]
+        rng.shuffle(factors)
+        cut = sorted(rng.sample(range(1, len(factors)), rng.randint(0, len(factors) - 1))) \
+            if len(factors) > 1 else []
+        new = tuple(_prod(factors[a:b]) for a, b in itertools.pairwise([0, *cut, len(factors)]))
+        if rng.random() < 0.3:
+            new = (*new, 1)
+        assert _prod(new) == numel
+        got = view_strides(tuple(t.shape), tuple(t.stride()), new)
+        try:
+            want = tuple(t.view(new).stride())
+        except RuntimeError:
+            assert got is None, (tuple(t.shape), tuple(t.stride()), new)
+        else:
+            viewed += 1
+            assert got is not None
+            # strides of axes of length 1 are arbitrary
+            assert all(g == w for g, w, d in zip(got, want, new, strict=True) if d != 1)
+        checked += 1
+    assert viewed > 100 and checked - viewed > 50
+
+
+def _factors(n: int) -> list[int]:
+    out, d = [], 2
+    while n > 1:
+        while n % d == 0:
+            out.append(d)
+            n //= d
+        d += 1
+    return out or [1]
+
+
+def _prod(xs: tuple[int, ...] | list[int]) -> int:
+    p = 1
+    for x in xs:
+        p *= x
+    return p
+
+
+def test_channels_last_is_recognized() -> None:
+    t = torch.empty(2, 16, 4, 5).contiguous(memory_format=torch.channels_last)
+    assert is_channels_last(tuple(t.shape), tuple(t.stride()))
+    assert not is_channels_last((2, 16, 4, 5), contiguous_strides((2, 16, 4, 5)))
+    one = torch.empty(2, 1, 4, 5).contiguous(memory_format=torch.channels_last)
+    assert not is_channels_last(tuple(one.shape), tuple(one.stride()))  # also contiguous
+    # SegFormer's feed-forward: [B, H * W, C] transposed, then viewed as [B, C, H, W]
+    v = torch.empty(2, 20, 16).transpose(1, 2).reshape(2, 16, 4, 5)
+    assert is_channels_last(tuple(v.shape), tuple(v.stride()))
+
+
+BASE = dict(name="t", memory_bytes=1 << 34, peak_flops=(("Float32", 1e12),),
+            memory_bandwidth=1e11, launch_overhead=1e-6, devices_per_node=4,
+            intra_node=(LinkSpec(2, 1e10, 1e-6),), inter_node=(LinkSpec(2, 1e9, 1e-5),))
+NCHW = (("conv_grouped", "Float32", FitModel("linear", ("bytes",), intercept=2e-5,
+                                              coef=(1e-10,))),
+        ("conv_grouped_dgrad", "Float32", FitModel("linear", ("bytes",), intercept=3e-5,
+                                                    coef=(1e-10,))),
+        ("conv_grouped_wgrad", "Float32", FitModel("linear", ("bytes",), intercept=4e-5,
+                                                    coef=(1e-10,))))
+NHWC = (("conv_grouped_nhwc", "Float32", FitModel("linear", ("bytes",), intercept=5e-6,
+                                                   coef=(1e-10,))),
+        ("conv_grouped_nhwc_dgrad", "Float32", FitModel("linear", ("bytes",),
+                                                         intercept=6e-6, coef=(1e-10,))),
+        ("conv_grouped_nhwc_wgrad", "Float32", FitModel("linear", ("bytes",),
+                                                         intercept=7e-6, coef=(1e-10,))))
+
+# tokens [2, 64, C] transposed and reshaped to an image [2, C, 8, 8] (a view, channels
+# last), a depthwise 3 x 3 of it and both gradients; the same convolution of a contiguous
+# image; and of tokens whose rows are not aligned (C = 3: the transpose is copied)
+TEXT = """
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %img: Tensor[Float32, (2, 32, 8, 8), 0],
+           %w: Tensor[Float32, (32, 1, 3, 3), 0], %dy: Tensor[Float32, (2, 32, 8, 8), 0],
+           %u: Tensor[Float32, (2, 64, 3), 0], %w3: Tensor[Float32, (3, 1, 3, 3), 0]) {
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%tt, %s)
+  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %dx, %dw = ConvGrad(%x, %w, %dy, group=32, pads=[1, 1, 1, 1], strides=[1, 1],
+                       dilations=[1, 1])
+  %z = Conv(%img, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %ut = Transpose(%u, perm=[0, 2, 1])
+  %s3 = Constant(value=dense<Int64>[2, 3, 8, 8], device=0)
+  %x3 = Reshape(%ut, %s3)
+  %y3 = Conv(%x3, %w3, group=3, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  return %y, %dx, %dw, %z, %y3
+}"""
+
+
+def _costs(hw: Hardware) -> dict[str, float]:
+    sim = simulate(distir.parse(TEXT), hw)
+    return {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+
+
+def test_a_channels_last_view_takes_the_nhwc_fits() -> None:
+    got = _costs(Hardware(**BASE, fits=(*NCHW, *NHWC)))
+    nbytes = (2 * 32 * 64 * 2 + 32 * 9) * 4  # x, y and w
+    assert got["y"] == pytest.approx(5e-6 + 1e-10 * nbytes)
+    assert got["dx"] == pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes)
+    assert got["z"] == pytest.approx(2e-5 + 1e-10 * nbytes)  # contiguous: NCHW
+    n3 = (2 * 3 * 64 * 2 + 3 * 9) * 4
+    assert got["y3"] == pytest.approx(2e-5 + 1e-10 * n3)  # copied transpose: NCHW
+    # without the _nhwc fits, every convolution takes the NCHW ones, as before
+    old = _costs(Hardware(**BASE, fits=NCHW))
+    assert old["y"] == pytest.approx(got["z"])
+    assert old["dx"] == pytest.approx(3e-5 + 4e-5 + 2e-10 * nbytes)
+
+
+def test_view_chains_are_found_once_per_function() -> None:
+    fn = distir.parse(TEXT).entry
+    prod = producers(fn)
+    chains = {op.outputs[0].name: view_chain(op, prod) for op in fn.ops
+              if op.op_type in ("Conv", "ConvGrad")}
+    assert [op.op_type for op in chains["y"] or ()] == ["Transpose", "Reshape"]
+    assert chains["dx"] == chains["y"]
+    assert chains["z"] is None  # no transposing view: contiguous
