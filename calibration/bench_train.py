@@ -51,8 +51,8 @@ from typing import Any
 
 from calibration.bench import Row, Timer, _split
 
-__all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes", "TRAIN_FAMILIES",
-           "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "NHWC_CONV_FAMILIES",
+__all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
+           "patch_conv_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "NHWC_CONV_FAMILIES",
            "NHWC_GROUPED_CONV_FAMILIES", "conv_family", "grouped_conv_shapes", "conv_geometry",
            "norm_features"]
 
@@ -86,7 +86,7 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048),
-    "reduce": (96, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784), (384, 196),
+    "reduce": (32, 64, 96, 128, 256, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784), (384, 196),
                (960, 49)),
     "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256),
     "scatter_add_few": (3, 16), "where": (1,),
@@ -197,17 +197,64 @@ def conv_geometry(op: str) -> dict[str, int]:
 
 
 def conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
-                ) -> list[tuple[int, int, int, int, int, int]]:
+                ) -> list[tuple[int, ...]]:
     """``(N, C, M, H, kernel, stride)`` of 2-D convolutions (``padding = kernel // 2``), drawn
     from the layers of CNNs: channels powers of two from 16 to 2048 (3 for a 7 x 7 stem),
     images 7 to 224 pixels, kernels 1, 3, 7, strides 1, 2; at most 0.4 TFLOP and 1 GiB a
-    tensor (float32) on a GPU, far smaller on a CPU."""
+    tensor (float32) on a GPU, far smaller on a CPU; then ``count // 4`` more of the patch
+    embeddings of vision transformers (``patch_conv_shapes``)."""
+    return _cnn_conv_shapes(quick, cuda, count, seed) + \
+        patch_conv_shapes(quick, cuda, count // 4, seed)
+
+
+def patch_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
+                      ) -> list[tuple[int, ...]]:
+    """``(N, C, M, H, kernel, stride, 1, padding)`` of the patch embeddings of vision
+    transformers: non-overlapping patches (``kernel = stride`` of 2, 4, 8, 14 or 16, no
+    padding, images a whole number of patches: ViT's, and PVT's and SegFormer's reductions
+    of the keys) and overlapping ones
+    (7 x 7 of stride 4, padding 3: their stems), 3 to 1024 channels, images 14 to 224
+    pixels; the same limits as ``conv_shapes``."""
+    rng = random.Random(seed + 101)
+    chans = [3, 16, 32, 64, 96, 128, 160, 256, 320, 512, 768, 1024]
+    sizes = [14, 28, 56, 112, 224]
+    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
+    max_flops = 4e11 if cuda else (2e8 if quick else 2e9)
+    out: list[tuple[int, ...]] = []
+    seen = set()
+    tries = 0
+    while len(out) < count and tries < 100 * count:
+        tries += 1
+        if rng.random() < 0.25:
+            k, s, p = 7, 4, 3
+        else:
+            k = s = rng.choice([2, 4, 4, 8, 8, 14, 16, 16])
+            p = 0
+        c, m = rng.choice(chans), rng.choice(chans[1:])
+        h, n = rng.choice(sizes), rng.choice(batches)
+        if quick:
+            c, m, h = min(c, 16), min(m, 16), min(h, 28)
+        oh = (h + 2 * p - k) // s + 1
+        flops = 2.0 * n * oh * oh * m * c * k * k
+        biggest = 4 * max(n * c * h * h, n * m * oh * oh)
+        key = (n, c, m, h, k, s, 1, p)
+        if oh < 1 or (p == 0 and h % k) or flops > max_flops or \
+                biggest > MAX_TENSOR_BYTES or key in seen:
+            continue
+        seen.add(key)
+        out.append(key)
+    return out
+
+
+def _cnn_conv_shapes(quick: bool, cuda: bool, count: int, seed: int,
+                     ) -> list[tuple[int, ...]]:
+    """``conv_shapes``' draws from the layers of CNNs."""
     rng = random.Random(seed)
     chans = [16, 32, 64, 128, 256, 512, 1024, 2048]
     sizes = [7, 14, 28, 56, 112, 224]
     batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
     max_flops = 4e11 if cuda else (2e8 if quick else 2e9)
-    out: list[tuple[int, int, int, int, int, int]] = []
+    out: list[tuple[int, ...]] = []
     seen = set()
     tries = 0
     while len(out) < count and tries < 100 * count:
@@ -482,8 +529,9 @@ def bench_convs(device: Any, dtypes: list[str],
                 log: Callable[[str], None], channels_last: bool = False) -> Iterator[Row]:
     """Time ``Conv`` and both halves of ``ConvGrad`` for every shape and dtype through the
     backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k`` (``k``
-    per group). A shape of seven numbers has groups (``grouped_conv_shapes``), measured as
-    ``GROUPED_CONV_FAMILIES``. With ``channels_last``, ``x`` and ``dy`` are handed over in
+    per group). A shape's seventh number is its groups (``grouped_conv_shapes``; more than
+    one: ``GROUPED_CONV_FAMILIES``), its eighth its padding (``patch_conv_shapes``; else
+    ``kernel // 2``). With ``channels_last``, ``x`` and ``dy`` are handed over in
     the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``)."""
     import torch
 
@@ -496,7 +544,7 @@ def bench_convs(device: Any, dtypes: list[str],
         for i, shape in enumerate(shapes):
             n, c, m, h, k, s = shape[:6]
             g = shape[6] if len(shape) > 6 else 1
-            p = k // 2
+            p = shape[7] if len(shape) > 7 else k // 2
             oh = (h + 2 * p - k) // s + 1
             cg = c // g
             gm, gn, gk = n * oh * oh, m, cg * k * k

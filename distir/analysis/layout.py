@@ -6,25 +6,27 @@ The backend computes some ops as views of their input (``Transpose`` where
 contiguous one's. For most kernels that changes little; for a convolution it changes the
 kernels: cuDNN runs a convolution whose input is in the channels-last memory format
 (``[N, C, H, W]`` with ``C`` innermost) by its NHWC kernels, and ``convolution_backward``
-both gradients too. Vision transformers do this in every block: SegFormer's and PVT's
-feed-forward reshape a ``[B, H * W, C]`` token tensor, transposed, to ``[B, C, H, W]``
-for a depthwise 3 x 3, which then runs 2 to 5 times faster than on an NCHW tensor.
+both gradients too. Vision transformers do this in every block: SegFormer's, PVT's and
+CvT's reshape a ``[B, H * W, C]`` token tensor, transposed, to ``[B, C, H, W]`` for a
+depthwise 3 x 3, which then runs 1.4 to 7 times faster than on an NCHW tensor (measured
+on an H200, ``grid_search/results/channels_last/``).
 
 ``LAYOUT_OPS`` are the ops whose cost depends on the memory format of their first input.
-For each, liveness (``distir.analysis.memory``) records the chain of stride-keeping ops
-that produced that input (``view_chain``, structural, once per function) in the op's
-signature; the simulator, when it first costs the op with given argument types, follows the
-chain's strides from its start with the types the interpreter found (``memory_format``)
-and hands the rule ``memory_format="channels_last"`` among the attributes
-(``MEMORY_FORMAT``), which ``cost.train.conv_fit_time`` prices by the profile's ``_nhwc``
-fits.
+The simulator keeps a ``Layouts`` tracker while it runs a program that has any: when it
+first costs such an op, the tracker follows the input back through the stride-keeping ops
+(``STRIDE_OPS``) of its function to where it started (an op's result: contiguous; a
+parameter: the strides the caller passed; a call's result: the strides the callee
+returned), and forward again with the types the interpreter found
+(``strides_through``). A strided input reaches the cost rule as the attribute
+``MEMORY_FORMAT`` (``"channels_last"``), which ``cost.train.conv_fit_time`` prices by the
+profile's ``_nhwc`` fits. Strides cross calls: a layer's backward function receives the
+view its forward function returned as a saved activation.
 
-What is modelled: a chain starts from a contiguous tensor (an op's result, an argument);
-views keep strides as PyTorch's ``view`` computes them (``view_strides``), a ``Reshape``
-that cannot be a view copies (contiguous), as does a ``Transpose`` the backend copies.
 Not modelled: formats carried through other ops (an elementwise op keeps its input's
 strides in PyTorch, and a convolution's result is channels-last when its input is), and
-the copy PyTorch makes of a gradient ``dy`` whose format differs from ``x``'s.
+the copy PyTorch makes of a gradient ``dy`` whose format differs from ``x``'s. A called
+function is costed with the strides of its first call with given argument types (its
+summary serves later calls).
 """
 
 from __future__ import annotations
@@ -32,11 +34,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from distir.analysis.values import type_of
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["LAYOUT_OPS", "STRIDE_OPS", "MEMORY_FORMAT", "ViewChain", "view_chain",
-           "producers", "memory_format", "view_strides", "contiguous_strides",
-           "is_channels_last"]
+__all__ = ["LAYOUT_OPS", "STRIDE_OPS", "MEMORY_FORMAT", "Layouts", "strides_through",
+           "view_strides", "contiguous_strides", "is_channels_last"]
 
 LAYOUT_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
@@ -49,35 +51,7 @@ MEMORY_FORMAT = "memory_format"
 """The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose first input is
 channels-last (value ``"channels_last"``)."""
 
-
-class ViewChain(tuple):  # type: ignore[type-arg]
-    """The stride-keeping ops (``STRIDE_OPS``) that produced an op's first input, from the
-    one nearest the start to the producer of the input; a tuple of ``Op``."""
-
-    __slots__ = ()
-
-
-def producers(fn: Function) -> dict[Value, Op]:
-    """The ``STRIDE_OPS`` of ``fn`` by the value they produce."""
-    return {op.outputs[0]: op for op in fn.ops
-            if op.op_type in STRIDE_OPS and op.callee is None and op.outputs}
-
-
-def view_chain(op: Op, producer: dict[Value, Op]) -> ViewChain | None:
-    """The chain of ``STRIDE_OPS`` that produced ``op``'s first input, where it holds a
-    ``Transpose`` (else the input's strides are a contiguous tensor's, or nothing is
-    known of them: ``None``)."""
-    chain: list[Op] = []
-    v = op.inputs[0] if op.inputs else None
-    while v is not None:
-        p = producer.get(v)
-        if p is None or not p.inputs:
-            break
-        chain.append(p)
-        v = p.inputs[0]
-    if not any(p.op_type == "Transpose" for p in chain):
-        return None
-    return ViewChain(reversed(chain))
+Strides = tuple[int, ...]
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
@@ -140,9 +114,10 @@ def is_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
         not _same(shape, strides, contiguous_strides(shape))
 
 
-def _through(op: Op, shape: tuple[int, ...], strides: tuple[int, ...], itemsize: int,
-             out_shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides of ``op``'s result, given its input's, as the backend computes it."""
+def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: int,
+                    out_shape: tuple[int, ...]) -> Strides:
+    """The strides of ``op``'s result (one of ``STRIDE_OPS``), given its input's shape and
+    strides, as the backend computes it (a copy is contiguous)."""
     if op.op_type == "Transpose":
         from distir.analysis.cost.compute import copied_transpose, only_unit_axes_move
 
@@ -160,20 +135,133 @@ def _through(op: Op, shape: tuple[int, ...], strides: tuple[int, ...], itemsize:
     return contiguous_strides(out_shape) if v is None else v
 
 
-def memory_format(chain: ViewChain, type_of_value: Callable[[Value], Any]) -> str | None:
-    """``"channels_last"`` where the chain hands its last result over in that format,
-    following strides from a contiguous start with the types ``type_of_value`` gives
-    (``None`` where a type is not a tensor's, or for any other format)."""
-    first = type_of_value(chain[0].inputs[0])
-    shape = getattr(first, "shape", None)
-    dtype = getattr(first, "dtype", None)
-    if shape is None or dtype is None:
-        return None
-    strides = contiguous_strides(tuple(shape))
-    for op in chain:
-        out = getattr(type_of_value(op.outputs[0]), "shape", None)
-        if out is None:
+class _Frame:
+    __slots__ = ("fn", "params", "key", "results")
+
+    def __init__(self, fn: Function, params: dict[int, Strides], key: tuple) -> None:
+        self.fn = fn
+        self.params = params  # strided parameters, by index
+        self.key = key
+        self.results: dict[Value, Strides] = {}  # strided results of calls made
+
+
+class Layouts:
+    """The strides of a program's values as its simulation runs, where they are not a
+    contiguous tensor's: ``enter`` / ``leave`` around each function run (the caller's
+    ``before_call`` names its strided arguments), ``returned`` at the end of a run (its
+    strided results, kept per callee and argument strides), ``after_call`` binds a call's
+    strided results in the caller, ``memory_format`` of an op's first input. ``env`` gives
+    the values of the function running (``Interpreter.env``)."""
+
+    def __init__(self, env: Callable[[], dict[Value | None, Any] | None]) -> None:
+        self._env = env
+        self._frames: list[_Frame] = []
+        self._next: tuple[dict[int, Strides], tuple] = ({}, ())
+        self._returns: dict[tuple[int, tuple], tuple[Function, dict[int, Strides]]] = {}
+        self._fns: dict[int, tuple[Function, dict[Value, Op], dict[Value, int],
+                                   dict[Value, Value], frozenset[Value]]] = {}
+
+    def _facts(self, fn: Function) -> tuple[dict[Value, Op], dict[Value, int],
+                                            dict[Value, Value], frozenset[Value]]:
+        """Per function: the producers among ``STRIDE_OPS`` of their results, the
+        parameters' indices, where each such result's chain of views starts, and the
+        results whose chain transposes."""
+        f = self._fns.get(id(fn))
+        if f is None:
+            prod: dict[Value, Op] = {}
+            start: dict[Value, Value] = {}
+            transposed: set[Value] = set()
+            for op in fn.ops:
+                if op.op_type in STRIDE_OPS and op.callee is None and op.outputs and \
+                        op.inputs and op.inputs[0] is not None:
+                    v, x = op.outputs[0], op.inputs[0]
+                    prod[v] = op
+                    start[v] = start.get(x, x)
+                    if op.op_type == "Transpose" or x in transposed:
+                        transposed.add(v)
+            f = self._fns[id(fn)] = (fn, prod, {p: i for i, p in enumerate(fn.params)},
+                                     start, frozenset(transposed))
+        return f[1], f[2], f[3], f[4]
+
+    def enter(self, fn: Function) -> None:
+        params, key = self._next
+        self._next = ({}, ())
+        self._frames.append(_Frame(fn, params, key))
+
+    def leave(self) -> None:
+        self._frames.pop()
+
+    def strides(self, v: Value | None) -> Strides | None:
+        """The strides of ``v`` in the function running, ``None`` where contiguous (or not
+        a tensor)."""
+        if v is None:
             return None
-        strides = _through(op, tuple(shape), strides, dtype.itemsize, tuple(out))
-        shape = tuple(out)
-    return "channels_last" if is_channels_last(shape, strides) else None
+        frame = self._frames[-1]
+        prod, param_index, start_of, transposed = self._facts(frame.fn)
+        start = start_of.get(v, v)
+        i = param_index.get(start)
+        base = frame.params.get(i) if i is not None else frame.results.get(start)
+        if base is None and v not in transposed:
+            return None  # views of a contiguous tensor that transpose nothing
+        chain: list[Op] = []
+        while v in prod:
+            p = prod[v]
+            chain.append(p)
+            v = p.inputs[0]  # type: ignore[assignment]
+        env = self._env()
+        assert env is not None
+        t = type_of(env[v])
+        shape, dtype = getattr(t, "shape", None), getattr(t, "dtype", None)
+        if shape is None or dtype is None:
+            return None
+        shape = tuple(shape)
+        strides = base if base is not None else contiguous_strides(shape)
+        for p in reversed(chain):
+            out = getattr(type_of(env[p.outputs[0]]), "shape", None)
+            if out is None:
+                return None
+            strides = strides_through(p, shape, strides, dtype.itemsize, tuple(out))
+            shape = tuple(out)
+        return None if _same(shape, strides, contiguous_strides(shape)) else strides
+
+    def _strided(self, values: tuple[Value | None, ...]) -> dict[int, Strides]:
+        """The strided ones among ``values`` of the function running, by position."""
+        frame = self._frames[-1]
+        if not frame.params and not frame.results and \
+                self._facts(frame.fn)[3].isdisjoint(values):
+            return {}  # (the common case, at C speed: nothing strided reaches here)
+        return {i: s for i, s in enumerate(map(self.strides, values)) if s is not None}
+
+    def memory_format(self, op: Op) -> str | None:
+        """``"channels_last"`` where ``op``'s first input is in that format, else ``None``."""
+        s = self.strides(op.inputs[0] if op.inputs else None)
+        if s is None:
+            return None
+        env = self._env()
+        assert env is not None
+        shape = getattr(type_of(env[op.inputs[0]]), "shape", None)
+        return "channels_last" if shape is not None and \
+            is_channels_last(tuple(shape), s) else None
+
+    def before_call(self, op: Op) -> tuple:
+        """Name the call's strided arguments to the callee's run; the key of its strides."""
+        params = self._strided(op.inputs)
+        key = tuple(sorted(params.items()))
+        self._next = (params, key)
+        return key
+
+    def returned(self, fn: Function) -> None:
+        """At the end of ``fn``'s run: its strided results, kept for its callers."""
+        frame = self._frames[-1]
+        rets = self._strided(fn.returns)
+        self._returns[(id(fn), frame.key)] = (fn, rets)
+
+    def after_call(self, op: Op, callee: Function, key: tuple) -> None:
+        """Bind the strided results of ``op`` (a call of ``callee`` with argument strides
+        ``key``) in the caller."""
+        self._next = ({}, ())
+        got = self._returns.get((id(callee), key))
+        if got and got[1]:
+            results = self._frames[-1].results
+            for j, s in got[1].items():
+                results[op.outputs[j]] = s

@@ -29,7 +29,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not, not_
 from typing import Any
 
-from distir.analysis.layout import LAYOUT_OPS, producers, view_chain
+from distir.analysis.layout import LAYOUT_OPS
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
@@ -42,9 +42,8 @@ OpLiveness = tuple
 
 - ``sig``: the op's static signature ``(op type, attributes key, result count)``, plus
   ``free_out`` where some result is never used, plus, for an op of
-  ``layout.LAYOUT_OPS`` whose first input comes through a transposing view, that view's
-  ``layout.ViewChain`` (the simulator reads the input's memory format from it); the
-  simulator prefixes it to its memo keys;
+  ``layout.LAYOUT_OPS``, the op itself (its cost depends on its input's strides, which the
+  simulator finds where the op runs); the simulator prefixes it to its memo keys;
 - ``free_in``: input positions whose storage dies after the op (one position per
   storage), not parameters of the function;
 - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
@@ -144,7 +143,6 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     live: set[Value | None] = set(kept)  # storages used later, or returned (None: an
     live.add(None)                        # omitted input, never freed)
     infos: dict[Op, OpLiveness] = {}
-    producer: dict[Value, Op] | None = None  # (made for the first of ``LAYOUT_OPS``)
     live_add = live.add
     for op in reversed(fn.ops):
         outs = op.outputs
@@ -165,12 +163,8 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             sig = (op.op_type, akey, len(outs), free_out) if free_out else \
                 (op.op_type, akey, len(outs))
             sig = sigs.setdefault(sig, sig)
-            if op.op_type in LAYOUT_OPS:  # its cost depends on how its input was viewed
-                if producer is None:
-                    producer = producers(fn)
-                chain = view_chain(op, producer)
-                if chain is not None:
-                    sig = (*sig, chain)
+            if op.op_type in LAYOUT_OPS:  # its cost depends on its input's strides: a
+                sig = (*sig, op)            # record of its own (``distir.analysis.layout``)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]

@@ -50,7 +50,7 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import LAYOUT_OPS, MEMORY_FORMAT, ViewChain, memory_format
+from distir.analysis.layout import LAYOUT_OPS, MEMORY_FORMAT, Layouts
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.renaming import (
     ARG_KEY0,
@@ -262,6 +262,9 @@ class Simulator(TypeInterpreter):
         self._renamed: dict[tuple[int, int], Any] = {}  # (id(value), device) -> renamed
         self._placed: dict[int, tuple[Any, tuple]] = {}  # id(value) -> (value, placed bytes)
         self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
+        self._layout_tracker = Layouts(lambda: self.env)
+        self._layouts: Layouts | None = None  # the tracker, in a program with LAYOUT_OPS
+        self._layout_fns: dict[int, tuple[Function, bool]] = {}
         self._new_reps: list[Function] = []  # representatives new in this program
         self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
@@ -377,6 +380,16 @@ class Simulator(TypeInterpreter):
             n += s.n_ops
         return dict(comp), dict(comm), dict(host), n
 
+    def _has_layout_ops(self, fn: Function) -> bool:
+        """Whether ``fn`` or a function it calls has an op of ``layout.LAYOUT_OPS`` (then
+        the simulation tracks strides, ``distir.analysis.layout``), found once per
+        program."""
+        hit = self._layout_fns.get(id(fn))
+        if hit is None:
+            has = any(op.op_type in LAYOUT_OPS for f in (fn, *fn.reachable()) for op in f.ops)
+            hit = self._layout_fns[id(fn)] = (fn, has)
+        return hit[1]
+
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
         return liveness(fn, self._live_memo, self._drop)
@@ -389,7 +402,19 @@ class Simulator(TypeInterpreter):
         self.post_op = self._post if fl.annotated and self.check_annotations else None
         # This run's op hook: a closure over the current state (the loop binds it once).
         self.eval_op = self._op_evaluator()  # type: ignore[method-assign,assignment]
-        return super().run(fn, args)
+        layouts = self._layouts
+        if layouts is None:
+            return super().run(fn, args)
+        layouts.enter(fn)
+        try:
+            return super().run(fn, args)
+        finally:
+            layouts.leave()
+
+    def _loop(self, fn: Function, env: dict[Value | None, Any]) -> None:
+        super()._loop(fn, env)
+        if self._layouts is not None:
+            self._layouts.returned(fn)
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
         """Time one op and account for its memory (see ``_op_evaluator``)."""
@@ -573,12 +598,16 @@ class Simulator(TypeInterpreter):
         ids = tuple(map(id, args))
         cls = self._classes(args, ids)
         key = (id(callee), ids, given, drop, waiting, cls)
+        layouts = self._layouts
+        strided = layouts.before_call(op) if layouts is not None else ()
         s = self._summaries.get(key)
         if s is None:
             self._callees[id(callee)] = callee
             s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls)
             if s.rename is not None:
                 self._renamed_keys.append(key)
+        if layouts is not None:
+            layouts.after_call(op, callee, strided)
         self._apply(s, op, waiting)
         mem = self._mem
         nbytes = self._bytes
@@ -609,10 +638,8 @@ class Simulator(TypeInterpreter):
         lv = self._lv[op]
         free_out = lv[3]
         fmt = None
-        if op.op_type in LAYOUT_OPS and isinstance(lv[0][-1], ViewChain):
-            env = self.env
-            assert env is not None
-            fmt = memory_format(lv[0][-1], lambda v: type_of(env[v]))
+        if self._layouts is not None and op.op_type in LAYOUT_OPS:
+            fmt = self._layouts.memory_format(op)
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)
@@ -888,6 +915,8 @@ class Simulator(TypeInterpreter):
 
     def _simulate(self, fn: Function, args: Sequence[Any], batch_size: int | None,
                   ) -> Simulation:
+        # (One tracker for every program: summaries of calls outlive a program.)
+        self._layouts = self._layout_tracker if self._has_layout_ops(fn) else None
         self._new_state(top=True, owned=(False,) * len(fn.params))
         self._drop = frozenset()
         canon = self._canon

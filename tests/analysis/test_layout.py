@@ -12,13 +12,7 @@ import torch
 
 import distir
 from distir.analysis.hardware import FitModel, Hardware, LinkSpec
-from distir.analysis.layout import (
-    contiguous_strides,
-    is_channels_last,
-    producers,
-    view_chain,
-    view_strides,
-)
+from distir.analysis.layout import contiguous_strides, is_channels_last, view_strides
 from distir.analysis.simulator import simulate
 
 
@@ -140,11 +134,49 @@ def test_a_channels_last_view_takes_the_nhwc_fits() -> None:
     assert old["dx"] == pytest.approx(3e-5 + 4e-5 + 2e-10 * nbytes)
 
 
-def test_view_chains_are_found_once_per_function() -> None:
-    fn = distir.parse(TEXT).entry
-    prod = producers(fn)
-    chains = {op.outputs[0].name: view_chain(op, prod) for op in fn.ops
-              if op.op_type in ("Conv", "ConvGrad")}
-    assert [op.op_type for op in chains["y"] or ()] == ["Transpose", "Reshape"]
-    assert chains["dx"] == chains["y"]
-    assert chains["z"] is None  # no transposing view: contiguous
+# a layer's forward returns the view it convolved (a saved activation), its backward
+# receives it as a parameter: the strides cross both calls
+CALLS = """
+func @fwd(%t: Tensor[Float32, (2, 64, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0]) {
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%tt, %s)
+  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  return %y, %x
+}
+
+func @bwd(%x: Tensor[Float32, (2, 32, 8, 8), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
+          %dy: Tensor[Float32, (2, 32, 8, 8), 0]) {
+  %dx, %dw = ConvGrad(%x, %w, %dy, group=32, pads=[1, 1, 1, 1], strides=[1, 1],
+                       dilations=[1, 1])
+  return %dx, %dw
+}
+
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
+           %dy: Tensor[Float32, (2, 32, 8, 8), 0]) {
+  %y, %x = call @fwd(%t, %w)
+  %dx, %dw = call @bwd(%x, %w, %dy)
+  %y2, %x2 = call @fwd(%t, %w)
+  %dx2, %dw2 = call @bwd(%x2, %w, %dy)
+  return %y, %dx, %dw, %y2, %dx2, %dw2
+}"""
+
+
+def test_strides_cross_calls_as_if_inlined() -> None:
+    from distir.ir.inline import inline_calls
+
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC))
+    fn = distir.parse(CALLS).entry
+    kinds = ("Conv", "ConvGrad")
+
+    def costs(f: object) -> list[tuple[str, float]]:
+        sim = simulate(f, hw)  # type: ignore[arg-type]
+        return sorted((op.op_type, secs) for _, secs, _, op, *_ in sim.events()
+                      if op.op_type in kinds)
+
+    got = costs(fn)
+    nbytes = (2 * 32 * 64 * 2 + 32 * 9) * 4
+    assert got == [("Conv", pytest.approx(5e-6 + 1e-10 * nbytes))] * 2 + \
+        [("ConvGrad", pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes))] * 2
+    assert got == costs(inline_calls(fn))
+    assert simulate(fn, hw).latency_s == pytest.approx(simulate(inline_calls(fn), hw).latency_s)

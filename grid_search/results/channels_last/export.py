@@ -3,12 +3,16 @@ download; both hand convolutions permuted views of token tensors (channels-last 
 
     python export.py pvt_v2 OUT.onnx     # HF PvtV2ForImageClassification, b0 sizes
     python export.py mobilevit OUT.onnx  # HF MobileViTForImageClassification, XXS sizes
+    python export.py cvt OUT.onnx        # HF CvtForImageClassification, CvT-13 (its defaults)
 
 ``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
 ratios 8-4-2-1, a depthwise 3 x 3 in each feed-forward), 224 x 224 images, 1000 classes;
 dynamo. ``mobilevit``: MobileViT-XXS's sizes (hidden 64-80-96, MobileNetV2 blocks with
 depthwise 3 x 3, transformers over unfolded 2 x 2 patches folded back into images),
-256 x 256 images, 1000 classes; dynamo. Each returns its first output.
+256 x 256 images, 1000 classes; dynamo. ``cvt``: Hugging Face's default CvT config (CvT-13:
+convolutional token embeddings, and the queries, keys and values projected by a depthwise
+3 x 3 and a batch normalization of the tokens viewed as an image), 224 x 224 images, 1000
+classes; dynamo. Each returns its first output.
 """
 
 from __future__ import annotations
@@ -32,6 +36,12 @@ def _pvt_v2() -> torch.nn.Module:
         num_attention_heads=[1, 2, 5, 8], num_labels=1000)))
 
 
+def _cvt() -> torch.nn.Module:
+    from transformers import CvtConfig, CvtForImageClassification
+
+    return _FirstOutput(CvtForImageClassification(CvtConfig(num_labels=1000)))
+
+
 def _mobilevit() -> torch.nn.Module:
     from transformers import MobileViTConfig, MobileViTForImageClassification
 
@@ -43,6 +53,8 @@ def _mobilevit() -> torch.nn.Module:
 MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
     "pvt_v2": (_pvt_v2, _image(224), "pixel_values", {0: "batch"}, "dynamo",
                "HF PVT-v2 b0, 224 x 224 images"),
+    "cvt": (_cvt, _image(224), "pixel_values", {0: "batch"}, "dynamo",
+            "HF CvT-13, 224 x 224 images"),
     "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
                   "HF MobileViT-XXS, 256 x 256 images"),
 }
