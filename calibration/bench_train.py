@@ -52,9 +52,9 @@ from typing import Any
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
-           "patch_conv_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES", "GROUPED_CONV_FAMILIES", "NHWC_CONV_FAMILIES",
-           "NHWC_GROUPED_CONV_FAMILIES", "conv_family", "grouped_conv_shapes", "conv_geometry",
-           "norm_features"]
+           "patch_conv_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES", "GROUPED_CONV_FAMILIES",
+           "NHWC_CONV_FAMILIES", "NHWC_GROUPED_CONV_FAMILIES", "conv_family",
+           "grouped_conv_shapes", "conv_geometry", "norm_features"]
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
@@ -86,8 +86,8 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "softmax_grad": (128, 1024, 2048),
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048),
-    "reduce": (32, 64, 96, 128, 256, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784), (384, 196),
-               (960, 49)),
+    "reduce": (32, 64, 96, 128, 256, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784),
+               (384, 196), (960, 49)),
     "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256),
     "scatter_add_few": (3, 16), "where": (1,),
     "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7))}

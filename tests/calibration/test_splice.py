@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from calibration.calibrate import dumps_profile
 from calibration.splice import main, splice
 from distir.analysis.hardware import load_hardware, scatter_features
 from distir.errors import ConfigError
@@ -27,9 +28,13 @@ def test_families_taken_from_another_profile(tmp_path: Path) -> None:
     assert main([str(PROFILES / "h100-sxm.json"), "--families", "conv", "layernorm",
                  "--from", str(src), "--note", "a test", "-o", str(out)]) == 0
     got = json.loads(out.read_text(encoding="utf-8"))
-    assert got["fits"]["conv"] == other["fits"]["conv"]
-    assert got["fits"]["layernorm"] == other["fits"]["layernorm"]
-    assert got["fits"]["matmul"] == base["fits"]["matmul"]  # the others kept
+
+    def written(x: object) -> object:  # leaf values to PROFILE_DIGITS digits
+        return json.loads(dumps_profile(x))
+
+    assert got["fits"]["conv"] == written(other["fits"]["conv"])
+    assert got["fits"]["layernorm"] == written(other["fits"]["layernorm"])
+    assert got["fits"]["matmul"] == written(base["fits"]["matmul"])  # the others kept
     assert {k: v for k, v in got.items() if k not in ("fits", "comment")} == \
         {k: v for k, v in base.items() if k not in ("fits", "comment")}
     assert got["comment"][:-1] == base["comment"]
@@ -70,9 +75,9 @@ def test_one_dtype_taken_the_others_kept(tmp_path: Path) -> None:
     assert main([str(PROFILES / "h100-sxm.json"), "--families", "matmul", "--dtypes",
                  "Float32", "--from", str(src), "-o", str(out)]) == 0
     got = json.loads(out.read_text(encoding="utf-8"))["fits"]["matmul"]
-    assert got["Float32"] == other["fits"]["matmul"]["Float32"]
-    assert got["BFloat16"] == base["fits"]["matmul"]["BFloat16"] != \
-        other["fits"]["matmul"]["BFloat16"]
+    assert got["Float32"] == json.loads(dumps_profile(other["fits"]["matmul"]["Float32"]))
+    assert got["BFloat16"] == json.loads(dumps_profile(base["fits"]["matmul"]["BFloat16"])) \
+        != json.loads(dumps_profile(other["fits"]["matmul"]["BFloat16"]))
     assert "matmul (Float32 only) taken from h200-sxm" in \
         json.loads(out.read_text())["comment"][-1]
     dropped = splice(base, ["matmul"], None, "", ["Float16"])
@@ -80,3 +85,13 @@ def test_one_dtype_taken_the_others_kept(tmp_path: Path) -> None:
     assert dropped["fits"]["matmul"]["Float32"] == base["fits"]["matmul"]["Float32"]
     with pytest.raises(ConfigError, match="fits no 'matmul' in Float64"):
         splice(base, ["matmul"], other, "", ["Float64"])
+
+
+def test_profiles_keep_thresholds_and_round_leaf_values() -> None:
+    # a threshold lies on a measured feature's value: rounded, it would flip that feature
+    tree = [[0, 3.465735912322998, 1, 2, 0.0], [-1, 0.0, 0, 0, 0.012717930820253224],
+            [-1, 0.0, 0, 0, -0.008670355181972471]]
+    got = json.loads(dumps_profile({"trees": [tree], "coef": [8.163361573000826e-13]}))
+    assert got == {"trees": [[[0, 3.465735912322998, 1, 2, 0.0], [-1, 0.0, 0, 0, 0.012717931],
+                              [-1, 0.0, 0, 0, -0.0086703552]]],
+                   "coef": [8.163361573000826e-13]}
