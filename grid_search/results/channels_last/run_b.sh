@@ -37,7 +37,7 @@ x() {  # name timeout args...
 }
 x cvt_b64 70 --model $S/cvt.onnx --dim batch=64 --batch-size 64
 x pvt_v2_b128 60 --model $S/pvt_v2.onnx --dim batch=128 --batch-size 128
-(cd $W && tar czf $OUT/traces.tgz */prof */prof_replay */program.dir */program.npz */explain.txt) \
+(cd $W && XZ_OPT="-9 -T0" tar cJf $OUT/traces.txz */prof */prof_replay */program.dir */program.npz */explain.txt) \
     >> "$L" 2>&1
 for f in $W/*/explain.txt; do echo "## $f"; head -45 "$f"; done > $OUT/explains.txt
 grep "###\|rror" "$L" | tail -12; tail -4 $OUT/calibrate.log
