@@ -218,13 +218,9 @@ def patch_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
     rng = random.Random(seed + 101)
     chans = [3, 16, 32, 64, 96, 128, 160, 256, 320, 512, 768, 1024]
     sizes = [14, 28, 56, 112, 224]
-    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
-    max_flops = 4e11 if cuda else (2e8 if quick else 2e9)
-    out: list[tuple[int, ...]] = []
-    seen = set()
-    tries = 0
-    while len(out) < count and tries < 100 * count:
-        tries += 1
+    batches, max_flops = _draw_limits(quick, cuda)
+
+    def draw() -> tuple[int, ...] | None:
         if rng.random() < 0.25:
             k, s, p = 7, 4, 3
         else:
@@ -237,9 +233,29 @@ def patch_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
         oh = (h + 2 * p - k) // s + 1
         flops = 2.0 * n * oh * oh * m * c * k * k
         biggest = 4 * max(n * c * h * h, n * m * oh * oh)
-        key = (n, c, m, h, k, s, 1, p)
-        if oh < 1 or (p == 0 and h % k) or flops > max_flops or \
-                biggest > MAX_TENSOR_BYTES or key in seen:
+        if oh < 1 or (p == 0 and h % k) or flops > max_flops or biggest > MAX_TENSOR_BYTES:
+            return None
+        return (n, c, m, h, k, s, 1, p)
+
+    return _sample(count, draw)
+
+
+def _draw_limits(quick: bool, cuda: bool) -> tuple[list[int], float]:
+    """The batches a convolution sample draws from, and its FLOP limit."""
+    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
+    return batches, (4e11 if cuda else (2e8 if quick else 2e9))
+
+
+def _sample(count: int, draw: Callable[[], tuple[int, ...] | None]) -> list[tuple[int, ...]]:
+    """``count`` distinct shapes from ``draw`` (``None``: a draw refused), giving up after
+    100 draws per shape."""
+    out: list[tuple[int, ...]] = []
+    seen = set()
+    for _ in range(100 * count):
+        if len(out) >= count:
+            break
+        key = draw()
+        if key is None or key in seen:
             continue
         seen.add(key)
         out.append(key)
@@ -252,13 +268,9 @@ def _cnn_conv_shapes(quick: bool, cuda: bool, count: int, seed: int,
     rng = random.Random(seed)
     chans = [16, 32, 64, 128, 256, 512, 1024, 2048]
     sizes = [7, 14, 28, 56, 112, 224]
-    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
-    max_flops = 4e11 if cuda else (2e8 if quick else 2e9)
-    out: list[tuple[int, ...]] = []
-    seen = set()
-    tries = 0
-    while len(out) < count and tries < 100 * count:
-        tries += 1
+    batches, max_flops = _draw_limits(quick, cuda)
+
+    def draw() -> tuple[int, ...] | None:
         k = rng.choice([1, 1, 3, 3, 3, 7])
         s = rng.choice([1, 1, 1, 2])
         c = 3 if k == 7 and rng.random() < 0.5 else rng.choice(chans)
@@ -270,16 +282,15 @@ def _cnn_conv_shapes(quick: bool, cuda: bool, count: int, seed: int,
         oh = (h + 2 * (k // 2) - k) // s + 1
         flops = 2.0 * n * oh * oh * m * c * k * k
         biggest = 4 * max(n * c * h * h, n * m * oh * oh)
-        key = (n, c, m, h, k, s)
-        if oh < 1 or flops > max_flops or biggest > MAX_TENSOR_BYTES or key in seen:
-            continue
-        seen.add(key)
-        out.append(key)
-    return out
+        if oh < 1 or flops > max_flops or biggest > MAX_TENSOR_BYTES:
+            return None
+        return (n, c, m, h, k, s)
+
+    return _sample(count, draw)
 
 
 def grouped_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
-                        ) -> list[tuple[int, int, int, int, int, int, int]]:
+                        ) -> list[tuple[int, ...]]:
     """``(N, C, M, H, kernel, stride, groups)`` of grouped 2-D convolutions (``padding =
     kernel // 2``): half depthwise (``groups = C = M``: MobileNet's and EfficientNet's 3 x 3
     and 5 x 5, channels 16 to 1152 as their expansions make them), the others grouped as
@@ -291,12 +302,9 @@ def grouped_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
     dw_chans = [16, 24, 32, 48, 64, 96, 144, 192, 240, 288, 384, 480, 576, 672, 768, 960,
                 1152]
     sizes = [7, 14, 28, 56, 112]
-    batches = [2, 4] if quick else ([8, 16, 32, 64, 128, 256] if cuda else [1, 2, 4])
-    out: list[tuple[int, int, int, int, int, int, int]] = []
-    seen = set()
-    tries = 0
-    while len(out) < count and tries < 100 * count:
-        tries += 1
+    batches, _ = _draw_limits(quick, cuda)
+
+    def draw() -> tuple[int, ...] | None:
         k = rng.choice([3, 3, 5, 5, 7])
         s = rng.choice([1, 1, 1, 2])
         h = rng.choice(sizes)
@@ -315,12 +323,11 @@ def grouped_conv_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
             h = min(h, 14)
         oh = (h + 2 * (k // 2) - k) // s + 1
         biggest = 4 * max(n * c * h * h, n * m * oh * oh)
-        key = (n, c, m, h, k, s, g)
-        if oh < 1 or biggest > (MAX_TENSOR_BYTES if cuda else 1 << 26) or key in seen:
-            continue
-        seen.add(key)
-        out.append(key)
-    return out
+        if oh < 1 or biggest > (MAX_TENSOR_BYTES if cuda else 1 << 26):
+            return None
+        return (n, c, m, h, k, s, g)
+
+    return _sample(count, draw)
 
 
 def _compile(fn: Any, device: Any) -> Callable[..., Any]:

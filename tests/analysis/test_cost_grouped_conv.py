@@ -67,3 +67,15 @@ def test_grouped_shapes() -> None:
         assert g > 1 and c % g == 0 and m % g == 0 and k in (3, 5, 7) and s in (1, 2)
     quick = grouped_conv_shapes(True, False, 8)
     assert all(s[3] <= 14 and s[1] <= 16 for s in quick)
+
+
+def test_patch_embedding_shapes() -> None:
+    from calibration.bench_train import conv_shapes, patch_conv_shapes
+
+    patches = patch_conv_shapes(False, True, 60, 3)
+    assert len(patches) == 60 and len(set(patches)) == 60
+    for _n, _c, _m, h, k, s, g, p in patches:
+        assert g == 1 and ((k == s and p == 0 and h % k == 0) or (k, s, p) == (7, 4, 3))
+    assert {k for *_, k, s, _g, p in patches if p == 0} >= {2, 4, 8, 16}
+    both = conv_shapes(False, True, 240, 3)
+    assert len(both) == 300 and both[240:] == patches  # the CNN sample first, unchanged
