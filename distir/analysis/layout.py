@@ -22,11 +22,16 @@ returned), and forward again with the types the interpreter found
 profile's ``_nhwc`` fits. Strides cross calls: a layer's backward function receives the
 view its forward function returned as a saved activation.
 
+PyTorch copies a convolution's input that is not dense in the format its kernels run in
+(``Layouts.conv_layout``): CvT's class token makes the image a slice of the tokens, so its
+channels-last view has gaps; a channel split of an NCHW image; a contiguous ``dy`` beside a
+channels-last ``x``. The rules add those copies (``COPIED_INPUTS``,
+``cost.train.input_copies_time``).
+
 Not modelled: formats carried through other ops (an elementwise op keeps its input's
-strides in PyTorch, and a convolution's result is channels-last when its input is), and
-the copy PyTorch makes of a gradient ``dy`` whose format differs from ``x``'s. A called
-function is costed with the strides of its first call with given argument types (its
-summary serves later calls).
+strides in PyTorch, and a convolution's result is channels-last when its input is), and a
+``Slice`` of steps other than 1. A called function is costed with the strides of its
+first call with given argument types (its summary serves later calls).
 """
 
 from __future__ import annotations
@@ -37,19 +42,26 @@ from typing import Any
 from distir.analysis.values import type_of
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["LAYOUT_OPS", "STRIDE_OPS", "MEMORY_FORMAT", "Layouts", "strides_through",
-           "view_strides", "contiguous_strides", "is_channels_last"]
+__all__ = ["LAYOUT_OPS", "STRIDE_OPS", "MEMORY_FORMAT", "COPIED_INPUTS", "Layouts",
+           "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
+           "is_channels_last"]
 
 LAYOUT_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
 
 STRIDE_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                        "Identity"})
-"""Ops whose result the backend may give its input's storage with other strides."""
+                        "Identity", "Split", "Slice"})
+"""Ops whose results the backend may give their input's storage with other strides
+(``Split`` and ``Slice`` of unit steps: a part of it, with its strides)."""
 
 MEMORY_FORMAT = "memory_format"
-"""The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose first input is
-channels-last (value ``"channels_last"``)."""
+"""The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose kernels run in the
+channels-last format (value ``"channels_last"``)."""
+
+COPIED_INPUTS = "copied_inputs"
+"""The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose inputs PyTorch copies
+before the kernel, views not dense in the format the kernel runs in: ``(position, the axis
+of stride 1 the copy reads along)`` pairs (``Layouts.conv_layout``)."""
 
 Strides = tuple[int, ...]
 
@@ -103,14 +115,40 @@ def _same(shape: tuple[int, ...], a: tuple[int, ...], b: tuple[int, ...]) -> boo
     return all(x == y for x, y, d in zip(a, b, shape, strict=True) if d != 1)
 
 
+def _innermost(shape: tuple[int, ...], strides: tuple[int, ...]) -> int:
+    """The axis of the smallest stride among those longer than 1 (the last, if none)."""
+    axes = [d for d in range(len(shape)) if shape[d] > 1]
+    return min(axes, key=lambda d: (strides[d], -d)) if axes else len(shape) - 1
+
+
+def channels_last_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The strides of a dense channels-last ``[N, C, H, W]`` tensor of ``shape``."""
+    _, c, h, w = shape
+    return (h * w * c, 1, w * c, c)
+
+
+def _ordered_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
+    """Whether the strides are ordered as channels-last ones (``C`` innermost, then ``W``,
+    ``H``, ``N``; not necessarily dense), as PyTorch's ``is_channels_last_strides_2d``
+    tests them before choosing that format, and not also a contiguous tensor's order."""
+    if _same(shape, strides, contiguous_strides(shape)):
+        return False
+    least = 0
+    for d in (1, 3, 2, 0):
+        if shape[d] == 0 or strides[d] < least:
+            return False
+        if d == 0 and least == strides[1]:
+            return False
+        least = strides[d] * shape[d] if shape[d] > 1 else strides[d]
+    return True
+
+
 def is_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether a rank-4 ``[N, C, H, W]`` tensor of these strides is in the channels-last
     memory format and not also contiguous (as with one channel or one pixel)."""
     if len(shape) != 4:
         return False
-    _, c, h, w = shape
-    channels_last = (h * w * c, 1, w * c, c)
-    return _same(shape, strides, channels_last) and \
+    return _same(shape, strides, channels_last_strides(shape)) and \
         not _same(shape, strides, contiguous_strides(shape))
 
 
@@ -118,6 +156,8 @@ def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: 
                     out_shape: tuple[int, ...]) -> Strides:
     """The strides of ``op``'s result (one of ``STRIDE_OPS``), given its input's shape and
     strides, as the backend computes it (a copy is contiguous)."""
+    if op.op_type in ("Split", "Slice"):
+        return strides  # a part of the input, with its strides
     if op.op_type == "Transpose":
         from distir.analysis.cost.compute import copied_transpose, only_unit_axes_move
 
@@ -163,9 +203,9 @@ class Layouts:
 
     def _facts(self, fn: Function) -> tuple[dict[Value, Op], dict[Value, int],
                                             dict[Value, Value], frozenset[Value]]:
-        """Per function: the producers among ``STRIDE_OPS`` of their results, the
-        parameters' indices, where each such result's chain of views starts, and the
-        results whose chain transposes."""
+        """Per function: the producers among ``STRIDE_OPS`` of their results (a ``Slice``
+        of given steps is not one), the parameters' indices, where each such result's chain
+        of views starts, and the results whose chain transposes or takes a part."""
         f = self._fns.get(id(fn))
         if f is None:
             prod: dict[Value, Op] = {}
@@ -173,12 +213,16 @@ class Layouts:
             transposed: set[Value] = set()
             for op in fn.ops:
                 if op.op_type in STRIDE_OPS and op.callee is None and op.outputs and \
-                        op.inputs and op.inputs[0] is not None:
-                    v, x = op.outputs[0], op.inputs[0]
-                    prod[v] = op
-                    start[v] = start.get(x, x)
-                    if op.op_type == "Transpose" or x in transposed:
-                        transposed.add(v)
+                        op.inputs and op.inputs[0] is not None and \
+                        (op.op_type != "Slice" or len(op.inputs) < 5 or op.inputs[4] is None):
+                    x = op.inputs[0]
+                    restrides = op.op_type in ("Transpose", "Split", "Slice") or \
+                        x in transposed
+                    for v in op.outputs:
+                        prod[v] = op
+                        start[v] = start.get(x, x)
+                        if restrides:
+                            transposed.add(v)
             f = self._fns[id(fn)] = (fn, prod, {p: i for i, p in enumerate(fn.params)},
                                      start, frozenset(transposed))
         return f[1], f[2], f[3], f[4]
@@ -202,11 +246,13 @@ class Layouts:
         i = param_index.get(start)
         base = frame.params.get(i) if i is not None else frame.results.get(start)
         if base is None and v not in transposed:
-            return None  # views of a contiguous tensor that transpose nothing
+            return None  # whole views of a contiguous tensor that transpose nothing
         chain: list[Op] = []
+        outs: list[Value] = []  # (the result of each: a Split has several)
         while v in prod:
             p = prod[v]
             chain.append(p)
+            outs.append(v)
             v = p.inputs[0]  # type: ignore[assignment]
         env = self._env()
         assert env is not None
@@ -216,8 +262,8 @@ class Layouts:
             return None
         shape = tuple(shape)
         strides = base if base is not None else contiguous_strides(shape)
-        for p in reversed(chain):
-            out = getattr(type_of(env[p.outputs[0]]), "shape", None)
+        for p, o in reversed(list(zip(chain, outs, strict=True))):
+            out = getattr(type_of(env[o]), "shape", None)
             if out is None:
                 return None
             strides = strides_through(p, shape, strides, dtype.itemsize, tuple(out))
@@ -232,16 +278,41 @@ class Layouts:
             return {}  # (the common case, at C speed: nothing strided reaches here)
         return {i: s for i, s in enumerate(map(self.strides, values)) if s is not None}
 
-    def memory_format(self, op: Op) -> str | None:
-        """``"channels_last"`` where ``op``'s first input is in that format, else ``None``."""
-        s = self.strides(op.inputs[0] if op.inputs else None)
-        if s is None:
+    def conv_layout(self, op: Op) -> tuple[str | None, tuple[tuple[int, int], ...]] | None:
+        """How PyTorch runs the convolution ``op`` (a ``Conv`` or ``ConvGrad``) on its
+        inputs' strides: the format of its kernels, ``"channels_last"`` where ``x``'s
+        strides are ordered as that format's (dense or not: ``suggest_memory_format``),
+        else ``None`` (NCHW); and the inputs it copies first, ``x`` and a gradient's
+        ``dy`` where they are not dense in that format, as ``(position, the axis of
+        stride 1 they are copied from)``. ``None`` for a convolution of contiguous NCHW
+        inputs."""
+        ins = op.inputs
+        sx = self.strides(ins[0] if ins else None)
+        sdy = self.strides(ins[2]) if op.op_type == "ConvGrad" and len(ins) > 2 else None
+        if sx is None and sdy is None:
             return None
         env = self._env()
         assert env is not None
-        shape = getattr(type_of(env[op.inputs[0]]), "shape", None)
-        return "channels_last" if shape is not None and \
-            is_channels_last(tuple(shape), s) else None
+        shape = tuple(getattr(type_of(env[ins[0]]), "shape", ()))
+        if len(shape) != 4:
+            return None
+        fmt = "channels_last" if sx is not None and _ordered_channels_last(shape, sx) \
+            else None
+        copied: list[tuple[int, int]] = []
+        for i, st in ((0, sx), (2, sdy)):
+            if i == 2 and op.op_type != "ConvGrad":
+                continue
+            t_shape = tuple(getattr(type_of(env[ins[i]]), "shape", ()))
+            if len(t_shape) != 4:
+                continue
+            dense = contiguous_strides(t_shape) if fmt is None else \
+                channels_last_strides(t_shape)
+            st = contiguous_strides(t_shape) if st is None else st
+            if not _same(t_shape, st, dense):  # (a contiguous dy too, for NHWC kernels)
+                copied.append((i, _innermost(t_shape, st)))
+        if fmt is None and not copied:
+            return None
+        return fmt, tuple(copied)
 
     def before_call(self, op: Op) -> tuple:
         """Name the call's strided arguments to the callee's run; the key of its strides."""

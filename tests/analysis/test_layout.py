@@ -121,17 +121,20 @@ def _costs(hw: Hardware) -> dict[str, float]:
 
 
 def test_a_channels_last_view_takes_the_nhwc_fits() -> None:
-    got = _costs(Hardware(**BASE, fits=(*NCHW, *NHWC)))
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC))
+    got = _costs(hw)
     nbytes = (2 * 32 * 64 * 2 + 32 * 9) * 4  # x, y and w
     assert got["y"] == pytest.approx(5e-6 + 1e-10 * nbytes)
-    assert got["dx"] == pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes)
+    # the contiguous dy is copied to channels-last first (no copy fit: memory-bound)
+    dy_copy = hw.memory_time(2.0 * 2 * 32 * 64 * 4, 0.0, "Float32")
+    assert got["dx"] == pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes + dy_copy)
     assert got["z"] == pytest.approx(2e-5 + 1e-10 * nbytes)  # contiguous: NCHW
     n3 = (2 * 3 * 64 * 2 + 3 * 9) * 4
     assert got["y3"] == pytest.approx(2e-5 + 1e-10 * n3)  # copied transpose: NCHW
-    # without the _nhwc fits, every convolution takes the NCHW ones, as before
+    # without the _nhwc fits, every convolution takes the NCHW ones (and the same copies)
     old = _costs(Hardware(**BASE, fits=NCHW))
     assert old["y"] == pytest.approx(got["z"])
-    assert old["dx"] == pytest.approx(3e-5 + 4e-5 + 2e-10 * nbytes)
+    assert old["dx"] == pytest.approx(3e-5 + 4e-5 + 2e-10 * nbytes + dy_copy)
 
 
 # a layer's forward returns the view it convolved (a saved activation), its backward
@@ -176,7 +179,36 @@ def test_strides_cross_calls_as_if_inlined() -> None:
 
     got = costs(fn)
     nbytes = (2 * 32 * 64 * 2 + 32 * 9) * 4
+    dy_copy = hw.memory_time(2.0 * 2 * 32 * 64 * 4, 0.0, "Float32")
     assert got == [("Conv", pytest.approx(5e-6 + 1e-10 * nbytes))] * 2 + \
-        [("ConvGrad", pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes))] * 2
+        [("ConvGrad", pytest.approx(6e-6 + 7e-6 + 2e-10 * nbytes + dy_copy))] * 2
     assert got == costs(inline_calls(fn))
     assert simulate(fn, hw).latency_s == pytest.approx(simulate(inline_calls(fn), hw).latency_s)
+
+
+# a class token split off the tokens (CvT): the image's view is channels-last in order but
+# not dense, copied before the NHWC kernel; a channel split of an NCHW image: copied too
+PARTS = """
+func @main(%t: Tensor[Float32, (2, 65, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
+           %img: Tensor[Float32, (2, 64, 8, 8), 0]) {
+  %sizes = Constant(value=dense<Int64>[1, 64], device=0)
+  %cls, %tok = Split(%t, %sizes, axis=1)
+  %tt = Transpose(%tok, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%tt, %s)
+  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %halves = Constant(value=dense<Int64>[32, 32], device=0)
+  %a, %b = Split(%img, %halves, axis=1)
+  %z = Conv(%b, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  return %y, %z
+}"""
+
+
+def test_views_not_dense_are_copied_first() -> None:
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC))
+    sim = simulate(distir.parse(PARTS), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    nbytes = (2 * 32 * 64 * 2 + 32 * 9) * 4
+    x_copy = hw.memory_time(2.0 * 2 * 32 * 64 * 4, 0.0, "Float32")
+    assert got["y"] == pytest.approx(5e-6 + 1e-10 * nbytes + x_copy)  # NHWC, copied
+    assert got["z"] == pytest.approx(2e-5 + 1e-10 * nbytes + x_copy)  # NCHW, copied

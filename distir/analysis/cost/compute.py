@@ -440,19 +440,21 @@ def conv(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     implicit GEMM: ``m = N * output pixels``, ``n = M`` (output channels), ``k = C / group
     * kernel size``."""
     x, w, y = ins[0], ins[1], outs[0]
-    from distir.analysis.cost.train import conv_fit_time
+    from distir.analysis.cost.train import conv_fit_time, input_copies_time
 
     fitted = conv_fit_time(hw, "conv", x, w, y, attrs)
+    copies = input_copies_time(hw, ins, attrs)
     if fitted is not None:  # the profile's cuDNN fit (2-D); bias added apart
         flops = 2.0 * y.numel * w.shape[1] * _window(w)
         nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))
         if len(ins) > 2 and ins[2] is not None:
             fitted += hw.memory_time(2.0 * y.size_bytes, float(y.numel), x.dtype.value)
-        return OpCost(fitted, flops, nbytes)
+        return OpCost(fitted + copies, flops, nbytes)
     pixels = 1
     for d in y.shape[2:]:
         pixels *= d
     window = 1
     for d in w.shape[2:]:
         window *= d
-    return _products(hw, [(x.shape[0] * pixels, w.shape[0], w.shape[1] * window)], x)
+    c = _products(hw, [(x.shape[0] * pixels, w.shape[0], w.shape[1] * window)], x)
+    return OpCost(c.seconds + copies, c.flops, c.bytes) if copies else c

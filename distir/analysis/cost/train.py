@@ -7,7 +7,9 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   ``conv_grouped_wgrad`` fits (more than one group: depthwise and ResNeXt-like
   convolutions, which cuDNN runs by other kernels), those of a channels-last input
   (``distir.analysis.layout``) by the ``_nhwc`` fits of the same (``conv_nhwc``,
-  ``conv_grouped_nhwc_dgrad``, ...) where the profile has them, with ``conv_features``
+  ``conv_grouped_nhwc_dgrad``, ...) where the profile has them, plus the copies PyTorch
+  makes of a view not dense in the kernels' format (``input_copies_time``: CvT's class
+  token makes its image a slice of the tokens; a channel split), with ``conv_features``
   (the forward's implicit GEMM ``m = N * output pixels``, ``n = M``, ``k = C / group *
   kernel size``, ``window`` the kernel size, ``stride``, ``batch``, ``cin`` per group,
   ``pixels`` per image, ``groups``, ``bytes`` of x, w and y): cuDNN's kernels (TF32 for float32, as
@@ -38,8 +40,8 @@ from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
 from distir.analysis.cost.compute import _products, row_features
-from distir.analysis.hardware import Hardware, matmul_features
-from distir.analysis.layout import MEMORY_FORMAT
+from distir.analysis.hardware import Hardware, matmul_features, rowwise_features
+from distir.analysis.layout import COPIED_INPUTS, MEMORY_FORMAT
 from distir.ir.types import TensorType
 
 
@@ -88,6 +90,29 @@ def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: fl
     return max(t, hw.launch_overhead + flops / hw.peak(dt))
 
 
+def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
+    """The copies PyTorch makes of a convolution's inputs before its kernels (``attrs``'
+    ``layout.COPIED_INPUTS``, which the simulator sets: views not dense in the format the
+    kernels run in). A copy along the axis the format keeps innermost (channels for
+    channels-last, else the image's width) streams like an elementwise kernel; one that
+    transposes (an NCHW gradient made channels-last) is priced by the profile's ``copy``
+    fit, with its rows' lengths, where it has one."""
+    total = 0.0
+    inner_to = 1 if attrs.get(MEMORY_FORMAT) == "channels_last" else 3
+    for i, inner_from in attrs.get(COPIED_INPUTS) or ():
+        t = ins[i] if i < len(ins) else None
+        if not isinstance(t, TensorType) or t.rank != 4:
+            continue
+        nbytes = 2.0 * t.size_bytes  # read once, written once
+        dt = t.dtype.value
+        if inner_from != inner_to and hw.has_kernel_fit("copy"):
+            total += hw.kernel_time("copy", nbytes, 0.0, dt, rowwise_features(
+                nbytes, t.shape[inner_to], t.shape[inner_from]))
+        else:
+            total += hw.memory_time(nbytes, 0.0, dt)
+    return total
+
+
 def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: TensorType,
                   attrs: dict[str, Any]) -> float | None:
     """The fitted time of a 2-D convolution kernel of ``family`` (``conv``, ``conv_dgrad``,
@@ -132,12 +157,14 @@ def conv_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     if need[1]:  # dw: dy^T (M x pixels) @ cols (pixels x k)
         dims.append((w.shape[0], w.shape[1] * window, n_out_pix))
     analytic = _products(hw, dims, x)
+    copies = input_copies_time(hw, ins, attrs)
     fitted = [conv_fit_time(hw, fam, x, w, dy, attrs)
               for fam, on in (("conv_dgrad", need[0]), ("conv_wgrad", need[1])) if on]
     if fitted and all(t is not None for t in fitted):
-        return OpCost(sum(t for t in fitted if t is not None), analytic.flops,
+        return OpCost(sum(t for t in fitted if t is not None) + copies, analytic.flops,
                       analytic.bytes)
-    return analytic
+    return OpCost(analytic.seconds + copies, analytic.flops, analytic.bytes) if copies \
+        else analytic
 
 
 @COST_RULES.register("MaxPoolGrad", "AveragePoolGrad")
