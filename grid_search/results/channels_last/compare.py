@@ -4,13 +4,18 @@ measuring commit, and the rows simulated again against ``--profile`` on the devi
 exports (``call_c/skel.tgz``, filled into ``--models`` once), the pipelines' stages
 weighed by the profile at ``call_c/run_c.log``'s commit.
 
-    python grid_search/results/channels_last/compare.py [--profile P] [--models DIR] [--rows]
+    python grid_search/results/channels_last/compare.py [--call c|f] [--profile P]
+        [--models DIR] [--rows]
+
+``--call c`` (the default): CvT-13 and MobileViT-XXS (``call_c/``); ``--call f``:
+ConvNeXt-V2 (``call_f/``).
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,26 +28,35 @@ sealed3 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sealed3)
 
 IMAGES = sealed3.base.CE
-STUDIES = [  # (label, model file, options): both held out, measured sealed at f4b3c56
-    ("HF CvT-13 (dynamo)", "cvt", IMAGES),
-    ("HF MobileViT-XXS (dynamo)", "mobilevit", IMAGES),
-]
+CALLS = {  # call: (folder, its log, [(label, model file, options)]), each held out
+    "c": ("call_c", "run_c.log", [("HF CvT-13 (dynamo)", "cvt", IMAGES),  # sealed at f4b3c56
+                                  ("HF MobileViT-XXS (dynamo)", "mobilevit", IMAGES)]),
+    "f": ("call_f", "run_f.log", [("HF ConvNeXt-V2 atto (dynamo)", "convnextv2", IMAGES)]),
+}
 
 
-def _unpacked(tmp: Path) -> Path:
-    """This folder's call_c laid out as ``sealed3.main`` reads a folder: ``call_a/sealed/``,
+def _unpacked(tmp: Path, folder: str, log: str) -> Path:
+    """A call's folder laid out as ``sealed3.main`` reads one: ``call_a/sealed/``,
     ``call_a/skel/`` and ``call_a/run_a.log``."""
     here = tmp / HERE.name
     call = here / "call_a"
     (call / "sealed").mkdir(parents=True)
-    with tarfile.open(HERE / "call_c" / "sealed.tgz") as t:
+    with tarfile.open(HERE / folder / "sealed.tgz") as t:
         t.extractall(call / "sealed", filter="data")
-    with tarfile.open(HERE / "call_c" / "skel.tgz") as t:
+    with tarfile.open(HERE / folder / "skel.tgz") as t:
         t.extractall(call, filter="data")
-    shutil.copy(HERE / "call_c" / "run_c.log", call / "run_a.log")
+    shutil.copy(HERE / folder / log, call / "run_a.log")
     return here
 
 
 if __name__ == "__main__":
+    which = "c"
+    if "--call" in sys.argv:  # (sealed3.main reads the other options)
+        i = sys.argv.index("--call")
+        which = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+        del sys.argv[i:i + 2]
+    if which not in CALLS:
+        sys.exit(f"--call: choose one of {', '.join(CALLS)}")
+    folder, log, studies = CALLS[which]
     with tempfile.TemporaryDirectory() as d:
-        sealed3.main(_unpacked(Path(d)), STUDIES)
+        sealed3.main(_unpacked(Path(d), folder, log), studies)
