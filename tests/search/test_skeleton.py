@@ -53,6 +53,10 @@ def test_strip_and_fill_keep_the_program(tmp_path: Path) -> None:
     again = tmp_path / "g.onnx"
     fill(str(skel), str(again))  # the values are a function of the names
     assert again.read_bytes() == full.read_bytes()
+    packed, unpacked = tmp_path / "m.skel.onnx.xz", tmp_path / "h.onnx"
+    assert strip(str(src), str(packed)) == 2 and packed.read_bytes()[:6] == b"\xfd7zXZ\x00"
+    assert fill(str(packed), str(unpacked)) == 2  # an xz skeleton fills alike
+    assert unpacked.read_bytes() == full.read_bytes()
 
 
 def test_errors_are_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

@@ -81,7 +81,7 @@ def _model(models: Path, name: str) -> Path:
     if not path.exists():
         models.mkdir(parents=True, exist_ok=True)
         subprocess.run([sys.executable, "-m", "grid_search.skeleton", "fill",
-                        str(HERE / "call_a" / "skel" / f"{name}.skel.onnx"), str(path)],
+                        str(next(HERE.glob(f"call_a/skel/{name}.skel.onnx*"))), str(path)],
                        check=True, cwd=ROOT, stdout=subprocess.DEVNULL)
     return path
 

@@ -35,7 +35,7 @@ def _model(here: Path, models: Path, name: str) -> Path:
     if not path.exists():
         models.mkdir(parents=True, exist_ok=True)
         base.subprocess.run([base.sys.executable, "-m", "grid_search.skeleton", "fill",
-                             str(here / "call_a" / "skel" / f"{name}.skel.onnx"), str(path)],
+                             str(next(here.glob(f"call_a/skel/{name}.skel.onnx*"))), str(path)],
                             check=True, cwd=base.ROOT, stdout=base.subprocess.DEVNULL)
     return path
 
