@@ -273,10 +273,24 @@ class Layouts:
     def _strided(self, values: tuple[Value | None, ...]) -> dict[int, Strides]:
         """The strided ones among ``values`` of the function running, by position."""
         frame = self._frames[-1]
-        if not frame.params and not frame.results and \
-                self._facts(frame.fn)[3].isdisjoint(values):
-            return {}  # (the common case, at C speed: nothing strided reaches here)
-        return {i: s for i, s in enumerate(map(self.strides, values)) if s is not None}
+        start_of, transposed = self._facts(frame.fn)[2:]
+        if not frame.params and not frame.results:
+            if transposed.isdisjoint(values):
+                return {}  # (the common case, at C speed: nothing strided reaches here)
+            cand = [i for i, v in enumerate(values) if v in transposed]
+        else:  # views of the function's own values, or of strided arguments and results
+            fparams = frame.fn.params
+            roots: set[Value] = {fparams[j] for j in frame.params}
+            roots.update(frame.results)
+            get = start_of.get
+            cand = [i for i, v in enumerate(values)
+                    if v is not None and (v in transposed or get(v, v) in roots)]
+        out = {}
+        for i in cand:
+            st = self.strides(values[i])
+            if st is not None:
+                out[i] = st
+        return out
 
     def conv_layout(self, op: Op) -> tuple[str | None, tuple[tuple[int, int], ...]] | None:
         """How PyTorch runs the convolution ``op`` (a ``Conv`` or ``ConvGrad``) on its

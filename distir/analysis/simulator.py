@@ -43,7 +43,7 @@ import warnings
 from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from operator import itemgetter
+from operator import attrgetter, itemgetter
 from typing import Any
 
 from distir._util import no_gc
@@ -386,7 +386,9 @@ class Simulator(TypeInterpreter):
         program."""
         hit = self._layout_fns.get(id(fn))
         if hit is None:
-            has = any(op.op_type in LAYOUT_OPS for f in (fn, *fn.reachable()) for op in f.ops)
+            op_type = attrgetter("op_type")
+            has = any(not LAYOUT_OPS.isdisjoint(map(op_type, f.ops))  # (at C speed)
+                      for f in (fn, *fn.reachable()))
             hit = self._layout_fns[id(fn)] = (fn, has)
         return hit[1]
 
