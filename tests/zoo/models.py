@@ -420,6 +420,18 @@ def _hf_vit() -> nn.Module:
     return _FirstOutput(ViTModel(cfg, add_pooling_layer=False))
 
 
+def _segformer() -> nn.Module:
+    # Mix-FFN: a depthwise 3 x 3 of tokens transposed and reshaped to an image (a
+    # channels-last view, distir.analysis.layout); reduced-key attention; four stages
+    from transformers import SegformerConfig, SegformerForImageClassification
+
+    cfg = SegformerConfig(num_channels=3, num_encoder_blocks=4, depths=[1, 1, 1, 1],
+                          sr_ratios=[4, 2, 1, 1], hidden_sizes=[8, 16, 32, 32],
+                          num_attention_heads=[1, 1, 2, 2], mlp_ratios=[2, 2, 2, 2],
+                          decoder_hidden_size=32, num_labels=10)
+    return _FirstOutput(SegformerForImageClassification(cfg))
+
+
 _B = {0: "batch"}
 _BS = {0: "batch", 1: "seq"}
 
@@ -442,6 +454,8 @@ SPECS: tuple[Spec, ...] = (
     Spec("t5_encoder", "transformers", _seeded(_t5_encoder), _tokens(_VOCAB, True),
          ("input_ids", "attention_mask"), (_BS, _BS)),
     Spec("vit", "transformers", _seeded(_hf_vit), _image(32), ("pixel_values",), (_B,)),
+    Spec("segformer", "transformers", _seeded(_segformer), _image(64), ("pixel_values",),
+         (_B,)),
     Spec("transformer_encoder", "torch", _seeded(TransformerEncoder), _tokens(_VOCAB, False),
          ("ids",), (_BS,)),
     Spec("conv1d", "torch", _seeded(Conv1dNet), _signal, ("x",), (_B,)),
