@@ -36,7 +36,7 @@ first call with given argument types (its summary serves later calls).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from distir.analysis.values import type_of
@@ -226,6 +226,14 @@ class Layouts:
             f = self._fns[id(fn)] = (fn, prod, {p: i for i, p in enumerate(fn.params)},
                                      start, frozenset(transposed))
         return f[1], f[2], f[3], f[4]
+
+    def forget(self, callees: Collection[int]) -> None:
+        """At the end of a program: drop every function's facts and the returned strides
+        of callees not among ``callees`` (ids), so that a long search holds no program
+        it is done with."""
+        self._fns.clear()
+        for k in [k for k in self._returns if k[0] not in callees]:
+            del self._returns[k]
 
     def enter(self, fn: Function) -> None:
         params, key = self._next

@@ -264,7 +264,6 @@ class Simulator(TypeInterpreter):
         self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
         self._layout_tracker = Layouts(lambda: self.env)
         self._layouts: Layouts | None = None  # the tracker, in a program with LAYOUT_OPS
-        self._layout_fns: dict[int, tuple[Function, bool]] = {}
         self._new_reps: list[Function] = []  # representatives new in this program
         self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
@@ -380,17 +379,13 @@ class Simulator(TypeInterpreter):
             n += s.n_ops
         return dict(comp), dict(comm), dict(host), n
 
-    def _has_layout_ops(self, fn: Function) -> bool:
+    @staticmethod
+    def _has_layout_ops(fn: Function) -> bool:
         """Whether ``fn`` or a function it calls has an op of ``layout.LAYOUT_OPS`` (then
-        the simulation tracks strides, ``distir.analysis.layout``), found once per
-        program."""
-        hit = self._layout_fns.get(id(fn))
-        if hit is None:
-            op_type = attrgetter("op_type")
-            has = any(not LAYOUT_OPS.isdisjoint(map(op_type, f.ops))  # (at C speed)
-                      for f in (fn, *fn.reachable()))
-            hit = self._layout_fns[id(fn)] = (fn, has)
-        return hit[1]
+        the simulation tracks strides, ``distir.analysis.layout``)."""
+        op_type = attrgetter("op_type")
+        return any(not LAYOUT_OPS.isdisjoint(map(op_type, f.ops))  # (at C speed)
+                   for f in (fn, *fn.reachable()))
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
@@ -882,6 +877,9 @@ class Simulator(TypeInterpreter):
         and their liveness, keeping the representatives' (so a long search holds only
         what distinct functions need)."""
         self._entry_keys.clear()
+        # Strides: the functions' facts go, a callee's returned strides stay while its
+        # summaries may (``_callees`` keeps each summarized callee alive).
+        self._layout_tracker.forget(self._callees.keys())
         # The last function run's liveness (keyed by its ops) and the op hook bound to it
         # would keep the whole program alive until the next one.
         self._lv = {}

@@ -212,3 +212,24 @@ def test_views_not_dense_are_copied_first() -> None:
     x_copy = hw.memory_time(2.0 * 2 * 32 * 64 * 4, 0.0, "Float32")
     assert got["y"] == pytest.approx(5e-6 + 1e-10 * nbytes + x_copy)  # NHWC, copied
     assert got["z"] == pytest.approx(2e-5 + 1e-10 * nbytes + x_copy)  # NCHW, copied
+
+
+def test_a_search_keeps_no_program_it_is_done_with() -> None:
+    import gc
+    import weakref
+
+    from distir.analysis.simulator import Simulator
+
+    # (as a search simulates: equal functions share their summaries across programs)
+    sim = Simulator(Hardware(**BASE, fits=(*NCHW, *NHWC)), share_equal_functions=True)
+    first = distir.parse(CALLS).entry
+    ref = weakref.ref(first)
+    a = sim.simulate_function(first).latency_s
+    assert not sim._layout_tracker._fns  # the functions' facts are dropped after a program
+    del first
+    b = sim.simulate_function(distir.parse(CALLS).entry).latency_s
+    assert a == pytest.approx(b)
+    sim._recs.clear()  # (records are kept up to a bound, keyed by their ops)
+    gc.collect()
+    # the summaries keep their callees (and so their strides); the entry function goes
+    assert ref() is None
