@@ -557,14 +557,17 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0
     world = (min(devices or machine["gpus"], machine["gpus"]) if use_cuda else cpu_procs)
     machine["world"] = world
-    if comm and world >= 2:
+    if comm and world >= 2 and (families is None or "collectives" in families):
         backend = "nccl" if use_cuda else "gloo"
         msizes = message_sizes(quick, use_cuda)
-        log(f"collectives: {world} processes ({backend}), {len(msizes)} sizes")
+        graph = bool(device_time and use_cuda)
+        log(f"collectives: {world} processes ({backend}), {len(msizes)} sizes"
+            + (", each replayed as a CUDA graph (--device-time)" if graph else ""))
         t1 = time.perf_counter()
         try:
             rows.extend(bench_collectives(world, backend, msizes,
-                                          target_s=0.01 if use_cuda else 0.002))
+                                          target_s=0.01 if use_cuda else 0.002,
+                                          cuda_graph=graph))
         except Exception as e:  # noqa: BLE001 - keep the compute measurements
             log(f"collectives failed ({type(e).__name__}: {e}); the profile keeps the base "
                 "profile's links")
@@ -572,7 +575,8 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
             gpu_s += (time.perf_counter() - t1) * world
     else:
         log("collectives: skipped (" + ("--no-comm" if not comm else
-                                        f"{world} device{'s' * (world != 1)}") + ")")
+                                        f"{world} device{'s' * (world != 1)}" if world < 2
+                                        else "--families without collectives") + ")")
     if not all(math.isfinite(r["seconds"]) for r in rows):
         raise ConfigError("a measurement is not finite; rerun the calibration")
     return rows, machine, gpu_s
@@ -597,7 +601,8 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
         TRAIN_FAMILIES,
     )
 
-    known = {"matmul", "matmul_unaligned", "elementwise", "elementwise_bcast", "bmm",
+    known = {"collectives", "matmul", "matmul_unaligned", "elementwise", "elementwise_bcast",
+             "bmm",
              *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
              *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)

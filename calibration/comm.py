@@ -8,6 +8,12 @@ the median over 5 trials of back-to-back calls (all ranks agree on the repetitio
 first, from the median of three single calls), and the reported time is the slowest
 rank's. Rank 0 writes the rows as JSON.
 
+With ``cuda_graph`` (``calibrate --device-time``), each measurement is instead the replay
+of a CUDA graph holding ``reps`` back-to-back calls, captured after three eager ones (the
+time per call, as a step replayed with ``--cuda-graph`` runs its collectives: no host
+issue between them); ``send`` is then what the backend runs for a ``Send``/``Recv`` pair, a
+broadcast from rank 0 within the pair's group (``distir.backend.ops_comm``).
+
 Message size (bytes) is the largest per-rank buffer, as in ``hardware.collective_factors``:
 the tensor for allreduce, broadcast and send; the gathered tensor for allgather; the
 unsplit input for reduce-scatter. Powers of two train the fits; the sizes halfway between,
@@ -55,14 +61,18 @@ def _free_port() -> int:
 
 def bench_collectives(world: int, backend: str, sizes: list[tuple[int, str]], *,
                       target_s: float = 0.01, trials: int = 5, timeout_s: float = 600.0,
-                      ) -> list[dict[str, Any]]:
-    """Rows (dicts of ``bench.Row`` fields) of every collective over ``world`` processes."""
+                      cuda_graph: bool = False) -> list[dict[str, Any]]:
+    """Rows (dicts of ``bench.Row`` fields) of every collective over ``world`` processes
+    (replayed as CUDA graphs with ``cuda_graph``, NCCL only)."""
     import torch.multiprocessing as mp
 
+    if cuda_graph and backend != "nccl":
+        raise ValueError("collectives replayed as CUDA graphs need NCCL")
     os.environ.update(SAFE_ENV)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.json")
-        args = (world, backend, sizes, target_s, trials, _free_port(), out, timeout_s)
+        args = (world, backend, sizes, target_s, trials, _free_port(), out, timeout_s,
+                cuda_graph)
         mp.spawn(_worker, args=args, nprocs=world, join=True)
         with open(out, encoding="utf-8") as f:
             rows: list[dict[str, Any]] = json.load(f)
@@ -70,7 +80,8 @@ def bench_collectives(world: int, backend: str, sizes: list[tuple[int, str]], *,
 
 
 def _worker(rank: int, world: int, backend: str, sizes: list[tuple[int, str]], target_s: float,
-            trials: int, port: int, out: str, timeout_s: float) -> None:
+            trials: int, port: int, out: str, timeout_s: float, cuda_graph: bool = False,
+            ) -> None:
     import datetime
 
     import torch
@@ -85,7 +96,7 @@ def _worker(rank: int, world: int, backend: str, sizes: list[tuple[int, str]], t
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank,
                             world_size=world, timeout=datetime.timedelta(seconds=timeout_s))
     try:
-        rows = _measure_all(rank, world, device, sizes, target_s, trials)
+        rows = _measure_all(rank, world, device, sizes, target_s, trials, cuda_graph)
         if rank == 0:
             with open(out, "w", encoding="utf-8") as f:
                 json.dump(rows, f)
@@ -94,7 +105,8 @@ def _worker(rank: int, world: int, backend: str, sizes: list[tuple[int, str]], t
 
 
 def _measure_all(rank: int, world: int, device: Any, sizes: list[tuple[int, str]],
-                 target_s: float, trials: int) -> list[dict[str, Any]]:
+                 target_s: float, trials: int, cuda_graph: bool = False,
+                 ) -> list[dict[str, Any]]:
     import torch
     import torch.distributed as dist
 
@@ -116,6 +128,22 @@ def _measure_all(rank: int, world: int, device: Any, sizes: list[tuple[int, str]
         sync()
         return (time.perf_counter() - t0) / reps
 
+    def replay_of(fn: Any, reps: int) -> Any:
+        """``reps`` calls of ``fn`` captured as one CUDA graph (thread-local, as the
+        backend captures: NCCL's watchdog may query earlier events); returns a function
+        running one of them, on average, by replaying the graph (kept alive by it)."""
+        side = torch.cuda.Stream(device)
+        side.wait_stream(torch.cuda.current_stream(device))
+        with torch.cuda.stream(side):
+            fn()
+        torch.cuda.current_stream(device).wait_stream(side)
+        sync()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, capture_error_mode="thread_local"):
+            for _ in range(reps):
+                fn()
+        return g.replay
+
     def agree_max(x: float, pg: Any) -> float:
         t = torch.tensor([x], dtype=torch.float64, device=device)
         dist.all_reduce(t, op=dist.ReduceOp.MAX, group=pg)
@@ -132,20 +160,30 @@ def _measure_all(rank: int, world: int, device: Any, sizes: list[tuple[int, str]
                 reps = 0
                 numel = max(g, (nbytes // 4 // g) * g)
                 if member:
-                    fn = _make_op(op, rank, g, numel, device, pg)
+                    fn = _make_op(op, rank, g, numel, device, pg, cuda_graph)
                     for _ in range(3):
                         fn()
                     single = statistics.median(timed(fn, 1) for _ in range(3))
                     once = agree_max(max(single, 1e-7), pg)
                     reps = int(min(200, max(2, target_s / once)))
                     samples = []
-                    for _ in range(trials):
-                        dist.barrier(group=pg)
-                        samples.append(timed(fn, reps))
+                    if cuda_graph:  # one replay of reps calls per trial
+                        replay = replay_of(fn, reps)
+                        replay()
+                        for _ in range(trials):
+                            dist.barrier(group=pg)
+                            samples.append(timed(replay, 1) / reps)
+                        del replay
+                    else:
+                        for _ in range(trials):
+                            dist.barrier(group=pg)
+                            samples.append(timed(fn, reps))
                     secs = statistics.median(samples)
                 secs = agree_max(secs, None)  # the slowest rank's time
                 if rank == 0:
-                    rows.append({"family": op, "op": _TORCH_NAME[op], "dtype": "Float32",
+                    torch_name = "broadcast" if cuda_graph and op == "send" else \
+                        _TORCH_NAME[op]
+                    rows.append({"family": op, "op": torch_name, "dtype": "Float32",
                                  "m": numel, "n": 0, "k": 0, "bytes": numel * 4, "flops": 0.0,
                                  "group_size": g, "seconds": secs, "reps": reps,
                                  "device": name, "split": split})
@@ -160,7 +198,10 @@ _TORCH_NAME = {"allreduce": "all_reduce", "allgather": "all_gather_into_tensor",
                "send": "send/recv"}
 
 
-def _make_op(op: str, rank: int, g: int, numel: int, device: Any, pg: Any) -> Any:
+def _make_op(op: str, rank: int, g: int, numel: int, device: Any, pg: Any,
+             as_backend: bool = False) -> Any:
+    """One call of collective ``op`` on this rank; ``as_backend``: ``send`` as the backend
+    sends (a broadcast from rank 0 within the pair's group)."""
     import torch
     import torch.distributed as dist
 
@@ -178,7 +219,7 @@ def _make_op(op: str, rank: int, g: int, numel: int, device: Any, pg: Any) -> An
         out = torch.empty(numel // g, device=device)
         scatter = getattr(dist, "reduce_scatter_single", None) or dist.reduce_scatter_tensor
         return lambda: scatter(out, inp, group=pg)
-    if op == "broadcast":
+    if op == "broadcast" or (op == "send" and as_backend):
         x = torch.ones(numel, device=device)
         return lambda: dist.broadcast(x, src=0, group=pg)
     if op == "send":

@@ -48,7 +48,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "rows pooled, e.g. a full calibration and a later one of some families "
                    "in another dtype; the machine description is the first file's)")
     p.add_argument("--families", metavar="F", nargs="+", default=None,
-                   help="measure only these compute families (as the CSV's family column "
+                   help="measure only these families: collectives (every collective), or "
+                   "compute families (as the CSV's family column "
                    "names them: matmul, matmul_unaligned, elementwise, elementwise_bcast, "
                    "bmm, softmax, layernorm, gelu, copy, the training families such as adam, "
                    "layernorm_grad, softmax_grad, cross_entropy_grad, conv, matmul_tn ...); "
@@ -61,7 +62,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("--device-time", action="store_true",
                    help="time every compute kernel by its device time alone (the GPU held "
                    "while the calls are enqueued), as a step replayed as a CUDA graph runs "
-                   "them: a profile to simulate --cuda-graph steps with (name it apart, "
+                   "them, and every collective as the replay of a CUDA graph of back-to-back "
+                   "calls: a profile to simulate --cuda-graph steps with (name it apart, "
                    "e.g. --name h200-sxm-graph)")
     p.add_argument("--off-grid", action="store_true",
                    help="draw the products' shapes (matmul, matmul_tn, matmul_nt) as any "

@@ -138,9 +138,10 @@ class Demand(Exception):
     """A layout rule needs input ``index`` (a parameter) to have ``layout``: the bias of a
     column-parallel projection, the weight of a row-parallel one. ``local`` marks indices
     into a batch-split tensor: each shard must compute them from its own (local) shapes,
-    as ``Range(0, batch)`` does, so that they index its own rows."""
+    as ``Range(0, batch)`` does, so that they index its own rows; ``None``, indices that
+    may be either (a scatter's: where they are local, ``data`` is split with them)."""
 
-    def __init__(self, index: int, layout: Layout, local: bool = False) -> None:
+    def __init__(self, index: int, layout: Layout, local: bool | None = False) -> None:
         super().__init__(f"input {index} needs layout {layout}")
         self.index = index
         self.layout = layout

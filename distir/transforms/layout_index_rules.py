@@ -182,18 +182,28 @@ def _scatter_rows(ins: tuple, shapes: tuple, attrs: dict) -> RuleResult:
     indices' leading ones) pair with the axes of ``data`` the index tuples do not address,
     which keep their splits. Updates split along their leading (sample) axes, added into
     zeros (``reduction="add"``: an embedding's gradient) make the result partial: each
-    shard scatters its own updates (the analysis checks that ``data`` is zeros)."""
+    shard scatters its own updates (the analysis checks that ``data`` is zeros). Index
+    tuples of one element into ``data`` split along that axis by the batch, with indices
+    and updates split likewise, are local (the gradient of ``Gather``'s local case; the
+    analysis checks the indices are made from local shapes and splits ``data`` so)."""
     data, idx, upd = ins
     q = len(shapes[1]) - 1
     r = shapes[1][-1]
+    if r == 1 and q and data.marks[0] == B and idx.marks[0] == B and upd.marks[0] == B and \
+            idx.marks[:q] == upd.marks[:q] and not any(idx.marks[1:]) and \
+            upd.marks[q:] == data.marks[1:]:
+        # into the split batch axis (an as_strided view's gradient: a flattened batch), with
+        # indices made from local shapes (the analysis checks): each shard scatters into its
+        # own rows
+        return ((data, ""),)
     if idx.marks[q] is not None or any(data.marks[:r]):
         raise Reject("ScatterND with split index tuples or into a split indexed axis")
     lead, rows = upd.marks[:q], upd.marks[q:]
     if idx.marks[:q] != lead:
         if not any(lead):
             raise Demand(2, Layout(idx.marks[:q] + rows))
-        if not any(idx.marks):
-            raise Demand(1, Layout(lead + (None,)))
+        if not any(idx.marks):  # data (token ids) or made from local shapes
+            raise Demand(1, Layout(lead + (None,)), local=None)
         raise Reject("ScatterND: indices and updates split differently")
     if rows != data.marks[r:]:
         if not any(data.marks) or all(d == w or d is None and w == T

@@ -28,6 +28,7 @@ Undo = list[tuple[Any, Any, Any]]
 or ``((op, input index), None, None)`` (a sliced use), in the order of the changes."""
 
 _LOCAL_GATHERS = frozenset({"Gather", "GatherND"})
+_INDEX_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast"})
 _PARTIALS = frozenset({"", "b", "t", "bt"})
 """Partial marks as the passes keep them: the kinds of shards a value is summed over."""
 
@@ -107,9 +108,46 @@ class Propagation:
         if op.op_type in _LOCAL_GATHERS and ins[0] is not None and ins[1] is not None and \
                 ins[1].marks and ins[1].marks[0] == B and op.inputs[1] not in self.local_index:
             self._check_gather(op, ins[0])
-        elif op.op_type == "ScatterND" and hit[0][1] and not self.prog.is_zeros(op.inputs[0]):
-            raise Reject("ScatterND adds split updates into a tensor that is not zeros")
+        elif op.op_type == "ScatterND":
+            self._check_scatter(op, ins, hit)
         return hit
+
+    def _made_locally(self, v: Value | None) -> bool:
+        """Whether ``v`` is, up to reshaping, an index made from local shapes."""
+        for _ in range(16):
+            if v is None or v in self.local_index:
+                break
+            src = self.prog.producer_op(v)
+            if src is None or src.op_type not in _INDEX_VIEWS:
+                return False
+            v = src.inputs[0]
+        return v is not None and v in self.local_index
+
+    def _check_scatter(self, op: Op, ins: tuple, hit: tuple) -> None:
+        """A ``ScatterND`` of one-element index tuples split by the batch is local into
+        ``data`` split along that axis when the indices are made from local shapes (the
+        gradient of a gather from a flattened batch: an exported ``as_strided``): it then
+        demands that split of ``data``; otherwise split updates add into zeros (partial)."""
+        prog = self.prog
+        data, idx = ins[0], ins[1]
+        tuples = prog.shape(op.inputs[1])[-1] if op.inputs[1] is not None else 0
+        local = tuples == 1 and idx is not None and bool(idx.marks) and idx.marks[0] == B \
+            and self._made_locally(op.inputs[1])
+        if data is not None and data.marks and data.marks[0] == B and tuples == 1:
+            if not local:
+                raise Reject("ScatterND into the split batch axis with indices that are not "
+                             "made from the local batch size")
+            return
+        if not hit[0][1]:
+            return
+        if local and hit[0][1] == "b" and op.inputs[0] is not None:
+            raise Demand(0, Layout((B,) + (None,) * (len(prog.shape(op.inputs[0])) - 1)))
+        if idx is not None and B in idx.marks and self._made_locally(op.inputs[1]):
+            # a shard's indices address its own rows, not the whole tensor's: not a sum
+            raise Reject("ScatterND with indices made from the local batch size into a "
+                         "tensor not split by the batch")
+        if not prog.is_zeros(op.inputs[0]):
+            raise Reject("ScatterND adds split updates into a tensor that is not zeros")
 
     def _check_gather(self, op: Op, data: Layout) -> None:
         """A gather along the split batch axis needs indices made from local shapes."""
@@ -118,7 +156,7 @@ class Propagation:
             raise Reject(f"{op.op_type} along the split batch axis with indices that are "
                          "not made from the local batch size")
 
-    def _propagate(self, heap: list[int], accept: Callable[[Value, Layout, bool], bool],
+    def _propagate(self, heap: list[int], accept: Callable[[Value, Layout, bool | None], bool],
                    undo: Undo | None,
                    on_reject: Callable[[Op, Reject], tuple | None] | None = None,
                    ) -> tuple[Op, Reject] | None:

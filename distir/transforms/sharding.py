@@ -87,12 +87,15 @@ class Sharding(TensorPass):
                 self.layout[p] = replicated(rank)
 
     # -- pass 1: batch ---------------------------------------------------------------------
-    def _accept_batch(self, v: Value, layout: Layout, local: bool = False) -> bool:
+    def _accept_batch(self, v: Value, layout: Layout, local: bool | None = False) -> bool:
         """Whether ``v`` may take the batch split ``layout`` that an op demands: a parameter
         that is data (not a weight, of the batch size along the split axis), or a
         batch-free value whose shards each device can make itself (``_pull_batch``).
         ``local``: ``v`` indexes a batch-split tensor, so its shards must be made from
-        local shapes (at least one ``Range`` over the local batch)."""
+        local shapes (at least one ``Range`` over the local batch); ``None``: either (a
+        value split as data refuses a ``Range`` over the batch, so at most one holds)."""
+        if local is None:
+            return self._accept_batch(v, layout) or self._accept_batch(v, layout, True)
         prog = self.prog
         if T in layout.marks:
             return False

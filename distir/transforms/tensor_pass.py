@@ -101,7 +101,7 @@ class TensorPass(Propagation):
                 yield prog.shape(x)[a], s.groups
 
     # -- candidates --------------------------------------------------------------------------
-    def _accept_tensor(self, v: Value, layout: Layout, local: bool = False) -> bool:
+    def _accept_tensor(self, v: Value, layout: Layout, local: bool | None = False) -> bool:
         """Whether ``v`` may take the tensor split ``layout`` that an op demands: a whole
         weight, or an activation whose split is pulled back to the weights it is made of
         (``tensor_patterns.pull_tensor``; those weights are split and recorded for undo)."""

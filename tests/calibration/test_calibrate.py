@@ -229,3 +229,17 @@ def test_grouped_convolutions_measured_and_fitted(tmp_path: Path) -> None:
     assert feats["groups"] > 1 and feats["cin"] * feats["groups"] >= feats["groups"]
     fitted = {(r.family, r.key) for r in fit_rows(rows, lambda s: None)}
     assert ("conv_grouped_wgrad", "Float32") in fitted
+
+
+def test_collectives_alone(tmp_path: Path) -> None:
+    """``--families collectives``: every collective and nothing else (here over 2 gloo
+    processes); replaying them as CUDA graphs (``--device-time`` on GPUs) needs NCCL."""
+    from calibration.comm import COLLECTIVE_OPS, bench_collectives
+
+    part = tmp_path / "comm.json"
+    assert calibrate(str(part), quick=True, cpu=True, cpu_procs=2, measure_only=True,
+                     families=["collectives"], log=lambda s: None) is None
+    rows, _ = read_measurements(tmp_path / "comm.measurements.csv")
+    assert {r["family"] for r in rows} == set(COLLECTIVE_OPS)
+    with pytest.raises(ValueError, match="NCCL"):
+        bench_collectives(2, "gloo", [(4096, "train")], cuda_graph=True)

@@ -432,6 +432,17 @@ def _segformer() -> nn.Module:
     return _FirstOutput(SegformerForImageClassification(cfg))
 
 
+def _focalnet() -> nn.Module:
+    # focal modulation: a linear layer's tokens viewed as an image, split into queries,
+    # context and gates, depthwise convolutions over the context; an adaptive pool (an
+    # ``as_strided`` view in the dynamo export: a gather from the flattened batch)
+    from transformers import FocalNetConfig, FocalNetForImageClassification
+
+    return _FirstOutput(FocalNetForImageClassification(FocalNetConfig(
+        image_size=32, patch_size=4, embed_dim=8, depths=[1, 1], hidden_sizes=[8, 16],
+        num_labels=10)))
+
+
 _B = {0: "batch"}
 _BS = {0: "batch", 1: "seq"}
 
@@ -461,6 +472,10 @@ SPECS: tuple[Spec, ...] = (
     Spec("conv1d", "torch", _seeded(Conv1dNet), _signal, ("x",), (_B,)),
 )
 """Every zoo model, in the order of docs/zoo.md."""
+
+FOCALNET = Spec("focalnet", "transformers", _seeded(_focalnet), _image(32), ("pixel_values",),
+                (_B,))
+"""Not in the zoo's tables: ``tests/transforms/test_as_strided.py`` trains it distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")

@@ -8,7 +8,11 @@ chain: positions made from ``Range`` over the sizes) and a cut of them in as man
 along one of their (position) dimensions sends block ``j`` into rows ``[j·L, (j+1)·L)`` of
 the split dimension (``L`` rows per device), the lookup runs locally: device ``j`` looks up
 its block of the indices, shifted by its first row, in its own rows, and holds block ``j``
-of the result. ``transformers``' attention mask is such a lookup on a batch split, read at
+of the result. A ``ScatterND`` so aligned (its updates cut as its indices) writes into
+its own rows likewise and holds its block of the data: the gradient of such a lookup, as
+that of the dynamo exporter's ``as_strided`` view (a ``Gather`` from a flattened batch,
+``nn.AdaptiveAvgPool1d``), scattered into zeros split by the batch. ``transformers``'
+attention mask is such a lookup on a batch split, read at
 positions ``b·S + s`` of the flattened ``(B·S, 1)`` mask (``Gather(Flatten(mask),
 positions)``, torch's torchscript exporter) or at index pairs ``(b, s)`` of the ``(B, S)``
 mask (``GatherND(mask, pairs)``, its dynamo exporter): with it, the mask and every op
@@ -41,13 +45,14 @@ from distir.transforms.spmd.mesh import Mesh, Placement, Shard, Spec
 __all__ = ["LOOKUPS", "aligned_dim", "aligned_axis", "result_dim", "local_indices",
            "index_only"]
 
-LOOKUPS = frozenset({"Gather", "GatherND"})
-"""The lookups the rule applies to."""
+LOOKUPS = frozenset({"Gather", "GatherND", "ScatterND"})
+"""The lookups the rule applies to (a scatter writes where the same lookup would read)."""
 
 
 def _addressed(prog: Program, op: Op) -> range:
     """The dimensions of ``op``'s data that its indices address (``Gather``: ``axis``;
-    ``GatherND``: ``batch_dims`` to ``batch_dims`` + the index tuples' length)."""
+    ``GatherND``, ``ScatterND``: ``batch_dims`` to ``batch_dims`` + the index tuples'
+    length)."""
     rank = len(prog.shape(op.inputs[0]))  # type: ignore[arg-type]
     if op.op_type == "Gather":
         a = int(prog.attrs(op).get("axis", 0) or 0) % max(rank, 1)
@@ -59,7 +64,8 @@ def _addressed(prog: Program, op: Op) -> range:
 
 def _positions(prog: Program, op: Op) -> range:
     """The dimensions of ``op``'s indices along which they may be cut: all of a
-    ``Gather``'s; a ``GatherND``'s but its batch dimensions and its index tuples' axis."""
+    ``Gather``'s; a ``GatherND``'s or ``ScatterND``'s but its batch dimensions and its
+    index tuples' axis (a scatter's updates are cut alike)."""
     rank = len(prog.shape(op.inputs[1]))  # type: ignore[arg-type]
     if op.op_type == "Gather":
         return range(rank)
@@ -74,7 +80,7 @@ def _known_rows(prog: Program, op: Op, dim: int) -> np.ndarray | None:
     idx = prog.known(op.inputs[1])
     if idx is None or idx.dtype.kind not in "iu" or idx.size == 0:
         return None
-    if op.op_type == "GatherND":
+    if op.op_type != "Gather":
         idx = idx[..., dim - _addressed(prog, op).start]
     rows = prog.shape(op.inputs[0])[dim]  # type: ignore[arg-type]
     return np.where(idx < 0, idx + rows, idx)
@@ -114,7 +120,9 @@ def aligned_dim(prog: Program, op: Op, data: Placement | None, n: int) -> int | 
 
 def result_dim(prog: Program, op: Op, k: int) -> int:
     """The dimension of ``op``'s result along which a cut of its indices along ``k`` cuts
-    it (``Gather``: ``axis + k``; ``GatherND``: ``k``)."""
+    it (``Gather``: ``axis + k``; ``GatherND``: ``k``; not for ``ScatterND``, whose result
+    is split as its data)."""
+    assert op.op_type != "ScatterND"
     return _addressed(prog, op).start + k if op.op_type == "Gather" else k
 
 
@@ -145,7 +153,7 @@ def local_indices(prog: Program, op: Op, reads: tuple[Spec | None, ...], mesh: M
     assert idx is not None
     idx = np.array(idx, dtype=np.int64)
     shape = prog.shape(op.inputs[0])  # type: ignore[arg-type]
-    nd = op.op_type == "GatherND"
+    nd = op.op_type != "Gather"
     for a in axes:
         p = reads[0][a]  # type: ignore[index]
         assert isinstance(p, Shard)

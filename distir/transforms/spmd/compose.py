@@ -109,22 +109,23 @@ def dtp_layout_seeds(prog: Program, analysis: Any, data: bool, tp: int,
     """Seeds on a ``(data, tensor)`` mesh from ``dtp``'s analysis of ``prog``: batch inputs
     split along their batch axis on axis 0 (when ``data``), the weights ``dtp`` splits for
     ``tp`` ranks split on axis 1 (when ``tp > 1``, in interleaved groups where ``dtp``
-    uses them), and the zero tensors ``dtp`` splits for ``tp`` (the rows a
-    vocabulary-split embedding's gradient is scattered into: made whole, no reader would
-    split them) pinned split on axis 1."""
+    uses them), and the zero tensors ``dtp`` splits (the rows a vocabulary-split
+    embedding's gradient is scattered into, on axis 1 for ``tp``; those a gradient of a
+    gather from a flattened batch is scattered into, on axis 0: made whole, no reader would
+    split them) pinned so."""
     from distir.transforms.layout import B, T
 
     sh = analysis.sharding.for_tp(tp) if tp > 1 else analysis.sharding
     seeds: dict[Value | str, Spec] = {}
     made = [o for i in prog.live_ops for o in prog.ops[i].outputs]
-    for v in list(prog.fn.params) + (made if tp > 1 else []):
+    for v in list(prog.fn.params) + (made if tp > 1 or data else []):
         lay = sh.layout.get(v)
-        if lay is None or (v not in prog.param_set and not (T in lay.marks
-                                                            and prog.is_zeros(v))):
+        if lay is None or (v not in prog.param_set and not (
+                (T in lay.marks and tp > 1 or B in lay.marks and data) and prog.is_zeros(v))):
             continue
         spec: list[Any] = [R, R]
         for a, m in enumerate(lay.marks):
-            if m == B and data and v in sh.data:
+            if m == B and data and (v in sh.data or v not in prog.param_set):
                 spec[0] = Shard(a)
             elif m == T and tp > 1:
                 spec[1] = Shard(a, groups=lay.groups)

@@ -176,7 +176,15 @@ class OpRules:
             # each device adds its own rows into its zeros: the sum over devices is the
             # whole result (an embedding's gradient under a split batch, as dtp does)
             return (P,), []
-        if isinstance(pl[0], Shard) and t in LOOKUPS:
+        if isinstance(pl[0], Shard) and t == "ScatterND":
+            k = aligned_dim(self.prog, op, pl[0], self.mesh.shape[axis])
+            if k is not None and pl[1] == pl[2] == Shard(k):  # each device's own rows
+                return (pl[0],), []
+            if k is not None and pl[1] in (R, Shard(k)) and pl[2] in (R, Shard(k)):
+                j = 1 if pl[1] == R else 2
+                raise NotLocal(f"{t}: indices and updates aligned with the data's blocks when "
+                               f"split along {k}", (j, axis, Shard(k)), axis)
+        elif isinstance(pl[0], Shard) and t in LOOKUPS:
             k = aligned_dim(self.prog, op, pl[0], self.mesh.shape[axis])
             if k is not None and pl[1] == Shard(k):  # known indices in each device's rows
                 return (Shard(result_dim(self.prog, op, k)),), []

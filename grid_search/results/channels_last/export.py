@@ -4,7 +4,7 @@ download; both hand convolutions permuted views of token tensors (channels-last 
     python export.py pvt_v2 OUT.onnx     # HF PvtV2ForImageClassification, b0 sizes
     python export.py mobilevit OUT.onnx  # HF MobileViTForImageClassification, XXS sizes
     python export.py cvt OUT.onnx        # HF CvtForImageClassification, CvT-13 (its defaults)
-    python export.py focalnet OUT.onnx   # HF FocalNetForImageClassification, embed 64
+    python export.py focalnet OUT.onnx   # HF FocalNetForImageClassification, FocalNet-T
     python export.py convnextv2 OUT.onnx # HF ConvNextV2ForImageClassification, atto sizes
 
 ``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
@@ -14,9 +14,11 @@ depthwise 3 x 3, transformers over unfolded 2 x 2 patches folded back into image
 256 x 256 images, 1000 classes; dynamo. ``cvt``: Hugging Face's default CvT config (CvT-13:
 convolutional token embeddings, and the queries, keys and values projected by a depthwise
 3 x 3 and a batch normalization of the tokens viewed as an image), 224 x 224 images, 1000
-classes; dynamo. ``focalnet``: FocalNet with embedding 64, depths 2-2-4-2 (focal
-modulation: a linear layer's tokens permuted to an image and split into queries, context and
-gates, depthwise convolutions over the context), 224 x 224, dynamo. ``convnextv2``:
+classes; dynamo. ``focalnet``: FocalNet-T (Hugging Face's default config: embedding 96,
+depths 2-2-6-2, two focal levels of windows 3; focal modulation: a linear layer's tokens
+permuted to an image and split into queries, context and gates, depthwise convolutions over
+the context; an adaptive pool, exported as a gather from the flattened batch), 224 x 224,
+dynamo. ``convnextv2``:
 ConvNeXt-V2 at atto's sizes (widths 40-320, depths 2-2-6-2, global response
 normalization), 224 x 224, dynamo. Each returns its first output.
 """
@@ -51,8 +53,7 @@ def _cvt() -> torch.nn.Module:
 def _focalnet() -> torch.nn.Module:
     from transformers import FocalNetConfig, FocalNetForImageClassification
 
-    return _FirstOutput(FocalNetForImageClassification(FocalNetConfig(
-        embed_dim=64, depths=[2, 2, 4, 2], num_labels=1000)))
+    return _FirstOutput(FocalNetForImageClassification(FocalNetConfig(num_labels=1000)))
 
 
 def _convnextv2() -> torch.nn.Module:
@@ -76,7 +77,7 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
     "cvt": (_cvt, _image(224), "pixel_values", {0: "batch"}, "dynamo",
             "HF CvT-13, 224 x 224 images"),
     "focalnet": (_focalnet, _image(224), "pixel_values", {0: "batch"}, "dynamo",
-                 "HF FocalNet, embed 64, depths 2-2-4-2, 224 x 224 images"),
+                 "HF FocalNet-T, 224 x 224 images"),
     "convnextv2": (_convnextv2, _image(224), "pixel_values", {0: "batch"}, "dynamo",
                    "HF ConvNeXt-V2 atto sizes, 224 x 224 images"),
     "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
