@@ -1,4 +1,5 @@
-"""A gather from a flattened batch with indices made from the local batch size (how the
+"""Views of a batch that are not plain reshapes distribute with their gradients. A gather
+from a flattened batch with indices made from the local batch size (how the
 dynamo exporter writes ``as_strided``: ``nn.AdaptiveAvgPool1d`` in HF FocalNet's and Swin's
 poolers) splits with the batch, and so does its gradient: the ``ScatterND`` adding into
 zeros of the flattened shape, whose rows each shard writes itself. Until then that scatter
@@ -122,6 +123,19 @@ def test_an_adaptive_pool_trains_distributed() -> None:
     m = distir.import_torch(_Pooled(), (x,), dynamic=[{0: "batch"}])
     assert any(op.op_type == "Gather" for op in m.entry.ops)  # the as_strided view
     _check_training(m.entry, [x.numpy()])
+
+
+def test_hf_swin_trains_distributed() -> None:
+    """A tiny HF Swin (TorchScript; torch's dynamo exporter fails on it): its patch merging
+    takes strided slices of the token image, whose gradient scattered into the flattened
+    input at positions known for the whole batch (refused under D, K and P) until the
+    ``Slice`` rule spread the rows by views and zero blocks."""
+    pytest.importorskip("transformers")
+    from tests.zoo.export import exported
+    from tests.zoo.models import SWIN
+
+    m = distir.import_onnx(exported(SWIN, "torchscript").path, dims=SWIN.dims(batch=4))
+    _check_training(m.entry, [t.numpy() for t in SWIN.inputs(4, 8)])
 
 
 def test_hf_focalnet_trains_distributed() -> None:

@@ -443,6 +443,15 @@ def _focalnet() -> nn.Module:
         num_labels=10)))
 
 
+def _swin() -> nn.Module:
+    # shifted windows, patch merging by strided slices, an adaptive pool
+    from transformers import SwinConfig, SwinForImageClassification
+
+    return _FirstOutput(SwinForImageClassification(SwinConfig(
+        image_size=32, patch_size=2, embed_dim=8, depths=[1, 1], num_heads=[1, 2],
+        window_size=4, num_labels=10)))
+
+
 _B = {0: "batch"}
 _BS = {0: "batch", 1: "seq"}
 
@@ -475,7 +484,9 @@ SPECS: tuple[Spec, ...] = (
 
 FOCALNET = Spec("focalnet", "transformers", _seeded(_focalnet), _image(32), ("pixel_values",),
                 (_B,))
-"""Not in the zoo's tables: ``tests/transforms/test_as_strided.py`` trains it distributed."""
+SWIN = Spec("swin", "transformers", _seeded(_swin), _image(32), ("pixel_values",), (_B,))
+"""FOCALNET and SWIN are not in the zoo's tables: ``tests/transforms/test_as_strided.py``
+trains them distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")

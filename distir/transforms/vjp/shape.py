@@ -1,8 +1,9 @@
 """VJP rules of shape, indexing and reduction ops.
 
 Views go back by the inverse view (``Reshape`` to the input's static shape, the inverse
-permutation). ``Slice`` pads its cotangent with zero blocks (``Concat``) for unit steps and
-scatters it otherwise; ``Gather`` (an embedding lookup) scatter-adds its cotangent into
+permutation). ``Slice`` pads its cotangent with zero blocks (``Concat``), spreading its rows
+by a step first (each row followed by zero rows, viewed as one axis); a negative step
+scatters it; ``Gather`` (an embedding lookup) scatter-adds its cotangent into
 zeros with ``ScatterND(reduction="add")``, so repeated indices add up. Shape and index
 inputs (axes, bounds, indices) must be known before the step, as type propagation already
 requires of them, and never get a gradient.
@@ -81,29 +82,45 @@ def slice_(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     idx = _slice_index(cx)
     rest = (None,) * (len(need) - 1)
     bounds = [s.indices(n) for s, n in zip(idx, shape)]
-    if all(st == 1 for _, _, st in bounds):
-        g = douts[0]
-        cur = list(t.shape)
-        for ax, (lo, hi, _) in enumerate(bounds):
-            hi = max(hi, lo)
-            if lo == 0 and hi == shape[ax]:
-                continue
-            pieces = []
-            if lo > 0:
-                pieces.append(cx.zeros(t.with_shape(tuple(cur[:ax] + [lo] + cur[ax + 1:]))))
-            pieces.append(g)
-            if shape[ax] - hi > 0:
-                pieces.append(cx.zeros(t.with_shape(
-                    tuple(cur[:ax] + [shape[ax] - hi] + cur[ax + 1:]))))
-            cur[ax] = shape[ax]
-            g = cx.emit("Concat", *pieces, axis=ax)
-        return (g,) + rest
-    # Other steps: scatter into the flattened input by the statically known positions.
-    n = int(np.prod(shape))
-    pos = np.arange(n, dtype=np.int64).reshape(shape)[idx].reshape(-1, 1)
-    flat = cx.emit("ScatterND", cx.zeros(t.with_shape((n,))), cx.const(pos),
-                   cx.reshape(douts[0], (pos.shape[0],)))
-    return (cx.reshape(flat, shape),) + rest
+    if any(st < 0 for _, _, st in bounds):
+        # Negative steps: scatter into the flattened input by the known positions.
+        n = int(np.prod(shape))
+        pos = np.arange(n, dtype=np.int64).reshape(shape)[idx].reshape(-1, 1)
+        flat = cx.emit("ScatterND", cx.zeros(t.with_shape((n,))), cx.const(pos),
+                       cx.reshape(douts[0], (pos.shape[0],)))
+        return (cx.reshape(flat, shape),) + rest
+    # Axis by axis, each a view or a concatenation with zero blocks (no op mixes axes, so
+    # a split of any other axis, the batch's, passes through): a step s spreads the
+    # cotangent's rows s apart (each row followed by s - 1 zero rows, the whole viewed
+    # back as one axis), then zero rows before the start and after the end.
+    g = douts[0]
+    cur = list(t.shape)
+
+    def zeros(ax: int, n: int, dims: list[int]) -> Value:
+        return cx.zeros(t.with_shape(tuple(dims[:ax] + [n] + dims[ax + 1:])))
+
+    for ax, (lo, hi, st) in enumerate(bounds):
+        count = cur[ax]
+        if st == 1 and lo == 0 and count == shape[ax]:
+            continue
+        if st > 1 and count:
+            wide = cur[:ax + 1] + [1] + cur[ax + 1:]
+            g = cx.emit("Concat", cx.reshape(g, tuple(wide)), zeros(ax + 1, st - 1, wide),
+                        axis=ax + 1)
+            cur[ax] = count * st
+            g = cx.reshape(g, tuple(cur))
+        end = lo + cur[ax]
+        if end > shape[ax]:  # the last row's trailing zeros run past the end
+            g = cx.emit("Slice", g, cx.ints([0]), cx.ints([shape[ax] - lo]), cx.ints([ax]))
+            cur[ax] = shape[ax] - lo
+            end = shape[ax]
+        pieces = [zeros(ax, lo, cur)] if lo > 0 else []
+        pieces.append(g)
+        if shape[ax] > end:
+            pieces.append(zeros(ax, shape[ax] - end, cur))
+        cur[ax] = shape[ax]
+        g = pieces[0] if len(pieces) == 1 else cx.emit("Concat", *pieces, axis=ax)
+    return (g,) + rest
 
 
 @VJP_RULES.register("Gather")
