@@ -6,6 +6,7 @@ download; both hand convolutions permuted views of token tensors (channels-last 
     python export.py cvt OUT.onnx        # HF CvtForImageClassification, CvT-13 (its defaults)
     python export.py focalnet OUT.onnx   # HF FocalNetForImageClassification, FocalNet-T
     python export.py convnextv2 OUT.onnx # HF ConvNextV2ForImageClassification, atto sizes
+    python export.py swin OUT.onnx       # HF SwinForImageClassification, Swin-T
 
 ``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
 ratios 8-4-2-1, a depthwise 3 x 3 in each feed-forward), 224 x 224 images, 1000 classes;
@@ -20,7 +21,10 @@ permuted to an image and split into queries, context and gates, depthwise convol
 the context; an adaptive pool, exported as a gather from the flattened batch), 224 x 224,
 dynamo. ``convnextv2``:
 ConvNeXt-V2 at atto's sizes (widths 40-320, depths 2-2-6-2, global response
-normalization), 224 x 224, dynamo. Each returns its first output.
+normalization), 224 x 224, dynamo. ``swin``: Swin-T (Hugging Face's default config:
+embedding 96, depths 2-2-6-2, 3-24 heads, shifted 7 x 7 windows, patch merging by strided
+slices), 224 x 224, torchscript (torch's dynamo exporter fails on it). Each returns its
+first output.
 """
 
 from __future__ import annotations
@@ -63,6 +67,12 @@ def _convnextv2() -> torch.nn.Module:
         hidden_sizes=[40, 80, 160, 320], depths=[2, 2, 6, 2], num_labels=1000)))
 
 
+def _swin() -> torch.nn.Module:
+    from transformers import SwinConfig, SwinForImageClassification
+
+    return _FirstOutput(SwinForImageClassification(SwinConfig(num_labels=1000)))
+
+
 def _mobilevit() -> torch.nn.Module:
     from transformers import MobileViTConfig, MobileViTForImageClassification
 
@@ -80,6 +90,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
                  "HF FocalNet-T, 224 x 224 images"),
     "convnextv2": (_convnextv2, _image(224), "pixel_values", {0: "batch"}, "dynamo",
                    "HF ConvNeXt-V2 atto sizes, 224 x 224 images"),
+    "swin": (_swin, _image(224), "pixel_values", {0: "batch"}, "torchscript",
+             "HF Swin-T, 224 x 224 images"),
     "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
                   "HF MobileViT-XXS, 256 x 256 images"),
 }
