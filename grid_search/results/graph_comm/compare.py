@@ -1,17 +1,20 @@
-"""Predicted vs measured for this folder's sealed study (README.md): HF FocalNet-T's
-training steps measured in ``call_a/`` (``sealed.tgz``, opened only after the comparison's
-commit was named), read as ``../zoo_sealed3/compare.py`` reads that folder's: the
-predictions recorded at the measuring commit, and the rows simulated again against
-``--profile`` on the device's own export (``call_a/skel.tgz``, filled into ``--models``
-once), the pipelines' stages weighed by the profile at ``call_a/run_a.log``'s commit.
+"""Predicted vs measured for this folder's sealed studies (README.md): HF FocalNet-T's
+training steps measured in ``call_a/``, HF Swin-T's in ``call_b/`` (``sealed.tgz``, each
+opened only after its comparison's commit was named), read as
+``../zoo_sealed3/compare.py`` reads that folder's: the predictions recorded at the
+measuring commit, and the rows simulated again against ``--profile`` on the device's own
+export (``skel.tgz``, filled into ``--models`` once), the pipelines' stages weighed by the
+profile at the call's log's commit.
 
-    python grid_search/results/graph_comm/compare.py [--profile P] [--models DIR] [--rows]
+    python grid_search/results/graph_comm/compare.py [--call a|b] [--profile P]
+        [--models DIR] [--rows]
 """
 
 from __future__ import annotations
 
 import importlib.util
 import shutil
+import sys
 import tarfile
 import tempfile
 from pathlib import Path
@@ -23,23 +26,34 @@ assert _spec is not None and _spec.loader is not None
 sealed3 = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sealed3)
 
-STUDIES = [("HF FocalNet-T (dynamo)", "focalnet", sealed3.base.CE)]
+CALLS = {  # call: (its log, [(label, model file, options)]), each held out
+    "a": ("run_a.log", [("HF FocalNet-T (dynamo)", "focalnet", sealed3.base.CE)]),
+    "b": ("run_b.log", [("HF Swin-T (torchscript)", "swin", sealed3.base.CE)]),
+}
 
 
-def _unpacked(tmp: Path) -> Path:
-    """``call_a/`` laid out as ``sealed3.main`` reads a folder: ``call_a/sealed/``,
+def _unpacked(tmp: Path, call: str, log: str) -> Path:
+    """``call_X/`` laid out as ``sealed3.main`` reads a folder: ``call_a/sealed/``,
     ``call_a/skel/`` and ``call_a/run_a.log``."""
     here = tmp / HERE.name
-    call = here / "call_a"
-    (call / "sealed").mkdir(parents=True)
-    with tarfile.open(HERE / "call_a" / "sealed.tgz") as t:
-        t.extractall(call / "sealed", filter="data")
-    with tarfile.open(HERE / "call_a" / "skel.tgz") as t:
-        t.extractall(call, filter="data")
-    shutil.copy(HERE / "call_a" / "run_a.log", call / "run_a.log")
+    dest = here / "call_a"
+    (dest / "sealed").mkdir(parents=True)
+    with tarfile.open(HERE / f"call_{call}" / "sealed.tgz") as t:
+        t.extractall(dest / "sealed", filter="data")
+    with tarfile.open(HERE / f"call_{call}" / "skel.tgz") as t:
+        t.extractall(dest, filter="data")
+    shutil.copy(HERE / f"call_{call}" / log, dest / "run_a.log")
     return here
 
 
 if __name__ == "__main__":
+    which = "a"
+    if "--call" in sys.argv:  # (sealed3.main reads the other options)
+        i = sys.argv.index("--call")
+        which = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
+        del sys.argv[i:i + 2]
+    if which not in CALLS:
+        sys.exit(f"--call: choose one of {', '.join(CALLS)}")
+    log, studies = CALLS[which]
     with tempfile.TemporaryDirectory() as d:
-        sealed3.main(_unpacked(Path(d)), STUDIES)
+        sealed3.main(_unpacked(Path(d), which, log), studies)
