@@ -99,7 +99,7 @@ def slice_(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     def zeros(ax: int, n: int, dims: list[int]) -> Value:
         return cx.zeros(t.with_shape(tuple(dims[:ax] + [n] + dims[ax + 1:])))
 
-    for ax, (lo, hi, st) in enumerate(bounds):
+    for ax, (lo, _, st) in enumerate(bounds):
         count = cur[ax]
         if st == 1 and lo == 0 and count == shape[ax]:
             continue
