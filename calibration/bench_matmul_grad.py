@@ -194,22 +194,29 @@ def batched_shapes(layout: str, quick: bool, cuda: bool) -> list[tuple[int, int,
     """``(batch, m, n, k)`` of the products an attention's gradients make, sequence ``T``
     and head width ``hd``: for ``bmm_nt`` ``(T, hd, T)`` (the scores' ``da``) and ``(T, T,
     hd)`` (the context's ``da``), for ``bmm_tn`` ``(hd, T, T)`` and ``(T, hd, T)``; batch
-    (batch x heads) 12 to 512, ``T`` 256 to 2048, ``hd`` 64 and 128, at most 1 GiB a
-    float32 operand. Small with ``quick`` or on a CPU."""
+    (batch x heads) 12 to 512, ``T`` 256 to 2048, ``hd`` 64 and 128; then short sequences
+    in many products (windowed attention, Swin's 7 x 7 windows; a ViT's 197 tokens): ``T``
+    49, 64, 144 and 197, ``hd`` 32 and 64, batch (images x windows x heads) 96 to 24,576
+    (added 2026-11-28: a fit of the first kind priced Swin-T's 24,576 products of 49 x 32
+    six times their time); at most 1 GiB a float32 operand. Small with ``quick`` or on a
+    CPU."""
     if quick:
-        batches, seqs, heads = (2, 4), (16, 32), (8,)
+        grids = [((2, 4), (16, 32), (8,))]
     elif not cuda:
-        batches, seqs, heads = (2, 4, 8), (32, 64, 128), (16, 32)
+        grids = [((2, 4, 8), (32, 64, 128), (16, 32))]
     else:
-        batches, seqs, heads = (12, 32, 64, 128, 256, 512), (256, 512, 1024, 2048), (64, 128)
+        grids = [((12, 32, 64, 128, 256, 512), (256, 512, 1024, 2048), (64, 128)),
+                 ((96, 384, 1536, 6144, 24576), (49, 64, 144, 197), (32, 64))]
     out = []
-    for b in batches:
-        for t in seqs:
-            for hd in heads:
-                for m, n, k in (((t, hd, t), (t, t, hd)) if layout == "bmm_nt"
-                                else ((hd, t, t), (t, hd, t))):
-                    if b * max(m * n, m * k, k * n) * 4 <= MAX_TENSOR_BYTES:
-                        out.append((b, m, n, k))
+    for batches, seqs, heads in grids:
+        for b in batches:
+            for t in seqs:
+                for hd in heads:
+                    for m, n, k in (((t, hd, t), (t, t, hd)) if layout == "bmm_nt"
+                                    else ((hd, t, t), (t, hd, t))):
+                        if b * max(m * n, m * k, k * n) * 4 <= MAX_TENSOR_BYTES and \
+                                (b, m, n, k) not in out:  # (T = hd gives one twice)
+                            out.append((b, m, n, k))
     return out
 
 

@@ -7,6 +7,7 @@ download; both hand convolutions permuted views of token tensors (channels-last 
     python export.py focalnet OUT.onnx   # HF FocalNetForImageClassification, FocalNet-T
     python export.py convnextv2 OUT.onnx # HF ConvNextV2ForImageClassification, atto sizes
     python export.py swin OUT.onnx       # HF SwinForImageClassification, Swin-T
+    python export.py swinv2 OUT.onnx     # HF Swinv2ForImageClassification, Swin-V2-T
 
 ``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
 ratios 8-4-2-1, a depthwise 3 x 3 in each feed-forward), 224 x 224 images, 1000 classes;
@@ -23,7 +24,10 @@ dynamo. ``convnextv2``:
 ConvNeXt-V2 at atto's sizes (widths 40-320, depths 2-2-6-2, global response
 normalization), 224 x 224, dynamo. ``swin``: Swin-T (Hugging Face's default config:
 embedding 96, depths 2-2-6-2, 3-24 heads, shifted 7 x 7 windows, patch merging by strided
-slices), 224 x 224, torchscript (torch's dynamo exporter fails on it). Each returns its
+slices), 224 x 224, torchscript (torch's dynamo exporter fails on it). ``swinv2``:
+Swin-V2-T at 256 x 256 (Hugging Face's default config but 8 x 8 windows, as the
+published ``swinv2-tiny-patch4-window8-256``: scaled cosine attention, a continuous
+position bias from a small network, post-normalization), torchscript. Each returns its
 first output.
 """
 
@@ -73,6 +77,13 @@ def _swin() -> torch.nn.Module:
     return _FirstOutput(SwinForImageClassification(SwinConfig(num_labels=1000)))
 
 
+def _swinv2() -> torch.nn.Module:
+    from transformers import Swinv2Config, Swinv2ForImageClassification
+
+    return _FirstOutput(Swinv2ForImageClassification(Swinv2Config(
+        image_size=256, window_size=8, num_labels=1000)))
+
+
 def _mobilevit() -> torch.nn.Module:
     from transformers import MobileViTConfig, MobileViTForImageClassification
 
@@ -92,6 +103,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
                    "HF ConvNeXt-V2 atto sizes, 224 x 224 images"),
     "swin": (_swin, _image(224), "pixel_values", {0: "batch"}, "torchscript",
              "HF Swin-T, 224 x 224 images"),
+    "swinv2": (_swinv2, _image(256), "pixel_values", {0: "batch"}, "torchscript",
+               "HF Swin-V2-T, 256 x 256 images, 8 x 8 windows"),
     "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
                   "HF MobileViT-XXS, 256 x 256 images"),
 }
