@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+import transformers  # noqa: F401 - the tests of HF models need it
 from torch import nn
 
 import distir
@@ -130,7 +131,6 @@ def test_hf_swin_trains_distributed() -> None:
     takes strided slices of the token image, whose gradient scattered into the flattened
     input at positions known for the whole batch (refused under D, K and P) until the
     ``Slice`` rule spread the rows by views and zero blocks."""
-    pytest.importorskip("transformers")
     from tests.zoo.export import exported
     from tests.zoo.models import SWIN
 
@@ -142,7 +142,6 @@ def test_hf_focalnet_trains_distributed() -> None:
     """A model we did not write: a tiny HF FocalNet (focal modulation, its pooler an
     adaptive pool), exported by dynamo: its training step under D, K, P and T computes the
     sequential step's updated weights."""
-    pytest.importorskip("transformers")
     from tests.zoo.export import exported
     from tests.zoo.models import FOCALNET
 
