@@ -14,6 +14,9 @@ program. ``report`` then names the ops where the run's excess over the model gro
     torchrun --nproc_per_node 2 -m calibration.memory_trace measure --model gpt2-350m-train \\
         --dtype Float16 --batch-size 140 --config 1,1,2,2 --hardware h200-sxm -o trace.csv
     python -m calibration.memory_trace report trace.csv
+    torchrun --nproc_per_node 1 -m calibration.memory_trace measure --model MODEL.onnx \\
+        --dim batch=64 --train --loss cross_entropy --optimizer adam --batch-size 64 \\
+        --config 1,1,1,1 -o trace.csv             # a model file, as its search was given
 
 A step that runs out of memory records the ops before the one that failed (``status``
 ``oom: ...`` on that rank's rows, with the allocator's state then), so the excess just
@@ -66,11 +69,11 @@ def cmd_measure(args: argparse.Namespace) -> int:
     from distir.backend.launch import TorchrunSession
     from distir.backend.lowering import is_oom
     from distir.transforms import dtp
-    from grid_search.models import workload
+    from grid_search.study import workload_from_args
 
     sess = TorchrunSession(args.backend)
     runner, rank, world = sess.runner, sess.rank, sess.world_size
-    w = workload(args.model, dtype=args.dtype)
+    w = workload_from_args(args)
     dp, tp, pp, k = (int(x) for x in args.config.split(","))
     fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=dp, tp=tp, pp=pp,
              microbatches=k, schedule="1f1b" if w.training else "gpipe")
@@ -201,12 +204,22 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from distir.cli import _train
+
     p = argparse.ArgumentParser(prog="python -m calibration.memory_trace",
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="one step's memory per op, per rank (under torchrun)")
-    m.add_argument("--model", required=True, help="a workload (grid_search.models)")
-    m.add_argument("--dtype", default="Float16")
+    m.add_argument("--model", required=True,
+                   help="a built-in workload (grid_search.models) or a model file (.onnx, "
+                   ".dir) with the --dim, --batch-input and --train options of its search")
+    m.add_argument("--dtype", default="Float16", help="of a built-in model (a file's own "
+                   "dtype is used)")
+    m.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="with --model FILE.onnx: bind a symbolic dimension (repeatable)")
+    m.add_argument("--batch-input", default=None, metavar="NAME",
+                   help="with --model FILE: the input that carries the batch")
+    _train.add_arguments(m)
     m.add_argument("--batch-size", type=int, required=True)
     m.add_argument("--config", required=True, metavar="D,T,P,K")
     m.add_argument("--hardware", default="h100-sxm",

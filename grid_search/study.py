@@ -614,11 +614,12 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
-def _explain_workload(args: argparse.Namespace) -> Any:
-    """The workload ``study explain`` runs: a built-in model by name (``--dtype``), or a
-    model file with the ``--dim``, ``--batch-input`` and ``--train`` options a search of it
-    was given (the file's own dtype), so that a ``grid-search --model FILE --run-top`` row is
-    rebuilt as measured (its ``program_fingerprint`` is printed beside the result)."""
+def workload_from_args(args: argparse.Namespace) -> Any:
+    """The workload ``study explain`` (and ``calibration.memory_trace measure``) runs: a
+    built-in model by name (``--dtype``), or a model file with the ``--dim``,
+    ``--batch-input`` and ``--train`` options a search of it was given (the file's own
+    dtype), so that a ``grid-search --model FILE --run-top`` row is rebuilt as measured (its
+    ``program_fingerprint`` is printed beside the result)."""
     from grid_search.models import _is_file
 
     if not _is_file(args.model):
@@ -672,7 +673,7 @@ def cmd_explain(args: argparse.Namespace) -> int:
     from grid_search.real import program_fingerprint
     from grid_search.space import Config
 
-    w = dataclasses.replace(_explain_workload(args), transform=args.transform)
+    w = dataclasses.replace(workload_from_args(args), transform=args.transform)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
     fn = w.program(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
                    Config(w.name, args.batch_size, args.dp, args.tp, args.pp,

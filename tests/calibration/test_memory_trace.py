@@ -95,3 +95,28 @@ def test_gloo_run_traces_every_rank(tmp_path: Path) -> None:
     assert {x["rank"] for x in rows} == {"0", "1"}
     assert all(x["status"] == "ok" for x in rows)
     assert "rank 1:" in r.stdout
+
+
+@pytest.mark.slow
+def test_a_model_file_as_its_search_was_given(tmp_path: Path) -> None:
+    """``--model FILE.onnx`` with ``--dim`` and ``--train``: the user's model's training
+    step traced, as ``study explain`` rebuilds a searched row."""
+    import torch
+
+    model = tmp_path / "m.onnx"
+    torch.onnx.export(torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.ReLU(),
+                                          torch.nn.Linear(16, 4)),
+                      (torch.randn(4, 8),), str(model), input_names=["x"],
+                      dynamic_axes={"x": {0: "batch"}}, dynamo=False)
+    out = tmp_path / "m.csv"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1"}
+    r = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node", "1",
+         "-m", "calibration.memory_trace", "measure", "--backend", "gloo",
+         "--model", str(model), "--dim", "batch=4", "--train", "--optimizer", "adam",
+         "--batch-size", "4", "--config", "1,1,1,1", "-o", str(out)],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, r.stderr[-2000:]
+    rows = list(csv.DictReader(open(out)))
+    assert any(x["op_type"] == "AdamOptimizer" for x in rows)
+    assert all(x["status"] == "ok" for x in rows)

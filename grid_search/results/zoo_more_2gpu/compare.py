@@ -124,12 +124,17 @@ def main() -> None:
 
 
 def print_rows(rows: list[dict[str, str]]) -> None:
-    """Each row's predicted and measured step, fastest measured first."""
+    """Each row's predicted and measured step, fastest measured first, and its peak memory
+    predicted against measured (signed: a negative one is a fit the run could miss)."""
     for r in sorted(rows, key=lambda r: float(r["measured_latency_s"])):
         p, m = float(r["latency_s"]) * 1e3, float(r["measured_latency_s"]) * 1e3
+        mem = ""
+        if r.get("measured_peak_memory_bytes") and r.get("peak_memory_bytes"):
+            pm, mm = float(r["peak_memory_bytes"]), float(r["measured_peak_memory_bytes"])
+            mem = f"; memory {pm / 2**30:.2f} / {mm / 2**30:.2f} GiB, {(pm / mm - 1) * 100:+.1f}%"
         print(f"    D{r['dp']} T{r['tp']} P{r['pp']} K{r['microbatches']} "
               f"{r['schedule']:5}: predicted {p:7.2f} ms, measured "
-              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%")
+              f"{m:7.2f} ms, {(p / m - 1) * 100:+.1f}%{mem}")
 
 
 if __name__ == "__main__":
