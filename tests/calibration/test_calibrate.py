@@ -70,23 +70,21 @@ def test_simulating_with_the_calibrated_profile(quick: tuple[Path, dict]) -> Non
     assert sim.comm_s[0] > 0 and sim.compute_s[0] > 0
 
 
-def test_fit_only_reproduces_the_fits(quick: tuple[Path, dict], tmp_path: Path) -> None:
+def test_fit_only_reproduces_the_fits(quick: tuple[Path, dict], tmp_path: Path,
+                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """``distir calibrate --fit-only CSV`` refits the measurements to the same fits (one
+    refit, through the command line; a missing file is one line)."""
+    import json
+
     out, doc = quick
-    csv = out.with_name("cpu-quick.measurements.csv")
-    again = calibrate(str(tmp_path / "cpu-quick.json"), fit_only=str(csv),
-                      log=lambda s: None)
-    assert again["fits"] == doc["fits"]
-    assert again["device"] == doc["device"]
-    assert (tmp_path / "cpu-quick.measurements.csv").is_file()
-
-
-def test_cli_fit_only(quick: tuple[Path, dict], tmp_path: Path,
-                      capsys: pytest.CaptureFixture[str]) -> None:
-    out, _ = quick
     csv = out.with_name("cpu-quick.measurements.csv")
     dest = tmp_path / "refit.json"
     assert main(["calibrate", "--fit-only", str(csv), "-o", str(dest)]) == 0
     assert capsys.readouterr().out.startswith("## Profile `refit`")
+    again = json.loads(dest.read_text(encoding="utf-8"))
+    assert again["fits"] == json.loads(out.read_text(encoding="utf-8"))["fits"]
+    assert again["device"] == doc["device"]
+    assert (tmp_path / "refit.measurements.csv").is_file()
     assert load_hardware(str(dest)).name == "refit"
     assert main(["calibrate", "--fit-only", str(tmp_path / "none.csv")]) == 1
     err = capsys.readouterr().err
