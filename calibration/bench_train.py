@@ -32,7 +32,9 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   value gradients out of its packed projection),
   ``reduce`` (``ReduceSum`` over the leading axis, and over the batch and pixels of
   ``[N, C, pixels]``: bias gradients), ``maxpool``,
-  ``maxpool_grad``, ``avgpool_grad`` (3 x 3 windows, stride 2), ``where``
+  ``maxpool_grad`` (3 x 3 windows, stride 2), ``avgpool``, ``avgpool_grad`` (3 x 3
+  windows of stride 1, PoolFormer's token mixer, and 2; since 2026-11-28, when an
+  ``AveragePool`` was still priced at the memory bandwidth, 12 x below its time), ``where``
   (``Where`` of a mask, a tensor and a zero: a ReLU6's gradient) and ``pad`` (a constant
   ``Pad`` of one pixel around each image of ``[N, C, S, S]``).
 
@@ -58,8 +60,8 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
 
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
-                  "maxpool", "maxpool_grad", "avgpool_grad", "scatter_add_few", "where",
-                  "pad")
+                  "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
+                  "where", "pad")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
@@ -88,13 +90,19 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "adam": (1,), "scatter_add": (768, 2048),
     "reduce": (32, 64, 96, 128, 256, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784),
                (384, 196), (960, 49)),
-    "maxpool": (64, 256), "maxpool_grad": (64, 256), "avgpool_grad": (64, 256),
+    "maxpool": (64, 256), "maxpool_grad": (64, 256),
+    "avgpool": ((64, 1), (64, 2), (256, 1), (256, 2)),
+    "avgpool_grad": ((64, 1), (64, 2), (256, 1), (256, 2)),
     "scatter_add_few": (3, 16), "where": (1,),
     "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
 ``reduce`` pair ``(channels, pixels)`` is a
+convolution's bias gradient, ``[N, channels, pixels]`` summed to ``[channels]`` (the row's
+op ``ReduceSum i<pixels>``); a plain width, rows ``[N, width]`` summed over ``N``. An
+average pool's pair is ``(channels, stride)`` (the row's op ``AveragePool i<stride>``).
+A ``reduce`` pair ``(channels, pixels)`` is a
 convolution's bias gradient, ``[N, channels, pixels]`` summed to ``[channels]`` (the row's
 op ``ReduceSum i<pixels>``); a plain width, rows ``[N, width]`` summed over ``N``."""
 
@@ -387,7 +395,20 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
                            training_mode=1), {}
         return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
                                          ("dy", dtype, x)], 3), {}
-    if fam in ("maxpool", "maxpool_grad", "avgpool_grad"):
+    if fam in ("avgpool", "avgpool_grad"):  # 3 x 3 windows of stride 1 or 2, pads of 1
+        c, st = width
+        h = next((h for h in (56, 28, 14, 7) if c * h * h <= n), 0)
+        if not h:
+            return None
+        x = (max(n // (c * h * h), 1), c, h, h)
+        win = dict(kernel_shape=[3, 3], strides=[st, st], pads=[1, 1, 1, 1],
+                   count_include_pad=0)
+        oh = (h + 2 - 3) // st + 1
+        if fam == "avgpool":
+            return _one_op("AveragePool", [("x", dtype, x)], 1, **win), {}
+        return _one_op("AveragePoolGrad", [("x", dtype, x), ("dy", dtype, (x[0], c, oh, oh))],
+                       1, **win), {}
+    if fam in ("maxpool", "maxpool_grad"):
         c = width
         h = next((h for h in (56, 28, 14, 7) if c * h * h <= n), 0)
         if not h:
@@ -398,11 +419,8 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
         dy = (x[0], c, oh, oh)
         if fam == "maxpool":
             return _one_op("MaxPool", [("x", dtype, x)], 1, **win), {}
-        if fam == "maxpool_grad":
-            return _one_op("MaxPoolGrad", [("x", dtype, x), ("dy", dtype, dy)], 1,
-                           dilations=[1, 1], **win), {}
-        return _one_op("AveragePoolGrad", [("x", dtype, x), ("dy", dtype, dy)], 1,
-                       count_include_pad=1, **win), {}
+        return _one_op("MaxPoolGrad", [("x", dtype, x), ("dy", dtype, dy)], 1,
+                       dilations=[1, 1], **win), {}
     if fam == "adam":
         return _one_op("AdamOptimizer", [("w", dtype, (n,)), ("dw", dtype, (n,)),
                                          ("m", dtype, (n,)), ("v", dtype, (n,)),
@@ -521,9 +539,9 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     op = fn.ops[-1].op_type
                     if fam == "pad":  # the row is the padded image's side
                         op, width = f"{op} c{width[0]}", width[1]
-                    elif isinstance(width, tuple):  # (channels, image size or pixels)
-                        op, width = f"{op} {'i' if fam == 'reduce' else 'h'}{width[1]}", \
-                            width[0]
+                    elif isinstance(width, tuple):  # (channels, pixels, size or stride)
+                        tag = "i" if fam in ("reduce", "avgpool", "avgpool_grad") else "h"
+                        op, width = f"{op} {tag}{width[1]}", width[0]
                     yield Row(fam, op, dt, secs, n, width, bytes=_nbytes(fn),
                               flops=float(n), reps=reps, device=str(device), split=split)
                     count += 1

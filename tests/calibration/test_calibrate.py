@@ -18,7 +18,7 @@ COLLECTIVES = {"allreduce", "allgather", "reduce_scatter", "broadcast", "send"}
 KERNELS = {"bmm", "softmax", "layernorm", "gelu", "copy", "elementwise_bcast"}
 TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
             "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
-            "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad", "matmul_tn", "matmul_nt",
+            "avgpool", "avgpool_grad", "conv", "conv_dgrad", "conv_wgrad", "matmul_tn", "matmul_nt",
             "bmm_nt", "bmm_tn", "scatter_add_repeated", "conv_grouped", "conv_grouped_dgrad",
             "conv_grouped_wgrad", "scatter_add_few", "where", "pad", "conv_nhwc",
             "conv_nhwc_dgrad", "conv_nhwc_wgrad", "conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",

@@ -104,7 +104,9 @@ KERNEL_FAMILY = {"Softmax": "softmax", "LogSoftmax": "softmax",
 which falls back to the ``elementwise`` fit for a profile without the family). Besides:
 ``BatchNormalization`` in training mode (``batchnorm``), ``ScatterND`` adding into its data
 (``scatter_add``: the embedding gradient), ``MaxPool`` (``maxpool``), a constant ``Pad``
-(``pad``)."""
+(``pad``), ``AveragePool`` (``avgpool``, with its channels and stride as features, where
+the profile fits it: else at the memory's bandwidth, which a 3 x 3 pool of stride 1 takes
+twelve times)."""
 
 
 def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
@@ -325,7 +327,20 @@ def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     dt = main_dtype(ins, outs)
     if op_type == "MaxPool":  # the profile's maxpool fit where it has one
         return OpCost(hw.kernel_time("maxpool", nbytes, flops, dt), flops, nbytes)
+    if hw.has_kernel_fit("avgpool", dt):  # else at the memory's bandwidth
+        return OpCost(hw.kernel_time("avgpool", nbytes, flops, dt,
+                                     pool_features(ins[0], attrs, nbytes)), flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
+
+
+def pool_features(x: Any, attrs: dict[str, Any], nbytes: float) -> dict[str, float] | None:
+    """``rowwise_features`` of an average pool (or its gradient) of ``x``: ``width`` its
+    channels, ``inner`` its (largest) stride, as ``calibration.bench_train`` measures
+    them."""
+    if not isinstance(x, TensorType) or x.rank < 3:
+        return None
+    stride = max((int(v) for v in attrs.get("strides") or ()), default=1)
+    return rowwise_features(nbytes, x.shape[1], stride)
 
 
 def _products(hw: Hardware, dims: list[tuple[int, ...]], t: TensorType,

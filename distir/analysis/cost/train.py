@@ -23,8 +23,9 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   indices are not kept by the forward pool): the ``maxpool_grad`` fit (measured on that
   lowering), else two memory-bound kernels, the pool's (``x`` read, ``dy``-sized results
   written) and the backward's (``dy`` read, ``dx`` written).
-  ``AveragePoolGrad``: ``avgpool_grad`` (``aten.avg_pool2d_backward``), else one kernel
-  reading ``dy`` and writing ``dx``. One FLOP per window element of ``dy``.
+  ``AveragePoolGrad``: ``avgpool_grad`` (``aten.avg_pool2d_backward``; its channels and
+  stride as features, ``compute.pool_features``), else one kernel reading ``dy`` and
+  writing ``dx``. One FLOP per window element of ``dy``.
 - ``BatchNormGrad``, ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one
   memory-bound kernel each over their inputs and results, 8 FLOPs per element, priced by
   the first family the profile fits of ``batchnorm_grad``; ``layernorm_grad``, then
@@ -39,7 +40,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
-from distir.analysis.cost.compute import _products, row_features
+from distir.analysis.cost.compute import _products, pool_features, row_features
 from distir.analysis.hardware import Hardware, matmul_features, rowwise_features
 from distir.analysis.layout import COPIED_INPUTS, MEMORY_FORMAT
 from distir.ir.types import TensorType
@@ -176,7 +177,8 @@ def pool_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     family = "maxpool_grad" if op_type == "MaxPoolGrad" else "avgpool_grad"
     nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))
     if hw.has_kernel_fit(family):
-        return OpCost(hw.kernel_time(family, nbytes, flops, dt), flops, nbytes)
+        feats = pool_features(x, attrs, nbytes) if family == "avgpool_grad" else None
+        return OpCost(hw.kernel_time(family, nbytes, flops, dt, feats), flops, nbytes)
     if op_type == "AveragePoolGrad":  # dy read, dx written
         moved = float(dy.size_bytes + outs[0].size_bytes) if outs[0] is not None else 0.0
         return OpCost(hw.memory_time(moved, flops, dt), flops, moved)

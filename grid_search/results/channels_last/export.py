@@ -9,6 +9,7 @@ download; both hand convolutions permuted views of token tensors (channels-last 
     python export.py swin OUT.onnx       # HF SwinForImageClassification, Swin-T
     python export.py swinv2 OUT.onnx     # HF Swinv2ForImageClassification, Swin-V2-T
     python export.py poolformer OUT.onnx # HF PoolFormerForImageClassification, S12
+    python export.py poolformer_m36 OUT.onnx   # HF PoolFormerForImageClassification, M36
 
 ``pvt_v2``: PVT-v2-b0's sizes (hidden 32-64-160-256, depths 2-2-2-2, reduced-key attention
 ratios 8-4-2-1, a depthwise 3 x 3 in each feed-forward), 224 x 224 images, 1000 classes;
@@ -30,8 +31,9 @@ Swin-V2-T at 256 x 256 (Hugging Face's default config but 8 x 8 windows, as the
 published ``swinv2-tiny-patch4-window8-256``: scaled cosine attention, a continuous
 position bias from a small network, post-normalization), torchscript. ``poolformer``:
 PoolFormer-S12 (Hugging Face's default config: average pooling as the token mixer, group
-norms of one group, 1 x 1 convolutions as the channel MLP), 224 x 224, dynamo. Each
-returns its first output.
+norms of one group, 1 x 1 convolutions as the channel MLP), 224 x 224, dynamo.
+``poolformer_m36``: PoolFormer-M36 (widths 96-192-384-768, depths 6-6-18-6, layer scale
+1e-6), 224 x 224, dynamo. Each returns its first output.
 """
 
 from __future__ import annotations
@@ -93,6 +95,14 @@ def _poolformer() -> torch.nn.Module:
     return _FirstOutput(PoolFormerForImageClassification(PoolFormerConfig(num_labels=1000)))
 
 
+def _poolformer_m36() -> torch.nn.Module:
+    from transformers import PoolFormerConfig, PoolFormerForImageClassification
+
+    return _FirstOutput(PoolFormerForImageClassification(PoolFormerConfig(
+        hidden_sizes=[96, 192, 384, 768], depths=[6, 6, 18, 6], layer_scale_init_value=1e-6,
+        num_labels=1000)))
+
+
 def _mobilevit() -> torch.nn.Module:
     from transformers import MobileViTConfig, MobileViTForImageClassification
 
@@ -116,6 +126,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
                "HF Swin-V2-T, 256 x 256 images, 8 x 8 windows"),
     "poolformer": (_poolformer, _image(224), "pixel_values", {0: "batch"}, "dynamo",
                    "HF PoolFormer-S12, 224 x 224 images"),
+    "poolformer_m36": (_poolformer_m36, _image(224), "pixel_values", {0: "batch"},
+                       "dynamo", "HF PoolFormer-M36, 224 x 224 images"),
     "mobilevit": (_mobilevit, _image(256), "pixel_values", {0: "batch"}, "dynamo",
                   "HF MobileViT-XXS, 256 x 256 images"),
 }
