@@ -121,3 +121,31 @@ def test_profiles_fitted_on_bytes_alone_price_as_before() -> None:
     old = Hardware(**BASE, fits=(("elementwise", "any", EW), ("layernorm", "Float32", EW)))
     a = old.kernel_time("layernorm", 1e6, 0.0, "Float32", rowwise_features(1e6, 96))
     assert a == old.kernel_time("layernorm", 1e6, 0.0, "Float32") == pytest.approx(4e-6 + 1e-6)
+
+
+def test_average_pools_are_priced_by_their_channels_and_stride() -> None:
+    """``AveragePool`` and its gradient by the ``avgpool`` / ``avgpool_grad`` fits, with
+    the channels as ``width`` and the stride as ``inner`` (a stride-1 pool writes four
+    times the outputs of a stride-2 one); a profile without ``avgpool`` keeps the
+    memory's bandwidth for the forward pool (PoolFormer's pools were priced so, 12x
+    below their time on an H200)."""
+    from distir.analysis.cost import COST_RULES
+
+    pool = FitModel("linear", ("bytes", "width", "inner"), intercept=1e-5,
+                    coef=(1e-11, 0.0, -1e-6))
+    hw = Hardware(**BASE, fits=(("elementwise", "any", EW), ("avgpool", "Float32", pool),
+                                ("avgpool_grad", "Float32", pool)))
+    x, y1, y2 = _t(8, 64, 56, 56), _t(8, 64, 56, 56), _t(8, 64, 28, 28)
+    win = {"kernel_shape": [3, 3], "pads": [1, 1, 1, 1]}
+    rule = COST_RULES.get("AveragePool")
+    one = rule("AveragePool", (x,), (y1,), {**win, "strides": [1, 1]}, hw).seconds
+    two = rule("AveragePool", (x,), (y2,), {**win, "strides": [2, 2]}, hw).seconds
+    nbytes = x.size_bytes + y1.size_bytes
+    assert one == pytest.approx(1e-5 + 1e-11 * nbytes - 1e-6)
+    assert two == pytest.approx(1e-5 + 1e-11 * (x.size_bytes + y2.size_bytes) - 2e-6)
+    grad = COST_RULES.get("AveragePoolGrad")("AveragePoolGrad", (x, y1), (x,),
+                                             {**win, "strides": [1, 1]}, hw).seconds
+    assert grad == pytest.approx(1e-5 + 1e-11 * (2 * x.size_bytes + y1.size_bytes) - 1e-6)
+    bare = Hardware(**BASE, fits=(("elementwise", "any", EW),))
+    assert rule("AveragePool", (x,), (y1,), {**win, "strides": [1, 1]}, bare).seconds == \
+        pytest.approx(bare.memory_time(float(nbytes), float(y1.numel * 9), "Float32"))

@@ -1,13 +1,13 @@
 """Predicted vs measured for this folder's sealed studies (README.md): HF FocalNet-T's
 training steps measured in ``call_a/``, HF Swin-T's in ``call_b/``, HF Swin-V2-T's in
-``call_d/``, HF PoolFormer-S12's in ``call_f/`` (``sealed.tgz``, each
-opened only after its comparison's commit was named), read as
+``call_d/``, HF PoolFormer-S12's in ``call_f/``, HF PoolFormer-M36's in ``call_h/``
+(``sealed.tgz``, each opened only after its comparison's commit was named), read as
 ``../zoo_sealed3/compare.py`` reads that folder's: the predictions recorded at the
 measuring commit, and the rows simulated again against ``--profile`` on the device's own
 export (``skel.tgz``, filled into ``--models`` once), the pipelines' stages weighed by the
 profile at the call's log's commit.
 
-    python grid_search/results/graph_comm/compare.py [--call a|b|d|f] [--profile P]
+    python grid_search/results/graph_comm/compare.py [--call a|b|d|f|h] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -32,6 +32,7 @@ CALLS = {  # call: (its log, [(label, model file, options)]), each held out
     "b": ("run_b.log", [("HF Swin-T (torchscript)", "swin", sealed3.base.CE)]),
     "d": ("run_d.log", [("HF Swin-V2-T (torchscript)", "swinv2", sealed3.base.CE)]),
     "f": ("run_f.log", [("HF PoolFormer-S12 (dynamo)", "poolformer", sealed3.base.CE)]),
+    "h": ("run_h.log", [("HF PoolFormer-M36 (dynamo)", "poolformer_m36", sealed3.base.CE)]),
 }
 
 
