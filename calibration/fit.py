@@ -187,7 +187,11 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
                                 *copy_axes(str(row["op"]), int(row["m"]), int(row["n"])))
     if row["family"] in ROWWISE:
         inner = [int(w[1:]) for w in str(row["op"]).split()[1:] if w[:1] == "i"]
-        return rowwise_features(float(row["bytes"]), int(row["n"]), inner[0] if inner else 1)
+        # (a pool's row without a stride is one of the stride-2 rows measured before it
+        # was recorded)
+        default = 2 if row["family"] in ("avgpool", "avgpool_grad") else 1
+        return rowwise_features(float(row["bytes"]), int(row["n"]),
+                                inner[0] if inner else default)
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))

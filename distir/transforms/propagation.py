@@ -13,6 +13,8 @@ import heapq
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from distir.ir.core import Op, Value
 from distir.transforms.layout import B, Demand, Layout, Reject, replicated
 from distir.transforms.layout_rules import apply_rule
@@ -28,7 +30,6 @@ Undo = list[tuple[Any, Any, Any]]
 or ``((op, input index), None, None)`` (a sliced use), in the order of the changes."""
 
 _LOCAL_GATHERS = frozenset({"Gather", "GatherND"})
-_INDEX_VIEWS = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Cast"})
 _PARTIALS = frozenset({"", "b", "t", "bt"})
 """Partial marks as the passes keep them: the kinds of shards a value is summed over."""
 
@@ -113,15 +114,42 @@ class Propagation:
         return hit
 
     def _made_locally(self, v: Value | None) -> bool:
-        """Whether ``v`` is, up to reshaping, an index made from local shapes."""
-        for _ in range(16):
-            if v is None or v in self.local_index:
-                break
-            src = self.prog.producer_op(v)
-            if src is None or src.op_type not in _INDEX_VIEWS:
-                return False
-            v = src.inputs[0]
-        return v is not None and v in self.local_index
+        """Whether ``v`` is computed (through any ops) from an index made from local shapes
+        (``local_index``): its values then address a shard's own rows, whatever arithmetic
+        follows (an offset, a fix-up of negative indices)."""
+        if v is None:
+            return False
+        seen: set[Value] = set()
+        todo = [v]
+        while todo and len(seen) < 256:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            if x in self.local_index:
+                return True
+            src = self.prog.producer_op(x)
+            if src is not None:
+                todo.extend(y for y in src.inputs if y is not None)
+        return False
+
+    def _rows_of_samples(self, op: Op) -> bool:
+        """Whether the one-element index tuples of the ``ScatterND`` ``op``, known before
+        running, send sample ``s`` (the updates' leading axis) into rows ``[s·L, (s+1)·L)``
+        of ``data``'s first axis, ``L`` its rows per sample: then a split of the samples
+        splits the rows alike, and each shard's local indices address its own rows."""
+        prog = self.prog
+        data, idx, upd = op.inputs[0], op.inputs[1], op.inputs[2]
+        if data is None or idx is None or upd is None:
+            return False
+        rows, samples = prog.shape(data)[0], prog.shape(upd)[0]
+        known = prog.known(idx)
+        if not samples or rows % samples or known is None or known.shape[:1] != (samples,):
+            return False
+        per = rows // samples
+        at = np.where(known < 0, known + rows, known).reshape(samples, -1)
+        first = np.arange(samples, dtype=np.int64)[:, None] * per
+        return bool(((at >= first) & (at < first + per)).all())
 
     def _check_scatter(self, op: Op, ins: tuple, hit: tuple) -> None:
         """A ``ScatterND`` of one-element index tuples split by the batch is local into
@@ -134,13 +162,14 @@ class Propagation:
         local = tuples == 1 and idx is not None and bool(idx.marks) and idx.marks[0] == B \
             and self._made_locally(op.inputs[1])
         if data is not None and data.marks and data.marks[0] == B and tuples == 1:
-            if not local:
+            if not local or not self._rows_of_samples(op):
                 raise Reject("ScatterND into the split batch axis with indices that are not "
-                             "made from the local batch size")
+                             "made from the local batch size, each sample's into its rows")
             return
         if not hit[0][1]:
             return
-        if local and hit[0][1] == "b" and op.inputs[0] is not None:
+        if local and hit[0][1] == "b" and op.inputs[0] is not None and \
+                self._rows_of_samples(op):
             raise Demand(0, Layout((B,) + (None,) * (len(prog.shape(op.inputs[0])) - 1)))
         if idx is not None and B in idx.marks and self._made_locally(op.inputs[1]):
             # a shard's indices address its own rows, not the whole tensor's: not a sum

@@ -92,10 +92,11 @@ class Sharding(TensorPass):
         that is data (not a weight, of the batch size along the split axis), or a
         batch-free value whose shards each device can make itself (``_pull_batch``).
         ``local``: ``v`` indexes a batch-split tensor, so its shards must be made from
-        local shapes (at least one ``Range`` over the local batch); ``None``: either (a
-        value split as data refuses a ``Range`` over the batch, so at most one holds)."""
-        if local is None:
-            return self._accept_batch(v, layout) or self._accept_batch(v, layout, True)
+        local shapes (at least one ``Range`` over the local batch); ``None``: whichever
+        ``v`` is made for (``_from_batch_range``: a value split as data refuses a ``Range``
+        over the batch, local indices need one), tried once."""
+        if local is None:  # one attempt: a failed one may leave values split
+            return self._accept_batch(v, layout, self._from_batch_range(v))
         prog = self.prog
         if T in layout.marks:
             return False
@@ -113,6 +114,25 @@ class Sharding(TensorPass):
             return False
         self.data.add(v)
         return True
+
+    def _from_batch_range(self, v: Value) -> bool:
+        """Whether ``v`` is computed from a ``Range`` over the batch size (then it can only
+        be split as local indices; else only as data)."""
+        prog = self.prog
+        seen: set[Value] = set()
+        todo = [v]
+        while todo and len(seen) < 256:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            op = prog.producer_op(x)
+            if op is None:
+                continue
+            if op.op_type == "Range" and self._is_batch_size(op.inputs[1], 0):
+                return True
+            todo.extend(y for y in op.inputs if y is not None)
+        return False
 
     def _pull_batch(self, v: Value, want: Layout, depth: int, local: bool) -> int | None:
         """Split the batch-free value ``v`` as ``want`` by splitting what it is made of: an

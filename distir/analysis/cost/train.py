@@ -23,9 +23,11 @@ a training step runs, with the profile families ``calibration/bench_train.py`` f
   indices are not kept by the forward pool): the ``maxpool_grad`` fit (measured on that
   lowering), else two memory-bound kernels, the pool's (``x`` read, ``dy``-sized results
   written) and the backward's (``dy`` read, ``dx`` written).
-  ``AveragePoolGrad``: ``avgpool_grad`` (``aten.avg_pool2d_backward``; its channels and
-  stride as features, ``compute.pool_features``), else one kernel reading ``dy`` and
-  writing ``dx``. One FLOP per window element of ``dy``.
+  ``AveragePoolGrad``: ``avgpool_grad`` (its channels and stride as features,
+  ``compute.pool_features``; measured on pools that do not count their pads, which the
+  backend differentiates through autograd: pools that count them run
+  ``aten.avg_pool2d_backward``, somewhat faster, and are priced alike), else one kernel
+  reading ``dy`` and writing ``dx``. One FLOP per window element of ``dy``.
 - ``BatchNormGrad``, ``LayerNormGrad``, ``SoftmaxGrad`` and ``LogSoftmaxGrad`` are one
   memory-bound kernel each over their inputs and results, 8 FLOPs per element, priced by
   the first family the profile fits of ``batchnorm_grad``; ``layernorm_grad``, then
