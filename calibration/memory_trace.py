@@ -204,22 +204,13 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from distir.cli import _train
+    from grid_search.study import add_workload_arguments
 
     p = argparse.ArgumentParser(prog="python -m calibration.memory_trace",
                                 description=__doc__.split("\n\n")[0])
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="one step's memory per op, per rank (under torchrun)")
-    m.add_argument("--model", required=True,
-                   help="a built-in workload (grid_search.models) or a model file (.onnx, "
-                   ".dir) with the --dim, --batch-input and --train options of its search")
-    m.add_argument("--dtype", default="Float16", help="of a built-in model (a file's own "
-                   "dtype is used)")
-    m.add_argument("--dim", action="append", default=[], metavar="NAME=N",
-                   help="with --model FILE.onnx: bind a symbolic dimension (repeatable)")
-    m.add_argument("--batch-input", default=None, metavar="NAME",
-                   help="with --model FILE: the input that carries the batch")
-    _train.add_arguments(m)
+    add_workload_arguments(m)
     m.add_argument("--batch-size", type=int, required=True)
     m.add_argument("--config", required=True, metavar="D,T,P,K")
     m.add_argument("--hardware", default="h100-sxm",

@@ -614,6 +614,23 @@ def cmd_compare(args: argparse.Namespace) -> int:
     return 0
 
 
+def add_workload_arguments(p: argparse.ArgumentParser) -> None:
+    """``--model``, ``--dtype``, ``--dim``, ``--batch-input`` and the ``--train`` options:
+    what ``workload_from_args`` reads."""
+    from distir.cli import _train
+
+    p.add_argument("--model", required=True,
+                   help="a built-in model (gpt2-..., mlp-...) or a model file (.onnx, .dir) "
+                   "with the --dim, --batch-input and --train options its search was given")
+    p.add_argument("--dtype", default="Float16", help="of a built-in model (a file's own "
+                   "dtype is used)")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="with --model FILE.onnx: bind a symbolic dimension (repeatable)")
+    p.add_argument("--batch-input", default=None, metavar="NAME",
+                   help="with --model FILE: the input that carries the batch")
+    _train.add_arguments(p)
+
+
 def workload_from_args(args: argparse.Namespace) -> Any:
     """The workload ``study explain`` (and ``calibration.memory_trace measure``) runs: a
     built-in model by name (``--dtype``), or a model file with the ``--dim``,
@@ -868,16 +885,7 @@ def main(argv: list[str] | None = None) -> int:
     c.set_defaults(func=cmd_compare)
     e = sub.add_parser("explain", help="profile one configuration and explain it against "
                        "the simulation (distir run --profile, distir explain)")
-    e.add_argument("--model", required=True,
-                   help="a built-in model (gpt2-..., mlp-...) or a model file (.onnx, .dir) "
-                   "with the --dim, --batch-input and --train options its search was given")
-    e.add_argument("--dtype", default="Float16", help="of a built-in model (a file's own "
-                   "dtype is used)")
-    e.add_argument("--dim", action="append", default=[], metavar="NAME=N",
-                   help="with --model FILE.onnx: bind a symbolic dimension (repeatable)")
-    e.add_argument("--batch-input", default=None, metavar="NAME",
-                   help="with --model FILE: the input that carries the batch")
-    _train.add_arguments(e)
+    add_workload_arguments(e)
     e.add_argument("--batch-size", type=int, required=True)
     for k in ("dp", "tp", "pp", "microbatches"):
         e.add_argument(f"--{k}", type=int, default=1)

@@ -9,6 +9,7 @@ chains of an exported graph drop out of the distributed program.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -20,7 +21,7 @@ from distir.ir.printer import Namer, _Printer
 from distir.ir.schemas import COMM_OPS
 from distir.ir.types import DenseAttr, TensorType
 
-__all__ = ["Program", "SHAPE_OPERANDS", "KNOWN_LIMIT", "inline_calls"]
+__all__ = ["Program", "SHAPE_OPERANDS", "KNOWN_LIMIT", "inline_calls", "in_own_blocks"]
 
 SHAPE_OPERANDS = frozenset({("Reshape", 1), ("Expand", 1), ("Split", 1),
                             ("ConstantOfShape", 0)})
@@ -222,6 +223,24 @@ class Program:
         i = self.producer.get(v)
         return None if i is None else self.ops[i]
 
+    def derived_from(self, v: Value | None, hit: Callable[[Value, Op | None], bool],
+                     limit: int = 256) -> bool:
+        """Whether ``v``, or a value it is computed from (through any ops, up to ``limit``
+        values), satisfies ``hit(value, its producing op or None)``."""
+        seen: set[Value] = set()
+        todo = [] if v is None else [v]
+        while todo and len(seen) < limit:
+            x = todo.pop()
+            if x in seen:
+                continue
+            seen.add(x)
+            op = self.producer_op(x)
+            if hit(x, op):
+                return True
+            if op is not None:
+                todo.extend(y for y in op.inputs if y is not None)
+        return False
+
     def is_zeros(self, v: Value | None) -> bool:
         """Whether ``v`` is all zeros: a zero constant, ``ConstantOfShape`` of zero (or
         without a value), or one expanded."""
@@ -253,3 +272,15 @@ class _Named(Namer):
         if self.done and id(v) in self.names:
             return self.names[id(v)]
         return super().define(v)
+
+
+def in_own_blocks(idx: np.ndarray, rows: int, n: int) -> bool:
+    """Whether block ``j`` of ``idx``'s leading axis cut in ``n`` (non-negative row
+    indices) reads only rows ``[j·L, (j+1)·L)`` of ``rows`` (``L = rows / n``): then a split
+    of both in ``n`` keeps each block's indices in its own rows."""
+    if n < 1 or rows % n or not idx.shape or idx.shape[0] % n:
+        return False
+    per = rows // n
+    block = idx.reshape(n, -1)
+    first = np.arange(n, dtype=np.int64)[:, None] * per
+    return bool(((block >= first) & (block < first + per)).all())

@@ -18,7 +18,7 @@ import numpy as np
 from distir.ir.core import Op, Value
 from distir.transforms.layout import B, Demand, Layout, Reject, replicated
 from distir.transforms.layout_rules import apply_rule
-from distir.transforms.program import Program
+from distir.transforms.program import Program, in_own_blocks
 
 __all__ = ["Propagation", "OPTIMIZERS", "Undo"]
 
@@ -117,21 +117,8 @@ class Propagation:
         """Whether ``v`` is computed (through any ops) from an index made from local shapes
         (``local_index``): its values then address a shard's own rows, whatever arithmetic
         follows (an offset, a fix-up of negative indices)."""
-        if v is None:
-            return False
-        seen: set[Value] = set()
-        todo = [v]
-        while todo and len(seen) < 256:
-            x = todo.pop()
-            if x in seen:
-                continue
-            seen.add(x)
-            if x in self.local_index:
-                return True
-            src = self.prog.producer_op(x)
-            if src is not None:
-                todo.extend(y for y in src.inputs if y is not None)
-        return False
+        local = self.local_index
+        return self.prog.derived_from(v, lambda x, _: x in local)
 
     def _rows_of_samples(self, op: Op) -> bool:
         """Whether the one-element index tuples of the ``ScatterND`` ``op``, known before
@@ -144,12 +131,9 @@ class Propagation:
             return False
         rows, samples = prog.shape(data)[0], prog.shape(upd)[0]
         known = prog.known(idx)
-        if not samples or rows % samples or known is None or known.shape[:1] != (samples,):
+        if known is None or known.shape[:1] != (samples,):
             return False
-        per = rows // samples
-        at = np.where(known < 0, known + rows, known).reshape(samples, -1)
-        first = np.arange(samples, dtype=np.int64)[:, None] * per
-        return bool(((at >= first) & (at < first + per)).all())
+        return in_own_blocks(np.where(known < 0, known + rows, known), rows, samples)
 
     def _check_scatter(self, op: Op, ins: tuple, hit: tuple) -> None:
         """A ``ScatterND`` of one-element index tuples split by the batch is local into
@@ -159,8 +143,8 @@ class Propagation:
         prog = self.prog
         data, idx = ins[0], ins[1]
         tuples = prog.shape(op.inputs[1])[-1] if op.inputs[1] is not None else 0
-        local = tuples == 1 and idx is not None and bool(idx.marks) and idx.marks[0] == B \
-            and self._made_locally(op.inputs[1])
+        made_locally = idx is not None and B in idx.marks and self._made_locally(op.inputs[1])
+        local = made_locally and tuples == 1 and idx is not None and idx.marks[0] == B
         if data is not None and data.marks and data.marks[0] == B and tuples == 1:
             if not local or not self._rows_of_samples(op):
                 raise Reject("ScatterND into the split batch axis with indices that are not "
@@ -171,7 +155,7 @@ class Propagation:
         if local and hit[0][1] == "b" and op.inputs[0] is not None and \
                 self._rows_of_samples(op):
             raise Demand(0, Layout((B,) + (None,) * (len(prog.shape(op.inputs[0])) - 1)))
-        if idx is not None and B in idx.marks and self._made_locally(op.inputs[1]):
+        if made_locally:
             # a shard's indices address its own rows, not the whole tensor's: not a sum
             raise Reject("ScatterND with indices made from the local batch size into a "
                          "tensor not split by the batch")

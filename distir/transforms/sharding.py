@@ -118,21 +118,8 @@ class Sharding(TensorPass):
     def _from_batch_range(self, v: Value) -> bool:
         """Whether ``v`` is computed from a ``Range`` over the batch size (then it can only
         be split as local indices; else only as data)."""
-        prog = self.prog
-        seen: set[Value] = set()
-        todo = [v]
-        while todo and len(seen) < 256:
-            x = todo.pop()
-            if x in seen:
-                continue
-            seen.add(x)
-            op = prog.producer_op(x)
-            if op is None:
-                continue
-            if op.op_type == "Range" and self._is_batch_size(op.inputs[1], 0):
-                return True
-            todo.extend(y for y in op.inputs if y is not None)
-        return False
+        return self.prog.derived_from(v, lambda _, op: op is not None and op.op_type == "Range"
+                                      and self._is_batch_size(op.inputs[1], 0))
 
     def _pull_batch(self, v: Value, want: Layout, depth: int, local: bool) -> int | None:
         """Split the batch-free value ``v`` as ``want`` by splitting what it is made of: an

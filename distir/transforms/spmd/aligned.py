@@ -39,7 +39,7 @@ from typing import Any
 import numpy as np
 
 from distir.ir.core import Op
-from distir.transforms.program import Program
+from distir.transforms.program import Program, in_own_blocks
 from distir.transforms.spmd.mesh import Mesh, Placement, Shard, Spec
 
 __all__ = ["LOOKUPS", "aligned_dim", "aligned_axis", "result_dim", "local_indices",
@@ -105,15 +105,10 @@ def aligned_dim(prog: Program, op: Op, data: Placement | None, n: int) -> int | 
         return None
     rows = prog.shape(op.inputs[0])[dim]  # type: ignore[arg-type]
     idx = _known_rows(prog, op, dim)
-    if idx is None or rows % n:
+    if idx is None:
         return None
-    per = rows // n
     for k in _positions(prog, op):
-        if idx.shape[k] % n:
-            continue
-        block = np.moveaxis(idx, k, 0).reshape(n, -1)
-        first = np.arange(n, dtype=np.int64)[:, None] * per
-        if ((block >= first) & (block < first + per)).all():
+        if in_own_blocks(np.moveaxis(idx, k, 0), rows, n):
             return k
     return None
 
