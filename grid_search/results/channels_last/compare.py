@@ -35,28 +35,35 @@ CALLS = {  # call: (folder, its log, [(label, model file, options)]), each held 
 }
 
 
-def _unpacked(tmp: Path, folder: str, log: str) -> Path:
-    """A call's folder laid out as ``sealed3.main`` reads one: ``call_a/sealed/``,
-    ``call_a/skel/`` and ``call_a/run_a.log``."""
-    here = tmp / HERE.name
-    call = here / "call_a"
+def _unpacked(tmp: Path, here: Path, folder: str, log: str) -> Path:
+    """A call's folder of ``here`` laid out as ``sealed3.main`` reads one:
+    ``call_a/sealed/``, ``call_a/skel/`` and ``call_a/run_a.log``."""
+    out = tmp / here.name
+    call = out / "call_a"
     (call / "sealed").mkdir(parents=True)
-    with tarfile.open(HERE / folder / "sealed.tgz") as t:
+    with tarfile.open(here / folder / "sealed.tgz") as t:
         t.extractall(call / "sealed", filter="data")
-    with tarfile.open(HERE / folder / "skel.tgz") as t:
+    with tarfile.open(here / folder / "skel.tgz") as t:
         t.extractall(call, filter="data")
-    shutil.copy(HERE / folder / log, call / "run_a.log")
-    return here
+    shutil.copy(here / folder / log, call / "run_a.log")
+    return out
 
 
-if __name__ == "__main__":
-    which = "c"
-    if "--call" in sys.argv:  # (sealed3.main reads the other options)
+def compare_call(here: Path, calls: dict, default: str) -> None:
+    """``--call X`` (default ``default``) of ``calls`` (``{call: (folder, its log,
+    [(label, model file, options)])}``) compared by ``sealed3.main``, which reads the
+    other options."""
+    which = default
+    if "--call" in sys.argv:
         i = sys.argv.index("--call")
         which = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
         del sys.argv[i:i + 2]
-    if which not in CALLS:
-        sys.exit(f"--call: choose one of {', '.join(CALLS)}")
-    folder, log, studies = CALLS[which]
+    if which not in calls:
+        sys.exit(f"--call: choose one of {', '.join(calls)}")
+    folder, log, studies = calls[which]
     with tempfile.TemporaryDirectory() as d:
-        sealed3.main(_unpacked(Path(d), folder, log), studies)
+        sealed3.main(_unpacked(Path(d), here, folder, log), studies)
+
+
+if __name__ == "__main__":
+    compare_call(HERE, CALLS, "c")

@@ -14,50 +14,24 @@ profile at the call's log's commit.
 from __future__ import annotations
 
 import importlib.util
-import shutil
-import sys
-import tarfile
-import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-_spec = importlib.util.spec_from_file_location("zoo_sealed3_compare",
-                                               HERE.parent / "zoo_sealed3" / "compare.py")
+_spec = importlib.util.spec_from_file_location("channels_last_compare",
+                                               HERE.parent / "channels_last" / "compare.py")
 assert _spec is not None and _spec.loader is not None
-sealed3 = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sealed3)
+_cl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cl)
 
-CALLS = {  # call: (its log, [(label, model file, options)]), each held out
-    "a": ("run_a.log", [("HF FocalNet-T (dynamo)", "focalnet", sealed3.base.CE)]),
-    "b": ("run_b.log", [("HF Swin-T (torchscript)", "swin", sealed3.base.CE)]),
-    "d": ("run_d.log", [("HF Swin-V2-T (torchscript)", "swinv2", sealed3.base.CE)]),
-    "f": ("run_f.log", [("HF PoolFormer-S12 (dynamo)", "poolformer", sealed3.base.CE)]),
-    "h": ("run_h.log", [("HF PoolFormer-M36 (dynamo)", "poolformer_m36", sealed3.base.CE)]),
+CE = _cl.sealed3.base.CE
+CALLS = {  # call: (folder, its log, [(label, model file, options)]), each held out
+    "a": ("call_a", "run_a.log", [("HF FocalNet-T (dynamo)", "focalnet", CE)]),
+    "b": ("call_b", "run_b.log", [("HF Swin-T (torchscript)", "swin", CE)]),
+    "d": ("call_d", "run_d.log", [("HF Swin-V2-T (torchscript)", "swinv2", CE)]),
+    "f": ("call_f", "run_f.log", [("HF PoolFormer-S12 (dynamo)", "poolformer", CE)]),
+    "h": ("call_h", "run_h.log", [("HF PoolFormer-M36 (dynamo)", "poolformer_m36", CE)]),
 }
 
 
-def _unpacked(tmp: Path, call: str, log: str) -> Path:
-    """``call_X/`` laid out as ``sealed3.main`` reads a folder: ``call_a/sealed/``,
-    ``call_a/skel/`` and ``call_a/run_a.log``."""
-    here = tmp / HERE.name
-    dest = here / "call_a"
-    (dest / "sealed").mkdir(parents=True)
-    with tarfile.open(HERE / f"call_{call}" / "sealed.tgz") as t:
-        t.extractall(dest / "sealed", filter="data")
-    with tarfile.open(HERE / f"call_{call}" / "skel.tgz") as t:
-        t.extractall(dest, filter="data")
-    shutil.copy(HERE / f"call_{call}" / log, dest / "run_a.log")
-    return here
-
-
 if __name__ == "__main__":
-    which = "a"
-    if "--call" in sys.argv:  # (sealed3.main reads the other options)
-        i = sys.argv.index("--call")
-        which = sys.argv[i + 1] if i + 1 < len(sys.argv) else ""
-        del sys.argv[i:i + 2]
-    if which not in CALLS:
-        sys.exit(f"--call: choose one of {', '.join(CALLS)}")
-    log, studies = CALLS[which]
-    with tempfile.TemporaryDirectory() as d:
-        sealed3.main(_unpacked(Path(d), which, log), studies)
+    _cl.compare_call(HERE, CALLS, "a")
