@@ -61,7 +61,7 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                   "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
-                  "where", "pad")
+                  "where", "pad", "groupnorm")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
@@ -94,17 +94,20 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "avgpool": ((64, 1), (64, 2), (256, 1), (256, 2)),
     "avgpool_grad": ((64, 1), (64, 2), (256, 1), (256, 2)),
     "scatter_add_few": (3, 16), "where": (1,),
-    "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7))}
+    "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7)),
+    "groupnorm": ((64, 1, 56), (128, 1, 28), (320, 1, 14), (512, 1, 7), (256, 32, 56),
+                  (512, 32, 28), (1024, 32, 14), (2048, 32, 7), (64, 64, 56),
+                  (256, 256, 14), (512, 512, 7), (1, 1, 448), (8, 1, 16), (32, 32, 8))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
-``reduce`` pair ``(channels, pixels)`` is a
-convolution's bias gradient, ``[N, channels, pixels]`` summed to ``[channels]`` (the row's
-op ``ReduceSum i<pixels>``); a plain width, rows ``[N, width]`` summed over ``N``. An
-average pool's pair is ``(channels, stride)`` (the row's op ``AveragePool i<stride>``).
-A ``reduce`` pair ``(channels, pixels)`` is a
-convolution's bias gradient, ``[N, channels, pixels]`` summed to ``[channels]`` (the row's
-op ``ReduceSum i<pixels>``); a plain width, rows ``[N, width]`` summed over ``N``."""
+``reduce`` pair ``(channels, pixels)`` is a convolution's bias gradient, ``[N, channels,
+pixels]`` summed to ``[channels]`` (the row's op ``ReduceSum i<pixels>``); a plain width,
+rows ``[N, width]`` summed over ``N``. An average pool's pair is ``(channels, stride)``
+(the row's op ``AveragePool i<stride>``). A ``groupnorm`` triple is ``(channels, groups,
+image side)`` (one group: PoolFormer's norms, exported as an ``InstanceNormalization`` of
+one channel; 32: BiT's; one per channel: instance norms; the row's width is a group's
+elements, its op ``GroupNormalization i<pixels>``)."""
 
 COLD = frozenset({"adam"})
 """Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``): their
@@ -395,6 +398,14 @@ def _case(fam: str, width: int, n: int, dtype: Any) -> tuple[Any, dict[str, int]
                            training_mode=1), {}
         return _one_op("BatchNormGrad", [("x", dtype, x), ("w", dtype, (c,)),
                                          ("dy", dtype, x)], 3), {}
+    if fam == "groupnorm":  # (channels, groups, side): statistics per sample and group
+        c, g, h = width
+        if c * h * h > n:
+            return None
+        x = (n // (c * h * h), c, h, h)
+        return _one_op("GroupNormalization", [("x", dtype, x), ("w", dtype, (c,)),
+                                              ("b", dtype, (c,))], 1, num_groups=g,
+                       epsilon=1e-5), {}  # statistics in float32, as exporters write it
     if fam in ("avgpool", "avgpool_grad"):  # 3 x 3 windows of stride 1 or 2, pads of 1
         c, st = width
         h = next((h for h in (56, 28, 14, 7) if c * h * h <= n), 0)
@@ -539,6 +550,9 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     op = fn.ops[-1].op_type
                     if fam == "pad":  # the row is the padded image's side
                         op, width = f"{op} c{width[0]}", width[1]
+                    elif fam == "groupnorm":  # a group's elements, a channel's pixels
+                        c, g, h = width
+                        op, width = f"{op} i{h * h}", c // g * h * h
                     elif isinstance(width, tuple):  # (channels, pixels, size or stride)
                         tag = "i" if fam in ("reduce", "avgpool", "avgpool_grad") else "h"
                         op, width = f"{op} {tag}{width[1]}", width[0]

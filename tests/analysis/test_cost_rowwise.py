@@ -149,3 +149,35 @@ def test_average_pools_are_priced_by_their_channels_and_stride() -> None:
     bare = Hardware(**BASE, fits=(("elementwise", "any", EW),))
     assert rule("AveragePool", (x,), (y1,), {**win, "strides": [1, 1]}, bare).seconds == \
         pytest.approx(bare.memory_time(float(nbytes), float(y1.numel * 9), "Float32"))
+
+
+def test_group_norms_are_priced_by_their_groups() -> None:
+    """``InstanceNormalization`` and ``GroupNormalization`` by the ``groupnorm`` fit, with
+    a group's elements as ``width`` and a channel's pixels as ``inner`` (PoolFormer's
+    one-group norm, exported as an instance norm of ``[N, 1, C * H * W]``, is one row of
+    ``C * H * W`` per sample); a profile without the family keeps one pass at the
+    memory's bandwidth."""
+    from distir.analysis.cost import COST_RULES
+
+    fit = FitModel("linear", ("bytes", "width", "inner"), intercept=1e-5,
+                   coef=(1e-11, 1e-9, 1e-7))
+    hw = Hardware(**BASE, fits=(("elementwise", "any", EW), ("groupnorm", "Float32", fit)))
+    c = _t(64)
+    one = _t(8, 1, 64 * 56 * 56)
+    rule = COST_RULES.get("InstanceNormalization")
+    t = rule("InstanceNormalization", (one, _t(1), _t(1)), (one,), {"epsilon": 1e-5},
+             hw).seconds
+    nbytes = 2 * one.size_bytes + 8
+    assert t == pytest.approx(1e-5 + 1e-11 * nbytes + 1e-9 * 64 * 56 * 56 + 1e-7 * 64 * 56 * 56)
+    x = _t(8, 64, 56, 56)
+    g = COST_RULES.get("GroupNormalization")("GroupNormalization", (x, c, c), (x,),
+                                             {"num_groups": 32, "epsilon": 1e-5}, hw).seconds
+    assert g == pytest.approx(1e-5 + 1e-11 * (2 * x.size_bytes + 2 * c.size_bytes)
+                              + 1e-9 * 2 * 56 * 56 + 1e-7 * 56 * 56)
+    inst = rule("InstanceNormalization", (x, c, c), (x,), {"epsilon": 1e-5}, hw).seconds
+    assert inst == pytest.approx(1e-5 + 1e-11 * (2 * x.size_bytes + 2 * c.size_bytes)
+                                 + 1e-9 * 56 * 56 + 1e-7 * 56 * 56)
+    bare = Hardware(**BASE, fits=(("elementwise", "any", EW),))
+    nb = float(2 * x.size_bytes + 2 * c.size_bytes)
+    assert rule("InstanceNormalization", (x, c, c), (x,), {"epsilon": 1e-5}, bare).seconds \
+        == pytest.approx(bare.memory_time(nb, 5.0 * x.numel, "Float32"))

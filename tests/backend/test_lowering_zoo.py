@@ -162,6 +162,14 @@ def test_depth_space_and_norms() -> None:
                  epsilon=1e-3), rtol=1e-4, atol=1e-5)
     check(one_op("GroupNormalization", [(F32, (2, 6, 3, 3)), (F32, (6,)), (F32, (6,))],
                  num_groups=3), rtol=1e-4, atol=1e-5)
+    # Statistics in a wider stash type than X (not one fused kernel), and one group.
+    check(one_op("GroupNormalization", [(F64, (2, 6, 3, 3)), (F64, (6,)), (F64, (6,))],
+                 num_groups=2, stash_type=1), rtol=1e-4, atol=1e-5)
+    check(one_op("GroupNormalization", [(F32, (2, 4, 5)), (F32, (4,)), (F32, (4,))],
+                 num_groups=1), rtol=1e-4, atol=1e-5)
+    # (N, C): each value its own group, the result is the bias.
+    check(one_op("InstanceNormalization", [(F32, (2, 3)), (F32, (3,)), (F32, (3,))]),
+          rtol=1e-4, atol=1e-5)
 
 
 _CTMS = ["half_pixel", "half_pixel_symmetric", "pytorch_half_pixel", "align_corners",

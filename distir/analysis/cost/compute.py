@@ -106,7 +106,9 @@ which falls back to the ``elementwise`` fit for a profile without the family). B
 (``scatter_add``: the embedding gradient), ``MaxPool`` (``maxpool``), a constant ``Pad``
 (``pad``), ``AveragePool`` (``avgpool``, with its channels and stride as features, where
 the profile fits it: else at the memory's bandwidth, which a 3 x 3 pool of stride 1 takes
-twelve times)."""
+twelve times), ``InstanceNormalization`` and ``GroupNormalization`` (``groupnorm``, with a
+group's elements and a channel's pixels as features, where the profile fits it: else one
+pass at the memory's bandwidth, as before the family)."""
 
 
 def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
@@ -116,6 +118,8 @@ def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
         return "scatter_add" if attrs.get("reduction") == "add" else None
     if op_type == "Pad":  # F.pad; the other modes gather (index_select)
         return "pad" if attrs.get("mode", "constant") == "constant" else None
+    if op_type in ("InstanceNormalization", "GroupNormalization"):
+        return "groupnorm"
     return KERNEL_FAMILY.get(op_type)
 
 
@@ -161,6 +165,8 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             return OpCost(t, flops, nbytes)
     if family == "where" and (broadcasts(ins, outs) or not hw.has_kernel_fit(family, dt)):
         family = None  # measured on same-shape operands: else an elementwise kernel
+    elif family == "groupnorm" and not hw.has_kernel_fit(family, dt):
+        family = None  # a profile measured before the family: one pass, as before
     elif family == "pad" and isinstance(outs[0], TensorType) and \
             isinstance(ins[0], TensorType) and outs[0].shape == ins[0].shape:
         family = None  # pads of zero (TensorFlow's "same" padding of a 1 x 1 kernel): a copy
@@ -199,6 +205,8 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     if op_type in ("LayerNormalization", "LayerNormGrad"):
         axis = int(attrs.get("axis", -1))
         return rowwise_features(nbytes, math.prod(shape[axis % len(shape):]))
+    if op_type in ("InstanceNormalization", "GroupNormalization"):
+        return norm_group_features(x, attrs, nbytes)
     if op_type not in ("ReduceSum", "ReduceMean") or not outs or \
             not isinstance(outs[0], TensorType):
         return None
@@ -216,6 +224,18 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     last = max((i for i, k in enumerate(kept) if k), default=-1)
     inner = math.prod(shape[last + 1:]) if width != x.numel else 1  # else nothing reduced
     return rowwise_features(nbytes, width, inner)
+
+
+def norm_group_features(x: TensorType, attrs: dict[str, Any],
+                        nbytes: float) -> dict[str, float]:
+    """``rowwise_features`` of an instance or group norm of ``x`` (``(N, C, ...)``):
+    ``width`` the elements of one group (its channels' pixels), ``inner`` one channel's
+    pixels, as ``calibration.bench_train`` measures the ``groupnorm`` family."""
+    shape = x.shape
+    c = shape[1] if len(shape) > 1 else 1
+    groups = int(attrs.get("num_groups", c)) or 1
+    pixels = math.prod(shape[2:])
+    return rowwise_features(nbytes, max(c // groups, 1) * pixels, pixels)
 
 
 FEW_SCATTER_ROWS = 64
