@@ -181,3 +181,25 @@ def test_group_norms_are_priced_by_their_groups() -> None:
     nb = float(2 * x.size_bytes + 2 * c.size_bytes)
     assert rule("InstanceNormalization", (x, c, c), (x,), {"epsilon": 1e-5}, bare).seconds \
         == pytest.approx(bare.memory_time(nb, 5.0 * x.numel, "Float32"))
+
+
+def test_training_batch_norms_read_a_fit_of_their_dtype() -> None:
+    """A training-mode ``BatchNormalization`` (BiT's weight standardization, exported by
+    TorchScript) and its gradient by ``batchnorm`` / ``batchnorm_grad`` fits keyed by
+    dtype, with the channels and pixels as features: such a profile crashed the
+    simulator (the lookup of an ``any`` fit missed, and the bytes alone were handed to a
+    fit of three features)."""
+    from distir.analysis.cost import COST_RULES
+
+    fit = FitModel("linear", ("bytes", "channels", "spatial"), intercept=1e-5,
+                   coef=(1e-11, 1e-8, 1e-9))
+    hw = Hardware(**BASE, fits=(("elementwise", "any", EW), ("batchnorm", "Float32", fit),
+                                ("batchnorm_grad", "Float32", fit)))
+    x, c = _t(1, 64, 576), _t(64)
+    t = COST_RULES.get("BatchNormalization")(
+        "BatchNormalization", (x, c, c, c, c), (x, c, c), {"training_mode": 1}, hw).seconds
+    nbytes = 2 * x.size_bytes + 6 * c.size_bytes
+    assert t == pytest.approx(1e-5 + 1e-11 * nbytes + 1e-8 * 64 + 1e-9 * 576)
+    g = COST_RULES.get("BatchNormGrad")("BatchNormGrad", (x, c, x), (x, c, c), {}, hw).seconds
+    assert g == pytest.approx(1e-5 + 1e-11 * (3 * x.size_bytes + 3 * c.size_bytes)
+                              + 1e-8 * 64 + 1e-9 * 576)

@@ -82,14 +82,15 @@ def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: fl
               dt: str) -> float | None:
     """A batch normalization's kernel (``batchnorm``, ``batchnorm_grad``) by the profile's
     fit with ``bytes``, ``channels`` (axis 1 of ``x``) and ``spatial`` (the pixels per
-    image), as ``calibration.bench_train.norm_features`` measured them; ``None`` without a
-    fit."""
-    f = hw.fit(family, "any")
-    if f is None:
-        return None
+    image), as ``calibration.bench_train.norm_features`` measured them, for ``dt`` (the
+    dtype's own fit, else ``any``'s, ...: profiles fit these families per dtype since the
+    training families were, and a lookup of ``any`` alone missed them); ``None`` without
+    a fit."""
     feats = {"bytes": float(nbytes), "channels": float(x.shape[1] if x.rank > 1 else 1),
              "spatial": float(_prod(x.shape[2:]))}
-    t = max(f(feats), hw.launch_overhead)
+    t = hw.fitted_kernel_time(family, dt, feats)
+    if t is None:
+        return None
     return max(t, hw.launch_overhead + flops / hw.peak(dt))
 
 
