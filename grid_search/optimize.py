@@ -66,7 +66,7 @@ def report(res: Any, title: str, top: int = 8) -> str:
     lines.append(f"{'mesh':>6} {'plan':>8} {'simulated ms':>13} {'estimate ms':>12} "
                  f"{'peak GiB':>9} fits")
     for c in res.candidates[:top]:
-        peak = max(c.sim.peak_memory_bytes.values()) / 2**30 if c.sim is not None else 0.0
+        peak = max(c.sim.held_bytes.values()) / 2**30 if c.sim is not None else 0.0
         est = "-" if c.estimate_s != c.estimate_s else f"{c.estimate_s * 1e3:.3f}"
         lines.append(f"{str(c.assignment.mesh):>6} {c.origin:>8} {c.simulated_s * 1e3:13.3f} "
                      f"{est:>12} {peak:9.2f} {'yes' if c.fits else 'no'}")
@@ -74,7 +74,7 @@ def report(res: Any, title: str, top: int = 8) -> str:
 
 
 def _peak(sim: Any) -> float:
-    return float(max(sim.peak_memory_bytes.values())) if sim is not None else math.nan
+    return float(max(sim.held_bytes.values())) if sim is not None else math.nan
 
 
 def _top_fitting(res: Any, k: int) -> list[Any]:

@@ -151,7 +151,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         first = (str(e).strip().splitlines() or [""])[0]
         return _failed(row, "error", f"internal error in {step} (a bug in distir; please "
                        f"report it): {type(e).__name__}: {first}", t0)
-    peaks = sim.peak_memory_bytes
+    peaks = sim.held_bytes  # (with the libraries' workspaces, as the allocator counts)
     per_dev = [int(peaks.get(d, 0)) for d in range(cfg.devices)]
     capacity = sim.memory_capacity_bytes
     fits = max(per_dev) <= capacity

@@ -286,7 +286,7 @@ def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margi
             fn = w.program(seq, c)
         except TransformError:
             continue
-        peak = max(distir.simulate(fn, hardware).peak_memory_bytes.values())
+        peak = max(distir.simulate(fn, hardware).held_bytes.values())
         ratio = peak / limit
         if abs(ratio - 1.0) <= margin:
             sides[0 if ratio > 1.0 else 1].append((abs(ratio - 1.0), i, c, int(peak)))
@@ -491,7 +491,7 @@ def cmd_compare(args: argparse.Namespace) -> int:
         # A step replayed as a CUDA graph has no per-op host dispatch to model.
         graph = _graph(r)
         sim = distir.simulate(fn, hardware=hw_graph if graph else hw, batch_size=b)
-        per = [int(sim.peak_memory_bytes.get(d, 0)) for d in range(int(r["devices"]))]
+        per = [int(sim.held_bytes.get(d, 0)) for d in range(int(r["devices"]))]
         r["latency_s"] = sim.latency_s
         if sim.host_s:  # the profile models host dispatch: the busiest host's time
             r["host_s"] = max(sim.host_s.values())

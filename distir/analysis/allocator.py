@@ -458,7 +458,9 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
                 peak_bytes.get(p.device, worst) < NEAR_CAPACITY * low:
             continue  # (a device far below the capacity is not replayed)
         cap = room(sum(p.device in g for g in groups))
-        r = replay(p.fn, limit=int(cap * (1 - MARGIN)))
+        # (the libraries' workspaces are allocator blocks the replayed program does not
+        # name: its tensors have the rest)
+        r = replay(p.fn, limit=int(cap * (1 - MARGIN)) - hardware.workspace_held)
         verdicts.append(Verdict(not r.out_of_memory, p.device, r, cap))
     if not verdicts:
         return None

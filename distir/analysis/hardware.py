@@ -554,6 +554,15 @@ class Hardware:
     in a world of one (CUDA context, library handles, its communicator), of a rank of a
     larger world with the world's communicator alone, and of each further communicator it
     joins; measured by ``python -m calibration.memory_overhead``. See ``reserved_for``."""
+    workspace_bytes: int = 0
+    """Bytes the math libraries' workspaces hold inside the allocator, per stream that runs
+    products: cuBLAS's 32 MiB and cuBLASLt's 1 MiB, allocated by a device's first product
+    and never freed (measured by ``grid_search/results/norms_views/workspace_probe.py`` on
+    an H200, torch 2.11). A step replayed as a CUDA graph holds two sets, the eager
+    warm-up's and the capture stream's (``workspace_copies``). Added to every device's
+    peak (``Simulation.peak_memory_bytes``)."""
+    workspace_copies: int = 1
+    """How many sets of ``workspace_bytes`` a device holds (2 for ``for_cuda_graphs``)."""
     host_dispatch: tuple[tuple[str, float], ...] = ()
     """Seconds the host spends issuing one op, by op type (``"*"``: any other type),
     measured by ``python -m calibration.bench_dispatch``; empty: the host is not modelled
@@ -566,6 +575,8 @@ class Hardware:
                                     repr=False)
 
     def __post_init__(self) -> None:
+        if self.workspace_bytes < 0 or self.workspace_copies < 1:
+            raise ConfigError(f"profile {self.name}: device.workspace_bytes must be >= 0")
         if self.outside_allocator and (len(self.outside_allocator) != 3 or
                                        min(self.outside_allocator) < 0):
             raise ConfigError(f"profile {self.name}: outside_allocator is (single, world, "
@@ -610,11 +621,20 @@ class Hardware:
     def for_cuda_graphs(self) -> Hardware:
         """This profile for steps replayed as CUDA graphs (``distir run --cuda-graph``): the
         host launches one graph a step instead of issuing each op, so its dispatch is not
-        modelled (``host_dispatch`` dropped; everything else alike)."""
-        if not self.host_dispatch:
+        modelled (``host_dispatch`` dropped), and the capture stream holds a second set of
+        the libraries' workspaces (``workspace_copies`` 2); everything else alike."""
+        if not self.host_dispatch and (not self.workspace_bytes or
+                                       self.workspace_copies == 2):
             return self
-        return replace(self, host_dispatch=(), name=f"{self.name}+graph", _peak={}, _fits={},
-                       _host={})
+        return replace(self, host_dispatch=(), workspace_copies=2,
+                       name=f"{self.name}+graph" if self.host_dispatch else self.name,
+                       _peak={}, _fits={}, _host={})
+
+    @property
+    def workspace_held(self) -> int:
+        """The libraries' workspace bytes a device holds (``workspace_bytes`` x
+        ``workspace_copies``)."""
+        return self.workspace_bytes * self.workspace_copies
 
     def with_nodes(self, nodes: int) -> Hardware:
         """This profile for a machine of ``nodes`` nodes (everything else alike)."""
@@ -846,6 +866,7 @@ class Hardware:
                 **({"outside_allocator": dict(zip(("single", "world", "communicator"),
                                                   self.outside_allocator))}
                    if self.outside_allocator else {}),
+                **({"workspace_bytes": self.workspace_bytes} if self.workspace_bytes else {}),
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
@@ -888,6 +909,7 @@ class Hardware:
                 memory_bytes=int(dev["memory_bytes"]),
                 reserved_bytes=int(dev.get("reserved_bytes", 0)),
                 outside_allocator=_outside(dev.get("outside_allocator"), source),
+                workspace_bytes=int(dev.get("workspace_bytes", 0)),
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),

@@ -1012,11 +1012,22 @@ class Simulation:
         return self.hardware.usable_memory_bytes
 
     @property
+    def held_bytes(self) -> dict[int, int]:
+        """Per device, what the caching allocator hands out at the peak: the liveness peak
+        plus the math libraries' workspaces (``Hardware.workspace_held``: blocks of the
+        allocator that no value of the program names). What ``torch.cuda.max_memory_allocated``
+        measures."""
+        w = self.hardware.workspace_held
+        return {d: p + w for d, p in self.peak_memory_bytes.items()} if w else \
+            self.peak_memory_bytes
+
+    @property
     def out_of_memory(self) -> tuple[int, ...]:
-        """The devices whose peak memory exceeds what the profile's devices offer tensors
-        (the capacity less its ``reserved_bytes``)."""
+        """The devices whose peak memory, with the libraries' workspaces (``held_bytes``),
+        exceeds what the profile's devices offer tensors (the capacity less its
+        ``reserved_bytes``)."""
         cap = self.hardware.usable_memory_bytes
-        return tuple(d for d, p in self.peak_memory_bytes.items() if p > cap)
+        return tuple(d for d, p in self.held_bytes.items() if p > cap)
 
     @property
     def fits_in_memory(self) -> bool:
@@ -1062,6 +1073,7 @@ class Simulation:
             "idle_s": per(self.idle_s),
             **({"host_s": per(self.host_s)} if self.host_s else {}),
             "peak_memory_bytes": per(self.peak_memory_bytes),
+            "held_bytes": per(self.held_bytes),
             "memory_capacity_bytes": self.hardware.usable_memory_bytes,
             "out_of_memory_devices": list(self.out_of_memory),
             "uncosted_ops": list(self.uncosted_ops),

@@ -57,7 +57,7 @@ def run_simulate(args: argparse.Namespace) -> int:
 
     # Near the capacity, the caching allocator's reserve decides (docs/simulation.md).
     try:
-        verdict = near_capacity(m.entry, dict(sim.peak_memory_bytes), sim.hardware,
+        verdict = near_capacity(m.entry, dict(sim.held_bytes), sim.hardware,
                                 len(sim.devices))
     except Exception as e:  # noqa: BLE001 - a bug in the replay: report, keep the rest
         first = (str(e).strip().splitlines() or [""])[0]
@@ -115,7 +115,7 @@ def format_report(sim: object, verdict: object = None) -> str:
     rows = [head]
     cap = hw.usable_memory_bytes
     for d in sim.devices:
-        peak = sim.peak_memory_bytes[d]
+        peak = sim.held_bytes[d]  # (with the libraries' workspaces)
         rows.append((str(d), _time(sim.busy_s[d]), _time(sim.compute_s[d]),
                      _time(sim.comm_s[d]), _time(sim.idle_s[d]),
                      *((_time(host[d]),) if host else ()), _bytes(peak),

@@ -235,10 +235,37 @@ func @main(%x: {T0}) {{
   return %a
 }}""")
     base = load_hardware("h100-sxm")
-    tight = replace(base, memory_bytes=150, reserved_bytes=0)
+    tight = replace(base, memory_bytes=150, reserved_bytes=0, workspace_bytes=0)
     assert simulate(fn, tight).fits_in_memory  # peak 128 <= 150
     held = replace(tight, reserved_bytes=40)
     sim = simulate(fn, held)
     assert sim.memory_capacity_bytes == 110 and sim.out_of_memory == (0,)
     assert Hardware.from_json(held.to_json()).reserved_bytes == 40
     assert "reserved_bytes" not in tight.to_json()["device"]
+
+
+def test_the_libraries_workspaces_are_held_besides_the_tensors() -> None:
+    """``Hardware.workspace_bytes`` (cuBLAS's and cuBLASLt's workspaces, blocks of the
+    allocator that no value names) is added to every device's peak in ``held_bytes``,
+    twice for a step replayed as a CUDA graph (the capture stream holds its own set), and
+    decides ``out_of_memory`` with the tensors; the liveness peak stays the tensors'."""
+    from dataclasses import replace
+
+    from distir.analysis.hardware import Hardware, load_hardware
+
+    fn = distir.parse(f"""
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  return %a
+}}""")
+    base = replace(load_hardware("h100-sxm"), memory_bytes=1000, reserved_bytes=0,
+                   outside_allocator=(), workspace_bytes=400)
+    sim = simulate(fn, base)
+    assert sim.peak_memory_bytes == {0: 128} and sim.held_bytes == {0: 528}
+    assert sim.fits_in_memory
+    graph = base.for_cuda_graphs()
+    assert graph.workspace_held == 800 and graph.for_cuda_graphs() is graph
+    assert simulate(fn, graph).held_bytes == {0: 928}
+    assert simulate(fn, replace(graph, memory_bytes=900)).out_of_memory == (0,)
+    assert Hardware.from_json(base.to_json()).workspace_bytes == 400
+    assert load_hardware("h200-sxm").workspace_bytes == 33 << 20  # measured: 32 + 1 MiB

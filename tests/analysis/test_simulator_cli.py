@@ -84,7 +84,7 @@ def test_near_the_capacity_the_allocator_decides(tmp_path: Path,
     prof = json.loads((ROOT / "calibration" / "profiles" / "h200-sxm.json").read_text())
     prof["name"] = "tight"
     prof["device"]["memory_bytes"] = peak + 1024
-    for k in ("reserved_bytes", "outside_allocator"):
+    for k in ("reserved_bytes", "outside_allocator", "workspace_bytes"):
         prof["device"].pop(k, None)
     path = tmp_path / "tight.json"
     path.write_text(json.dumps(prof))
