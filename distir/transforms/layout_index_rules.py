@@ -96,11 +96,16 @@ def scatter_elements(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs
     axis = _norm(attrs.get("axis", 0), rank)
     if any(lay.marks[axis] is not None for lay in ins):
         raise Reject(f"{op_type} along a split axis ({axis})")
-    ref = next((lay for lay in ins if any(lay.marks)), ins[0])
+    # Data, indices and updates split alike along the same axes (their lengths may differ
+    # along ``axis`` only: data longer than the indices, DeBERTa's relative-position
+    # scores' gradient): an unsplit one is demanded so (zeros made at the local shape).
+    ref_k = next((k for k, lay in enumerate(ins) if any(lay.marks)), 0)
+    ref = ins[ref_k]
+    split = [a for a, m in enumerate(ref.marks) if m is not None]
     for k, lay in enumerate(ins):
         if lay == ref:
             continue
-        if any(lay.marks) or shapes[k] != shapes[0] or len(set(shapes)) > 1:
+        if any(lay.marks) or any(shapes[k][a] != shapes[ref_k][a] for a in split):
             raise Reject(f"{op_type}: data, indices and updates are split differently")
         raise Demand(k, ref)
     return ((ref, ""),)

@@ -167,6 +167,13 @@ class Sharding(TensorPass):
                 pulls.append((x, reshape_layout(want, so, prog.shape(x))))  # type: ignore
             except Reject:
                 return None
+        elif t == "Transpose":  # (DeBERTa's relative-position keys, tiled, then transposed)
+            x = op.inputs[0]
+            perm = prog.attrs(op).get("perm") or tuple(range(len(so) - 1, -1, -1))
+            moved: list[str | None] = [None] * len(so)
+            for j, a in enumerate(perm):
+                moved[a] = want.marks[j]
+            pulls.append((x, Layout(tuple(moved))))  # type: ignore[arg-type]
         elif t == "Tile":
             # a batch-free value tiled by the batch size (ALiBi's biases, once per sample, in
             # an axis merging batch and heads): each shard tiles it by its own samples
@@ -269,7 +276,9 @@ class Sharding(TensorPass):
     def _is_batch_size(self, v: Value | None, depth: int) -> bool:
         """Whether ``v`` holds the batch size, read from the shape of a batch-split value
         (``Gather(Shape(x), a)`` with axis ``a`` of ``x`` split): its local value is the
-        shard's batch."""
+        shard's batch. A split axis that merges the batch with another (batch x heads)
+        read and divided by a constant (``size(0) // heads``, as DeBERTa's attention
+        tiles its relative-position keys) holds the shard's samples too."""
         prog = self.prog
         op = prog.producer_op(v) if v is not None else None
         if op is None or depth > 16:
@@ -277,6 +286,11 @@ class Sharding(TensorPass):
         t = op.op_type
         if t in ("Squeeze", "Unsqueeze", "Cast", "Reshape", "Identity"):
             return self._is_batch_size(op.inputs[0], depth + 1)
+        if t == "Div":
+            c = prog.const(op.inputs[1])
+            return c is not None and np.asarray(c).size == 1 and \
+                float(np.asarray(c).reshape(-1)[0]) >= 1 and \
+                self._is_batch_size(op.inputs[0], depth + 1)
         shape_op: Op | None = op
         k = 0
         if t == "Gather":

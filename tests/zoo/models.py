@@ -443,6 +443,19 @@ def _focalnet() -> nn.Module:
         num_labels=10)))
 
 
+def _deberta_v3() -> nn.Module:
+    # disentangled attention: content-to-position and position-to-content scores, products
+    # with relative-position keys and queries tiled over batch x heads, gathered at each
+    # pair's relative distance (log buckets)
+    from transformers import DebertaV2Config, DebertaV2Model
+
+    return _FirstOutput(DebertaV2Model(DebertaV2Config(
+        vocab_size=_VOCAB, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
+        intermediate_size=64, relative_attention=True, pos_att_type=["p2c", "c2p"],
+        position_biased_input=False, max_relative_positions=-1, position_buckets=8,
+        norm_rel_ebd="layer_norm", share_att_key=True)))
+
+
 def _swin() -> nn.Module:
     # shifted windows, patch merging by strided slices, an adaptive pool
     from transformers import SwinConfig, SwinForImageClassification
@@ -485,8 +498,11 @@ SPECS: tuple[Spec, ...] = (
 FOCALNET = Spec("focalnet", "transformers", _seeded(_focalnet), _image(32), ("pixel_values",),
                 (_B,))
 SWIN = Spec("swin", "transformers", _seeded(_swin), _image(32), ("pixel_values",), (_B,))
-"""FOCALNET and SWIN are not in the zoo's tables: ``tests/transforms/test_as_strided.py``
-trains them distributed."""
+DEBERTA_V3 = Spec("deberta_v3", "transformers", _seeded(_deberta_v3), _tokens(_VOCAB, False),
+                  ("input_ids",), (_BS,))
+"""FOCALNET, SWIN and DEBERTA_V3 are not in the zoo's tables:
+``tests/transforms/test_as_strided.py`` and ``test_relative_attention.py`` train them
+distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")

@@ -4,6 +4,7 @@ download:
     python export.py bit OUT.onnx      # HF BitForImageClassification, BiT-R50x1 (defaults)
     python export.py levit OUT.onnx    # HF LevitForImageClassification, LeViT-128S (defaults)
     python export.py deberta OUT.onnx  # HF DebertaV2Model at DeBERTa-v3-base's sizes
+    python export.py hiera OUT.onnx    # HF HieraForImageClassification, Hiera-B (defaults)
 
 ``bit``: Hugging Face's default BiT config (ResNet-50 x 1 layout, pre-activation blocks,
 weight-standardized convolutions, group norms of 32 groups), 224 x 224 images, 1000
@@ -14,7 +15,11 @@ between stages), 224 x 224 images, 1000 classes; dynamo. ``deberta``: ``DebertaV
 (hidden states) at DeBERTa-v3-base's sizes (12 layers of 768, 12 heads, disentangled
 attention over relative positions: content-to-position and position-to-content scores
 gathered from products with a shared table of 256 relative-position embeddings, log
-buckets), vocabulary 32,000; torchscript. Each returns its first output.
+buckets), vocabulary 32,000; torchscript. ``hiera``: the default Hiera config (Hiera-B:
+embedding 96, stages of 2-3-16-3 blocks, mask-unit windowed attention in the first two
+stages, queries max-pooled between stages, unroll and reroll reshapes, no convolution but
+the patch embedding), 224 x 224 images, 1000 classes; dynamo. Each returns its first
+output.
 """
 
 from __future__ import annotations
@@ -52,6 +57,12 @@ def _deberta() -> torch.nn.Module:
         max_relative_positions=-1, position_biased_input=False)))
 
 
+def _hiera() -> torch.nn.Module:
+    from transformers import HieraConfig, HieraForImageClassification
+
+    return _FirstOutput(HieraForImageClassification(HieraConfig(num_labels=1000)))
+
+
 MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
     "bit": (_bit, _image(224), "pixel_values", {0: "batch"}, "dynamo",
             "HF BiT-R50x1, 224 x 224 images"),
@@ -59,6 +70,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
               "HF LeViT-128S, 224 x 224 images"),
     "deberta": (_deberta, _tokens(32000, False), "input_ids", {0: "batch", 1: "seq"},
                 "torchscript", "HF DeBERTa-v2 at DeBERTa-v3-base's sizes"),
+    "hiera": (_hiera, _image(224), "pixel_values", {0: "batch"}, "dynamo",
+              "HF Hiera-B, 224 x 224 images"),
 }
 
 

@@ -1,0 +1,48 @@
+"""DeBERTa-v3's disentangled attention distributes with its gradient. Its relative-position
+keys and queries are batch-free, projected once, then tiled over batch x heads (a ``Tile``
+whose count is ``size(0) // heads`` of the split queries) and transposed; its scores are
+gathered at each pair's distance (``GatherElements`` of an expanded index), whose
+gradient scatters into zeros longer than the indices along the gathered axis. Until then
+every configuration that splits the batch was refused (``... would have to be split as
+[b, _, _]``, then ``ScatterElements: data, indices and updates are split
+differently``)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import transformers  # noqa: F401 - the tests of HF models need it
+
+import distir
+from distir.errors import TransformError
+from distir.transforms import analyze, dtp, tower, training_step
+
+CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (1, 1, 2, 2), (2, 2, 1, 1)]
+
+
+@pytest.mark.parametrize("exporter", ["torchscript", "dynamo"])
+def test_hf_deberta_v3_trains_distributed(exporter: str) -> None:
+    """A tiny HF DeBERTa-v3 (relative attention, shared keys, log buckets) of both
+    exporters: its training step under D, K, P and T computes the sequential step's
+    updated weights, through the passes and the builder tower."""
+    from tests.zoo.export import exported
+    from tests.zoo.models import DEBERTA_V3
+
+    m = distir.import_onnx(exported(DEBERTA_V3, exporter).path,
+                           dims=DEBERTA_V3.dims(batch=4, seq=8))
+    step = training_step(m.entry, loss="mse", optimizer="sgd")
+    (ids,) = (t.numpy() for t in DEBERTA_V3.inputs(4, 8))
+    target = np.random.default_rng(0).standard_normal((4, 8, 32)).astype(np.float32)
+    ins = [ids, target]
+    want = distir.execute(step, ins)
+    an = analyze(step)
+    for (dp, tp, pp, k), write in zip([*CONFIGS, CONFIGS[0]],
+                                      [dtp] * len(CONFIGS) + [tower.dtp]):
+        try:
+            sc = write(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+        except TransformError as e:  # only tensor parallelism may be refused
+            assert tp > 1 and "\n" not in str(e), str(e)
+            continue
+        got = distir.execute(sc, ins, check_types=False)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
