@@ -1,9 +1,10 @@
 """Predicted vs measured for this folder's sealed studies (README.md): HF BiT-R50x1's and
-HF LeViT-128S's training steps measured in ``call_a/`` (``sealed.tgz``, opened only after
+HF LeViT-128S's training steps measured in ``call_a/``, HF DeBERTa-v2's and HF Hiera-B's in
+``call_c/`` (``sealed.tgz``, opened only after
 the comparison's commit was named), read as ``../graph_comm/compare.py`` reads that
 folder's.
 
-    python grid_search/results/norms_views/compare.py [--call a] [--profile P]
+    python grid_search/results/norms_views/compare.py [--call a|c] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -23,6 +24,9 @@ CE = _cl.sealed3.base.CE
 CALLS = {  # call: (folder, its log, [(label, model file, options)]), each held out
     "a": ("call_a", "run_a.log", [("HF BiT-R50x1 (dynamo)", "bit", CE),
                                   ("HF LeViT-128S (dynamo)", "levit", CE)]),
+    "c": ("call_c", "run_c.log", [("HF DeBERTa-v2, v3-base sizes (torchscript)", "deberta",
+                                   _cl.sealed3.TOKENS),
+                                  ("HF Hiera-B (dynamo)", "hiera", CE)]),
 }
 
 
