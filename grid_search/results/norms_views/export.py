@@ -5,6 +5,7 @@ download:
     python export.py levit OUT.onnx    # HF LevitForImageClassification, LeViT-128S (defaults)
     python export.py deberta OUT.onnx  # HF DebertaV2Model at DeBERTa-v3-base's sizes
     python export.py hiera OUT.onnx    # HF HieraForImageClassification, Hiera-B (defaults)
+    python export.py deberta_dynamo OUT.onnx   # the same DeBERTa, by the dynamo exporter
 
 ``bit``: Hugging Face's default BiT config (ResNet-50 x 1 layout, pre-activation blocks,
 weight-standardized convolutions, group norms of 32 groups), 224 x 224 images, 1000
@@ -70,6 +71,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
               "HF LeViT-128S, 224 x 224 images"),
     "deberta": (_deberta, _tokens(32000, False), "input_ids", {0: "batch", 1: "seq"},
                 "torchscript", "HF DeBERTa-v2 at DeBERTa-v3-base's sizes"),
+    "deberta_dynamo": (_deberta, _tokens(32000, False), "input_ids", {0: "batch", 1: "seq"},
+                       "dynamo", "HF DeBERTa-v2 at DeBERTa-v3-base's sizes"),
     "hiera": (_hiera, _image(224), "pixel_values", {0: "batch"}, "dynamo",
               "HF Hiera-B, 224 x 224 images"),
 }
