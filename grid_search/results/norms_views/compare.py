@@ -1,10 +1,10 @@
 """Predicted vs measured for this folder's sealed studies (README.md): HF BiT-R50x1's and
 HF LeViT-128S's training steps measured in ``call_a/``, HF DeBERTa-v2's and HF Hiera-B's in
-``call_c/`` (``sealed.tgz``, opened only after
-the comparison's commit was named), read as ``../graph_comm/compare.py`` reads that
-folder's.
+``call_c/`` (DeBERTa's stopped at import), DeBERTa-v2's dynamo export in ``call_d/``
+(``sealed.tgz``, each opened only after its comparison's commit was named), read as
+``../graph_comm/compare.py`` reads that folder's.
 
-    python grid_search/results/norms_views/compare.py [--call a|c] [--profile P]
+    python grid_search/results/norms_views/compare.py [--call a|c|d] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -27,6 +27,8 @@ CALLS = {  # call: (folder, its log, [(label, model file, options)]), each held 
     "c": ("call_c", "run_c.log", [("HF DeBERTa-v2, v3-base sizes (torchscript)", "deberta",
                                    _cl.sealed3.TOKENS),
                                   ("HF Hiera-B (dynamo)", "hiera", CE)]),
+    "d": ("call_d", "run_d.log", [("HF DeBERTa-v2, v3-base sizes (dynamo)", "deberta_dynamo",
+                                   _cl.sealed3.TOKENS)]),
 }
 
 
