@@ -4,7 +4,9 @@ The steps, in order, each with a one-line ``ImportError_`` for what it cannot ta
 
 1. Read the model without its external data (``onnx.load(..., load_external_data=False)``),
    so that a model that cannot be imported is rejected before gigabytes of weights are read.
-2. Inline model-local functions (``onnx.inliner``), as the dynamo exporter emits them.
+2. Inline model-local functions (``onnx.inliner``), as the dynamo exporter emits them, and
+   replace each ``If`` whose condition is known once ``dims`` are bound (a branch on a
+   shape) by the branch it takes (``distir.importers._onnx_if``).
 3. Reject an unsupported model with ONE message listing every unsupported op type and its
    node count: control flow (``If``, ``Loop``, ``Scan``), other domains than ONNX's, and ONNX
    ops that DistIR does not define (``distir.ir.schemas.SCHEMAS``).
@@ -127,7 +129,9 @@ def _check_supported(proto: onnx.ModelProto) -> None:
     other_domain = [op for op in bad if ":" in op]
     fixes = []
     if cf:
-        fixes.append("unroll or specialize control flow")
+        fixes.append("unroll or specialize control flow" + (
+            " (an If that reads input values; one that branches on a shape is specialized "
+            "once every symbolic dimension is bound with dims)" if "If" in cf else ""))
     if other_domain:
         fixes.append("export without ops of other domains")
     if len(cf) + len(other_domain) < len(bad):
@@ -155,6 +159,15 @@ def _prepare(proto: onnx.ModelProto, owned: bool, model_dir: str | None,
         from onnx import inliner
 
         proto, owned = inliner.inline_local_functions(proto), True
+    if any(n.op_type == "If" for n in proto.graph.node):
+        # branches on shapes, known once the dimensions are bound (``_onnx_if``)
+        from distir.importers._onnx_if import specialize_ifs
+
+        if not owned:
+            copy = onnx.ModelProto()
+            copy.CopyFrom(proto)
+            proto, owned = copy, True
+        specialize_ifs(proto.graph, dims, _opset(proto) or OPSET)
     _check_supported(proto)
     version = _opset(proto)
     if version is None:
