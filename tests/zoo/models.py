@@ -456,6 +456,17 @@ def _deberta_v3() -> nn.Module:
         norm_rel_ebd="layer_norm", share_att_key=True)))
 
 
+def _beit() -> nn.Module:
+    # a relative-position bias per layer, its table interpolated (``Resize``) to the
+    # window of the image size each time, so its gradient goes back through the resize
+    from transformers import BeitConfig, BeitForImageClassification
+
+    return _FirstOutput(BeitForImageClassification(BeitConfig(
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        image_size=32, patch_size=8, use_relative_position_bias=True, num_labels=10,
+        attn_implementation="eager")))
+
+
 def _swin() -> nn.Module:
     # shifted windows, patch merging by strided slices, an adaptive pool
     from transformers import SwinConfig, SwinForImageClassification
@@ -500,7 +511,8 @@ FOCALNET = Spec("focalnet", "transformers", _seeded(_focalnet), _image(32), ("pi
 SWIN = Spec("swin", "transformers", _seeded(_swin), _image(32), ("pixel_values",), (_B,))
 DEBERTA_V3 = Spec("deberta_v3", "transformers", _seeded(_deberta_v3), _tokens(_VOCAB, False),
                   ("input_ids",), (_BS,))
-"""FOCALNET, SWIN and DEBERTA_V3 are not in the zoo's tables:
+BEIT = Spec("beit", "transformers", _seeded(_beit), _image(32), ("pixel_values",), (_B,))
+"""FOCALNET, SWIN, DEBERTA_V3 and BEIT are not in the zoo's tables:
 ``tests/transforms/test_as_strided.py`` and ``test_relative_attention.py`` train them
 distributed."""
 

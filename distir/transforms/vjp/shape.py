@@ -336,3 +336,60 @@ def cum_sum(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     g = cx.emit("CumSum", douts[0], cx.x(1), exclusive=int(cx.attrs["exclusive"]),
                 reverse=1 - int(cx.attrs["reverse"]))
     return (g, None)
+
+
+@VJP_RULES.register("Resize")
+def resize(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """``Resize`` is linear in ``X`` and separable: along each resized axis ``a`` (``n``
+    elements to ``m``) it multiplies by an ``n x m`` interpolation matrix ``R_a`` (how much
+    each input element adds to each output one: nearest, linear or cubic taps, antialiased
+    or not), so the cotangent goes back by ``R_a``'s transpose, axis by axis (``MatMul``
+    with a constant). ``R_a`` is the resize of an identity matrix along one axis with the
+    op's own attributes and the axis's scale, computed by the reference kernel when the step
+    is built: a ViT's position embeddings interpolated to another image size get their
+    gradient so. ``tf_crop_and_resize`` (an affine map, not linear) and sizes kept to an
+    aspect ratio are refused."""
+    from distir.analysis.numpy_rules.onnx_ops import onnx_op
+    from distir.analysis.type_rules.spatial import resize_shape
+
+    out: list[Value | None] = [None] * len(need)
+    if not need[0]:
+        return tuple(out)
+    attrs = dict(cx.attrs)
+    if attrs.get("coordinate_transformation_mode") == "tf_crop_and_resize":
+        raise cx.fail("coordinate_transformation_mode=tf_crop_and_resize is not linear in X")
+    x, y = cx.tx(0), cx.ty(0)
+    # (exporters write an empty tensor for the omitted one of scales and sizes)
+    given = [cx.has(i) and cx.tx(i).numel > 0 for i in range(cx.n_in)] + [False] * 4
+    known = [cx.known(i) if given[i] else None for i in range(cx.n_in)] + [None] * 4
+    if given[2] and known[2] is None or given[3] and known[3] is None:
+        raise cx.fail("its scales or sizes must be known before the step")
+    if given[3] and attrs.get("keep_aspect_ratio_policy", "stretch") != "stretch":
+        raise cx.fail("sizes kept to an aspect ratio (keep_aspect_ratio_policy)")
+    args = tuple(cx.env.get(v) if v is not None and given[i] else None
+                 for i, v in enumerate(cx.op.inputs))
+    _, scales = resize_shape(x.shape, (cx.env.get(cx.op.inputs[0]), *args[1:]), attrs)
+    one = {k: v for k, v in attrs.items() if k != "axes"}
+    g = douts[0]
+    rank = x.rank
+    for a in range(rank):
+        n, m = x.shape[a], y.shape[a]
+        if n == m and scales[a] == 1.0:
+            continue
+        eye = np.eye(n, dtype=np.float64)
+        if given[3]:  # sizes: the same (stretched) ratio m / n along this axis
+            one_axis = (eye, None, None, np.asarray([n, m], np.int64))
+        else:
+            one_axis = (eye, None, np.asarray([1.0, scales[a]], np.float32), None)
+        (r,) = onnx_op("Resize", one_axis, one, 1)
+        r = np.asarray(r)
+        if r.shape != (n, m):
+            raise cx.fail(f"axis {a}: the interpolation matrix has shape {r.shape}, not "
+                          f"{(n, m)}")
+        perm = [i for i in range(rank) if i != a] + [a]
+        inv = list(np.argsort(perm))
+        moved = cx.emit("Transpose", g, perm=perm) if a != rank - 1 else g
+        back = cx.emit("MatMul", moved, cx.const(r.T, y.dtype.np))
+        g = cx.emit("Transpose", back, perm=[int(i) for i in inv]) if a != rank - 1 else back
+    out[0] = g
+    return tuple(out)
