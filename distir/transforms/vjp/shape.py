@@ -368,7 +368,7 @@ def resize(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
         raise cx.fail("sizes kept to an aspect ratio (keep_aspect_ratio_policy)")
     args = tuple(cx.env.get(v) if v is not None and given[i] else None
                  for i, v in enumerate(cx.op.inputs))
-    _, scales = resize_shape(x.shape, (cx.env.get(cx.op.inputs[0]), *args[1:]), attrs)
+    _, scales = resize_shape(x.shape, args, attrs)
     one = {k: v for k, v in attrs.items() if k != "axes"}
     g = douts[0]
     rank = x.rank
@@ -377,6 +377,7 @@ def resize(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
         if n == m and scales[a] == 1.0:
             continue
         eye = np.eye(n, dtype=np.float64)
+        one_axis: tuple
         if given[3]:  # sizes: the same (stretched) ratio m / n along this axis
             one_axis = (eye, None, None, np.asarray([n, m], np.int64))
         else:
