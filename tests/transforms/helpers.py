@@ -70,3 +70,26 @@ def check_equivalent(model: tuple, cfg: tuple[int, int, int, int], schedule: str
     step = dtp(an, dp, tp, pp, k, schedule=schedule)
     distir.verify(step, num_devices=dp * tp * pp)
     assert devices_of(step) == set(range(dp * tp * pp))
+
+
+def check_every_writer(step: Function, ins: list[np.ndarray],
+                       configs: list[tuple[int, int, int, int]], tower_configs: int) -> None:
+    """Every ``(dp, tp, pp, microbatches)`` of ``configs`` written by ``dtp`` (the spmd
+    passes), and the first ``tower_configs`` of them by the builder tower, as
+    self-contained programs, computes ``step``'s results on ``ins``; only tensor
+    parallelism may be refused, in one line."""
+    from distir.errors import TransformError
+    from distir.transforms import tower
+
+    want = distir.execute(step, ins)
+    an = analyze(step)
+    for (dp, tp, pp, k), write in zip([*configs, *configs[:tower_configs]],
+                                      [dtp] * len(configs) + [tower.dtp] * tower_configs):
+        try:
+            sc = write(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
+        except TransformError as e:
+            assert tp > 1 and "\n" not in str(e), str(e)
+            continue
+        got = distir.execute(sc, ins, check_types=False)
+        for g, w in zip(got, want, strict=True):
+            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)

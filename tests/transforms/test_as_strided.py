@@ -22,6 +22,7 @@ from distir.analysis.values import type_of
 from distir.errors import TransformError
 from distir.ir import DType, FunctionBuilder, TensorType
 from distir.transforms import analyze, dtp, tower, training_step
+from tests.transforms.helpers import check_every_writer
 
 CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (2, 1, 1, 2), (1, 1, 2, 2), (4, 1, 1, 1),
            (2, 2, 1, 1)]
@@ -104,18 +105,7 @@ class _Pooled(nn.Module):
 def _check_training(fn: distir.Function, ins: list[np.ndarray]) -> None:
     step = training_step(fn, loss="cross_entropy", optimizer="sgd")
     labels = np.random.default_rng(0).integers(0, 3, size=4).astype(np.int64)
-    ins = ins + [labels]
-    want = distir.execute(step, ins)
-    an = analyze(step)
-    for (dp, tp, pp, k), write in zip(CONFIGS * 2, [dtp] * len(CONFIGS) + [tower.dtp] * 2):
-        try:
-            sc = write(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
-        except TransformError as e:  # only tensor parallelism may be refused
-            assert tp > 1 and "\n" not in str(e), str(e)
-            continue
-        got = distir.execute(sc, ins, check_types=False)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    check_every_writer(step, ins + [labels], CONFIGS, 2)
 
 
 def test_an_adaptive_pool_trains_distributed() -> None:

@@ -16,8 +16,8 @@ import pytest
 import transformers  # noqa: F401 - the tests of HF models need it
 
 import distir
-from distir.errors import TransformError
-from distir.transforms import analyze, dtp, tower, training_step
+from distir.transforms import training_step
+from tests.transforms.helpers import check_every_writer
 
 CONFIGS = [(2, 1, 1, 1), (1, 1, 1, 2), (1, 1, 2, 2), (2, 2, 1, 1)]
 
@@ -56,15 +56,4 @@ def test_hf_beit_trains_distributed(exporter: str) -> None:
 
 def _check(step: distir.Function, ins: list[np.ndarray]) -> None:
     """Every configuration's self-contained program computes ``step``'s results."""
-    want = distir.execute(step, ins)
-    an = analyze(step)
-    for (dp, tp, pp, k), write in zip([*CONFIGS, CONFIGS[0]],
-                                      [dtp] * len(CONFIGS) + [tower.dtp]):
-        try:
-            sc = write(an, dp=dp, tp=tp, pp=pp, microbatches=k, self_contained=True)
-        except TransformError as e:  # only tensor parallelism may be refused
-            assert tp > 1 and "\n" not in str(e), str(e)
-            continue
-        got = distir.execute(sc, ins, check_types=False)
-        for g, w in zip(got, want, strict=True):
-            np.testing.assert_allclose(g, w, rtol=1e-4, atol=1e-5)
+    check_every_writer(step, ins, CONFIGS, 1)
