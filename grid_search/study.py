@@ -268,7 +268,7 @@ def _selected(configs: list, wanted: list[str]) -> list:
     return [c for c in configs if (c.dp, c.tp, c.pp, c.microbatches) in wanted_set]
 
 
-def memory_check_configs(w: Any, configs: list, hardware: str, limit: int, margin: float,
+def memory_check_configs(w: Any, configs: list, hardware: Any, limit: int, margin: float,
                          max_configs: int) -> dict[Any, int]:
     """The configurations whose predicted peak memory (bytes, the busiest device's, on
     ``hardware``) lies within ``margin`` (a fraction) of ``limit``, nearest first, taken in
@@ -320,8 +320,10 @@ def cmd_measure(args: argparse.Namespace) -> int:
         # profile's reserved_bytes less), and the runs uncapped.
         around = limit if limit is not None else \
             load_hardware(args.hardware).usable_memory_bytes
-        predicted = memory_check_configs(w, configs, args.hardware, around, args.margin,
-                                         args.max_configs)
+        # (a step replayed as a CUDA graph holds a second set of the libraries' workspaces)
+        hw = load_hardware(args.hardware)
+        predicted = memory_check_configs(w, configs, hw.for_cuda_graphs() if args.cuda_graph
+                                         else hw, around, args.margin, args.max_configs)
         configs = sorted(predicted, key=lambda c: (c.batch_size, c.devices, c.dp, c.tp, c.pp,
                                                    c.microbatches))
         print(f"memory check: {len(configs)} configurations predicted within "

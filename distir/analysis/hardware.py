@@ -867,6 +867,8 @@ class Hardware:
                                                   self.outside_allocator))}
                    if self.outside_allocator else {}),
                 **({"workspace_bytes": self.workspace_bytes} if self.workspace_bytes else {}),
+                **({"workspace_copies": self.workspace_copies} if self.workspace_copies != 1
+                   else {}),
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
@@ -910,6 +912,7 @@ class Hardware:
                 reserved_bytes=int(dev.get("reserved_bytes", 0)),
                 outside_allocator=_outside(dev.get("outside_allocator"), source),
                 workspace_bytes=int(dev.get("workspace_bytes", 0)),
+                workspace_copies=int(dev.get("workspace_copies", 1)),
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),

@@ -167,7 +167,7 @@ def _prepare(proto: onnx.ModelProto, owned: bool, model_dir: str | None,
             copy = onnx.ModelProto()
             copy.CopyFrom(proto)
             proto, owned = copy, True
-        specialize_ifs(proto.graph, dims, _opset(proto) or OPSET)
+        specialize_ifs(proto, dims, _opset(proto) or OPSET)
     _check_supported(proto)
     version = _opset(proto)
     if version is None:

@@ -287,10 +287,17 @@ class Sharding(TensorPass):
         if t in ("Squeeze", "Unsqueeze", "Cast", "Reshape", "Identity"):
             return self._is_batch_size(op.inputs[0], depth + 1)
         if t == "Div":
-            c = prog.const(op.inputs[1])
-            return c is not None and np.asarray(c).size == 1 and \
-                float(np.asarray(c).reshape(-1)[0]) >= 1 and \
-                self._is_batch_size(op.inputs[0], depth + 1)
+            # The shard's value is its own samples only where the divisor is a whole number
+            # that divides each sample's extent along the axis read (heads of batch x heads):
+            # then every shard of whole samples divides exactly, as the whole axis does.
+            c, whole = prog.const(op.inputs[1]), prog.const(op.inputs[0])
+            if c is None or whole is None or np.asarray(c).size != 1 or \
+                    np.asarray(whole).size != 1 or not self.batch_size:
+                return False
+            div, size = float(np.asarray(c).reshape(-1)[0]), int(np.asarray(whole).reshape(-1)[0])
+            per_sample, rest = divmod(size, self.batch_size)
+            return div >= 1 and div == int(div) and not rest and \
+                per_sample % int(div) == 0 and self._is_batch_size(op.inputs[0], depth + 1)
         shape_op: Op | None = op
         k = 0
         if t == "Gather":

@@ -268,4 +268,5 @@ func @main(%x: {T0}) {{
     assert simulate(fn, graph).held_bytes == {0: 928}
     assert simulate(fn, replace(graph, memory_bytes=900)).out_of_memory == (0,)
     assert Hardware.from_json(base.to_json()).workspace_bytes == 400
+    assert Hardware.from_json(graph.to_json()).workspace_held == 800  # (saved as it was)
     assert load_hardware("h200-sxm").workspace_bytes == 33 << 20  # measured: 32 + 1 MiB

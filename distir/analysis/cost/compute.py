@@ -111,6 +111,10 @@ group's elements and a channel's pixels as features, where the profile fits it: 
 pass at the memory's bandwidth, as before the family)."""
 
 
+_STASH = {1: "Float32", 10: "Float16", 11: "Float64", 16: "BFloat16"}
+"""``GroupNormalization``'s ``stash_type`` codes, as dtype names."""
+
+
 def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
     if op_type == "BatchNormalization":
         return "batchnorm" if int(attrs.get("training_mode", 0) or 0) else None
@@ -165,8 +169,12 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             return OpCost(t, flops, nbytes)
     if family == "where" and (broadcasts(ins, outs) or not hw.has_kernel_fit(family, dt)):
         family = None  # measured on same-shape operands: else an elementwise kernel
-    elif family == "groupnorm" and not hw.has_kernel_fit(family, dt):
-        family = None  # a profile measured before the family: one pass, as before
+    elif family == "groupnorm" and (not hw.has_kernel_fit(family, dt) or (
+            op_type == "GroupNormalization" and
+            _STASH.get(int(attrs.get("stash_type", 1) or 1)) != dt)):
+        # a profile measured before the family: one pass, as before; statistics in another
+        # dtype than X's are not the fused kernel the family measured (the backend casts)
+        family = None
     elif family == "pad" and isinstance(outs[0], TensorType) and \
             isinstance(ins[0], TensorType) and outs[0].shape == ins[0].shape:
         family = None  # pads of zero (TensorFlow's "same" padding of a 1 x 1 kernel): a copy
