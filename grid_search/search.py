@@ -173,6 +173,7 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         capacity = verdict.capacity
         if not fits and verdict.replayed:
             over = verdict
+    ws = sim.hardware.workspace_held  # (blocks the replayed program does not name)
     row.update(
         status="ok" if fits else "oom",
         fits=fits,
@@ -185,9 +186,10 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         reason=note if fits else (note + "; " if note else "") + (
             f"needs {max(per_dev) / 2**30:.1f} GiB on device {per_dev.index(max(per_dev))}, "
             f"has {capacity / 2**30:.1f} GiB" if over is None else
-            f"the caching allocator would reserve {over.reserve.reserved_bytes / 2**30:.1f} "
-            f"GiB on device {over.device} (live tensors "
-            f"{over.reserve.allocated_bytes / 2**30:.1f} GiB at most), has "
+            f"the caching allocator would reserve "
+            f"{(over.reserve.reserved_bytes + ws) / 2**30:.1f} GiB on device {over.device} "
+            f"(live tensors and the libraries' workspaces "
+            f"{(over.reserve.allocated_bytes + ws) / 2**30:.1f} GiB at most), has "
             f"{over.capacity / 2**30:.1f} GiB besides its communicators"),
     )
     return row

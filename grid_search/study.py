@@ -513,7 +513,9 @@ def cmd_compare(args: argparse.Namespace) -> int:
             verdict = None
         if verdict is not None:
             if verdict.replayed:
-                r["predicted_reserved_bytes"] = verdict.reserve.reserved_bytes
+                # (with the libraries' workspaces, which the replayed program does not name)
+                r["predicted_reserved_bytes"] = verdict.reserve.reserved_bytes + \
+                    sim.hardware.workspace_held
             r["predicted_capacity_bytes"] = verdict.capacity
             fits = verdict.fits
         r["predicted_fits"] = str(fits).lower()
