@@ -31,7 +31,7 @@ from distir.transforms.batch_inputs import find_batch_inputs
 from distir.transforms.layout import B, Layout, Reject, T, replicated
 from distir.transforms.layout_rules import BROADCAST, UNARY
 from distir.transforms.layout_shape_rules import reshape_layout
-from distir.transforms.program import Program
+from distir.transforms.program import Program, in_own_blocks
 from distir.transforms.propagation import OPTIMIZERS
 from distir.transforms.tensor_pass import TensorPass
 
@@ -199,7 +199,27 @@ class Sharding(TensorPass):
             axis = axis + rd if axis < 0 else axis
             if any(want.marks[:axis] + want.marks[axis + ri:]):
                 return None
-            pulls.append((idx, Layout(want.marks[axis:axis + ri])))
+            lay = Layout(want.marks[axis:axis + ri])
+            if not local and lay.marks[:1] == (B,) and self._from_batch_range(idx):
+                # A gather from a batch-sized tensor flattened along ``axis`` at indices made
+                # from the batch size (TorchScript's advanced indexing of ConvBERT's mask, an
+                # exported ``as_strided``): the data split along ``axis`` with each shard's
+                # own rows, the indices made from the local batch size; only where each
+                # sample's indices, known before running, address its own block of rows.
+                rows = prog.shape(data)[axis]
+                known = prog.known(idx)
+                if known is None or not in_own_blocks(np.where(known < 0, known + rows, known),
+                                                      rows, prog.shape(idx)[0]):
+                    return None
+                n = self._pull_batch(idx, lay, depth + 1, True)
+                if not n:
+                    return None
+                self.local_index.add(idx)
+                found += n
+                pulls.append((data, Layout(tuple(B if a == axis else None
+                                                 for a in range(rd)))))
+            else:
+                pulls.append((idx, lay))
         elif t == "CumSum":
             c = prog.const(op.inputs[1])
             if c is None:

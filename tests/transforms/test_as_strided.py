@@ -139,6 +139,23 @@ def test_hf_focalnet_trains_distributed() -> None:
     _check_training(m.entry, [t.numpy() for t in FOCALNET.inputs(4, 8)])
 
 
+def test_hf_convbert_torchscript_trains_distributed() -> None:
+    """A tiny HF ConvBERT from the TorchScript exporter: its attention mask is a gather from
+    the flattened ``[batch x seq]`` ones at indices made from ``Range(batch)`` (advanced
+    indexing), batch-free until the scores take it: refused under D and P (``... would have
+    to be split as [b, _, _, _]``) until each shard made its own rows and indices. Its
+    training step under D, K, P and T computes the sequential step's weights."""
+    from tests.zoo.export import exported
+    from tests.zoo.models import CONVBERT
+
+    m = distir.import_onnx(exported(CONVBERT, "torchscript").path,
+                           dims=CONVBERT.dims(batch=4, seq=8))
+    step = training_step(m.entry, loss="mse", optimizer="sgd")
+    (ids,) = (t.numpy() for t in CONVBERT.inputs(4, 8))
+    target = np.random.default_rng(0).standard_normal((4, 8, 32)).astype(np.float32)
+    check_every_writer(step, [ids, target], CONFIGS, 2)
+
+
 def _scatter_rows(rows: int, step: int, fix_up: bool = False) -> distir.Function:
     """``ScatterND(zeros[rows, 3], Range(B) * step, x)``: sample ``s`` into row ``s·step``;
     with ``fix_up``, the indices pass through ``Where(i < 0, i + rows, i)`` first."""

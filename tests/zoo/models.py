@@ -467,6 +467,16 @@ def _beit() -> nn.Module:
         attn_implementation="eager")))
 
 
+def _convbert() -> nn.Module:
+    # its attention mask made by TorchScript's advanced indexing: a gather from the
+    # flattened [batch x seq] ones at indices computed from Range(batch) and Range(seq)
+    from transformers import ConvBertConfig, ConvBertModel
+
+    return _FirstOutput(ConvBertModel(ConvBertConfig(
+        vocab_size=_VOCAB, hidden_size=32, embedding_size=32, num_hidden_layers=1,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)))
+
+
 def _swin() -> nn.Module:
     # shifted windows, patch merging by strided slices, an adaptive pool
     from transformers import SwinConfig, SwinForImageClassification
@@ -512,7 +522,9 @@ SWIN = Spec("swin", "transformers", _seeded(_swin), _image(32), ("pixel_values",
 DEBERTA_V3 = Spec("deberta_v3", "transformers", _seeded(_deberta_v3), _tokens(_VOCAB, False),
                   ("input_ids",), (_BS,))
 BEIT = Spec("beit", "transformers", _seeded(_beit), _image(32), ("pixel_values",), (_B,))
-"""FOCALNET, SWIN, DEBERTA_V3 and BEIT are not in the zoo's tables:
+CONVBERT = Spec("convbert", "transformers", _seeded(_convbert), _tokens(_VOCAB, False),
+                ("input_ids",), (_BS,))
+"""FOCALNET, SWIN, DEBERTA_V3, BEIT and CONVBERT are not in the zoo's tables:
 ``tests/transforms/test_as_strided.py`` and ``test_relative_attention.py`` train them
 distributed."""
 
