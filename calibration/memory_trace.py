@@ -76,7 +76,7 @@ def cmd_measure(args: argparse.Namespace) -> int:
     w = workload_from_args(args)
     dp, tp, pp, k = (int(x) for x in args.config.split(","))
     fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=dp, tp=tp, pp=pp,
-             microbatches=k, schedule="1f1b" if w.training else "gpipe")
+             microbatches=k, schedule=args.schedule or ("1f1b" if w.training else "gpipe"))
     task, compiled = sess.compile(fn, memory_limit=args.memory_limit)
     model = model_bytes(task.program.fn)
     measured: list[tuple[int, int, int]] = []
@@ -213,6 +213,9 @@ def main(argv: list[str] | None = None) -> int:
     add_workload_arguments(m)
     m.add_argument("--batch-size", type=int, required=True)
     m.add_argument("--config", required=True, metavar="D,T,P,K")
+    m.add_argument("--schedule", choices=("gpipe", "1f1b"), default=None,
+                   help="the pipeline schedule (default: 1f1b for a training step, gpipe "
+                   "otherwise)")
     m.add_argument("--hardware", default="h100-sxm",
                    help="the profile weighing pipeline stages balanced by cost (the one "
                    "simulated)")
