@@ -560,7 +560,8 @@ class Hardware:
     and never freed (measured by ``grid_search/results/norms_views/workspace_probe.py`` on
     an H200, torch 2.11). A step replayed as a CUDA graph holds two sets, the eager
     warm-up's and the capture stream's (``workspace_copies``). Added to every device's
-    peak (``Simulation.peak_memory_bytes``)."""
+    liveness peak in ``Simulation.held_bytes``, which decides what fits. The H100
+    profiles carry the H200's figure (the same sm_90 defaults), not measured there."""
     workspace_copies: int = 1
     """How many sets of ``workspace_bytes`` a device holds (2 for ``for_cuda_graphs``)."""
     host_dispatch: tuple[tuple[str, float], ...] = ()
@@ -576,7 +577,8 @@ class Hardware:
 
     def __post_init__(self) -> None:
         if self.workspace_bytes < 0 or self.workspace_copies < 1:
-            raise ConfigError(f"profile {self.name}: device.workspace_bytes must be >= 0")
+            raise ConfigError(f"profile {self.name}: device.workspace_bytes must be >= 0 "
+                              "and device.workspace_copies >= 1")
         if self.outside_allocator and (len(self.outside_allocator) != 3 or
                                        min(self.outside_allocator) < 0):
             raise ConfigError(f"profile {self.name}: outside_allocator is (single, world, "

@@ -65,6 +65,7 @@ from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
 from distir.analysis.hardware import Hardware, rowwise_features, scatter_features
+from distir.analysis.type_rules.nn import STASH_TYPES
 from distir.ir.types import TensorType, Type
 
 VIEWS = ("Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Split", "Slice",
@@ -109,10 +110,6 @@ the profile fits it: else at the memory's bandwidth, which a 3 x 3 pool of strid
 twelve times), ``InstanceNormalization`` and ``GroupNormalization`` (``groupnorm``, with a
 group's elements and a channel's pixels as features, where the profile fits it: else one
 pass at the memory's bandwidth, as before the family)."""
-
-
-_STASH = {1: "Float32", 10: "Float16", 11: "Float64", 16: "BFloat16"}
-"""``GroupNormalization``'s ``stash_type`` codes, as dtype names."""
 
 
 def _family(op_type: str, attrs: dict[str, Any]) -> str | None:
@@ -171,7 +168,7 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
         family = None  # measured on same-shape operands: else an elementwise kernel
     elif family == "groupnorm" and (not hw.has_kernel_fit(family, dt) or (
             op_type == "GroupNormalization" and
-            _STASH.get(int(attrs.get("stash_type", 1) or 1)) != dt)):
+            getattr(STASH_TYPES.get(int(attrs.get("stash_type", 1) or 1)), "value", None) != dt)):
         # a profile measured before the family: one pass, as before; statistics in another
         # dtype than X's are not the fused kernel the family measured (the backend casts)
         family = None

@@ -28,7 +28,8 @@ from distir.errors import TypeInferenceError
 from distir.ir.types import DType, TensorType
 
 # ONNX TensorProto codes of the stash types LayerNormalization accepts.
-_STASH = {1: DType.Float32, 10: DType.Float16, 11: DType.Float64, 16: DType.BFloat16}
+STASH_TYPES = {1: DType.Float32, 10: DType.Float16, 11: DType.Float64, 16: DType.BFloat16}
+"""The float type codes a normalization's ``stash_type`` may name, as dtypes."""
 
 
 # --- Matrix products ---------------------------------------------------------------------------
@@ -275,7 +276,7 @@ def layer_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> 
         if not ok:
             raise fail(f"{name} of shape {t.shape} does not broadcast to {norm_shape}, the "
                        f"normalized axes of X {x.shape}")
-    stash = _STASH.get(attrs.get("stash_type", 1))
+    stash = STASH_TYPES.get(attrs.get("stash_type", 1))
     if stash is None:
         raise fail(f"stash_type {attrs.get('stash_type')} is not a float type code (1, 10, 11 "
                    "or 16)")
@@ -319,7 +320,7 @@ def group_norm(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> 
     if not isinstance(g, int) or g < 1 or x.shape[1] % g:
         raise fail(f"num_groups={g} must be a positive divisor of the {x.shape[1]} channels "
                    f"of X {x.shape}")
-    if attrs.get("stash_type", 1) not in _STASH:
+    if attrs.get("stash_type", 1) not in STASH_TYPES:
         raise fail(f"stash_type {attrs.get('stash_type')} is not a float type code (1, 10, 11 "
                    "or 16)")
     return (x,)
