@@ -28,8 +28,16 @@ def _known_int(s: Static, i: int, what: str) -> int:
 
 
 def _wrap(i: torch.Tensor, n: int | torch.Tensor) -> torch.Tensor:
-    """Indices made non-negative (``-1`` is the last of ``n``), as int64."""
+    """Indices made non-negative (``-1`` is the last of ``n``), as int64. An index broadcast
+    along some axes (an ``Expand``'s view: stride 0) is wrapped once per distinct element
+    and broadcast again, so that the gather or scatter reads it as the view it was:
+    wrapping it whole writes every broadcast copy (three passes over DeBERTa's relative
+    positions expanded over batch and heads, 25 M int64 a layer, took twice the gather's
+    own time on an H200)."""
     i = i.long()
+    if i.dim() and i.numel() > 1 and 0 in i.stride():
+        distinct = i[tuple(slice(0, 1) if st == 0 else slice(None) for st in i.stride())]
+        return torch.where(distinct < 0, distinct + n, distinct).expand(i.shape)
     return torch.where(i < 0, i + n, i)
 
 
@@ -77,6 +85,9 @@ def _scatter_elements(s: Static) -> Kernel:
     if red == "none":
         return lambda x, i, u: (x.scatter(axis, _wrap(i, n), u),)
     if red == "add":
+        if s.donate[0]:  # in place where the program is done with x (no copy of it)
+            return lambda x, i, u: ((x.scatter_add_(axis, _wrap(i, n), u) if x.is_contiguous()
+                                     else x.scatter_add(axis, _wrap(i, n), u)),)
         return lambda x, i, u: (x.scatter_add(axis, _wrap(i, n), u),)
     how = _SCATTER_REDUCE[red]
     return lambda x, i, u: (x.scatter_reduce(axis, _wrap(i, n), u, how, include_self=True),)

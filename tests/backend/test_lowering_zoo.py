@@ -91,6 +91,27 @@ def test_scatter_elements(red: str) -> None:
                  axis=1, reduction=red))
 
 
+def test_gather_scatter_of_an_expanded_index() -> None:
+    """An index broadcast by ``Expand`` (DeBERTa's relative positions, over batch and
+    heads) is wrapped once per distinct element and read as a view; an adding scatter into
+    a tensor the program is done with adds in place; both as the reference executes them,
+    negative indices included."""
+    fn = parse("""
+func @f(%x: Tensor[Float32, (6, 5, 7), 0], %u: Tensor[Float32, (6, 5, 4), 0],
+        %i: Tensor[Int64, (1, 5, 4), 0]) {
+  %shape = Constant(value=dense<Int64, (3,)>[6, 5, 4])
+  %ie = Expand(%i, %shape)
+  %g = GatherElements(%x, %ie, axis=-1)
+  %z = Neg(%x)
+  %s = ScatterElements(%z, %ie, %u, axis=-1, reduction="add")
+  %t = ScatterElements(%x, %ie, %u, axis=2, reduction="add")
+  return %g, %s, %t
+}
+""").functions["f"]
+    x, u = (rng.standard_normal(s).astype(np.float32) for s in ((6, 5, 7), (6, 5, 4)))
+    check(fn, [x, u, rng.integers(-7, 7, (1, 5, 4))])
+
+
 def test_one_hot_nonzero_cumsum() -> None:
     check(one_op("OneHot", [(I64, (2, 3)), np.array(4, np.int64),
                             np.array([0.0, 1.0], np.float32)]),
