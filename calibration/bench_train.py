@@ -36,13 +36,17 @@ use them where a profile has them, else the ``elementwise`` fit or the roofline)
   windows of stride 1, PoolFormer's token mixer, and 2; since 2026-11-28, when an
   ``AveragePool`` was still priced at the memory bandwidth, 12 x below its time), ``where``
   (``Where`` of a mask, a tensor and a zero: a ReLU6's gradient) and ``pad`` (a constant
-  ``Pad`` of one pixel around each image of ``[N, C, S, S]``).
+  ``Pad`` of one pixel around each image of ``[N, C, S, S]``); ``gather_elements`` and
+  ``scatter_elements`` (``GatherElements`` and an adding ``ScatterElements`` along the
+  last axis, index int64: ``_INDEXED``; a row's ``n`` the data's length along that axis,
+  its op ``... i<broadcast>``, how many times the index is broadcast, 1 for a dense one).
 
 Held out: the 1.5 x 2^k sizes of the memory-bound families, one convolution in four.
 
 Timed by ``DeviceTimer`` on a GPU: the kernels' device time, without the host's launch
 time (in a training step the host runs ahead of the GPU), with the L2 cache flushed
-before each call for the families of ``COLD``; back-to-back on a CPU.
+before each call for the families of ``COLD``, as one of a sequence of calls on distinct
+operands for those of ``SEQUENCE`` (Adam's updates); back-to-back on a CPU.
 """
 
 from __future__ import annotations
@@ -61,7 +65,7 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                   "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
-                  "where", "pad", "groupnorm")
+                  "where", "pad", "groupnorm", "gather_elements", "scatter_elements")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
@@ -82,6 +86,14 @@ def conv_family(role: str, grouped: bool, channels_last: bool) -> str:
     return name if role == "conv" else f"{name}_{role}"
 MAX_TENSOR_BYTES = 1 << 30
 
+_INDEXED = ((64, 64, 1), (64, 64, 16), (512, 512, 1), (512, 512, 64), (4096, 256, 1),
+            (4096, 256, 16), (32, 1024, 1), (32, 1024, 8), (1024, 1024, 1), (1024, 1024, 16))
+"""``GatherElements`` / adding ``ScatterElements`` along the last axis: ``(the data's
+length along it, the index's, how many times the index is broadcast)``, the data
+``[broadcast, rows, length]``; a broadcast index is a view of stride 0 over the leading
+axis (an ``Expand``'s, as exports build position or token indices once and expand them
+over batch and heads), 1 a dense index of random positions."""
+
 _WIDTHS: dict[str, tuple[Any, ...]] = {
     "batchnorm": (0,), "batchnorm_grad": (0,),
     "layernorm_grad": (32, 64, 96, 192, 384, 768, 2048, 8192),
@@ -97,7 +109,8 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "pad": ((16, 8), (32, 112), (96, 56), (144, 56), (192, 28), (576, 14), (960, 7)),
     "groupnorm": ((64, 1, 56), (128, 1, 28), (320, 1, 14), (512, 1, 7), (256, 32, 56),
                   (512, 32, 28), (1024, 32, 14), (2048, 32, 7), (64, 64, 56),
-                  (256, 256, 14), (512, 512, 7), (1, 1, 448), (8, 1, 16), (32, 32, 8))}
+                  (256, 256, 14), (512, 512, 7), (1, 1, 448), (8, 1, 16), (32, 32, 8)),
+    "gather_elements": _INDEXED, "scatter_elements": _INDEXED}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
@@ -109,10 +122,42 @@ image side)`` (one group: PoolFormer's norms, exported as an ``InstanceNormaliza
 one channel; 32: BiT's; one per channel: instance norms; the row's width is a group's
 elements, its op ``GroupNormalization i<pixels>``)."""
 
-COLD = frozenset({"adam"})
-"""Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``): their
-operands are a step's parameters, gradients and moments, none of them touched since the
-backward pass."""
+COLD: frozenset[str] = frozenset()
+"""Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
+
+SEQUENCE = frozenset({"adam"})
+"""Families timed as a step runs them (``_in_sequence``): one call after another on
+distinct operands, as many as make four times the L2 cache, the time per call. A step
+ends with one Adam update per parameter back to back, its parameters, gradients and
+moments none of them touched since the backward pass. The cold single call measured
+before (``DeviceTimer.cold``) was far from that on an H200: an update of 65,536 float32
+elements took 63 us in replayed BiT-R50x1 and ConvNeXt steps against the 43 us the cold
+call fitted (the kernel runs one block per 65,536 elements, so up to about a million a
+block's latency decides), and one of 2,048 elements 2.8 us against 11 us (the flush's
+own cost, not the update's)."""
+
+
+def _in_sequence(dtimer: DeviceTimer, kernel: Callable[..., Any], args: list[Any], fn: Any,
+                 bounds: dict[str, int], device: Any) -> tuple[float, int]:
+    """Device time per call of ``kernel`` run on ``k`` distinct sets of operands one after
+    another, ``k`` (at most 64) making the operands four times the GPU's L2 cache: the
+    calls of a step's optimizer, each on tensors last touched long before. On a CPU, the
+    time of one call."""
+    t = dtimer.timer
+    if not t.cuda:
+        return dtimer.time(lambda: kernel(*args))
+    props = t.torch.cuda.get_device_properties(t.device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
+    per_set = sum(a.numel() * a.element_size() for a in args)
+    k = max(1, min(64, -(-4 * l2 // max(per_set, 1))))
+    sets = [args] + [_inputs(fn, bounds, device) for _ in range(k - 1)]
+
+    def run() -> None:
+        for a in sets:
+            kernel(*a)
+
+    secs, reps = dtimer.time(run)
+    return secs / k, reps * k
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
@@ -471,6 +516,18 @@ def _case(fam: str, width: Any, n: int, dtype: Any,
         pads = b.op("Constant", value=__import__("numpy").array([0, 0, 1, 1, 0, 0, 1, 1],
                                                                 dtype="int64"))
         return b.ret(b.op("Pad", x, pads)), {}
+    if fam in ("gather_elements", "scatter_elements"):  # n: the index's elements
+        w_in, w_out, bc = width
+        rows = n // (bc * w_out)
+        if rows < 1:
+            return None
+        data, idx = (bc, rows, w_in), (bc, rows, w_out)
+        if fam == "gather_elements":
+            return _one_op("GatherElements", [("data", dtype, data), ("idx", i64, idx)], 1,
+                           axis=-1), {"idx": w_in}
+        return _one_op("ScatterElements", [("data", dtype, data), ("idx", i64, idx),
+                                           ("upd", dtype, idx)], 1, axis=-1,
+                       reduction="add"), {"idx": w_in}
     rows = n // width
     if rows < 1:
         return None
@@ -547,11 +604,19 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     fn, bounds = case
                     kernel = _compile(fn, device)
                     args = _inputs(fn, bounds, device)
-                    timed = dtimer.cold if fam in COLD else dtimer.time
+                    if fam in ("gather_elements", "scatter_elements") and width[2] > 1:
+                        args[1] = args[1][:1].expand(args[1].shape)  # a broadcast index
                     with torch.inference_mode():
-                        secs, reps = timed(lambda k=kernel, a=args: k(*a))
+                        if fam in SEQUENCE:
+                            secs, reps = _in_sequence(dtimer, kernel, args, fn, bounds,
+                                                      device)
+                        else:
+                            timed = dtimer.cold if fam in COLD else dtimer.time
+                            secs, reps = timed(lambda k=kernel, a=args: k(*a))
                     op = fn.ops[-1].op_type
-                    if fam == "pad":  # the row is the padded image's side
+                    if fam in ("gather_elements", "scatter_elements"):
+                        op, width = f"{op} i{width[2]}", width[0]  # broadcast, data axis
+                    elif fam == "pad":  # the row is the padded image's side
                         op, width = f"{op} c{width[0]}", width[1]
                     elif fam == "groupnorm":  # a group's elements, a channel's pixels
                         c, g, h = width

@@ -75,7 +75,7 @@ NORM = ("batchnorm", "batchnorm_grad")
 """Batch normalizations: features ``bytes``, ``channels``, ``spatial``."""
 
 ROWWISE = ("layernorm", "layernorm_grad", "reduce", "copy", "pad", "avgpool", "avgpool_grad",
-           "groupnorm")
+           "groupnorm", "gather_elements", "scatter_elements")
 """Kernels over rows whose speed per byte depends on the rows' shape: features ``bytes``,
 ``width`` (the normalized row's length; a reduction's kept elements) and ``inner`` (a
 reduction's reduced elements after its last kept axis, 1 when the rows are reduced over
@@ -86,7 +86,9 @@ over the rows of ``[N, C]``. A copy's ``width`` is its result's last axis and ``
 its input's (``calibration.bench_nn.copy_axes``); a pad's ``width`` the padded rows'
 length; an average pool's (or its gradient's) ``width`` its channels and ``inner`` its
 stride (a stride-1 pool writes four times the outputs of a stride-2 one per byte read); a
-group norm's ``width`` a group's elements and ``inner`` a channel's pixels."""
+group norm's ``width`` a group's elements and ``inner`` a channel's pixels; an indexing
+op's (``GatherElements``, an adding ``ScatterElements``) ``width`` the data's length along
+the indexed axis and ``inner`` how many times the index is broadcast."""
 
 CONV = ("conv", "conv_dgrad", "conv_wgrad", "conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
 """Convolution families (``calibration.bench_train``): the forward's implicit-GEMM features
@@ -100,7 +102,8 @@ GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad",
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                  "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
-                 "where", "pad", "groupnorm")
+                 "where", "pad", "groupnorm", "gather_elements",
+                 "scatter_elements")
 """The memory-bound training families (``calibration.bench_train``)."""
 
 PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, "softmax", "layernorm", "gelu", "copy",
@@ -117,7 +120,8 @@ a profile measured in float32 alone prices every dtype as before."""
 COMPUTE = ("elementwise", "batchnorm",
            "batchnorm_grad", "layernorm_grad", "softmax_grad", "cross_entropy",
            "cross_entropy_grad", "adam", "scatter_add", "reduce", "maxpool", "maxpool_grad",
-           "avgpool", "avgpool_grad", "scatter_add_few", "groupnorm")
+           "avgpool", "avgpool_grad", "scatter_add_few", "groupnorm", "gather_elements",
+           "scatter_elements")
 
 
 def fit_key(row: dict[str, Any]) -> str:

@@ -42,17 +42,33 @@ from typing import Any
 from distir.analysis.values import type_of
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["LAYOUT_OPS", "STRIDE_OPS", "MEMORY_FORMAT", "COPIED_INPUTS", "Layouts",
+__all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
+           "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
            "is_channels_last"]
 
-LAYOUT_OPS = frozenset({"Conv", "ConvGrad"})
+CONV_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
 
+INDEX_OPS = frozenset({"GatherElements", "ScatterElements"})
+"""Ops whose cost depends on how many distinct elements their index (input 1) holds: the
+backend wraps negative indices once per distinct element of an index broadcast by
+``Expand`` (HF DeBERTa's relative positions, expanded over batch and heads; ``torch.gather``
+with an index expanded along the gathered rows' width), and the kernel reads such an
+index from the cache."""
+
+LAYOUT_OPS = CONV_OPS | INDEX_OPS
+"""Ops whose cost depends on the strides of an input."""
+
 STRIDE_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
-                        "Identity", "Split", "Slice"})
+                        "Identity", "Split", "Slice", "Expand"})
 """Ops whose results the backend may give their input's storage with other strides
-(``Split`` and ``Slice`` of unit steps: a part of it, with its strides)."""
+(``Split`` and ``Slice`` of unit steps: a part of it, with its strides; ``Expand``: stride 0
+along the axes it broadcasts)."""
+
+INDEX_ELEMENTS = "index_elements"
+"""The attribute the simulator adds for an ``INDEX_OPS`` rule whose index is a broadcast
+view: the index's distinct elements (its elements along the axes of non-zero stride)."""
 
 MEMORY_FORMAT = "memory_format"
 """The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose kernels run in the
@@ -158,6 +174,10 @@ def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: 
     strides, as the backend computes it (a copy is contiguous)."""
     if op.op_type in ("Split", "Slice"):
         return strides  # a part of the input, with its strides
+    if op.op_type == "Expand":  # stride 0 along the broadcast axes (new ones, or of 1)
+        lead = len(out_shape) - len(shape)
+        return tuple(0 if d < lead or (shape[d - lead] == 1 and out_shape[d] != 1)
+                     else strides[d - lead] for d in range(len(out_shape)))
     if op.op_type == "Transpose":
         from distir.analysis.cost.compute import copied_transpose, only_unit_axes_move
 
@@ -216,8 +236,8 @@ class Layouts:
                         op.inputs and op.inputs[0] is not None and \
                         (op.op_type != "Slice" or len(op.inputs) < 5 or op.inputs[4] is None):
                     x = op.inputs[0]
-                    restrides = op.op_type in ("Transpose", "Split", "Slice") or \
-                        x in transposed
+                    restrides = op.op_type in ("Transpose", "Split", "Slice", "Expand") \
+                        or x in transposed
                     for v in op.outputs:
                         prod[v] = op
                         start[v] = start.get(x, x)
@@ -299,6 +319,35 @@ class Layouts:
             if st is not None:
                 out[i] = st
         return out
+
+    def op_layout(self, op: Op) -> tuple[tuple[str, Any], ...] | None:
+        """The attributes by which ``op`` (one of ``LAYOUT_OPS``) reaches its cost rule, as
+        ``(name, value)`` pairs, ``None`` where its inputs are contiguous: a convolution's
+        ``MEMORY_FORMAT`` and ``COPIED_INPUTS`` (``conv_layout``), an indexing op's
+        ``INDEX_ELEMENTS`` (``index_elements``)."""
+        if op.op_type in INDEX_OPS:
+            n = self.index_elements(op)
+            return None if n is None else ((INDEX_ELEMENTS, n),)
+        got = self.conv_layout(op)
+        return None if got is None else ((MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1]))
+
+    def index_elements(self, op: Op) -> int | None:
+        """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view
+        of stride 0 along some axis of length > 1), else ``None``."""
+        ins = op.inputs
+        st = self.strides(ins[1]) if len(ins) > 1 else None
+        if st is None:
+            return None
+        env = self._env()
+        assert env is not None
+        shape = tuple(getattr(type_of(env[ins[1]]), "shape", ()))
+        if len(shape) != len(st) or not any(s == 0 and d > 1 for s, d in zip(st, shape)):
+            return None
+        n = 1
+        for s, d in zip(st, shape):
+            if s != 0:
+                n *= d
+        return n
 
     def conv_layout(self, op: Op) -> tuple[str | None, tuple[tuple[int, int], ...]] | None:
         """How PyTorch runs the convolution ``op`` (a ``Conv`` or ``ConvGrad``) on its

@@ -50,7 +50,7 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import COPIED_INPUTS, LAYOUT_OPS, MEMORY_FORMAT, Layouts
+from distir.analysis.layout import LAYOUT_OPS, Layouts
 from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
 from distir.analysis.renaming import (
     ARG_KEY0,
@@ -636,7 +636,7 @@ class Simulator(TypeInterpreter):
         free_out = lv[3]
         fmt = None
         if self._layouts is not None and op.op_type in LAYOUT_OPS:
-            fmt = self._layouts.conv_layout(op)
+            fmt = self._layouts.op_layout(op)
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)
@@ -661,12 +661,11 @@ class Simulator(TypeInterpreter):
         return rec
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type | None, ...],
-              fmt: tuple[str | None, tuple[tuple[int, int], ...]] | None = None,
-              ) -> OpCost:
+              fmt: tuple[tuple[str, Any], ...] | None = None) -> OpCost:
         """The op's cost by its rule, memoized by (op type, types, attributes); ``fmt``,
-        for a convolution of strided inputs, the format its kernels run in and the inputs
-        copied first (``layout.Layouts.conv_layout``), reaches the rule as the attributes
-        ``layout.MEMORY_FORMAT`` and ``layout.COPIED_INPUTS``."""
+        for an op of strided inputs (``layout.Layouts.op_layout``: a convolution's format
+        and copied inputs, an indexing op's distinct index elements), reaches the rule as
+        more attributes."""
         key = (op.op_type, ins, op.attrs_key, outs) if fmt is None else \
             (op.op_type, ins, op.attrs_key, outs, fmt)
         c = self._costs.get(key)
@@ -674,7 +673,7 @@ class Simulator(TypeInterpreter):
             rule = COST_RULES.get(op.op_type)
             attrs = self.attrs_of(op)
             if fmt is not None:
-                attrs = {**attrs, MEMORY_FORMAT: fmt[0], COPIED_INPUTS: fmt[1]}
+                attrs = {**attrs, **dict(fmt)}
             if rule is None:
                 if not self.fallback:
                     raise SimulationError(

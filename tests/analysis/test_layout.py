@@ -233,3 +233,53 @@ def test_a_search_keeps_no_program_it_is_done_with() -> None:
     gc.collect()
     # the summaries keep their callees (and so their strides); the entry function goes
     assert ref() is None
+
+
+# an index expanded over a leading axis (as exports expand relative positions over batch
+# and heads), a gather and an adding scatter of it, inside a called function too; and the
+# same ops with a dense index
+INDEXED = """
+func @layer(%x: Tensor[Float32, (8, 16, 32), 0], %ie: Tensor[Int64, (8, 16, 32), 0],
+            %u: Tensor[Float32, (8, 16, 32), 0]) {
+  %g2 = GatherElements(%x, %ie, axis=-1)
+  return %g2
+}
+
+func @main(%x: Tensor[Float32, (8, 16, 32), 0], %i: Tensor[Int64, (1, 16, 32), 0],
+           %d: Tensor[Int64, (8, 16, 32), 0], %u: Tensor[Float32, (8, 16, 32), 0]) {
+  %shape = Constant(value=dense<Int64>[8, 16, 32], device=0)
+  %ie = Expand(%i, %shape)
+  %g = GatherElements(%x, %ie, axis=-1)
+  %s = ScatterElements(%x, %ie, %u, axis=-1, reduction="add")
+  %gd = GatherElements(%x, %d, axis=2)
+  %sd = ScatterElements(%x, %d, %u, axis=-1, reduction="add")
+  %sn = ScatterElements(%x, %ie, %u, axis=-1)
+  %g2 = call @layer(%x, %ie, %u)
+  return %g, %s, %gd, %sd, %sn, %g2
+}"""
+
+INDEX_FITS = tuple((fam, "Float32", FitModel("linear", ("bytes", "width", "inner"),
+                                             intercept=b, coef=(1e-9, 1e-7, 1e-6)))
+                   for fam, b in (("gather_elements", 1e-5), ("scatter_elements", 2e-5)))
+
+
+def test_a_broadcast_index_is_priced_by_its_distinct_elements() -> None:
+    hw = Hardware(**BASE, fits=INDEX_FITS)
+    sim = simulate(distir.parse(INDEXED), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    x = 8 * 16 * 32 * 4
+    # a broadcast index: its 512 distinct int64 elements, read 8 times
+    g = 2 * x + 16 * 32 * 8
+    assert got["g"] == pytest.approx(1e-5 + 1e-9 * g + 1e-7 * 32 + 1e-6 * 8)
+    assert got["g2"] == pytest.approx(got["g"])  # through a call
+    assert got["s"] == pytest.approx(2e-5 + 1e-9 * (g + x) + 1e-7 * 32 + 1e-6 * 8)
+    d = 2 * x + 8 * 16 * 32 * 8  # a dense index: every element
+    assert got["gd"] == pytest.approx(1e-5 + 1e-9 * d + 1e-7 * 32 + 1e-6)
+    assert got["sd"] == pytest.approx(2e-5 + 1e-9 * (d + x) + 1e-7 * 32 + 1e-6)
+    # a scatter that overwrites is not the adding one measured: memory-bound as before
+    assert got["sn"] == pytest.approx(hw.memory_time(3 * x + 8 * 16 * 32 * 8, 0.0,
+                                                     "Float32"))
+    # a profile without the families: every byte of the index at the memory's bandwidth
+    old = simulate(distir.parse(INDEXED), Hardware(**BASE))
+    got_old = {op.outputs[0].name: secs for _, secs, _, op, *_ in old.events()}
+    assert got_old["g"] == pytest.approx(hw.memory_time(d, 0.0, "Float32"))

@@ -27,14 +27,16 @@ def test_segformer_depthwise_convolutions_run_channels_last(exporter: str) -> No
     cost = sim._cost
 
     def spy(op, ins, outs, fmt=None):  # type: ignore[no-untyped-def]
-        if op.op_type in layout.LAYOUT_OPS:
-            seen.append((op.op_type, int(op.attrs.get("group", 1) or 1), fmt))
+        if op.op_type in layout.CONV_OPS:
+            seen.append((op.op_type, int(op.attrs.get("group", 1) or 1),
+                         None if fmt is None else dict(fmt)))
         return cost(op, ins, outs, fmt)
 
     sim._cost = spy  # type: ignore[method-assign]
     assert sim.simulate_function(step).latency_s > 0
     depthwise = [f for kind, g, f in seen if g > 1]
     dense = [f for kind, g, f in seen if g == 1]
-    assert depthwise and all(f is not None and f[0] == "channels_last" for f in depthwise)
+    assert depthwise and all(f is not None and f[layout.MEMORY_FORMAT] == "channels_last"
+                              for f in depthwise)
     assert {kind for kind, g, _ in seen if g > 1} == {"Conv", "ConvGrad"}
     assert any(f is None for f in dense)  # the first patch embedding: the input image

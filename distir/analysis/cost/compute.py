@@ -144,13 +144,52 @@ def view(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return ZERO
 
 
+INDEX_FAMILIES = {"GatherElements": "gather_elements", "ScatterElements": "scatter_elements"}
+"""``GatherElements`` and an adding ``ScatterElements`` (the gradient of a gather), priced
+by the profile's fits of these families where it has them (``index_op_time``)."""
+
+
+def index_op_time(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
+                  hw: Hardware, dt: str) -> OpCost | None:
+    """A ``GatherElements`` or adding ``ScatterElements`` by the profile's
+    ``gather_elements`` / ``scatter_elements`` fit (``calibration.bench_train``: the
+    backend's lowering, its wrap of negative indices and, for the scatter, the copy of
+    the data it adds into), ``None`` where it has none or the op is of another kind.
+    Features: ``bytes`` (the data, the updates, the result and the index's distinct
+    elements), ``width`` (the data's length along the indexed axis: the rows the gather
+    reads from or the scatter adds into) and ``inner`` (how many times the index is
+    broadcast: ``layout.INDEX_ELEMENTS``, which the simulator sets for an index that is an
+    ``Expand``'s view; 1 for a dense index)."""
+    family = INDEX_FAMILIES.get(op_type)
+    if family is None or (op_type == "ScatterElements" and attrs.get("reduction") != "add") \
+            or not hw.has_kernel_fit(family, dt):
+        return None
+    data, index = ins[0], ins[1] if len(ins) > 1 else None
+    if not isinstance(data, TensorType) or not isinstance(index, TensorType) or \
+            not data.rank or not index.numel:
+        return None
+    from distir.analysis.layout import INDEX_ELEMENTS
+
+    distinct = int(attrs.get(INDEX_ELEMENTS) or index.numel)
+    nbytes = tensor_bytes(ins) + tensor_bytes(outs) - \
+        (index.numel - distinct) * index.dtype.itemsize
+    width = data.shape[int(attrs.get("axis", 0)) % data.rank]
+    flops = float(index.numel)
+    feats = rowwise_features(nbytes, width, max(index.numel // max(distinct, 1), 1))
+    return OpCost(hw.kernel_time(family, nbytes, flops, dt, feats), flops, nbytes)
+
+
 @COST_RULES.register(*SIMPLE, *TRANSCENDENTAL, *REDUCING, *COPIES, "AdamOptimizer")
 def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                  hw: Hardware) -> OpCost:
+    dt = main_dtype(ins, outs)
+    if op_type in INDEX_FAMILIES:
+        c = index_op_time(op_type, ins, outs, attrs, hw, dt)
+        if c is not None:
+            return c
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = _FLOPS_PER_ELEMENT[op_type] * max(_numel(outs), _numel(ins))
     family = _family(op_type, attrs)
-    dt = main_dtype(ins, outs)
     if family == "batchnorm":
         from distir.analysis.cost.train import norm_time
 
