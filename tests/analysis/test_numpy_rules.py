@@ -438,3 +438,38 @@ def test_onnx_backend_node_cases() -> None:
                                 f"{str(e).strip().splitlines()[0] if str(e).strip() else ''}")
     assert not failures, "\n".join(failures)
     assert len(ran) >= 60, sorted(set(ONNX_SCHEMAS) - ran)
+
+
+def test_average_pool_windows_past_the_padded_input() -> None:
+    """``ceil_mode`` keeps a window that reaches past the padded input (HF EfficientNet's
+    last pool: a window of 2560 over a 7 x 7 map); onnx.reference averages those wrongly,
+    DistIR's kernel as PyTorch (and onnxruntime) does, and the type rule accepts such a
+    window where it starts inside the input. Random cases, with and without overhang."""
+    import torch
+    import torch.nn.functional as F
+
+    from distir.analysis import infer_types
+    from tests.backend.test_lowering import one_op
+
+    rng = np.random.default_rng(3)
+    overhung = 0
+    for _ in range(60):
+        h, w = (int(v) for v in rng.integers(3, 9, 2))
+        k = int(rng.choice([2, 3, 5, 12, 40]))
+        s = int(rng.choice([1, 2, 3, k]))
+        p = int(rng.integers(0, k // 2 + 1)) if k < 12 else 0
+        cip = int(rng.integers(0, 2))
+        x = rng.standard_normal((2, 3, h, w)).astype(np.float32)
+        try:
+            want = F.avg_pool2d(torch.tensor(x), k, s, p, ceil_mode=True,
+                                count_include_pad=bool(cip)).numpy()
+        except RuntimeError:
+            continue  # PyTorch refuses the case too
+        attrs = {"kernel_shape": (k, k), "strides": (s, s), "pads": (p,) * 4, "ceil_mode": 1,
+                 "count_include_pad": cip}
+        overhung += any(((o - 1) * s + k > d + 2 * p) for o, d in zip(want.shape[2:], (h, w)))
+        (got,) = _ours("AveragePool", [x], attrs, 1)
+        np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
+        fn = one_op("AveragePool", [(DType.Float32, x.shape)], **attrs)
+        assert infer_types(fn)[0].shape == want.shape
+    assert overhung >= 10

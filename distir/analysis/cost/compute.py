@@ -383,9 +383,7 @@ def transpose(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
 @COST_RULES.register("MaxPool", "AveragePool")
 def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
-    window = 1
-    for k in attrs.get("kernel_shape") or ():
-        window *= k
+    window = pool_window(ins[0], attrs)
     nbytes = tensor_bytes(ins) + tensor_bytes(outs)
     flops = float(_numel(outs[:1]) * window)
     dt = main_dtype(ins, outs)
@@ -397,13 +395,36 @@ def pool(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
 
 
-def pool_features(x: Any, attrs: dict[str, Any], nbytes: float) -> dict[str, float] | None:
-    """``rowwise_features`` of an average pool (or its gradient) of ``x``: ``width`` its
-    channels, ``inner`` its (largest) stride, as ``calibration.bench_train`` measures
-    them."""
+def _padded_extents(x: Any, attrs: dict[str, Any]) -> tuple[int, ...] | None:
+    """The spatial extents of a pool's input ``x`` with its pads, ``None`` where unknown."""
     if not isinstance(x, TensorType) or x.rank < 3:
         return None
-    stride = max((int(v) for v in attrs.get("strides") or ()), default=1)
+    n = x.rank - 2
+    pads = tuple(int(v) for v in attrs.get("pads") or ()) or (0,) * (2 * n)
+    if len(pads) != 2 * n:
+        return None
+    return tuple(d + pads[i] + pads[n + i] for i, d in enumerate(x.shape[2:]))
+
+
+def pool_window(x: Any, attrs: dict[str, Any]) -> int:
+    """The positions a pool's window reads, each axis clipped to the padded input: a window
+    of ``ceil_mode`` may reach past it (HF EfficientNet pools its 7 x 7 map with a window of
+    2560, which reads 49 positions)."""
+    ext = _padded_extents(x, attrs)
+    window = 1
+    for i, k in enumerate(attrs.get("kernel_shape") or ()):
+        window *= min(int(k), ext[i]) if ext is not None and i < len(ext) else int(k)
+    return window
+
+
+def pool_features(x: Any, attrs: dict[str, Any], nbytes: float) -> dict[str, float] | None:
+    """``rowwise_features`` of an average pool (or its gradient) of ``x``: ``width`` its
+    channels, ``inner`` its (largest) stride, clipped to the padded input, as
+    ``calibration.bench_train`` measures them."""
+    ext = _padded_extents(x, attrs)
+    if ext is None:
+        return None
+    stride = max((min(int(v), e) for v, e in zip(attrs.get("strides") or (), ext)), default=1)
     return rowwise_features(nbytes, x.shape[1], stride)
 
 

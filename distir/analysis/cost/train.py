@@ -42,7 +42,7 @@ from __future__ import annotations
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, OpCost, main_dtype, tensor_bytes
-from distir.analysis.cost.compute import _products, pool_features, row_features
+from distir.analysis.cost.compute import _products, pool_features, pool_window, row_features
 from distir.analysis.hardware import Hardware, matmul_features, rowwise_features
 from distir.analysis.layout import COPIED_INPUTS, MEMORY_FORMAT
 from distir.ir.types import TensorType
@@ -175,7 +175,7 @@ def conv_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
 def pool_grad(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
               hw: Hardware) -> OpCost:
     x, dy = ins[0], ins[1]
-    flops = float(dy.numel * _prod(tuple(attrs["kernel_shape"])))
+    flops = float(dy.numel * pool_window(x, attrs))
     dt = main_dtype(ins, outs)
     family = "maxpool_grad" if op_type == "MaxPoolGrad" else "avgpool_grad"
     nbytes = float(tensor_bytes(ins) + tensor_bytes(outs))

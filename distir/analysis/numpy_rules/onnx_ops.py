@@ -255,7 +255,7 @@ def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[
     return {**attrs, name: tuple(a + rank if a < 0 else a for a in v)}
 
 
-OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization")
+OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization", "AveragePool")
 """Ops whose ``onnx.reference`` kernel is wrong on valid inputs: ``numpy_rules.kernels``
 implements them instead."""
 

@@ -113,10 +113,11 @@ def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
     out = []
     for i, (d, s, e) in enumerate(zip(spatial, strides, eff, strict=False)):
         span = d + pads[i] + pads[n + i] - e
-        if span < 0:
+        o = (-(-span // s) if ceil_mode else span // s) + 1
+        if span < 0 and o < 1:  # (ceil_mode keeps one window that starts in the input,
+            # as PyTorch does: HF EfficientNet pools its 7 x 7 map with a window of 2560)
             raise fail(f"the window {kernel} (dilations {list(dilations)}) is larger than the "
                        f"padded input {x.shape}")
-        o = (-(-span // s) if ceil_mode else span // s) + 1
         if ceil_mode and (o - 1) * s >= d + pads[i]:
             o -= 1  # the last window would start in the end padding
         out.append(o)
