@@ -126,12 +126,13 @@ COLD: frozenset[str] = frozenset()
 """Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
 
 SEQUENCE = frozenset({"adam"})
-"""Families timed as a step runs them (``_in_sequence``): one call after another on
-distinct operands, as many as make four times the L2 cache, the time per call. A step
+"""Families timed as a replayed step runs them (``_in_sequence``): one call after another
+on distinct operands, as many as make four times the L2 cache, captured as a CUDA graph,
+the time per call. A step
 ends with one Adam update per parameter back to back, its parameters, gradients and
 moments none of them touched since the backward pass. The cold single call measured
 before (``DeviceTimer.cold``) was far from that on an H200: an update of 65,536 float32
-elements took 63 us in replayed BiT-R50x1 and ConvNeXt steps against the 43 us the cold
+elements took 61-66 us in a replayed BiT-R50x1 step against the 43 us the cold
 call fitted (the kernel runs one block per 65,536 elements, so up to about a million a
 block's latency decides), and one of 2,048 elements 2.8 us against 11 us (the flush's
 own cost, not the update's)."""
@@ -140,9 +141,9 @@ own cost, not the update's)."""
 def _in_sequence(dtimer: DeviceTimer, kernel: Callable[..., Any], args: list[Any], fn: Any,
                  bounds: dict[str, int], device: Any) -> tuple[float, int]:
     """Device time per call of ``kernel`` run on ``k`` distinct sets of operands one after
-    another, ``k`` (at most 64) making the operands four times the GPU's L2 cache: the
-    calls of a step's optimizer, each on tensors last touched long before. On a CPU, the
-    time of one call."""
+    another, ``k`` (at most 64) making the operands four times the GPU's L2 cache, replayed
+    as a CUDA graph (``DeviceTimer.replayed``): the calls of a step's optimizer, each on
+    tensors last touched long before. On a CPU, the time of one call."""
     t = dtimer.timer
     if not t.cuda:
         return dtimer.time(lambda: kernel(*args))
@@ -156,7 +157,7 @@ def _in_sequence(dtimer: DeviceTimer, kernel: Callable[..., Any], args: list[Any
         for a in sets:
             kernel(*a)
 
-    secs, reps = dtimer.time(run)
+    secs, reps = dtimer.replayed(run)
     return secs / k, reps * k
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
@@ -204,6 +205,43 @@ class DeviceTimer:
         both, reps = self.time(lambda: (flush(), fn()))
         alone, _ = self.time(flush)
         return max(both - alone, 1e-7), reps
+
+    def replayed(self, fn: Callable[[], object]) -> tuple[float, int]:
+        """Device time per call of ``fn`` captured once as a CUDA graph and replayed, as a
+        step run with ``--cuda-graph`` runs its kernels: no host in between, however long
+        the host takes to issue them (a sequence of small kernels timed on a held stream
+        fills the launch queue, and the hold runs out). On a CPU, ``time``."""
+        import statistics
+
+        t = self.timer
+        if not t.cuda:
+            return t.time(fn)
+        torch = t.torch
+        side = torch.cuda.Stream(device=t.device)
+        side.wait_stream(torch.cuda.current_stream(t.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(t.device).wait_stream(side)
+        t.sync()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+
+        def replays(n: int) -> float:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3 / n
+
+        replays(2)
+        once = max(replays(1), 1e-7)
+        reps = int(min(t.max_reps, max(2, t.target_s / once)))
+        return statistics.median(replays(reps) for _ in range(t.trials)), reps
 
     def time(self, fn: Callable[[], object]) -> tuple[float, int]:
         import statistics
@@ -614,7 +652,12 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                             timed = dtimer.cold if fam in COLD else dtimer.time
                             secs, reps = timed(lambda k=kernel, a=args: k(*a))
                     op = fn.ops[-1].op_type
+                    nbytes = _nbytes(fn)
                     if fam in ("gather_elements", "scatter_elements"):
+                        # a broadcast index's bytes are its distinct elements' (as the
+                        # cost rule counts them: compute.index_op_time)
+                        m = fn.params[1].type.numel
+                        nbytes -= (m - m // width[2]) * 8
                         op, width = f"{op} i{width[2]}", width[0]  # broadcast, data axis
                     elif fam == "pad":  # the row is the padded image's side
                         op, width = f"{op} c{width[0]}", width[1]
@@ -624,7 +667,7 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     elif isinstance(width, tuple):  # (channels, pixels, size or stride)
                         tag = "i" if fam in ("reduce", "avgpool", "avgpool_grad") else "h"
                         op, width = f"{op} {tag}{width[1]}", width[0]
-                    yield Row(fam, op, dt, secs, n, width, bytes=_nbytes(fn),
+                    yield Row(fam, op, dt, secs, n, width, bytes=nbytes,
                               flops=float(n), reps=reps, device=str(device), split=split)
                     count += 1
                     del args, kernel
