@@ -9,7 +9,9 @@ elements, 38-44 us in ``calibration.bench_train``'s replayed sequence): the fuse
 - ``hot``: the same, after 40 ms of float32 matrix products (the card under load, as at
   the end of a step's backward pass);
 - ``clones``: as ``seq`` with ``w``, ``m`` and ``v`` copied first (the backend's lowering
-  where the program does not donate them, as in the measured steps).
+  where the program does not donate them, as in the measured steps);
+- ``apart``, ``apart+clones``: as ``seq`` and ``clones`` with each update's four operands
+  far apart in memory (each role's tensors allocated together, 256 MiB between roles).
 
 Prints, per size and setting, the median kernel time (us) and the SM clock NVML reported
 during the replays (``nvidia-smi``).
@@ -53,6 +55,16 @@ def main() -> None:
         sets = [[torch.randn(n, device=dev) for _ in range(4)] for _ in range(64)]
         for s in sets:
             s[3].abs_()
+        # the four operands of each update far apart (each role's tensors allocated
+        # together, 256 MiB between the roles), as a step's weights, gradients and
+        # moments are: allocated at different times, in different pools
+        roles = []
+        for r in range(4):
+            roles.append([torch.randn(n, device=dev) for _ in range(64)])
+            roles.append([torch.empty(256 << 20, dtype=torch.uint8, device=dev)])
+        apart = [[roles[2 * r][i] for r in range(4)] for i in range(64)]
+        for s in apart:
+            s[3].abs_()
 
         def updates(copy: bool, sets: list = sets) -> None:
             for w, dw, m, v in sets:
@@ -65,8 +77,10 @@ def main() -> None:
         settings = {"seq": lambda: updates(False),
                     "flush": lambda: (flush.zero_(), updates(False)),
                     "hot": lambda: ([torch.mm(a, b) for _ in range(2)], updates(False)),
-                    "clones": lambda: updates(True)}
-        for name, fn in settings.items():
+                    "clones": lambda: updates(True),
+                    "apart": lambda: updates(False, apart),
+                    "apart+clones": lambda: updates(True, apart)}
+        for name, fn in settings.items():  # noqa: B023
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
@@ -93,7 +107,7 @@ def main() -> None:
                 events = json.load(f)["traceEvents"]
             ks = [e["dur"] for e in events
                   if e.get("cat") == "kernel" and "multi_tensor" in e.get("name", "")]
-            print(f"{n:9d}  {name:7s}  {statistics.median(ks):18.1f}  "
+            print(f"{n:9d}  {name:12s}  {statistics.median(ks):18.1f}  "
                   f"{statistics.median(mhz) if mhz else 0:15.0f}")
             del g
 
