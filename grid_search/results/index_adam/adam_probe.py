@@ -59,7 +59,7 @@ def main() -> None:
         # together, 256 MiB between the roles), as a step's weights, gradients and
         # moments are: allocated at different times, in different pools
         roles = []
-        for r in range(4):
+        for _ in range(4):
             roles.append([torch.randn(n, device=dev) for _ in range(64)])
             roles.append([torch.empty(256 << 20, dtype=torch.uint8, device=dev)])
         apart = [[roles[2 * r][i] for r in range(4)] for i in range(64)]
@@ -78,9 +78,9 @@ def main() -> None:
                     "flush": lambda: (flush.zero_(), updates(False)),
                     "hot": lambda: ([torch.mm(a, b) for _ in range(2)], updates(False)),
                     "clones": lambda: updates(True),
-                    "apart": lambda: updates(False, apart),
-                    "apart+clones": lambda: updates(True, apart)}
-        for name, fn in settings.items():  # noqa: B023
+                    "apart": lambda far=apart: updates(False, far),
+                    "apart+clones": lambda far=apart: updates(True, far)}
+        for name, fn in settings.items():
             side = torch.cuda.Stream()
             side.wait_stream(torch.cuda.current_stream())
             with torch.cuda.stream(side):
