@@ -1,0 +1,31 @@
+"""Predicted vs measured for this folder's sealed study (README.md): HF SEW-D's and HF
+EfficientNet-B0's training steps measured in ``call_b/`` (``sealed.tgz``, opened only after
+its comparison's commit was named), read as ``../norms_views/compare.py`` reads that
+folder's.
+
+    python grid_search/results/index_adam/compare.py [--call b] [--profile P]
+        [--models DIR] [--rows]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("channels_last_compare",
+                                               HERE.parent / "channels_last" / "compare.py")
+assert _spec is not None and _spec.loader is not None
+_cl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cl)
+
+CE = _cl.sealed3.base.CE
+MSE = _cl.sealed3.base.MSE
+CALLS = {  # call: (folder, its log, [(label, model file, options)])
+    "b": ("call_b", "run_b.log", [("HF SEW-D (dynamo)", "sewd", MSE),
+                                  ("HF EfficientNet-B0 (dynamo)", "efficientnet", CE)]),
+}
+
+
+if __name__ == "__main__":
+    _cl.compare_call(HERE, CALLS, "b")
