@@ -57,7 +57,8 @@ from typing import Any
 from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
-           "patch_conv_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES", "GROUPED_CONV_FAMILIES",
+           "patch_conv_shapes", "conv1d_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES",
+           "GROUPED_CONV_FAMILIES", "CONV1D_FAMILIES",
            "NHWC_CONV_FAMILIES", "NHWC_GROUPED_CONV_FAMILIES", "conv_family",
            "grouped_conv_shapes", "conv_geometry", "norm_features"]
 
@@ -69,6 +70,10 @@ CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
 which cuDNN runs by other kernels, far from a product of the implicit GEMM's sizes."""
+CONV1D_FAMILIES = ("conv1d", "conv1d_dgrad", "conv1d_wgrad")
+"""1-D convolutions (``[N, C, L]``), dense and grouped in one family each (``groups`` a
+feature): audio models' feature extractors and positional convolutions, which cuDNN runs
+by other kernels than 2-D ones of the same sizes (``conv1d_shapes``)."""
 NHWC_CONV_FAMILIES = ("conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
 NHWC_GROUPED_CONV_FAMILIES = ("conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
                               "conv_grouped_nhwc_wgrad")
@@ -313,6 +318,56 @@ def _cnn_conv_shapes(quick: bool, cuda: bool, count: int, seed: int,
         if oh < 1 or flops > max_flops or biggest > MAX_TENSOR_BYTES:
             return None
         return (n, c, m, h, k, s)
+
+    return _sample(count, draw)
+
+
+def conv1d_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
+                  ) -> list[tuple[int, ...]]:
+    """``(N, C, M, L, kernel, stride, groups, padding)`` of 1-D convolutions, drawn from the
+    layers of speech models: wav2vec 2.0-style feature extractors (512 channels from the
+    raw signal: kernel 10 stride 5, then kernels 3 and 2 of stride 2, kernel 1 between
+    them as SEW-D's), positional convolutions (768 or 1024 channels in 16 groups, kernel
+    128, stride 1 or 2, padding 64), Whisper's stem (80 or 128 mel bins to 384-1280,
+    kernel 3, stride 1 or 2, padding 1) and depthwise convolutions of conformers (256-1024
+    channels, kernel 15 or 31); batches 1 to 64, lengths as 1 to 30 s of audio make them;
+    at most 1 GiB a tensor (float32) on a GPU, far smaller on a CPU."""
+    rng = random.Random(seed + 11)
+    batches = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64] if not quick else [1, 2]
+
+    def draw() -> tuple[int, ...] | None:
+        kind = rng.random()
+        n = rng.choice(batches)
+        if kind < 0.3:  # a feature extractor's layer
+            c, m = rng.choice([(1, 512), (512, 512), (512, 512), (1, 256), (256, 256)])
+            k, st = rng.choice([(10, 5), (3, 2), (3, 2), (2, 2), (1, 1)])
+            if c == 1:
+                k, st = 10, 5
+            length = rng.choice([16000, 32000, 64000, 160000]) // rng.choice([1, 5, 10, 20])
+            p, g = 0, 1
+        elif kind < 0.6:  # a positional convolution
+            c = m = rng.choice([768, 1024])
+            k, st, p, g = 128, rng.choice([1, 2]), 64, 16
+            length = rng.choice([24, 49, 50, 99, 100, 149, 199, 249, 399, 499, 749, 1499])
+        elif kind < 0.8:  # Whisper's stem
+            c, m = rng.choice([(80, 384), (80, 768), (128, 1280), (384, 384), (768, 768)])
+            k, st, p, g = 3, rng.choice([1, 2]), 1, 1
+            length = rng.choice([500, 1000, 1500, 3000])
+        else:  # a conformer's depthwise convolution
+            c = m = g = rng.choice([256, 512, 1024])
+            k = rng.choice([15, 31])
+            st, p = 1, k // 2
+            length = rng.choice([50, 100, 250, 500, 1000])
+        if quick:
+            c, m, g = min(c, 8), min(m, 8), min(g, 8) if g == c else (1 if g == 1 else 2)
+            if c % g or m % g:
+                g = 1
+            length = min(length, 256)
+        out = (length + 2 * p - k) // st + 1
+        biggest = 4 * max(n * c * length, n * m * out)
+        if out < 1 or biggest > (MAX_TENSOR_BYTES if cuda else 1 << 24):
+            return None
+        return (n, c, m, length, k, st, g, p)
 
     return _sample(count, draw)
 
@@ -606,13 +661,17 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
 
 def bench_convs(device: Any, dtypes: list[str],
                 shapes: Sequence[tuple[int, ...]], timer: Timer,
-                log: Callable[[str], None], channels_last: bool = False) -> Iterator[Row]:
+                log: Callable[[str], None], channels_last: bool = False,
+                one_d: bool = False) -> Iterator[Row]:
     """Time ``Conv`` and both halves of ``ConvGrad`` for every shape and dtype through the
     backend's lowerings; rows carry the forward's implicit-GEMM ``m``, ``n``, ``k`` (``k``
     per group). A shape's seventh number is its groups (``grouped_conv_shapes``; more than
     one: ``GROUPED_CONV_FAMILIES``), its eighth its padding (``patch_conv_shapes``; else
     ``kernel // 2``). With ``channels_last``, ``x`` and ``dy`` are handed over in
-    the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``)."""
+    the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``).
+    With ``one_d``, the shapes are 1-D (``conv1d_shapes``: the fourth number the input's
+    length), the rows of ``CONV1D_FAMILIES`` (a row's ``k`` kernel elements and ``p``
+    output positions are then the kernel's length and the output's)."""
     import torch
 
     from distir.ir import DType
@@ -627,14 +686,16 @@ def bench_convs(device: Any, dtypes: list[str],
             p = shape[7] if len(shape) > 7 else k // 2
             oh = (h + 2 * p - k) // s + 1
             cg = c // g
-            gm, gn, gk = n * oh * oh, m, cg * k * k
-            geo = dict(strides=[s, s], pads=[p] * 4, dilations=[1, 1], group=g)
-            x, w, dy = (n, c, h, h), (m, cg, k, k), (n, m, oh, oh)
+            sp = 1 if one_d else 2  # spatial axes
+            win, pix = k ** sp, oh ** sp
+            gm, gn, gk = n * pix, m, cg * win
+            geo = dict(strides=[s] * sp, pads=[p] * (2 * sp), dilations=[1] * sp, group=g)
+            x, w, dy = (n, c) + (h,) * sp, (m, cg) + (k,) * sp, (n, m) + (oh,) * sp
             split = _split(i)
             for role in ("conv", "dgrad", "wgrad"):
                 if role == "conv":
                     fn = _one_op("Conv", [("x", ddt, x), ("w", ddt, w)], 1,
-                                 kernel_shape=[k, k], **geo)
+                                 kernel_shape=[k] * sp, **geo)
                 else:
                     # only the half measured is returned: the other result is dead
                     fn = _one_op("ConvGrad", [("x", ddt, x), ("w", ddt, w), ("dy", ddt, dy)],
@@ -646,13 +707,15 @@ def bench_convs(device: Any, dtypes: list[str],
                             if j != 1 and a.dim() == 4 else a for j, a in enumerate(args)]
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
-                nbytes = (n * c * h * h + m * cg * k * k + n * m * oh * oh) * size
+                nbytes = (n * c * h ** sp + m * cg * win + n * m * pix) * size
                 tag = f" g{g}" if g > 1 else ""
-                yield Row(conv_family(role, g > 1, channels_last),
-                          f"conv k{k * k} s{s} n{n} c{cg} p{oh * oh}{tag}", dt, secs, gm,
+                fam = ("conv1d" if role == "conv" else f"conv1d_{role}") if one_d else \
+                    conv_family(role, g > 1, channels_last)
+                yield Row(fam, f"conv k{win} s{s} n{n} c{cg} p{pix}{tag}", dt, secs, gm,
                           gn, gk, nbytes, 2.0 * gm * gn * gk, reps=reps, device=str(device),
                           split=split)
                 del args, kernel
-        kind = "grouped conv" if any(len(sh) > 6 and sh[6] > 1 for sh in shapes) else "conv"
+        kind = "1-D conv" if one_d else \
+            "grouped conv" if any(len(sh) > 6 and sh[6] > 1 for sh in shapes) else "conv"
         kind += " (channels-last)" if channels_last else ""
         log(f"{kind} {dt}: {len(shapes)} shapes x 3")

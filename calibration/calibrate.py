@@ -536,13 +536,16 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 ("channels-last grouped convolutions", bench_train.NHWC_GROUPED_CONV_FAMILIES,
                  bench_train.grouped_conv_shapes, True),
                 ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
-                 bench_train.conv_shapes, True)):
+                 bench_train.conv_shapes, True),
+                ("1-D convolutions", bench_train.CONV1D_FAMILIES,
+                 bench_train.conv1d_shapes, False)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
                     f"{len(train_dtypes)} dtypes")
                 rows.extend(r.as_dict() for r in bench_train.bench_convs(
-                    device, train_dtypes, convs, timer, log, channels_last=nhwc))
+                    device, train_dtypes, convs, timer, log, channels_last=nhwc,
+                    one_d=fams is bench_train.CONV1D_FAMILIES))
         from calibration.bench_matmul_grad import bench_all
 
         if use_cuda:
@@ -594,6 +597,7 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
     if families is None:
         return lambda f: True
     from calibration.bench_train import (
+        CONV1D_FAMILIES,
         CONV_FAMILIES,
         GROUPED_CONV_FAMILIES,
         NHWC_CONV_FAMILIES,
@@ -604,7 +608,8 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
     known = {"collectives", "matmul", "matmul_unaligned", "elementwise", "elementwise_bcast",
              "bmm",
              *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
-             *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *MATMUL_GRAD_FAMILIES}
+             *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *CONV1D_FAMILIES,
+             *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)
     if bad:
         raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "

@@ -99,6 +99,11 @@ GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad",
 """Convolutions of more than one group (depthwise ones mostly): the same features and
 ``groups``; their kernels are bound by memory and latency more than by FLOPs."""
 
+CONV1D = ("conv1d", "conv1d_dgrad", "conv1d_wgrad")
+"""1-D convolutions, dense and grouped (``calibration.bench_train.conv1d_shapes``): the
+grouped convolutions' features and models (``window`` the kernel's length, ``pixels`` the
+output's)."""
+
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                  "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                  "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
@@ -106,8 +111,8 @@ TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad"
                  "scatter_elements")
 """The memory-bound training families (``calibration.bench_train``)."""
 
-PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, "softmax", "layernorm", "gelu", "copy",
-             "elementwise_bcast", "scatter_add_repeated", *TRAIN_KERNELS)
+PER_DTYPE = (*MATMULS, *BMMS, *CONV, *GROUPED_CONV, *CONV1D, "softmax", "layernorm", "gelu",
+             "copy", "elementwise_bcast", "scatter_add_repeated", *TRAIN_KERNELS)
 """Families fitted per dtype (the memory-bound kernel families too: half-precision softmax,
 layer norm, copies and broadcasting kernels move fewer bytes per second than float32 ones,
 and the training kernels of 16-bit tensors compute in float32: a bfloat16 layer-norm
@@ -177,7 +182,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         from calibration.bench_train import norm_features
 
         return norm_features(str(row["op"]), int(row["n"]), float(row["bytes"]))
-    if row["family"] in CONV or row["family"] in GROUPED_CONV:
+    if row["family"] in CONV or row["family"] in GROUPED_CONV or row["family"] in CONV1D:
         from calibration.bench_train import conv_geometry
         from distir.analysis.cost.train import conv_features
 
@@ -345,7 +350,7 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "stride)": _boosted(("flops", "mn", "mk", "kn"),
                                     ("batch", "cin", "n", "pixels", "window", "stride"),
                                     300, 4, 0.05)}
-    if family in GROUPED_CONV:
+    if family in GROUPED_CONV or family in CONV1D:
         trees = ("batch", "cin", "n", "pixels", "window", "stride", "groups")
         return {"linear(flops, bytes)": _linear(("flops", "bytes")),
                 "loglog2(bytes, flops)": _loglog(("bytes", "flops"), 2),

@@ -79,3 +79,42 @@ def test_patch_embedding_shapes() -> None:
     assert {k for *_, k, s, _g, p in patches if p == 0} >= {2, 4, 8, 16}
     both = conv_shapes(False, True, 240, 3)
     assert len(both) == 300 and both[240:] == patches  # the CNN sample first, unchanged
+
+
+# SEW-D's positional convolution (16 groups, kernel 128, stride 2) and a dense 1-D one
+TEXT_1D = """
+func @main(%x: Tensor[Float32, (2, 64, 199), 0], %w: Tensor[Float32, (64, 4, 128), 0],
+           %dy: Tensor[Float32, (2, 64, 100), 0], %w1: Tensor[Float32, (32, 64, 3), 0]) {
+  %y = Conv(%x, %w, group=16, kernel_shape=[128], pads=[64, 64], strides=[2])
+  %dx, %dw = ConvGrad(%x, %w, %dy, group=16, pads=[64, 64], strides=[2], dilations=[1])
+  %z = Conv(%x, %w1, kernel_shape=[3])
+  return %y, %dx, %dw, %z
+}"""
+
+
+def test_one_d_convolutions_take_the_conv1d_fits() -> None:
+    hw = Hardware(**BASE, fits=(*FITS, ("conv1d", "Float32", GROUPED),
+                                ("conv1d_dgrad", "Float32", DGRAD),
+                                ("conv1d_wgrad", "Float32", WGRAD)))
+    sim = simulate(distir.parse(TEXT_1D), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    nbytes = (2 * 64 * 199 + 64 * 4 * 128 + 2 * 64 * 100) * 4  # x, w, y
+    assert got["y"] == pytest.approx(2e-5 + 1e-10 * nbytes + 1e-7 * 16)
+    assert got["dx"] == pytest.approx(3e-5 + 2e-10 * nbytes + 4e-5 + 3e-10 * nbytes + 4e-6)
+    zbytes = (2 * 64 * 199 + 32 * 64 * 3 + 2 * 32 * 197) * 4
+    assert got["z"] == pytest.approx(2e-5 + 1e-10 * zbytes + 1e-7)  # dense: groups 1
+    # a profile without them prices 1-D convolutions as implicit GEMMs, as before
+    old = simulate(distir.parse(TEXT_1D), PLAIN)
+    assert {op.outputs[0].name: secs for _, secs, _, op, *_ in old.events()}["y"] != \
+        pytest.approx(got["y"])
+
+
+def test_conv1d_shapes() -> None:
+    from calibration.bench_train import conv1d_shapes
+
+    shapes = conv1d_shapes(False, True, 240)
+    assert len(shapes) == 240 and len(set(shapes)) == 240
+    assert any(s[4] == 128 and s[6] == 16 for s in shapes)  # positional convolutions
+    assert any(s[1] == 1 and s[4] == 10 for s in shapes)  # the raw signal's first layer
+    assert any(s[6] == s[1] > 1 for s in shapes)  # depthwise
+    assert {s[0] for s in shapes if s[4] == 128} >= {1, 8, 12, 16}

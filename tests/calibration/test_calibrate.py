@@ -22,7 +22,8 @@ TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cr
             "bmm_nt", "bmm_tn", "scatter_add_repeated", "conv_grouped", "conv_grouped_dgrad",
             "conv_grouped_wgrad", "scatter_add_few", "where", "pad", "conv_nhwc",
             "conv_nhwc_dgrad", "conv_nhwc_wgrad", "conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
-            "conv_grouped_nhwc_wgrad", "groupnorm", "gather_elements", "scatter_elements"}
+            "conv_grouped_nhwc_wgrad", "groupnorm", "gather_elements", "scatter_elements",
+            "conv1d", "conv1d_dgrad", "conv1d_wgrad"}
 
 
 @pytest.fixture(scope="module")
