@@ -11,7 +11,10 @@ elements, 38-44 us in ``calibration.bench_train``'s replayed sequence): the fuse
 - ``clones``: as ``seq`` with ``w``, ``m`` and ``v`` copied first (the backend's lowering
   where the program does not donate them, as in the measured steps);
 - ``apart``, ``apart+clones``: as ``seq`` and ``clones`` with each update's four operands
-  far apart in memory (each role's tensors allocated together, 256 MiB between roles).
+  far apart in memory (each role's tensors allocated together, 256 MiB between roles);
+- ``zero moments``: as ``clones`` with the values of a step that starts from the same
+  state every time, as a measured step does (moments of zero, gradients of about 1e-3;
+  the copies keep the inputs unchanged).
 
 Prints, per size and setting, the median kernel time (us) and the SM clock NVML reported
 during the replays (``nvidia-smi``).
@@ -74,7 +77,11 @@ def main() -> None:
                                    beta2=0.999, weight_decay=0.0, eps=1e-8, amsgrad=False,
                                    maximize=False)
 
+        # the step's own values: moments of zero (the first step), small gradients
+        first = [[torch.randn(n, device=dev), torch.randn(n, device=dev) * 1e-3,
+                  torch.zeros(n, device=dev), torch.zeros(n, device=dev)] for _ in range(64)]
         settings = {"seq": lambda: updates(False),
+                    "zero moments": lambda f=first: updates(True, f),
                     "flush": lambda: (flush.zero_(), updates(False)),
                     "hot": lambda: ([torch.mm(a, b) for _ in range(2)], updates(False)),
                     "clones": lambda: updates(True),
@@ -107,7 +114,7 @@ def main() -> None:
                 events = json.load(f)["traceEvents"]
             ks = [e["dur"] for e in events
                   if e.get("cat") == "kernel" and "multi_tensor" in e.get("name", "")]
-            print(f"{n:9d}  {name:12s}  {statistics.median(ks):18.1f}  "
+            print(f"{n:9d}  {name:13s}  {statistics.median(ks):18.1f}  "
                   f"{statistics.median(mhz) if mhz else 0:15.0f}")
             del g
 
