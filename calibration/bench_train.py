@@ -133,8 +133,8 @@ backward pass. The cold call is still below what a replayed step takes: on an H2
 update of 65,536 to 1 M float32 elements took 61-68 us in a replayed BiT-R50x1 step
 against 43-51 us here, and 33-38 us in every other setting tried (64 updates of distinct
 operands back to back in a replayed CUDA graph; after an L2 flush, after 40 ms of matrix
-products, with the lowering's copies, with each update's operands far apart:
-``grid_search/results/index_adam/``); not explained."""
+products, with the lowering's copies, with each update's operands far apart, with a
+measured step's values: ``grid_search/results/index_adam/``); not explained."""
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
