@@ -147,7 +147,7 @@ class LayoutAssignment:
                                        for a, b in zip(src, s, strict=True)):
                     why = "a partial read of a value that is not partial"
                 if why is not None:
-                    raise TransformError(f"`{prog.op_text(op)}` reads %{v.name} as "
+                    raise TransformError(f"`{prog.op_text(op)}` reads {prog.value_text(v)} as "
                                          f"{spec_str(s)}: {why}")
             try:
                 got = rules.apply(op, reads)

@@ -265,7 +265,7 @@ class StageValues:
             raise TransformError(f"parameter %{v.name} is not placed on stage {s}")
         s0 = self.home[v]
         if s0 == s:
-            raise TransformError(f"%{v.name} is read before it is made (stage {s})")
+            raise TransformError(f"{self.what(v)} is read before it is made (stage {s})")
         tau = self._tau(v, s, dst)
         got = self.get(v, s0, tau, rs)
         lst = self.pieces.setdefault(key, {}).setdefault(tau, [None] * vm.size)
@@ -343,18 +343,16 @@ class StageValues:
     def _data_step(self, v: Value, s: int, step: object, op_type: str, extra: dict,
                    cur: list[Value | None], nxt: list[Value | None], rs: list[int]) -> None:
         """A change on the data axis with ``K > 1`` microbatches: needs every microbatch's
-        piece; the ``K`` pieces of a device are added (or concatenated) first, then the
-        collective runs over the ``dp`` replicas."""
+        piece; the ``K`` pieces of a device are added (or joined, ``_join``) first, then the
+        collective runs over the ``dp`` replicas (a gather in groups put back in group-major
+        order)."""
         assert isinstance(step, Step)
         vm, b, k = self.vmesh, self.b, self.k
         if set(rs) != set(self.all) or any(cur[r] is None for r in self.all):
             raise TransformError(
-                f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
+                f"{self.what(v)} is read placed {spec_str(step.after)} but made "
                 f"{spec_str(step.before)}: that needs every microbatch inside the pipeline "
                 f"(stage {s}), which {k} microbatches cannot do; use one microbatch")
-        if step.groups != 1:
-            raise TransformError(f"%{v.name} is split in groups along the data axis: cannot "
-                                 "gather it over microbatches")
         dp = vm.shape[0] // k
         once = v in self.collapsed and isinstance(step.before[0], Partial)  # a piece per
         for g in self._groups(0)[:self.inner:self.inner if self.fold else 1]:  # virtual
@@ -365,7 +363,7 @@ class StageValues:
                 name = f"{name_hint(v)}_d{self.dev(s, g[d * k])}"
                 run = self.running.get((v, s))
                 if step.kind == "allgather":
-                    per.append(b.op("Concat", *own, axis=step.dim, name=name))
+                    per.append(self._join(own, step.dim, step.groups, name))
                 elif run is not None and run["m"] == k - 1 and step.before == self.base[
                         (v, s)]:
                     per.append(run[self.prank[g[d * k]]])
@@ -381,6 +379,8 @@ class StageValues:
                            name=[f"{name_hint(v)}_d{self.dev(s, g[d * k])}" for d in range(dp)],
                            **extra)
                 per = list(res)
+                if step.groups != 1:  # device-major blocks -> group-major order
+                    per = self._regroup(v, s, g[::k], per, step.dim, step.groups)
             for d in range(self.written):
                 mine = g[d * k:(d + 1) * k]
                 if step.kind == "reduce_scatter":
@@ -392,6 +392,28 @@ class StageValues:
                     for r in mine:
                         nxt[r] = per[d]
 
+    def _join(self, own: list[Value | None], dim: int, groups: int, name: str) -> Value:
+        """One device's microbatch pieces of a shard along ``dim`` (the virtual data
+        coordinates ``d·K ... d·K + K - 1``, in order) joined into the device's shard: one
+        ``Concat``, or with ``groups`` interleaved groups each piece's block of each group,
+        group-major (``Shard(dim, groups)`` over the ``dp`` replicas)."""
+        b = self.b
+        if groups == 1:
+            return b.op("Concat", *own, axis=dim, name=name)
+        parts = [b.op("Split", x, axis=dim, num_outputs=groups, name=[name] * groups)
+                 for x in own]
+        return b.op("Concat", *(p[j] for j in range(groups) for p in parts), axis=dim,
+                    name=name)
+
+    def what(self, v: Value) -> str:
+        """``v`` for an error message: its printed name and the op that makes it, as
+        ``Program.op_text`` writes them (an unnamed value, a gradient's, numbered as in
+        the printed function)."""
+        u = self.unsummed.get(v, v)
+        i = self.prog.producer.get(u)
+        name = self.prog.value_text(u)
+        return name if i is None else f"{name} (`{self.prog.op_text(self.prog.ops[i])}`)"
+
     def _replica_part(self, v: Value, s: int, step: Step, x: Value | None, r: int) -> Value:
         """Replica 0's part of the collective ``step`` over the replicas of ``x`` (virtual
         rank ``r``'s piece of ``v`` on stage ``s``): ``ReplicaAllreduce`` or
@@ -401,7 +423,7 @@ class StageValues:
         replica)."""
         if step.kind == "reduce_scatter":
             raise NoReplicaForm(
-                f"%{name_hint(v)} is read placed {spec_str(step.after)} but made "
+                f"{self.what(v)} is read placed {spec_str(step.after)} but made "
                 f"{spec_str(step.before)}: a reduce-scatter over the replicas, which replica "
                 "0's program cannot write (only all-reduces and all-gathers); write every "
                 "replica's")
@@ -431,7 +453,7 @@ class StageValues:
         ``Unfoldable`` (the caller writes every rank)."""
         tp = self.vmesh.shape[step.axis]
         if step.kind == "reduce_scatter":
-            raise Unfoldable(f"%{name_hint(v)}: a reduce-scatter over the tensor axis")
+            raise Unfoldable(f"{self.what(v)}: a reduce-scatter over the tensor axis")
         mk = ("peer", step.kind, step.dim, step.groups, id(x))
         y = self.memo.get(mk)
         if y is None:

@@ -81,10 +81,10 @@ class StagePartition:
                 assert s0 is not None
                 if self.phase[j] == "F" and s0 > s:
                     raise TransformError(f"`{prog.op_text(op)}` (stage {s}) reads the forward "
-                                         f"value %{v.name} of a later stage ({s0})")
+                                         f"value {prog.value_text(v)} of a later stage ({s0})")
                 if self.phase[j] == "B" and ph in ("F", "B") and s0 < s:
                     raise TransformError(f"`{prog.op_text(op)}` (stage {s}) reads the backward "
-                                         f"value %{v.name} of an earlier stage ({s0})")
+                                         f"value {prog.value_text(v)} of an earlier stage ({s0})")
         empty = [s for s in range(pp) if not forward[s]] if pp > 1 else []
         if empty:
             raise TransformError(f"stage {empty[0]} of {pp} runs no forward op")

@@ -619,3 +619,64 @@ def test_gpt2_data_parallel_simulated_time_is_near_dtps(dp: int) -> None:
     _, secs, _, last, detail, _ = max(ours_sim.events(), key=lambda e: e[0] + e[1])
     assert last.op_type == "MPIAllreduce" and detail[1][0].rank == 0  # the loss
     assert ours_sim.latency_s <= ref * 1.002 + secs
+
+
+
+def _sequence_major(batch: int = 8, seq: int = 3, heads: int = 2) -> distir.Function:
+    """Sequence-major attention's output projection (``multi_head_attention_forward``, as
+    HF WavLM calls it): ``(B, S, d)`` transposed to ``(S, B, d)``, viewed as
+    ``(S, B·H, d/H)`` and then as ``(S·B, d)`` (a view the split batch cannot follow, so
+    the product runs on whole rows), then back. Its training step views the projection's
+    gradient ``(S, B, d)`` as ``(S·B, d)``: the batch split in ``S`` interleaved groups
+    (``Shard(0, groups=S)`` on the data axis), read whole by the weight's gradient."""
+    from distir.ir.builder import FunctionBuilder
+    from distir.ir.types import DType, TensorType
+
+    f32, d = DType.Float32, 2 * heads
+    b = FunctionBuilder("main")
+    x = b.param("x", TensorType(f32, (batch, seq, d), 0))
+    w0 = b.param("w0", TensorType(f32, (d, d), 0))
+    w1 = b.param("w1", TensorType(f32, (d, d), 0))
+
+    def shape(dims: list[int], name: str) -> object:
+        return b.op("Constant", value=np.array(dims, np.int64), device=0, name=name)
+
+    h = b.op("Relu", b.op("MatMul", x, w0, name="h0"), name="a0")
+    t = b.op("Transpose", h, perm=[1, 0, 2], name="t")
+    q = b.op("Reshape", t, shape([seq, batch * heads, 2], "heads"), name="q")
+    rows = b.op("Reshape", q, shape([seq * batch, d], "flat"), name="rows")
+    y = b.op("Gemm", rows, w1, transB=1, name="proj")
+    u = b.op("Reshape", y, shape([seq, batch, d], "unflat"), name="u")
+    v = b.op("Transpose", u, perm=[1, 0, 2], name="v")
+    return b.ret(b.op("Add", h, v, name="out"))
+
+
+def _sequence_major_step() -> distir.Function:
+    from distir.transforms.training import training_step
+
+    return training_step(_sequence_major(), loss="mse", optimizer="sgd", lr=0.1,
+                         wrt=["w0", "w1"])
+
+
+def test_sequence_major_step_reads_a_grouped_data_shard_whole() -> None:
+    fn = _sequence_major_step()
+    a = plan_dtp(fn, 1, 1, 2, 2).assignment
+    grad = next(i for i, op in enumerate(a.prog.ops) if op.op_type == "GemmGrad")
+    dy = a.prog.ops[grad].inputs[2]
+    assert a.spec(dy) == (Shard(0, groups=3), R)
+    assert a.reads[grad][2] == (R, R)
+
+
+@pytest.mark.parametrize("dp,tp,pp,k", [(1, 1, 1, 2), (1, 1, 2, 2), (1, 1, 2, 4), (2, 1, 1, 2),
+                                        (2, 1, 2, 2), (2, 2, 2, 2), (2, 1, 2, 4)])
+def test_a_grouped_data_shard_is_gathered_over_microbatches(dp: int, tp: int, pp: int,
+                                                            k: int) -> None:
+    """With microbatches, a value split in groups along the data axis and read whole is
+    gathered by joining each device's microbatch pieces group by group, then gathering
+    over the replicas (group-major again): the program computes the sequential results
+    (it was refused, naming the value ``%None``)."""
+    fn = _sequence_major_step()
+    for kind in ("1f1b", "gpipe"):
+        _same(fn, compose_dtp(fn, dp, tp, pp, k, kind, self_contained=True))
+    _same(_sequence_major(), compose_dtp(_sequence_major(), dp, tp, pp, k,
+                                         self_contained=True))

@@ -20,7 +20,7 @@ from distir.transforms.spmd import compose_dtp, compose_dtp_replica, plan_dtp
 from distir.transforms.spmd.pipeline import lower_pipeline
 from tests.analysis.test_simulator_peers import _gemm_step
 from tests.analysis.test_simulator_replicas import assert_same_as_every_replica
-from tests.transforms.spmd.test_pipeline import _gpt2_step, _mlp
+from tests.transforms.spmd.test_pipeline import _gpt2_step, _mlp, _sequence_major_step
 
 HW = load_hardware("h100-sxm")
 CONFIGS = [(1, 1, 1, 1), (2, 1, 1, 1), (2, 2, 1, 1), (2, 1, 2, 2), (2, 2, 2, 2),
@@ -142,6 +142,14 @@ def test_a_row_parallel_bias_writes_every_rank(cfg: tuple) -> None:
     an = analyze(_gemm_step())
     assert not plan_dtp(an, *cfg).folds()
     _check(an, cfg)
+
+
+@pytest.mark.parametrize("cfg", [(2, 1, 1, 2), (2, 1, 2, 2), (4, 1, 2, 2), (2, 2, 2, 2)])
+def test_a_grouped_data_shard_gathers_in_replica_0s_program(cfg: tuple) -> None:
+    """A gradient split in groups along the data axis and read whole, with microbatches
+    (sequence-major attention's): replica 0's microbatch pieces joined group by group,
+    ``ReplicaAllgather``'d and put back in group-major order, as every replica's."""
+    _check(_sequence_major_step(), cfg, peers=cfg[1])
 
 
 def test_fold_tp_is_refused_where_ranks_differ() -> None:
