@@ -1,9 +1,10 @@
 """Predicted vs measured for this folder's sealed studies (README.md): HF SEW-D's and HF
 EfficientNet-B0's training steps measured in ``call_b/``, HF wav2vec 2.0's and WavLM's in
-``call_h/`` (``sealed.tgz``, each opened only after its comparison's commit was named),
+``call_h/``, WavLM's again in ``call_i/`` (``sealed.tgz``, each opened only after its
+comparison's commit was named),
 read as ``../norms_views/compare.py`` reads that folder's.
 
-    python grid_search/results/index_adam/compare.py [--call b|h] [--profile P]
+    python grid_search/results/index_adam/compare.py [--call b|h|i] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -26,6 +27,7 @@ CALLS = {  # call: (folder, its log, [(label, model file, options)])
                                   ("HF EfficientNet-B0 (dynamo)", "efficientnet", CE)]),
     "h": ("call_h", "run_h.log", [("HF wav2vec 2.0 base (dynamo)", "wav2vec2", MSE),
                                   ("HF WavLM base (dynamo)", "wavlm", MSE)]),
+    "i": ("call_i", "run_i.log", [("HF WavLM base (dynamo)", "wavlm", MSE)]),
 }
 
 
