@@ -399,20 +399,31 @@ def run_top(rows: Sequence[dict[str, Any]], workload: Workload, k: int, *,
     best = best_rows(rows, k)
     configs = [Config(r["model"], int(r["batch_size"]), int(r["dp"]), int(r["tp"]),
                       int(r["pp"]), int(r["microbatches"]), r["schedule"]) for r in best]
-    measured = {config_key(m): m
-                for m in iter_measure(workload, configs, backend=backend, hardware=hardware,
-                                      cuda_graph=cuda_graph, host_cost=not cuda_graph)}
-    merged = []
-    for r in (read_rows(out) if out else rows):
-        m = measured.get(config_key(r), {})
-        if m:
-            m = {**m, "measured_reason": m.get("reason", "")}
-        merged.append({**r, **{c: m.get(c, r.get(c, "")) for c in MEASURED_COLUMNS}})
-    if out:
-        with open(out, "w", newline="", encoding="utf-8") as f:
-            w = csv.DictWriter(f, COLUMNS + MEASURED_COLUMNS, extrasaction="ignore")
-            w.writeheader()
-            w.writerows(merged)
+    base = read_rows(out) if out else list(rows)
+    measured: dict[Any, dict[str, Any]] = {}
+
+    def merge() -> list[dict[str, Any]]:
+        merged = []
+        for r in base:
+            m = measured.get(config_key(r), {})
+            if m:
+                m = {**m, "measured_reason": m.get("reason", "")}
+            merged.append({**r, **{c: m.get(c, r.get(c, "")) for c in MEASURED_COLUMNS}})
+        if out:  # rewritten after every run (whole, then renamed): an interrupted or
+            # killed search keeps every configuration measured before it stopped
+            tmp = f"{out}.tmp"
+            with open(tmp, "w", newline="", encoding="utf-8") as f:
+                w = csv.DictWriter(f, COLUMNS + MEASURED_COLUMNS, extrasaction="ignore")
+                w.writeheader()
+                w.writerows(merged)
+            os.replace(tmp, out)
+        return merged
+
+    for m in iter_measure(workload, configs, backend=backend, hardware=hardware,
+                          cuda_graph=cuda_graph, host_cost=not cuda_graph):
+        measured[config_key(m)] = m
+        merge()
+    merged = merge()
     def pct(x: float) -> str:
         return "n/a" if math.isnan(x) else f"{x * 100:.1f}%"
 

@@ -260,6 +260,31 @@ def test_run_top_names_the_steps_paced_by_their_hosts(tmp_path, capsys, monkeypa
     assert asked["host_cost"] is False  # replays: nothing to measure
 
 
+def test_an_interrupted_run_top_keeps_what_it_measured(tmp_path, monkeypatch) -> None:
+    """A search stopped while it measures (its time limit's SIGINT, a Ctrl-C) keeps every
+    configuration measured before, in its CSV: the sealed studies lost two searches' rows
+    so, their times only in the log."""
+    import grid_search.real as real
+
+    out = str(tmp_path / "r.csv")
+    cs = _configs(2, max_microbatches=2)
+    run_search(W, cs, hardware="h200-sxm", out=out, progress=None)
+
+    def fake(workload, configs, **kw):
+        first = list(configs)[0]
+        yield {**first.as_row(), "measured_status": "ok", "measured_latency_s": "0.0123",
+               "measured_peak_memory_bytes": "1024"}
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(real, "iter_measure", fake)
+    with pytest.raises(KeyboardInterrupt):
+        real.run_top(read_rows(out), W, 3, out=out, backend="gloo", hardware="h200-sxm")
+    rows = read_rows(out)
+    assert len(rows) == len(cs)
+    assert [r["measured_latency_s"] for r in rows if r["measured_status"] == "ok"] == \
+        ["0.0123"]
+
+
 def test_run_top_adds_measured_columns(tmp_path, capsys) -> None:
     """The best configurations run for real (gloo on the CPU) and are written back."""
     from grid_search.real import MEASURED_COLUMNS, run_top
