@@ -1,9 +1,11 @@
 """Layout rules of shape, indexing, normalization and reduction ops (see ``layout_rules``).
 
-A reshape keeps a split when the split axis is the outermost non-trivial axis of its group
-of merged or split axes: ``(B, T, d) -> (B*T, d)`` keeps the batch split, ``(B, T, d) ->
-(B, T, H, hd)`` moves a split of ``d`` onto the heads ``H``. Transforms replace the target
-shape of a reshape by the local one, so the rule only decides where the split goes.
+A reshape keeps a split when each device's elements are again a split of one output axis:
+``(B, T, d) -> (B*T, d)`` keeps the batch split, ``(B, T, d) -> (B, T, H, hd)`` moves a
+split of ``d`` onto the heads ``H``, and a split axis merged into an outer one (``(S, B, d)
+-> (S*B, d)``) gives a split in interleaved groups (``Shard(0, groups=S)``). Transforms
+replace the target shape of a reshape by the local one, so the rule only decides where the
+split goes.
 """
 
 from __future__ import annotations
@@ -84,19 +86,18 @@ def reshape_groups(sa: Shape, so: Shape) -> list[tuple[list[int], list[int]]]:
 
 def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
     """Where a reshape from ``sa`` to ``so`` puts the splits of ``lay``. A batch split may
-    be folded inside a merged axis (``"b*N"``) and unfolded again; a tensor-parallel split
-    must be the outermost axis of its group. An axis split in ``g`` interleaved groups that
-    is unfolded into ``(g, n, ...)`` puts the split on ``n`` (groups no longer needed: a
-    fused projection viewed as ``(3, d)``), and ``(g, n)`` with ``n`` split folded into one
-    axis gives ``g`` interleaved groups (its gradient). The batch and the next axis, split
-    over the ranks, merge into one ``"btH"`` axis and unfold again (attention's
-    ``(B·H, S, d)``)."""
+    be folded inside a merged axis (``"b*N"``) and unfolded again. A ``"t"`` split goes
+    where ``_place_split`` finds its blocks again, possibly in interleaved groups: an axis
+    split in ``g`` groups unfolded into ``(g, n, ...)`` puts the split on ``n`` (groups no
+    longer needed: a fused projection viewed as ``(3, d)``), and ``(g, n, ...)`` with ``n``
+    split folded into one axis gives ``g`` interleaved groups (its gradient; sequence-first
+    attention's ``(S, B·H, hd) -> (S·B, d)``). The batch and the next axis, split over the
+    ranks, merge into one ``"btH"`` axis and unfold again (attention's ``(B·H, S, d)``)."""
     if not any(lay.marks):
         return replicated(len(so))
     out: list[str | None] = [None] * len(so)
     placed = 0
-    ungrouped = False
-    regrouped = 0
+    groups = 1
     for gi, gj in reshape_groups(sa, so):
         marked = [a for a in gi if lay.marks[a]]
         if not marked:
@@ -126,35 +127,47 @@ def reshape_layout(lay: Layout, sa: Shape, so: Shape) -> Layout:
             out[y[0]] = batch_mark(y[1])
             placed += 1
             continue
-        outer = next((x for x in gi if sa[x] != 1 or lay.marks[x]), gi[0])
-        ri = [x for x in gi if sa[x] != 1]
-        rj = [y for y in gj if so[y] != 1]
-        if a != outer and m == T and lay.groups == 1 and len(ri) == 2 and ri[1] == a and \
-                len(rj) == 1:  # (g, n) -> (g·n,): the split n in g interleaved groups
-            out[rj[0]] = T
-            regrouped = sa[ri[0]]
-            placed += 1
-            continue
-        if a != outer:
-            raise Reject(f"a reshape merges split axis {a} into an outer axis")
-        if m == T and lay.groups != 1 and len(gi) == 1 and len(gj) > 1:
-            real = [y for y in gj if so[y] != 1]
-            if len(real) > 1 and so[real[0]] == lay.groups:  # (g·n,) -> (g, n, ...)
-                out[real[1]] = T  # each group's own axis, split in one run
-                ungrouped = True
-                placed += 1
-                continue
-        if m == T and lay.groups != 1 and (len(gi) != 1 or len(gj) != 1) and not (
-                [x for x in gi if sa[x] != 1] == [a]
-                and [so[y] for y in gj if so[y] != 1] == [sa[a]]):  # only 1s added or removed
-            raise Reject("a reshape changes an axis split in interleaved groups")
-        out[next((y for y in gj if so[y] != 1), gj[0])] = m
+        at = _place_split(lay.groups, a, gi, gj, sa, so)
+        if at is None:
+            if lay.groups != 1:
+                raise Reject("a reshape changes an axis split in interleaved groups")
+            raise Reject(f"a reshape merges split axis {a} into an outer axis that does not "
+                         "fit its output axes")
+        out[at[0]] = m
+        groups = at[1]
         placed += 1
     if placed != sum(1 for m in lay.marks if m):
         raise Reject("a reshape drops a split axis")
-    if regrouped:
-        return Layout(tuple(out), regrouped)
-    return Layout(tuple(out), lay.groups if T in out and not ungrouped else 1)
+    return Layout(tuple(out), groups if T in out else 1)
+
+
+def _place_split(groups: int, a: int, gi: list[int], gj: list[int], sa: Shape, so: Shape,
+                 ) -> tuple[int, int] | None:
+    """The output axis and interleaved groups of input axis ``a`` of the group ``gi``,
+    split in ``groups`` interleaved groups, once the reshape views ``gi`` as ``gj``; ``None``
+    where no output axis holds each device's elements as one split.
+
+    Flattened, the group is ``G = groups · (product of gi before a)`` equal runs, and a
+    device holds its block of each run (in ``p`` blocks: ``p`` divides each group of
+    ``a``). Output axis ``y`` split in ``g'`` groups holds the same elements exactly when
+    the axes of ``gj`` before it multiply to ``G / g'`` and ``g'`` divides ``so[y]``: its
+    flattened runs are then the same ``G`` runs, each cut in ``p`` blocks, given that ``p``
+    divides ``so[y] / g'``, which the placement check asks (``g' · p`` divides ``so[y]``).
+    So ``(S, B·H, hd) -> (S·B, d)`` with axis 1 split keeps the split as ``S`` groups of
+    ``B`` rows, right exactly when ``p`` divides ``B`` (not only ``B·H``), as the check of
+    ``S·B`` by ``S·p`` asks; ``(3, 4) -> (2, 6)`` with axis 1 split has none (a device's
+    elements straddle the rows)."""
+    outer = groups * int(np.prod([sa[x] for x in gi if x < a], dtype=np.int64))
+    before = 1
+    for y in gj:
+        n = so[y]
+        if before > outer or outer % before:
+            return None
+        g = outer // before
+        if n != 1 and n > g and n % g == 0:
+            return y, g
+        before *= n
+    return None
 
 
 def _merge_heads(lay: Layout, marked: list[int], gi: list[int], gj: list[int], sa: Shape,

@@ -3,6 +3,8 @@ projection unfolded into its parts, and a gather that picks one fused part."""
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
@@ -97,3 +99,82 @@ def test_split_parts_fold_into_interleaved_groups() -> None:
     of a fused projection unfolded into its parts)."""
     got = reshape_layout(Layout((None, None, None, T)), (8, 4, 3, 32), (8, 4, 96))
     assert got == Layout((None, None, T), 3)
+
+
+def test_split_merged_into_outer_axes_gives_interleaved_groups() -> None:
+    """Sequence-first attention's ``(S, B·H, hd) -> (S·B, d)`` with ``B·H`` split: each
+    device holds its block of ``B`` in each of the ``S`` runs, ``Shard(0, groups=S)``, and
+    back again; a merge whose runs straddle the output axes is still refused."""
+    rows = reshape_layout(Layout((None, T, None)), (3, 8, 2), (12, 4))
+    assert rows == Layout((T, None), 3)
+    assert reshape_layout(rows, (12, 4), (3, 8, 2)) == Layout((None, T, None))
+    assert reshape_layout(rows, (12, 4), (3, 4, 4)) == Layout((None, T, None))
+    assert reshape_layout(Layout((None, T, None)), (2, 4, 3), (4, 6)) == Layout((T, None), 2)
+    with pytest.raises(Reject, match="merges split axis 1 into an outer axis"):
+        reshape_layout(Layout((None, T)), (3, 4), (2, 6))  # a device's runs straddle rows
+    with pytest.raises(Reject, match="interleaved groups"):
+        reshape_layout(Layout((T, None), 3), (12, 4), (2, 24))
+
+
+def _held(shape: tuple[int, ...], axis: int, groups: int, p: int, j: int) -> np.ndarray:
+    """Which elements device ``j`` of ``p`` holds of a tensor split along ``axis`` in
+    ``groups`` interleaved groups."""
+    n = shape[axis] // (groups * p)
+    mask = np.zeros(shape[axis], bool)
+    for g in range(groups):
+        start = g * n * p + j * n
+        mask[start:start + n] = True
+    return np.broadcast_to(mask.reshape([-1 if a == axis else 1 for a in range(len(shape))]),
+                           shape)
+
+
+def _views(shape: tuple[int, ...]) -> list[tuple[int, ...]]:
+    """Shapes with two adjacent axes merged or one axis cut in two."""
+    out = [shape[:i] + (shape[i] * shape[i + 1],) + shape[i + 2:] for i in range(len(shape) - 1)]
+    for i, n in enumerate(shape):
+        out += [shape[:i] + (f, n // f) + shape[i + 1:] for f in range(2, n) if n % f == 0]
+    return out
+
+
+def test_reshape_layout_keeps_exactly_each_devices_elements() -> None:
+    """Wherever ``reshape_layout`` places a split (on any degree that divides both the
+    input's and the result's split axis in their groups), each device's elements, viewed
+    as the result, are exactly those the result's layout gives it; where it refuses, some
+    degree that divides the input's split gives a device elements no split of one result
+    axis holds."""
+    sizes = (1, 2, 3, 4, 6, 8, 12)
+    for sa in itertools.product(sizes, repeat=3):
+        for axis, groups in itertools.product(range(3), (1, 2, 3)):
+            if sa[axis] % groups or sa[axis] // groups < 2:
+                continue
+            marks: list[str | None] = [None] * 3
+            marks[axis] = T
+            for so in _views(sa):
+                try:
+                    got: Layout | None = reshape_layout(Layout(tuple(marks), groups), sa, so)
+                except Reject:
+                    got = None
+                degrees = [p for p in range(2, sa[axis] + 1) if sa[axis] % (groups * p) == 0]
+                if got is None:
+                    assert not degrees or any(_straddles(sa, so, axis, groups, p)
+                                              for p in degrees), (sa, so, axis, groups)
+                    continue
+                y = got.marks.index(T)
+                for p in degrees:
+                    if so[y] % (got.groups * p):
+                        continue  # the placement check refuses this degree
+                    for j in range(p):
+                        want = _held(so, y, got.groups, p, j)
+                        assert (_held(sa, axis, groups, p, j).reshape(so) == want).all(), \
+                            (sa, so, axis, groups, p, got)
+
+
+def _straddles(sa: tuple[int, ...], so: tuple[int, ...], axis: int, groups: int,
+               p: int) -> bool:
+    """Whether no split of one axis of ``so`` (in any groups) holds device 0's elements."""
+    mine = _held(sa, axis, groups, p, 0).reshape(so)
+    for y, n in enumerate(so):
+        for g in range(1, n + 1):
+            if n % (g * p) == 0 and (_held(so, y, g, p, 0) == mine).all():
+                return False
+    return True

@@ -18,7 +18,7 @@ from distir.ir import dumps, parse
 from distir.transforms.plan import Plan, analyze
 from distir.transforms.program import Program
 from distir.transforms.spmd import Mesh, Partial, R, Shard, comm_breakdown, lower, propagate
-from distir.transforms.spmd.compose import compose_dtp, plan_dtp
+from distir.transforms.spmd.compose import Composed, compose_dtp, dtp_layout_seeds, plan_dtp
 from distir.transforms.spmd.pipeline import Schedule, lower_pipeline, schedule, stage_meshes
 from distir.transforms.spmd.stages import partition_stages
 from distir.transforms.tower import dtp  # the reference the passes are checked against
@@ -625,10 +625,9 @@ def test_gpt2_data_parallel_simulated_time_is_near_dtps(dp: int) -> None:
 def _sequence_major(batch: int = 8, seq: int = 3, heads: int = 2) -> distir.Function:
     """Sequence-major attention's output projection (``multi_head_attention_forward``, as
     HF WavLM calls it): ``(B, S, d)`` transposed to ``(S, B, d)``, viewed as
-    ``(S, B·H, d/H)`` and then as ``(S·B, d)`` (a view the split batch cannot follow, so
-    the product runs on whole rows), then back. Its training step views the projection's
-    gradient ``(S, B, d)`` as ``(S·B, d)``: the batch split in ``S`` interleaved groups
-    (``Shard(0, groups=S)`` on the data axis), read whole by the weight's gradient."""
+    ``(S, B·H, d/H)`` and then as ``(S·B, d)`` (the batch split in ``S`` interleaved groups,
+    ``Shard(0, groups=S)`` on the data axis), projected, then back. Its training step views
+    the projection's gradient ``(S, B, d)`` as ``(S·B, d)`` likewise."""
     from distir.ir.builder import FunctionBuilder
     from distir.ir.types import DType, TensorType
 
@@ -658,9 +657,43 @@ def _sequence_major_step() -> distir.Function:
                          wrt=["w0", "w1"])
 
 
-def test_sequence_major_step_reads_a_grouped_data_shard_whole() -> None:
+def test_sequence_major_projection_keeps_the_batch_split_in_groups() -> None:
+    """The view ``(S, B·H, hd) -> (S·B, d)`` keeps the batch split as ``S`` interleaved
+    groups, so the projection and its gradient run on each microbatch's rows: the lowered
+    program has one ``Gemm`` and one ``GemmGrad`` per microbatch on local rows, none on all
+    ``S·B`` rows."""
     fn = _sequence_major_step()
     a = plan_dtp(fn, 1, 1, 2, 2).assignment
+    ops = a.prog.ops
+    grouped = (Shard(0, groups=3), R)
+    fwd = next(i for i, op in enumerate(ops) if op.op_type == "Gemm")
+    grad = next(i for i, op in enumerate(ops) if op.op_type == "GemmGrad")
+    assert a.spec(ops[fwd].inputs[0]) == grouped and a.reads[fwd][0] == grouped
+    assert a.reads[grad][0] == a.reads[grad][2] == grouped
+    out = compose_dtp(fn, 1, 1, 2, 2, stage_functions=False)
+    env = type_env(out)
+    rows = [type_of(env[op.inputs[0]]).shape[0]  # type: ignore[union-attr]
+            for op in out.ops if op.op_type in ("Gemm", "GemmGrad")]
+    assert rows == [12] * 4  # 24 rows in 2 microbatches, forward and backward
+
+
+def _plan_rows_whole(fn: distir.Function, dp: int, tp: int, pp: int, k: int,
+                     kind: str) -> Composed:
+    """``plan_dtp``'s plan with the projection's rows pinned whole: its gradient, viewed
+    ``(S, B, d) -> (S·B, d)`` (``Shard(0, groups=S)`` on the data axis), is read whole by
+    ``GemmGrad``, run once after the microbatches (as HF WavLM's was before reshapes kept
+    the split in groups)."""
+    an = analyze(fn)
+    seeds = dtp_layout_seeds(an.prog, an, dp * k > 1, tp)
+    seeds["rows"] = (R, R)
+    a = propagate(an.prog, Mesh.of(dp * k, tp), seeds).passes().on(Mesh.of(dp, tp))
+    stages = partition_stages(an, pp)
+    return Composed(a, stages, schedule(stages, k, kind))
+
+
+def test_sequence_major_step_reads_a_grouped_data_shard_whole() -> None:
+    c = _plan_rows_whole(_sequence_major_step(), 1, 1, 2, 2, "1f1b")
+    a = c.assignment
     grad = next(i for i, op in enumerate(a.prog.ops) if op.op_type == "GemmGrad")
     dy = a.prog.ops[grad].inputs[2]
     assert a.spec(dy) == (Shard(0, groups=3), R)
@@ -674,9 +707,11 @@ def test_a_grouped_data_shard_is_gathered_over_microbatches(dp: int, tp: int, pp
     """With microbatches, a value split in groups along the data axis and read whole is
     gathered by joining each device's microbatch pieces group by group, then gathering
     over the replicas (group-major again): the program computes the sequential results
-    (it was refused, naming the value ``%None``)."""
+    (it was refused, naming the value ``%None``). Without the pin, the projection runs on
+    rows split in groups: the same results."""
     fn = _sequence_major_step()
     for kind in ("1f1b", "gpipe"):
+        _same(fn, _plan_rows_whole(fn, dp, tp, pp, k, kind).lower(True))
         _same(fn, compose_dtp(fn, dp, tp, pp, k, kind, self_contained=True))
     _same(_sequence_major(), compose_dtp(_sequence_major(), dp, tp, pp, k,
                                          self_contained=True))
