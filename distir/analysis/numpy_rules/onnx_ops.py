@@ -257,7 +257,8 @@ def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[
 
 OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization", "AveragePool")
 """Ops whose ``onnx.reference`` kernel is wrong on valid inputs: ``numpy_rules.kernels``
-implements them instead."""
+implements them instead (``AveragePool``: ``numpy_rules.train``, beside its gradient, where
+a ``ceil_mode`` window reaches past the padded input; the reference's elsewhere)."""
 
 
 @NUMPY_RULES.register(*(name for name in ONNX_SCHEMAS
