@@ -2,11 +2,9 @@
 
 The out-of-memory filter trusts the simulator's liveness (``distir.analysis.memory``): a
 value lives from the op that defines it to its last use, and occupies its type's bytes.
-A real run may hold more: storage that a view keeps alive past its base's last use (the
-backend copies such views where they would hold more than the model counts for them,
-unless a parameter or a result holds the storage anyway), buffers a kernel allocates and
-frees within itself, anything the backend keeps that the program does not name. This tool
-runs one configuration of a workload for one step under
+A real run may hold more: storage that a view keeps alive past its base's last use,
+buffers a kernel allocates and frees within itself, anything the backend keeps that the
+program does not name. This tool runs one configuration of a workload for one step under
 ``torchrun`` and records, per op of each rank's program, the bytes allocated during the op
 and after its dead inputs are freed (``CompiledProgram.run(memory_clock=...)``: the CUDA
 caching allocator's counts on a GPU; on the CPU, the bytes of the distinct storages the

@@ -13,9 +13,7 @@ imported by ``load_lowerings()``.
 
 ``compile_program`` turns a ``RankProgram`` into a ``CompiledProgram``: a list of kernels
 over numbered slots, with the slots to free after each op (so a tensor lives exactly as long
-as the program needs it, as in the simulator's liveness; views that outlive their base and
-would hold more of its storage than the model counts for them are copied then, see
-``_unshare``), per communication op the inputs
+as the program needs it, as in the simulator's liveness), per communication op the inputs
 it may overwrite (its last use, with no live alias, never a parameter or a result), and
 per op the results of asynchronous collectives it is the first to read (it waits for them:
 the simulator's overlap semantics, see ``ASYNC_OPS``).
@@ -186,9 +184,6 @@ class _Step:
     where: str  # the op, for messages: "MatMul (op 12)"
     asynchronous: bool = False  # the kernel returns a work handle after its results
     waits: tuple[int, ...] = ()  # input slots still being computed by an asynchronous op
-    # Per view class that loses a member here while others live on: its survivors, to
-    # copy where they hold more storage than their own bytes (``_unshare``).
-    unshare: tuple[tuple[int, ...], ...] = ()
 
 
 class CompiledProgram:
@@ -205,9 +200,7 @@ class CompiledProgram:
 
     def __init__(self, steps: list[_Step], n_slots: int, params: tuple[int, ...],
                  returns: tuple[int, ...], static_peak_bytes: int, limit_op: int | None,
-                 device: Any, progress: Any = None, progress_base: int = 0,
-                 slot_bytes: Sequence[int] = (), pinned: frozenset[int] = frozenset()
-                 ) -> None:
+                 device: Any, progress: Any = None, progress_base: int = 0) -> None:
         self.steps = steps
         self.n_slots = n_slots
         self.params = params
@@ -217,10 +210,6 @@ class CompiledProgram:
         self.device = device
         self.progress = progress
         self.progress_base = progress_base
-        self.slot_bytes = slot_bytes
-        """Each slot's bytes as its type counts them (what ``_unshare`` compares)."""
-        self.pinned = pinned
-        """Slots never copied: parameters, results, cached tensors."""
         self.failed_at: str | None = None
         """Where the last run failed (the op), or ``None``."""
 
@@ -283,11 +272,6 @@ class CompiledProgram:
                 during = probe(True)[0]
             for j in st.frees:
                 env[j] = None
-            if st.unshare:
-                for group in st.unshare:
-                    _unshare(env, group, self.slot_bytes, self.pinned, works)
-                if probe is not None:  # (on a GPU, the copies' peak is the op's too)
-                    during = max(during, probe(True)[0])
             if probe is not None:
                 memory_clock.append((during, *probe(False)))  # type: ignore[union-attr]
         try:
@@ -411,69 +395,6 @@ def _type_bytes(t: Type | None) -> int:
     return 0 if t is None else t.size_bytes
 
 
-def _unshare(env: list[Any], group: tuple[int, ...], slot_bytes: Sequence[int],
-             pinned: frozenset[int], works: dict[int, Any]) -> None:
-    """Copy the live tensors of ``group`` (the surviving members of one view class) that
-    share a storage larger than the bytes their types count together, so that the storage
-    dies: what the liveness model counts. A view keeps all of its base's storage alive
-    (PyTorch frees a storage with its last tensor), while the model frees the base at its
-    last use and counts each view at its own size: a ``Slice`` or ``Split`` whose parts
-    die at different times (an attention's q, k and v cut from one projection, k and v
-    kept for the backward pass) held the whole projection until its last part died.
-    A storage that a pinned slot (a parameter, a result, a cached tensor) or an
-    unfinished collective holds is left as it is."""
-    by: dict[int, list[int]] = {}
-    held: dict[int, int] = {}
-    for s in group:
-        x = env[s]
-        if x is None or not hasattr(x, "untyped_storage"):
-            continue
-        st = x.untyped_storage()
-        p = st.data_ptr()
-        by.setdefault(p, []).append(s)
-        held[p] = st.nbytes()
-    for p, slots in by.items():
-        if held[p] <= sum(slot_bytes[s] for s in slots) or \
-                any(s in pinned or s in works for s in slots):
-            continue
-        for s in slots:
-            env[s] = env[s].clone()
-
-
-def _unshare_groups(op_slots: list[tuple[tuple[int, ...], tuple[int, ...]]],
-                    views: list[bool], last: list[int], nbytes: list[int],
-                    pinned: set[int]) -> list[tuple[tuple[int, ...], ...]]:
-    """Per op, the view classes (a view op's results with its first input, transitively)
-    that lose a member there while others live on, holding fewer bytes by their types
-    than the class's largest member: the survivors of each, which may then hold a
-    storage larger than what the model counts for them (``_unshare`` looks at run time,
-    where the lowerings' copies are known). Classes with a pinned member are left out."""
-    n = len(last)
-    aliases = _Aliases(n)
-    defined = [-1] * n
-    for i, ((ins, outs), view) in enumerate(zip(op_slots, views)):
-        for o in outs:
-            defined[o] = i
-        if view and ins and ins[0] >= 0:
-            for o in outs:
-                aliases.union(o, ins[0])
-    members: dict[int, list[int]] = {}
-    for s in range(n):
-        members.setdefault(aliases.find(s), []).append(s)
-    out: list[tuple[tuple[int, ...], ...]] = [()] * len(op_slots)
-    for ms in members.values():
-        if len(ms) < 2 or any(s in pinned for s in ms):
-            continue
-        # (A result never used dies right after the op that makes it.)
-        death = {s: max(last[s], defined[s]) for s in ms}
-        for i in sorted(set(death.values())):
-            born = [s for s in ms if defined[s] <= i]
-            alive = tuple(s for s in born if death[s] > i)
-            if alive and sum(nbytes[s] for s in alive) < max(nbytes[s] for s in born):
-                out[i] = (*out[i], alive)
-    return out
-
-
 class _Aliases:
     """Union-find over slots: slots whose tensors may share storage."""
 
@@ -585,12 +506,6 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
                 nbytes[o] = _type_bytes(v.type)
     live = sum(_type_bytes(p.type) for p in fn.params)
     peak = live
-    slot_bytes = [_type_bytes(p.type) for p in fn.params]
-    for op in ops:
-        slot_bytes.extend(_type_bytes(v.type) for v in op.outputs)
-    unshare = _unshare_groups(
-        op_slots, [LOWERINGS.rules[op.op_type].view and not LOWERINGS.rules[op.op_type].comm
-                   for op in ops], last, slot_bytes, pinned)
     limit_op: int | None = None
     consts: dict[int, np.ndarray] = {params[i]: v for i, v in (known or {}).items()
                                      if i < len(params)}
@@ -631,9 +546,9 @@ def compile_program(program: RankProgram, device: Any, *, rank: int | None = Non
             else ")")
         steps.append(_Step(kernel, ins, outs, frees, entry.comm,
                            tuple(None if t is None else as_tensor_type(t) for t in in_types),
-                           op.op_type, seq, where, entry.asynchronous, waits, unshare[i]))
+                           op.op_type, seq, where, entry.asynchronous, waits))
     return CompiledProgram(steps, n, params, returns, peak, limit_op, device, progress,
-                           3 * rank, slot_bytes, frozenset(pinned))
+                           3 * rank)
 
 
 def _const_value(attrs: dict[str, Any]) -> np.ndarray | None:
