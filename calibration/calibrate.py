@@ -529,23 +529,24 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
                 device, train_dtypes, tsizes, timer, log, families=tfams))
-        for what, fams, draw, nhwc in (
+        for what, fams, draw, nhwc, one_d in (
                 ("grouped convolutions", bench_train.GROUPED_CONV_FAMILIES,
-                 bench_train.grouped_conv_shapes, False),
-                ("convolutions", bench_train.CONV_FAMILIES, bench_train.conv_shapes, False),
+                 bench_train.grouped_conv_shapes, False, False),
+                ("convolutions", bench_train.CONV_FAMILIES, bench_train.conv_shapes, False,
+                 False),
                 ("channels-last grouped convolutions", bench_train.NHWC_GROUPED_CONV_FAMILIES,
-                 bench_train.grouped_conv_shapes, True),
+                 bench_train.grouped_conv_shapes, True, False),
                 ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
-                 bench_train.conv_shapes, True),
+                 bench_train.conv_shapes, True, False),
                 ("1-D convolutions", bench_train.CONV1D_FAMILIES,
-                 bench_train.conv1d_shapes, False)):
+                 bench_train.conv1d_shapes, False, True)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
                     f"{len(train_dtypes)} dtypes")
                 rows.extend(r.as_dict() for r in bench_train.bench_convs(
                     device, train_dtypes, convs, timer, log, channels_last=nhwc,
-                    one_d=fams is bench_train.CONV1D_FAMILIES))
+                    one_d=one_d))
         from calibration.bench_matmul_grad import bench_all
 
         if use_cuda:

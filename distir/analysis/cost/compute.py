@@ -65,6 +65,7 @@ from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
 from distir.analysis.hardware import Hardware, rowwise_features, scatter_features
+from distir.analysis.layout import INDEX_ELEMENTS
 from distir.analysis.type_rules.nn import STASH_TYPES
 from distir.ir.types import TensorType, Type
 
@@ -168,8 +169,6 @@ def index_op_time(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     if not isinstance(data, TensorType) or not isinstance(index, TensorType) or \
             not data.rank or not index.numel:
         return None
-    from distir.analysis.layout import INDEX_ELEMENTS
-
     distinct = int(attrs.get(INDEX_ELEMENTS) or index.numel)
     nbytes = tensor_bytes(ins) + tensor_bytes(outs) - \
         (index.numel - distinct) * index.dtype.itemsize

@@ -300,22 +300,33 @@ def average_pool_grad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: i
         list(attrs["pads"])
     dil = [1] * len(kernel)
     out = dy.shape[2:]
+    wins = _windows(kernel, strides, dil, out)
+    lead = (slice(None), slice(None))
+    count = _window_counts(x.shape, kernel, strides, dil, pads, out, wins,
+                           bool(attrs["count_include_pad"]))
+    share = dy.astype(np.float64) / count
+    xp = _padded(np.zeros(x.shape), kernel, strides, dil, pads, out, 0.0)
+    for _, sl in wins:
+        xp[lead + sl] += share
+    return (_crop(xp, pads, x.shape).astype(x.dtype),)
+
+
+def _window_counts(shape: tuple[int, ...], kernel: list[int], strides: list[int],
+                   dil: list[int], pads: list[int], out: tuple[int, ...], wins: list,
+                   include_pad: bool) -> np.ndarray:
+    """Each window's count of an average pool over an input of ``shape``: its positions
+    inside the input, or inside the padded input with ``include_pad``; positions past the
+    padding (``ceil_mode``) never count. At least 1."""
     n = len(kernel)
-    ones = np.ones((1, 1) + x.shape[2:])
-    if attrs["count_include_pad"]:
+    ones = np.ones((1, 1) + tuple(shape[2:]))
+    if include_pad:
         ones = np.pad(ones, [(0, 0), (0, 0)] + [(pads[i], pads[n + i]) for i in range(n)],
                       constant_values=1.0)
         mask = _padded(ones, kernel, strides, dil, [0] * (2 * n), out, 0.0)
     else:
         mask = _padded(ones, kernel, strides, dil, pads, out, 0.0)
-    wins = _windows(kernel, strides, dil, out)
     lead = (slice(None), slice(None))
-    count = sum(mask[lead + sl] for _, sl in wins)
-    share = dy.astype(np.float64) / np.maximum(count, 1.0)
-    xp = _padded(np.zeros(x.shape), kernel, strides, dil, pads, out, 0.0)
-    for _, sl in wins:
-        xp[lead + sl] += share
-    return (_crop(xp, pads, x.shape).astype(x.dtype),)
+    return np.maximum(sum(mask[lead + sl] for _, sl in wins), 1.0)
 
 
 @NUMPY_RULES.register("AveragePool")
@@ -323,42 +334,30 @@ def average_pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -
     """``onnx.reference``'s kernel, except where ``ceil_mode`` keeps a window that reaches
     past the padded input (HF EfficientNet's last pool: a window of 2560 over a 7 x 7 map),
     which onnx 1.23's reference averages wrongly: there, the mean over each window's
-    positions inside the input, divided by the count ``AveragePoolGrad`` uses (positions
-    inside the input, or inside the padded input with ``count_include_pad``), as
-    onnxruntime and PyTorch compute it."""
+    positions inside the input, divided by the count ``AveragePoolGrad`` uses
+    (``_window_counts``), as onnxruntime and PyTorch compute it."""
+    from distir.analysis.numpy_rules.onnx_ops import onnx_op
+    from distir.analysis.type_rules.nn import spatial_out
+
     x = np.asarray(args[0])
     n = x.ndim - 2
+    if not attrs.get("ceil_mode", 0) or attrs.get("auto_pad", "NOTSET") != "NOTSET":
+        return onnx_op(op_type, args, attrs, n_out)
     kernel = [int(k) for k in attrs["kernel_shape"]]
     strides = [int(v) for v in attrs.get("strides") or [1] * n]
     dil = [int(v) for v in attrs.get("dilations") or [1] * n]
     pads = [int(v) for v in attrs.get("pads") or [0] * (2 * n)]
-    ceil = bool(attrs.get("ceil_mode", 0))
-    out = []
-    for i in range(n):
-        span = x.shape[2 + i] + pads[i] + pads[n + i] - (kernel[i] - 1) * dil[i] - 1
-        o = (-(-span // strides[i]) if ceil else span // strides[i]) + 1
-        if ceil and (o - 1) * strides[i] >= x.shape[2 + i] + pads[i]:
-            o -= 1
-        out.append(o)
-    overhang = any((out[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 >
-                   x.shape[2 + i] + pads[i] + pads[n + i] for i in range(n))
-    if not overhang or attrs.get("auto_pad", "NOTSET") not in ("NOTSET", b"NOTSET"):
-        from distir.analysis.numpy_rules.onnx_ops import onnx_op
-
+    out = spatial_out(x.shape, tuple(kernel), attrs, True)
+    if not any((out[i] - 1) * strides[i] + (kernel[i] - 1) * dil[i] + 1 >
+               x.shape[2 + i] + pads[i] + pads[n + i] for i in range(n)):
         return onnx_op(op_type, args, attrs, n_out)
-    ones = np.ones((1, 1) + x.shape[2:])
-    if attrs.get("count_include_pad", 0):
-        ones = np.pad(ones, [(0, 0), (0, 0)] + [(pads[i], pads[n + i]) for i in range(n)],
-                      constant_values=1.0)
-        mask = _padded(ones, kernel, strides, dil, [0] * (2 * n), tuple(out), 0.0)
-    else:
-        mask = _padded(ones, kernel, strides, dil, pads, tuple(out), 0.0)
-    xp = _padded(x.astype(np.float64), kernel, strides, dil, pads, tuple(out), 0.0)
+    xp = _padded(x.astype(np.float64), kernel, strides, dil, pads, out, 0.0)
     lead = (slice(None), slice(None))
-    wins = _windows(kernel, strides, dil, tuple(out))
+    wins = _windows(kernel, strides, dil, out)
     total = sum(xp[lead + sl] for _, sl in wins)
-    count = sum(mask[lead + sl] for _, sl in wins)
-    return ((total / np.maximum(count, 1.0)).astype(x.dtype),)
+    count = _window_counts(x.shape, kernel, strides, dil, pads, out, wins,
+                           bool(attrs.get("count_include_pad", 0)))
+    return ((total / count).astype(x.dtype),)
 
 
 @NUMPY_RULES.register("LayerNormGrad")

@@ -89,10 +89,11 @@ def _spatial_ints(attrs: dict[str, Any], name: str, n: int, default: int) -> tup
     return v
 
 
-def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
-                 attrs: dict[str, Any], ceil_mode: bool) -> tuple[int, ...]:
-    """The output spatial sizes of a convolution or pooling over ``x``'s spatial axes."""
-    spatial = x.shape[2:]
+def spatial_out(shape: tuple[int, ...], kernel: tuple[int, ...], attrs: dict[str, Any],
+                ceil_mode: bool) -> tuple[int, ...]:
+    """The output spatial sizes of a convolution or pooling over the spatial axes of an
+    input of ``shape`` (``[N, C, D1, ...]``)."""
+    spatial = shape[2:]
     n = len(spatial)
     strides = _spatial_ints(attrs, "strides", n, 1)
     dilations = _spatial_ints(attrs, "dilations", n, 1)
@@ -117,7 +118,7 @@ def _spatial_out(op_type: str, x: TensorType, kernel: tuple[int, ...],
         if span < 0 and o < 1:  # (ceil_mode keeps one window that starts in the input,
             # as PyTorch does: HF EfficientNet pools its 7 x 7 map with a window of 2560)
             raise fail(f"the window {kernel} (dilations {list(dilations)}) is larger than the "
-                       f"padded input {x.shape}")
+                       f"padded input {shape}")
         if ceil_mode and (o - 1) * s >= d + pads[i]:
             o -= 1  # the last window would start in the end padding
         out.append(o)
@@ -146,7 +147,7 @@ def conv(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
         if b.shape != (m,):
             raise fail(f"B must have shape {(m,)}, got {b.shape}")
     dt = same_dtype(ts, op_type)
-    out = _spatial_out(op_type, x, kernel, attrs, False)
+    out = spatial_out(x.shape, kernel, attrs, False)
     return (TensorType(dt, (x.shape[0], m) + out, x.device),)
 
 
@@ -158,7 +159,7 @@ def pool(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
         raise fail(f"X must be (N, C, D1, ...), got {x.shape}")
     if kernel is None or len(kernel) != x.rank - 2:
         raise fail(f"kernel_shape {kernel} must have one entry per spatial axis of {x.shape}")
-    out = _spatial_out(op_type, x, tuple(kernel), attrs, bool(attrs.get("ceil_mode", 0)))
+    out = spatial_out(x.shape, tuple(kernel), attrs, bool(attrs.get("ceil_mode", 0)))
     y = x.with_shape(x.shape[:2] + out)
     if n_out == 2:
         if op_type != "MaxPool":
