@@ -45,7 +45,8 @@ Held out: the 1.5 x 2^k sizes of the memory-bound families, one convolution in f
 
 Timed by ``DeviceTimer`` on a GPU: the kernels' device time, without the host's launch
 time (in a training step the host runs ahead of the GPU), with the L2 cache flushed
-before each call for the families of ``COLD``; back-to-back on a CPU.
+before each call for the families of ``COLD``, as one of a sequence of calls on distinct
+operands for those of ``SEQUENCE`` (Adam's updates); back-to-back on a CPU.
 """
 
 from __future__ import annotations
@@ -126,15 +127,44 @@ image side)`` (one group: PoolFormer's norms, exported as an ``InstanceNormaliza
 one channel; 32: BiT's; one per channel: instance norms; the row's width is a group's
 elements, its op ``GroupNormalization i<pixels>``)."""
 
-COLD = frozenset({"adam"})
-"""Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``): their
-operands are a step's parameters, gradients and moments, none of them touched since the
-backward pass. The cold call is still below what a replayed step takes: on an H200 an
-update of 65,536 to 1 M float32 elements took 61-68 us in a replayed BiT-R50x1 step
-against 43-51 us here, and 33-38 us in every other setting tried (64 updates of distinct
-operands back to back in a replayed CUDA graph; after an L2 flush, after 40 ms of matrix
-products, with the lowering's copies, with each update's operands far apart, with a
-measured step's values: ``grid_search/results/index_adam/``); not explained."""
+COLD: frozenset[str] = frozenset()
+"""Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
+
+SEQUENCE = frozenset({"adam"})
+"""Families timed as a replayed step runs them (``_in_sequence``): one call after another
+on distinct operands, as many as make four times the L2 cache, captured as a CUDA graph,
+the time per call. A step ends with one Adam update per parameter back to back, its
+parameters, gradients and moments none of them touched since the backward pass; the
+kernel runs one block of 512 threads per 65,536 elements, so up to about 8 M elements (a
+block per SM) one block's latency decides. A cold single call (``DeviceTimer.cold``)
+prices an update of 2,048 elements at the flush's own cost (11 us on an H200, 2.8 us in a
+step) and one of 65,536 to 1 M at 43-51 us, where a training step's take 34-37 with the
+copies (``grid_search/results/adam_step/``). Their second moments are never negative and
+their step count is positive, as in training (``_inputs``): with moments drawn from a
+normal distribution, as the runner drew them before, the kernel runs at half its speed."""
+
+
+def _in_sequence(dtimer: DeviceTimer, kernel: Callable[..., Any], args: list[Any], fn: Any,
+                 bounds: dict[str, int], device: Any) -> tuple[float, int]:
+    """Device time per call of ``kernel`` run on ``k`` distinct sets of operands one after
+    another, ``k`` (at most 64) making the operands four times the GPU's L2 cache, replayed
+    as a CUDA graph (``DeviceTimer.replayed``): the calls of a step's optimizer, each on
+    tensors last touched long before. On a CPU, the time of one call."""
+    t = dtimer.timer
+    if not t.cuda:
+        return dtimer.time(lambda: kernel(*args))
+    props = t.torch.cuda.get_device_properties(t.device)
+    l2 = int(getattr(props, "L2_cache_size", 0) or 0) or (64 << 20)
+    per_set = sum(a.numel() * a.element_size() for a in args)
+    k = max(1, min(64, -(-4 * l2 // max(per_set, 1))))
+    sets = [args] + [_inputs(fn, bounds, device) for _ in range(k - 1)]
+
+    def run() -> None:
+        for a in sets:
+            kernel(*a)
+
+    secs, reps = dtimer.replayed(run)
+    return secs / k, reps * k
 
 _CNN = ((64, 112), (256, 56), (128, 28), (512, 28), (1024, 14), (2048, 7), (16, 8))
 """``(channels, image size)`` of the batch normalizations: a CNN's stages, so that the time's
@@ -181,6 +211,43 @@ class DeviceTimer:
         both, reps = self.time(lambda: (flush(), fn()))
         alone, _ = self.time(flush)
         return max(both - alone, 1e-7), reps
+
+    def replayed(self, fn: Callable[[], object]) -> tuple[float, int]:
+        """Device time per call of ``fn`` captured once as a CUDA graph and replayed, as a
+        step run with ``--cuda-graph`` runs its kernels: no host in between, however long
+        the host takes to issue them (a sequence of small kernels timed on a held stream
+        fills the launch queue, and the hold runs out). On a CPU, ``time``."""
+        import statistics
+
+        t = self.timer
+        if not t.cuda:
+            return t.time(fn)
+        torch = t.torch
+        side = torch.cuda.Stream(device=t.device)
+        side.wait_stream(torch.cuda.current_stream(t.device))
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                fn()
+        torch.cuda.current_stream(t.device).wait_stream(side)
+        t.sync()
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph):
+            fn()
+
+        def replays(n: int) -> float:
+            start = torch.cuda.Event(enable_timing=True)
+            end = torch.cuda.Event(enable_timing=True)
+            start.record()
+            for _ in range(n):
+                graph.replay()
+            end.record()
+            end.synchronize()
+            return float(start.elapsed_time(end)) / 1e3 / n
+
+        replays(2)
+        once = max(replays(1), 1e-7)
+        reps = int(min(t.max_reps, max(2, t.target_s / once)))
+        return statistics.median(replays(reps) for _ in range(t.trials)), reps
 
     def time(self, fn: Callable[[], object]) -> tuple[float, int]:
         import statistics
@@ -633,9 +700,13 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     args = _inputs(fn, bounds, device)
                     if fam in ("gather_elements", "scatter_elements") and width[2] > 1:
                         args[1] = args[1][:1].expand(args[1].shape)  # a broadcast index
-                    timed = dtimer.cold if fam in COLD else dtimer.time
                     with torch.inference_mode():
-                        secs, reps = timed(lambda k=kernel, a=args: k(*a))
+                        if fam in SEQUENCE:
+                            secs, reps = _in_sequence(dtimer, kernel, args, fn, bounds,
+                                                      device)
+                        else:
+                            timed = dtimer.cold if fam in COLD else dtimer.time
+                            secs, reps = timed(lambda k=kernel, a=args: k(*a))
                     op = fn.ops[-1].op_type
                     nbytes = _nbytes(fn)
                     if fam in ("gather_elements", "scatter_elements"):

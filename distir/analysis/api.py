@@ -8,6 +8,7 @@ from typing import Any
 import numpy as np
 
 from distir.analysis.interpreter import NumpyInterpreter, TypeInterpreter
+from distir.analysis.state import state_roles
 from distir.analysis.values import CONCRETE_LIMIT, make_concrete, type_of
 from distir.errors import ExecutionError, TypeInferenceError
 from distir.ir.core import Function, Module, Value
@@ -197,7 +198,9 @@ def check_host_memory(fn: Function, record: dict[Value, Any] | None = None,
 
 def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
     """Random values for ``fn``'s free parameters (those without initializers): normal for
-    floats, small non-negative integers for integers. Refuses in one line, before
+    floats, small non-negative integers for integers; an optimizer's state as a training
+    step holds it (``distir.analysis.state``: Adam's second moments squares, its step
+    count 1). Refuses in one line, before
     allocating, inputs larger than the memory this machine has available."""
     avail = available_host_memory()
     if avail is not None:
@@ -212,8 +215,9 @@ def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
                                  f"{_gib(avail)} this machine has available; bind smaller "
                                  "dimensions (distir import --dim) or a smaller batch", fn.loc)
     rng = np.random.default_rng(seed)
+    roles = state_roles(fn)
     out = []
-    for p in fn.params:
+    for i, p in enumerate(fn.params):
         if p.name in fn.initializers:
             continue
         t = p.type
@@ -221,7 +225,12 @@ def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
             raise ExecutionError(f"parameter %{p.name} of @{fn.name} needs a tensor type to "
                                  "make a random input; pass inputs instead", p.loc)
         if t.dtype.is_float:
-            out.append(rng.standard_normal(t.shape).astype(t.dtype.np))
+            role = roles.get(i)
+            if role == "count":
+                out.append(np.ones(t.shape, t.dtype.np))
+                continue
+            x = rng.standard_normal(t.shape)
+            out.append((x * x if role == "square" else x).astype(t.dtype.np))
         elif t.dtype is DType.Bool:
             out.append(rng.integers(0, 2, t.shape).astype(bool))
         else:

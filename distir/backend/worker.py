@@ -23,17 +23,20 @@ from typing import Any
 import numpy as np
 
 from distir.analysis.projection import RankProgram
+from distir.analysis.state import state_roles
 from distir.backend.timing import COMM_ERROR, ERROR, OK, OOM, RankResult, StepTimer
 from distir.errors import BackendError, DistIRError
 
-__all__ = ["RankTask", "RankRunner", "describe", "to_torch", "to_numpy"]
+__all__ = ["RankTask", "RankRunner", "describe", "to_torch", "to_numpy", "random_tensor",
+           "draw_inputs"]
 
 
 @dataclass(slots=True)
 class RankTask:
     """One program for one rank. ``inputs`` are the rank's parameters in program order; a
     ``None`` (or ``inputs=None``) stands for a random one of the declared type, drawn on the
-    device from ``seed``."""
+    device from ``seed`` (``draw_inputs``: an optimizer's state as a training step holds
+    it)."""
 
     name: str
     program: RankProgram
@@ -84,10 +87,13 @@ def to_numpy(t: Any) -> np.ndarray:
     return t.numpy()
 
 
-def random_tensor(t: Any, device: Any, gen: Any) -> Any:
+def random_tensor(t: Any, device: Any, gen: Any, role: str | None = None) -> Any:
     """A random tensor of type ``t``: normal floats (a matrix scaled by one over the square
     root of its row count, so that deep products of weights stay finite in half precision),
-    integers in [0, 8), random booleans."""
+    integers in [0, 8), random booleans. ``role`` (``distir.analysis.state.state_roles``)
+    draws an optimizer's state as a training step holds it: ``"square"`` the squares of
+    normal floats (Adam's second moments), ``"count"`` ones (its step count, the first
+    step)."""
     import torch
 
     from distir.backend.lowering import as_tensor_type, torch_dtype
@@ -95,10 +101,24 @@ def random_tensor(t: Any, device: Any, gen: Any) -> Any:
     tt = as_tensor_type(t)
     dt = torch_dtype(tt.dtype)
     if tt.dtype.is_float:
+        if role == "count":
+            return torch.ones(tt.shape, dtype=dt, device=device)
         x = torch.randn(tt.shape, dtype=dt, device=device, generator=gen)
+        if role == "square":
+            return x.mul_(x)
         return x.mul_(tt.shape[-2] ** -0.5) if tt.rank >= 2 and tt.shape[-2] > 1 else x
     hi = 2 if dt == torch.bool else 8
     return torch.randint(0, hi, tt.shape, device=device, generator=gen).to(dt)
+
+
+def draw_inputs(fn: Any, device: Any, gen: Any, given: Any = None) -> list[Any]:
+    """``fn``'s parameters as tensors on ``device``: ``given[i]`` where it is not ``None``,
+    else drawn by ``random_tensor`` (optimizer state as a training step holds it)."""
+    params = fn.params
+    roles = state_roles(fn)
+    given = given if given is not None else [None] * len(params)
+    return [random_tensor(p.type, device, gen, roles.get(i)) if a is None else
+            to_torch(a, device) for i, (p, a) in enumerate(zip(params, given))]
 
 
 class RankRunner:
@@ -371,12 +391,9 @@ class RankRunner:
     def bind(self, task: RankTask) -> list[Any]:
         import torch
 
-        params = task.program.fn.params
-        given = task.inputs if task.inputs is not None else [None] * len(params)
         gen = torch.Generator(device=self.device)
         gen.manual_seed(task.seed * 1_000_003 + self.rank)
-        return [random_tensor(p.type, self.device, gen) if a is None else
-                to_torch(a, self.device) for p, a in zip(params, given)]
+        return draw_inputs(task.program.fn, self.device, gen, task.inputs)
 
 
 _SOURCE_PLACE = re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")

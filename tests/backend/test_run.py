@@ -146,13 +146,13 @@ def test_host_cost_is_for_gpus(s2: Session) -> None:
 
 def test_isolated_times_each_op_and_synchronises_after_it() -> None:
     from distir.backend.lowering import compile_program, isolated
-    from distir.backend.worker import random_tensor
+    from distir.backend.worker import draw_inputs
 
     fn = example("mlp_step.dir")
     prog = project(fn).programs[0]
     compiled = compile_program(prog, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
-    inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
+    inputs = draw_inputs(prog.fn, torch.device("cpu"), gen)
     syncs: list[int] = []
     iso, times = isolated(compiled, lambda: syncs.append(1))
     a = iso.run(inputs)

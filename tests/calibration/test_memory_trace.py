@@ -16,7 +16,7 @@ import distir
 from calibration.memory_trace import COLUMNS, main, model_bytes, report
 from distir.analysis.projection import project
 from distir.backend.lowering import compile_program
-from distir.backend.worker import random_tensor
+from distir.backend.worker import draw_inputs
 
 ROOT = Path(__file__).resolve().parents[2]
 KIB = 1024
@@ -36,7 +36,7 @@ def _trace() -> tuple[list[tuple[int, int]], list[tuple[int, int, int]], list[di
     prog = project(distir.parse(VIEW).entry).programs[0]
     compiled = compile_program(prog, torch.device("cpu"))
     gen = torch.Generator().manual_seed(0)
-    inputs = [random_tensor(p.type, torch.device("cpu"), gen) for p in prog.fn.params]
+    inputs = draw_inputs(prog.fn, torch.device("cpu"), gen)
     measured: list[tuple[int, int, int]] = []
     compiled.run(inputs, memory_clock=measured)
     model = model_bytes(prog.fn)
