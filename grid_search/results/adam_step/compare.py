@@ -1,0 +1,32 @@
+"""Predicted vs measured for this folder's sealed study (README.md): HF ALBERT-base's, HF
+DINOv2's and HF MobileBERT's training steps measured in ``call_b/`` (``sealed.tgz``,
+opened only after its comparison's commit was named), read as ``../norms_views/compare.py``
+reads that folder's.
+
+    python grid_search/results/adam_step/compare.py [--call b] [--profile P]
+        [--models DIR] [--rows]
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+_spec = importlib.util.spec_from_file_location("channels_last_compare",
+                                               HERE.parent / "channels_last" / "compare.py")
+assert _spec is not None and _spec.loader is not None
+_cl = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_cl)
+
+CE = _cl.sealed3.base.CE
+TEXT = _cl.sealed3.base.TOKENS + _cl.sealed3.base.MSE
+CALLS = {  # call: (folder, its log, [(label, model file, options)])
+    "b": ("call_b", "run_b.log", [("HF ALBERT-base (dynamo)", "albert", TEXT),
+                                  ("HF DINOv2 ViT-B/14 (dynamo)", "dinov2", CE),
+                                  ("HF MobileBERT (dynamo)", "mobilebert", TEXT)]),
+}
+
+
+if __name__ == "__main__":
+    _cl.compare_call(HERE, CALLS, "b")
