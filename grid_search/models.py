@@ -83,15 +83,24 @@ class Workload:
         src = self.source
         return (src.batch_input,) if src is not None and src.named else ()
 
-    def analyze(self, batch_size: int, hardware: Any = None) -> Any:
+    def analyze(self, batch_size: int, hardware: Any = None, weights: bool = False) -> Any:
         """``distir.transforms.analyze`` of ``build(batch_size)``, told the batch input the
         user named, the weights whose values the built function leaves out, and the
         hardware profile that weighs pipeline stages balanced by cost (the one simulated;
-        default ``h100-sxm``)."""
+        default ``h100-sxm``).
+
+        ``weights``: for a run on devices, a user's model keeps every value its file binds
+        (its own initial weights), so that each configuration's program (the same program:
+        ``program`` places those values on its parameters) runs on them rather than on
+        random draws: a random model can overflow to NaN (24 layers of MobileBERT's
+        un-normalized blocks do), and kernels run NaN at other speeds than training's
+        values (``grid_search/results/adam_step/``)."""
         from distir.transforms import analyze
 
         src = self.source
-        return analyze(self.build(batch_size), batch_inputs=list(self.batch_inputs) or None,
+        fn = self._build_user(batch_size, every_weight=True) \
+            if weights and self.family == "user" else self.build(batch_size)
+        return analyze(fn, batch_inputs=list(self.batch_inputs) or None,
                        weights=src.weights if src is not None else (), hardware=hardware)
 
     def program(self, analysis: Any, cfg: Any) -> Function:
@@ -170,7 +179,7 @@ class Workload:
         return dataclasses.replace(self, functions={
             **self.functions, **{b: self._build_user(b) for b in missing}})
 
-    def _build_user(self, batch: int) -> Function:
+    def _build_user(self, batch: int, every_weight: bool = False) -> Function:
         src = self.source
         assert src is not None
         if src.path is None:
@@ -191,7 +200,8 @@ class Workload:
             import distir
 
             fn = distir.load(src.path).entry
-        return _for_search(_trained(fn, self.train, src.path))
+        step = _trained(fn, self.train, src.path)
+        return step if every_weight else _for_search(step)
 
     def parameters(self) -> int:
         """The number of weights (for labels and memory sanity checks)."""

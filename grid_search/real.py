@@ -187,8 +187,8 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     try:
                         seq = models.get(c.batch_size)
                         if seq is None:
-                            seq = models[c.batch_size] = workload.analyze(c.batch_size,
-                                                                          hardware=hardware)
+                            seq = models[c.batch_size] = workload.analyze(
+                                c.batch_size, hardware=hardware, weights=True)
                         fn = workload.program(seq, c)
                         row["program_fingerprint"] = program_fingerprint(fn)
                         with ClockSampler(size if s.backend == "nccl" else 0) as clocks:

@@ -696,7 +696,8 @@ def cmd_explain(args: argparse.Namespace) -> int:
 
     w = dataclasses.replace(workload_from_args(args), transform=args.transform)
     schedule = args.schedule or ("1f1b" if w.training else "gpipe")
-    fn = w.program(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware),
+    fn = w.program(w.analyze(args.batch_size, hardware=args.stages_hardware or args.hardware,
+                             weights=True),
                    Config(w.name, args.batch_size, args.dp, args.tp, args.pp,
                           args.microbatches, schedule))
     out = args.out

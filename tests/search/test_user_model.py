@@ -110,6 +110,31 @@ def test_weights_do_not_travel_to_the_workers(models) -> None:
     assert (a.latency_s, a.peak_memory_bytes) == (b.latency_s, b.peak_memory_bytes)
 
 
+def test_real_runs_bind_the_models_own_weights(models) -> None:
+    """For a run on devices (``analyze(weights=True)``), every configuration's program is
+    the searched one, its placed parameters bound to the file's values (a split weight's
+    shards concatenate back to it), the optimizer's state to its first step's; only the
+    data (and the loss's target) is left to random draws."""
+    from grid_search.real import program_fingerprint
+    from grid_search.space import Config
+
+    w = workload(models["wide"], dims={"batch": 8}, train=TrainOptions("mse", "adam", 0.1))
+    full = distir.import_onnx(models["wide"], dims={"batch": 8}).entry.initializers
+    big = max(full, key=lambda k: np.asarray(full[k]).size)
+    searched, real = w.analyze(8), w.analyze(8, weights=True)
+    for dp, tp, pp, k in ((1, 1, 1, 1), (2, 1, 1, 1), (1, 2, 1, 1), (1, 1, 2, 2)):
+        cfg = Config(w.name, 8, dp, tp, pp, k, "1f1b")
+        fn = w.program(real, cfg)
+        assert program_fingerprint(fn) == program_fingerprint(w.program(searched, cfg))
+        free = {p.name for p in fn.params if p.name not in fn.initializers}
+        assert all(n.startswith(("x", "target")) for n in free), free
+        parts = [np.asarray(a) for n, a in fn.initializers.items() if n.startswith(big)
+                 and "adam" not in n]
+        whole = np.asarray(full[big])
+        assert any(np.array_equal(p, whole) for p in parts) or np.array_equal(
+            np.sort(np.concatenate([p.ravel() for p in parts])), np.sort(whole.ravel()))
+
+
 @pytest.mark.parametrize("train", [None, TrainOptions("mse", "sgd", 0.1)])
 def test_weights_left_out_are_still_weights_to_the_transform(models, train) -> None:
     """The search's functions lose their large initializers; without being told, the
