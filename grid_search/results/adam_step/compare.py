@@ -1,9 +1,9 @@
 """Predicted vs measured for this folder's sealed study (README.md): HF ALBERT-base's, HF
-DINOv2's and HF MobileBERT's training steps measured in ``call_b/`` (``sealed.tgz``,
-opened only after its comparison's commit was named), read as ``../norms_views/compare.py``
-reads that folder's.
+DINOv2's and HF MobileBERT's training steps measured in ``call_b/``, MobileBERT's again
+on its own weights in ``call_d/``, HF wav2vec 2.0's in ``call_e/`` (``sealed.tgz``), read
+as ``../norms_views/compare.py`` reads that folder's.
 
-    python grid_search/results/adam_step/compare.py [--call b] [--profile P]
+    python grid_search/results/adam_step/compare.py [--call b|d|e] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -25,6 +25,9 @@ CALLS = {  # call: (folder, its log, [(label, model file, options)])
     "b": ("call_b", "run_b.log", [("HF ALBERT-base (dynamo)", "albert", TEXT),
                                   ("HF DINOv2 ViT-B/14 (dynamo)", "dinov2", CE),
                                   ("HF MobileBERT (dynamo)", "mobilebert", TEXT)]),
+    "d": ("call_d", "run_d.log", [("HF MobileBERT (dynamo)", "mobilebert", TEXT)]),
+    "e": ("call_e", "run_e.log", [("HF wav2vec 2.0 base (dynamo)", "wav2vec2",
+                                   _cl.sealed3.base.MSE)]),
 }
 
 
