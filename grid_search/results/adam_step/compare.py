@@ -1,9 +1,9 @@
 """Predicted vs measured for this folder's sealed study (README.md): HF ALBERT-base's, HF
 DINOv2's and HF MobileBERT's training steps measured in ``call_b/``, MobileBERT's again
-on its own weights in ``call_d/``, HF wav2vec 2.0's in ``call_e/`` (``sealed.tgz``), read
-as ``../norms_views/compare.py`` reads that folder's.
+on its own weights in ``call_d/``, HF wav2vec 2.0's in ``call_e/``, HF SqueezeBERT's in
+``call_f/`` (``sealed.tgz``), read as ``../norms_views/compare.py`` reads that folder's.
 
-    python grid_search/results/adam_step/compare.py [--call b|d|e] [--profile P]
+    python grid_search/results/adam_step/compare.py [--call b|d|e|f] [--profile P]
         [--models DIR] [--rows]
 """
 
@@ -28,6 +28,7 @@ CALLS = {  # call: (folder, its log, [(label, model file, options)])
     "d": ("call_d", "run_d.log", [("HF MobileBERT (dynamo)", "mobilebert", TEXT)]),
     "e": ("call_e", "run_e.log", [("HF wav2vec 2.0 base (dynamo)", "wav2vec2",
                                    _cl.sealed3.base.MSE)]),
+    "f": ("call_f", "run_f.log", [("HF SqueezeBERT (dynamo)", "squeezebert", TEXT)]),
 }
 
 

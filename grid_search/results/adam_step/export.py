@@ -4,6 +4,7 @@
     python export.py dinov2 OUT.onnx      # HF Dinov2ForImageClassification, ViT-B/14
     python export.py mobilebert OUT.onnx  # HF MobileBertModel (defaults)
     python export.py beit OUT.onnx        # HF BeitForImageClassification, BEiT-base
+    python export.py squeezebert OUT.onnx # HF SqueezeBertModel (defaults)
 
 ``albert``: the default ALBERT config (ALBERT-base: 12 layers of 768 that share one layer's
 weights, embeddings of 128 projected to 768, vocabulary 30,000), hidden states; dynamo.
@@ -14,7 +15,12 @@ MobileBERT config (24 layers, bottlenecks of 128 inside a 512-wide residual stre
 feed-forward blocks a layer, ``NoNorm`` affine norms), hidden states; dynamo. ``beit``:
 the default BEiT config (BEiT-base: 12 layers of 768, patches of 16, relative position
 biases gathered from a table per layer, layer scale, mean-pooled patches), 224 x 224
-images, 1000 classes; dynamo. Each returns its first output.
+images, 1000 classes, eager attention (torch's dynamo exporter fails to decompose its SDPA
+attention: "Cannot view a tensor with shape [b, 197, 12, 64] ... as [b, 197, 768]");
+dynamo. ``squeezebert``: the default SqueezeBERT config (12 layers of 768 whose
+projections are grouped 1-D convolutions of kernel 1: 4 groups for q, k, v and the
+intermediate layer, 1 and 4 after; a vocabulary of 30,528), hidden states; dynamo. Each
+returns its first output.
 """
 
 from __future__ import annotations
@@ -55,7 +61,13 @@ def _beit() -> torch.nn.Module:
 
     return _FirstOutput(BeitForImageClassification(BeitConfig(
         num_labels=1000, use_relative_position_bias=True, use_mean_pooling=True,
-        layer_scale_init_value=0.1)))
+        layer_scale_init_value=0.1, attn_implementation="eager")))
+
+
+def _squeezebert() -> torch.nn.Module:
+    from transformers import SqueezeBertConfig, SqueezeBertModel
+
+    return _FirstOutput(SqueezeBertModel(SqueezeBertConfig()))
 
 
 MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
@@ -67,6 +79,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
                    "dynamo", "HF MobileBERT"),
     "beit": (_beit, _image(224), "pixel_values", {0: "batch"}, "dynamo",
              "HF BEiT-base, 224 x 224 images"),
+    "squeezebert": (_squeezebert, _tokens(30528, False), "input_ids", {0: "batch", 1: "seq"},
+                    "dynamo", "HF SqueezeBERT"),
 }
 
 
