@@ -32,13 +32,14 @@ NVML)."""
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
                     "measured_device", "measured_reason", "measured_host_share",
-                    *CLOCK_COLUMNS, "program_fingerprint", "cuda_graph"]
+                    *CLOCK_COLUMNS, "program_fingerprint", "cuda_graph", "measured_nonfinite"]
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
 or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
 an eager step's busiest host's own cost over its time, ``RunResult.host_share``; the
 ``CLOCK_COLUMNS``; the ``program_fingerprint`` of the program run and ``cuda_graph``
 ``true`` for replayed steps, so that ``study compare --model`` can check and simulate
-them)."""
+them; ``measured_nonfinite``: how many results of the step held NaN or infinite values,
+``RunResult.nonfinite``, a step whose time may not be training's)."""
 
 
 def clock_columns(report: Any) -> dict[str, Any]:
@@ -218,8 +219,14 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         row.update(measured_host_cost_s=r.busiest_host_cost_s,
                                    measured_host_share=share)
                     row.update(clock_columns(clocks.report))
+                    bad = sum(r.nonfinite)
+                    if bad:
+                        row.update(measured_nonfinite=bad)
                     if progress is not None:
                         shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
+                        if bad:
+                            shown += (f" (computed on NaN or infinite values: {bad} results; "
+                                      "not training's step)")
                         if share is not None and share >= HOST_BOUND:
                             shown += f" (paced by the host: {share:.0%})"
                         if clocks.report.slowed:

@@ -178,6 +178,7 @@ def combine(proj: Projection, backend: str, results: Sequence[RankResult], steps
             + r.message for r in ooms)
         return res
     res.rank_times_s = [list(r.times_s) for r in results]
+    res.nonfinite = [r.nonfinite for r in results]
     if any(r.host_cost_s is not None for r in results):
         res.host_cost_s = [r.host_cost_s for r in results]
     if any(r.outputs is not None for r in results):

@@ -73,6 +73,8 @@ class RankResult:
     outputs: list[Any] | None = None
     device_name: str = ""
     host_cost_s: float | None = None
+    nonfinite: int = 0
+    """How many of the last step's floating-point results hold a NaN or an infinity."""
 
 
 @dataclass(slots=True)
@@ -87,7 +89,10 @@ class RunResult:
     numpy arrays, in order, when they were asked for. ``host_cost_s[r]``, where the run
     asked for it (``host_cost``), is rank r's host cost of one step: its ops issued to an
     idle device, summed (``lowering.isolated``); ``host_share`` compares the busiest
-    rank's with the step.
+    rank's with the step. ``nonfinite[r]`` counts rank r's floating-point results of the
+    last step that hold a NaN or an infinity: a step that computes on them is not the step
+    training runs (some kernels, Adam's among them, run such values at other speeds), so
+    its time is not one to report (``summary`` says so).
     """
 
     name: str
@@ -107,6 +112,7 @@ class RunResult:
     """Whether each step was a replay of a CUDA graph (``warmup`` is then the untimed steps
     run: at least 3, the capture among them)."""
     host_cost_s: list[float | None] = field(default_factory=list)
+    nonfinite: list[int] = field(default_factory=list)
 
     @property
     def busiest_host_cost_s(self) -> float | None:
@@ -166,6 +172,7 @@ class RunResult:
             "rank_times_s": self.rank_times_s, "peak_memory_bytes": self.peak_memory_bytes,
             "static_peak_bytes": self.static_peak_bytes,
             "host_cost_s": self.host_cost_s, "host_share": self.host_share,
+            "nonfinite": self.nonfinite,
             "outputs": None if self.outputs is None else [
                 {"shape": list(getattr(o, "shape", ())), "dtype": str(getattr(o, "dtype", ""))}
                 for o in self.outputs],
@@ -189,6 +196,13 @@ class RunResult:
                 f"{r}: {_mib(p)}" for r, p in enumerate(self.peak_memory_bytes)))
         lines.append("  live bytes by types: " + ", ".join(
             f"{r}: {_mib(p)}" for r, p in enumerate(self.static_peak_bytes)))
+        if any(self.nonfinite):
+            lines.append(f"  warning: {sum(self.nonfinite)} result(s) of the step hold NaN or "
+                         "infinite values (per rank: " + ", ".join(
+                             f"{r}: {n}" for r, n in enumerate(self.nonfinite))
+                         + "): the step computes on values training never has, and its time "
+                         "may not be training's; give the model's weights (an initializer "
+                         "per weight, or --inputs)")
         share = self.host_share
         if share is not None:
             lines.append("  host's own cost per step: " + ", ".join(

@@ -222,6 +222,9 @@ class RankRunner:
                         dt = timer.stop()
                         if step >= warmup:
                             res.times_s.append(dt)
+                        if step == timed - 1:  # (after the timer: no step's time holds it)
+                            res.nonfinite = _nonfinite(graph_outs if graph is not None
+                                                       else outs)
                     elif step == host_at:
                         try:
                             res.host_cost_s, outs = self.host_cost(
@@ -394,6 +397,20 @@ class RankRunner:
         gen = torch.Generator(device=self.device)
         gen.manual_seed(task.seed * 1_000_003 + self.rank)
         return draw_inputs(task.program.fn, self.device, gen, task.inputs)
+
+
+def _nonfinite(outs: list[Any] | None) -> int:
+    """How many of ``outs`` (a step's results) are floating-point tensors holding a NaN or
+    an infinity; one device synchronisation."""
+    import torch
+
+    if not outs:
+        return 0
+    checks = [torch.isfinite(o).all() for o in outs
+              if isinstance(o, torch.Tensor) and o.is_floating_point() and o.numel()]
+    if not checks:
+        return 0
+    return int((~torch.stack(checks)).sum().item())
 
 
 _SOURCE_PLACE = re.compile(r"\[[^\]]*\.(?:cc|cpp|h|hpp):\d+\]\s*")
