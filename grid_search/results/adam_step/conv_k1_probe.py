@@ -9,33 +9,8 @@ PyTorch's defaults (cuDNN may use TF32, cuBLAS not).
 
 from __future__ import annotations
 
-import statistics
-
 import torch
-
-
-def timed(fn) -> float:  # noqa: ANN001 - a probe
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for _ in range(3):
-            fn()
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g):
-        for _ in range(10):
-            fn()
-    g.replay()
-    torch.cuda.synchronize()
-    out = []
-    for _ in range(5):
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        a.record()
-        g.replay()
-        b.record()
-        b.synchronize()
-        out.append(a.elapsed_time(b) * 1e3 / 10)
-    return statistics.median(out)
+from tile_probe import timed  # (this folder: the same replayed timing)
 
 
 def main() -> None:
@@ -74,7 +49,7 @@ def main() -> None:
             def mm_dw(xg=xg, dyg=dyg):  # noqa: ANN001, ANN202
                 return torch.matmul(dyg, xg.transpose(2, 3)).sum(0)
 
-            ts = [timed(f) for f in (conv, dgrad, wgrad, mm, mm_dx, mm_dw)]
+            ts = [timed(f, 10) for f in (conv, dgrad, wgrad, mm, mm_dx, mm_dw)]
             print(f"{cin:4d} {cout:5d} {g:1d}  {kind:10s} " + " ".join(f"{t:8.1f}" for t in ts),
                   flush=True)
 
