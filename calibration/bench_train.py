@@ -139,9 +139,11 @@ kernel runs one block of 512 threads per 65,536 elements, so up to about 8 M ele
 block per SM) one block's latency decides. A cold single call (``DeviceTimer.cold``)
 prices an update of 2,048 elements at the flush's own cost (11 us on an H200, 2.8 us in a
 step) and one of 65,536 to 1 M at 43-51 us, where a training step's take 34-37 with the
-copies (``grid_search/results/adam_step/``). Their second moments are never negative and
-their step count is positive, as in training (``_inputs``): with moments drawn from a
-normal distribution, as the runner drew them before, the kernel runs at half its speed."""
+copies (``grid_search/results/adam_step/``). Their second moments are positive and their
+step count 1, as in training (``_inputs``): with moments drawn from a normal distribution,
+as the runner drew them before, the kernel runs at half its speed. (``index_adam``'s call C,
+whose fit ``h200-sxm-graph`` has, drew counts of ``|N(0, 1)| + 0.1``; fractional positive
+counts run at the speed of whole ones, ``adam_step/call_a/adam_values.txt``.)"""
 
 
 def _in_sequence(dtimer: DeviceTimer, kernel: Callable[..., Any], args: list[Any], fn: Any,
@@ -664,7 +666,10 @@ def _inputs(fn: Any, bounds: dict[str, int], device: Any) -> list[Any]:
         t = p.type
         if t.dtype.is_float:
             x = torch.randn(t.shape, device=device, dtype=torch_dtype(t.dtype))
-            out.append(x.abs() + 0.1 if p.name in ("v", "step") else x)
+            if p.name == "step":  # Adam's step count: a training step's (state_roles)
+                out.append(torch.ones_like(x))
+            else:
+                out.append(x.abs() + 0.1 if p.name == "v" else x)
         elif t.dtype == DType.Bool:
             out.append(torch.rand(t.shape, device=device) < 0.5)
         else:

@@ -98,8 +98,9 @@ class Workload:
         from distir.transforms import analyze
 
         src = self.source
+        # (A function given in memory has no file to read its weights from again.)
         fn = self._build_user(batch_size, every_weight=True) \
-            if weights and self.family == "user" else self.build(batch_size)
+            if weights and src is not None and src.path is not None else self.build(batch_size)
         return analyze(fn, batch_inputs=list(self.batch_inputs) or None,
                        weights=src.weights if src is not None else (), hardware=hardware)
 

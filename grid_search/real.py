@@ -38,8 +38,8 @@ or failed, one line; the row's own ``reason`` is the simulation's; ``measured_ho
 an eager step's busiest host's own cost over its time, ``RunResult.host_share``; the
 ``CLOCK_COLUMNS``; the ``program_fingerprint`` of the program run and ``cuda_graph``
 ``true`` for replayed steps, so that ``study compare --model`` can check and simulate
-them; ``measured_nonfinite``: how many results of the step held NaN or infinite values,
-``RunResult.nonfinite``, a step whose time may not be training's)."""
+them; ``measured_nonfinite``: how many results of the step held NaN, ``RunResult.nonfinite``,
+a step whose time may not be training's)."""
 
 
 def clock_columns(report: Any) -> dict[str, Any]:
@@ -225,8 +225,7 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                     if progress is not None:
                         shown = f"{lat * 1e3:.2f} ms" if lat else f"{r.status}: {r.message}"
                         if bad:
-                            shown += (f" (computed on NaN or infinite values: {bad} results; "
-                                      "not training's step)")
+                            shown += f" (computed on NaN: {bad} results; not training's step)"
                         if share is not None and share >= HOST_BOUND:
                             shown += f" (paced by the host: {share:.0%})"
                         if clocks.report.slowed:

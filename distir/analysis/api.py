@@ -224,11 +224,10 @@ def random_inputs(fn: Function, seed: int = 0) -> list[np.ndarray]:
         if not isinstance(t, TensorType):
             raise ExecutionError(f"parameter %{p.name} of @{fn.name} needs a tensor type to "
                                  "make a random input; pass inputs instead", p.loc)
-        if t.dtype.is_float:
-            role = roles.get(i)
-            if role == "count":
-                out.append(np.ones(t.shape, t.dtype.np))
-                continue
+        role = roles.get(i)
+        if role == "count":
+            out.append(np.ones(t.shape, t.dtype.np))
+        elif t.dtype.is_float:
             x = rng.standard_normal(t.shape)
             out.append((x * x if role == "square" else x).astype(t.dtype.np))
         elif t.dtype is DType.Bool:

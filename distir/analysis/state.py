@@ -25,11 +25,19 @@ update of 65,536 to 1 M float32 elements so, 34 us with a training step's values
 ``grid_search/results/adam_step/``)."""
 
 
+PARTS = frozenset({"Split", "Slice", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
+                   "Transpose", "Identity", "Cast", "Concat", "Send"})
+"""Ops whose results hold their first input's values (all inputs', for ``Concat``): a
+state input made by them from a parameter (a ZeRO rank's shard of the moments, ``Split``
+of the whole) is drawn as that parameter."""
+
+
 def state_roles(fn: Function) -> dict[int, str]:
     """The parameters of ``fn`` (by index) that reach an input of ``STATE_INPUTS``, through
-    any calls, and the role by which a random draw makes them (``"square"``: the squares
-    of normal floats; ``"count"``: ones): ``distir.analysis.random_inputs`` and the
-    backend's ``distir.backend.worker.draw_inputs``."""
+    any calls and the ops of ``PARTS``, and the role by which a random draw makes them
+    (``"square"``: the squares of normal floats; ``"count"``: ones):
+    ``distir.analysis.random_inputs`` and the backend's ``distir.backend.worker.
+    draw_inputs``. A parameter that reaches inputs of both roles takes the first met."""
     found: dict[Any, str] = {}
     has: dict[int, bool] = {}
 
@@ -42,19 +50,26 @@ def state_roles(fn: Function) -> dict[int, str]:
                                  for op in f.ops)
         return h
 
-    def visit(f: Any, root: dict[Any, Any]) -> None:
+    def visit(f: Any, root: dict[Any, tuple[Any, ...]]) -> None:
         for op in f.ops:
             if op.callee is not None:
                 if holds(op.callee):
-                    visit(op.callee, {p: root.get(a, a) for p, a in
+                    visit(op.callee, {p: root.get(a, (a,)) for p, a in
                                       zip(op.callee.params, op.inputs) if a is not None})
+                continue
+            if op.op_type in PARTS:
+                srcs = op.inputs if op.op_type == "Concat" else op.inputs[:1]
+                got = tuple(r for x in srcs if x is not None for r in root.get(x, (x,)))
+                for o in op.outputs:
+                    root[o] = got
                 continue
             spec = STATE_INPUTS.get(op.op_type)
             if spec:
                 for pos, role in spec.items():
                     x = op.inputs[pos] if pos < len(op.inputs) else None
                     if x is not None:
-                        found.setdefault(root.get(x, x), role)
+                        for r in root.get(x, (x,)):
+                            found.setdefault(r, role)
 
     if holds(fn):
         visit(fn, {})

@@ -74,7 +74,7 @@ class RankResult:
     device_name: str = ""
     host_cost_s: float | None = None
     nonfinite: int = 0
-    """How many of the last step's floating-point results hold a NaN or an infinity."""
+    """How many of the last step's floating-point results hold a NaN."""
 
 
 @dataclass(slots=True)
@@ -90,9 +90,10 @@ class RunResult:
     asked for it (``host_cost``), is rank r's host cost of one step: its ops issued to an
     idle device, summed (``lowering.isolated``); ``host_share`` compares the busiest
     rank's with the step. ``nonfinite[r]`` counts rank r's floating-point results of the
-    last step that hold a NaN or an infinity: a step that computes on them is not the step
-    training runs (some kernels, Adam's among them, run such values at other speeds), so
-    its time is not one to report (``summary`` says so).
+    last step that hold a NaN: a step that computes on NaN is not the step training runs
+    (some kernels, Adam's among them, run NaN at other speeds), so its time is not one to
+    report (``summary`` says so). Infinities alone are not counted (a step may return a
+    mask of ``-inf``).
     """
 
     name: str
@@ -197,8 +198,8 @@ class RunResult:
         lines.append("  live bytes by types: " + ", ".join(
             f"{r}: {_mib(p)}" for r, p in enumerate(self.static_peak_bytes)))
         if any(self.nonfinite):
-            lines.append(f"  warning: {sum(self.nonfinite)} result(s) of the step hold NaN or "
-                         "infinite values (per rank: " + ", ".join(
+            lines.append(f"  warning: {sum(self.nonfinite)} result(s) of the step hold NaN "
+                         "(per rank: " + ", ".join(
                              f"{r}: {n}" for r, n in enumerate(self.nonfinite))
                          + "): the step computes on values training never has, and its time "
                          "may not be training's; give the model's weights (an initializer "

@@ -63,6 +63,24 @@ def test_roles_of_a_training_step_and_its_distributions() -> None:
         assert list(r.values()).count("square") >= 3
 
 
+def test_roles_through_a_zero_shard_and_an_integer_count() -> None:
+    """Under ZeRO a rank's moments are a ``Split`` of the whole parameter: still found; a
+    step count of an integer type is drawn as 1 too."""
+    from distir.transforms import synchronize
+
+    step = _adam_step()
+    for builder in ("zero-1", "zero-2"):
+        fn = synchronize(dtp(step, dp=2), {"builder": builder})
+        moments = [i for i, p in enumerate(fn.params) if "adam_v" in (p.name or "")]
+        roles = state_roles(fn)
+        assert moments and all(roles.get(i) == "square" for i in moments), builder
+    text = CALLED.replace("%s: Tensor[Float32, (), 0]", "%s: Tensor[Int64, (), 0]").replace(
+        "%step: Tensor[Float32, (), 0]", "%step: Tensor[Int64, (), 0]")
+    fn = parse(text).entry
+    for seed in range(4):
+        assert int(random_inputs(fn, seed=seed)[4]) == 1
+
+
 def test_numpy_draw() -> None:
     step = _adam_step()
     roles = state_roles(step)
