@@ -250,6 +250,13 @@ def test_a_function_in_python(models) -> None:
         w.prepared([16])
     with pytest.raises(ConfigError, match="give the configurations, or devices=N"):
         run_search(fn)
+    # Its real run builds the searched program (there is no file to read weights from).
+    from grid_search.real import measure
+    from grid_search.space import Config
+
+    rows = measure(workload(fn), [Config("@main", 8, 1, 1, 1, 1, "1f1b")], backend="gloo",
+                   steps=1, warmup=0, progress=None)
+    assert rows[0]["measured_status"] == "ok", rows[0]
 
 
 @pytest.mark.parametrize("argv, pattern", [
