@@ -32,14 +32,23 @@ NVML)."""
 MEASURED_COLUMNS = ["measured_status", "measured_latency_s", "measured_throughput",
                     "measured_peak_memory_bytes", "measured_peak_memory_per_device",
                     "measured_device", "measured_reason", "measured_host_share",
-                    *CLOCK_COLUMNS, "program_fingerprint", "cuda_graph", "measured_nonfinite"]
+                    *CLOCK_COLUMNS, "program_fingerprint", "cuda_graph", "measured_nonfinite",
+                    "measured_inputs"]
 """Columns ``run_top`` adds to a search's rows (``measured_reason``: why a run was refused
 or failed, one line; the row's own ``reason`` is the simulation's; ``measured_host_share``:
 an eager step's busiest host's own cost over its time, ``RunResult.host_share``; the
 ``CLOCK_COLUMNS``; the ``program_fingerprint`` of the program run and ``cuda_graph``
 ``true`` for replayed steps, so that ``study compare --model`` can check and simulate
 them; ``measured_nonfinite``: how many results of the step held NaN, ``RunResult.nonfinite``,
-a step whose time may not be training's)."""
+a step whose time may not be training's; ``measured_inputs``: how the run's inputs were
+made, ``INPUTS``)."""
+
+INPUTS = "training-state"
+"""``measured_inputs`` of the rows measured since runs draw an optimizer's state as a
+training step holds it (``distir.analysis.state``), with ``+weights`` where a model file's
+own weights were bound (``Workload.analyze(weights=True)``). Rows without it ran Adam's
+updates on moments drawn from a normal distribution, at about half their training speed
+(``grid_search/results/adam_step/``)."""
 
 
 def clock_columns(report: Any) -> dict[str, Any]:
@@ -219,6 +228,9 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                         row.update(measured_host_cost_s=r.busiest_host_cost_s,
                                    measured_host_share=share)
                     row.update(clock_columns(clocks.report))
+                    src = workload.source
+                    row.update(measured_inputs=INPUTS + (
+                        "+weights" if src is not None and src.path is not None else ""))
                     bad = sum(r.nonfinite)
                     if bad:
                         row.update(measured_nonfinite=bad)

@@ -339,7 +339,8 @@ def cmd_measure(args: argparse.Namespace) -> int:
             "measured_peak_memory_bytes", "measured_peak_memory_per_device",
             "measured_device", "reason", "memory_limit_bytes", "predicted_peak_memory_bytes",
             "program_fingerprint", "stages_hardware", "cuda_graph", "transform", "env",
-            "measured_host_cost_s", "measured_host_share", *CLOCK_COLUMNS]
+            "measured_host_cost_s", "measured_host_share", *CLOCK_COLUMNS,
+            "measured_nonfinite", "measured_inputs"]
     # A profile file by its absolute path: compare may run from another directory.
     stages_hardware = os.path.abspath(args.hardware) if os.path.isfile(args.hardware) \
         else args.hardware
@@ -519,7 +520,8 @@ def cmd_compare(args: argparse.Namespace) -> int:
             r["predicted_capacity_bytes"] = verdict.capacity
             fits = verdict.fits
         r["predicted_fits"] = str(fits).lower()
-    notes = _program_notes(args.measured, unchecked, stale)
+    notes = _program_notes(args.measured, unchecked, stale) + _input_notes(args.measured, rows,
+                                                                           w)
     for n in notes:
         print(f"warning: {n}", file=sys.stderr)
     rows = [r for r in rows if not r.get("stale")]
@@ -753,6 +755,25 @@ def _program_notes(measured: str, unchecked: int, stale: list[str]) -> list[str]
     if stale:
         out.append(f"{measured}: {len(stale)} row(s) left out (--skip-stale), measured on "
                    f"programs the transform no longer builds: {'; '.join(stale)}")
+    return out
+
+
+def _input_notes(measured: str, rows: list[dict[str, Any]], w: Any) -> list[str]:
+    """Warnings about rows measured on inputs no training step has: Adam's state drawn at
+    random (rows from before ``real.INPUTS`` was recorded), or a step that computed NaN."""
+    out = []
+    adam = w.train is not None and w.train.optimizer == "adam"
+    ran = [r for r in rows if r.get("measured_status") == "ok"]
+    old = sum(1 for r in ran if not (r.get("measured_inputs") or "").strip())
+    if adam and old:
+        out.append(f"{measured}: {old} row(s) were measured before runs drew Adam's moments "
+                   "and step count as training holds them (2026-11-28): their updates ran on "
+                   "random moments at about half speed, so those steps measured slower than "
+                   "training's (grid_search/results/adam_step/); measure them again")
+    nan = sum(1 for r in ran if float(r.get("measured_nonfinite") or 0) > 0)
+    if nan:
+        out.append(f"{measured}: {nan} row(s) computed on NaN (measured_nonfinite): their "
+                   "time may not be training's; measure them on the model's weights")
     return out
 
 

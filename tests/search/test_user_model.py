@@ -351,6 +351,42 @@ def test_training_labels_round_trip() -> None:
     assert workload("gpt2-13b-train").sizes == workload("gpt2-13b").sizes
 
 
+def test_run_top_records_its_inputs_and_compare_warns_of_old_adam_rows(models, tmp_path,
+                                                                         capsys) -> None:
+    """A real run of a model file records how its inputs were made (the file's weights, the
+    optimizer's state as training holds it); ``study compare`` warns of Adam rows measured
+    before that (random moments), and of rows that computed on NaN."""
+    from grid_search.study import main as study
+
+    out = tmp_path / "top.csv"
+    assert main(["grid-search", "--model", models["mlp"], "--dim", "batch=8", "--devices", "1",
+                 "--workers", "1", "--train", "--loss", "mse", "--optimizer", "adam",
+                 "--run-top", "1", "--backend", "gloo", "-o", str(out),
+                 "--plot", str(tmp_path / "p.png")]) == 0
+    rows = list(csv.DictReader(open(out, encoding="utf-8")))
+    ran = [r for r in rows if r["measured_status"]]
+    assert [r["measured_inputs"] for r in ran] == ["training-state+weights"]
+    assert [r["measured_nonfinite"] for r in ran] == [""]
+    old = tmp_path / "old.csv"
+    for r in ran:
+        r["measured_inputs"] = ""
+        r["measured_nonfinite"] = "3"
+    with open(old, "w", newline="", encoding="utf-8") as f:
+        wr = csv.DictWriter(f, list(rows[0]))
+        wr.writeheader()
+        wr.writerows(rows)
+    capsys.readouterr()
+    opts = ["--model", models["mlp"], "--dim", "batch=8", "--train", "--loss", "mse",
+            "--optimizer", "adam"]
+    assert study(["compare", str(old), *opts, "--hardware", "h100-sxm",
+                  "-o", str(tmp_path / "c")]) == 0
+    err = capsys.readouterr().err
+    assert "1 row(s) were measured before runs drew Adam's moments" in err
+    assert "1 row(s) computed on NaN" in err
+    text = (tmp_path / "c.md").read_text(encoding="utf-8")
+    assert "drew Adam's moments" in text
+
+
 def test_run_top_rows_of_a_model_file_are_compared(models, tmp_path, capsys) -> None:
     """``grid-search --run-top`` on an ONNX file (gloo on the CPU), then ``study compare
     --model`` on its CSV: the measured rows rebuilt from the file with the search's options,
