@@ -432,8 +432,8 @@ def known_inputs(inputs: Sequence[Any] | None) -> dict[int, np.ndarray]:
     Weights (floating-point tensors of one or more dimensions) are never compiled in."""
     out: dict[int, np.ndarray] = {}
     for i, a in enumerate(inputs or ()):
-        if a is None:
-            continue
+        if a is None or not hasattr(a, "__array__") and not np.isscalar(a):
+            continue  # (a ``worker.Filled`` weight: never compiled in)
         a = np.asarray(a)
         if a.ndim == 0 or (a.dtype.kind in "iub" and a.size <= KNOWN_MAX_ELEMENTS):
             out[i] = a

@@ -12,7 +12,8 @@ parser, unverified: a projected program holds communication attributes, such as 
 and ``group``, and results-free ``Send`` statements that only projection makes). Where the
 workers' Python lacks ``lark`` (the parser's one dependency; benchmark machines may not
 have it), each says so when it is ready and the task travels as a pickled ``RankTask``
-instead: IR objects unpickle without the parser. Inputs and outputs are numpy arrays.
+instead: IR objects unpickle without the parser. Inputs and outputs are numpy arrays (an
+input of one repeated value travels as that value, ``worker.Filled``).
 
 Progress slots (``progress[3 * rank + k]``: the communication a rank is in, whether it
 waits in it, and its heartbeat count) live in a small file shared by memory mapping, so the
@@ -21,12 +22,15 @@ launcher's watchdog reads them while every rank is busy.
 
 from __future__ import annotations
 
+import dataclasses
 import mmap
 import pickle
 import struct
 from typing import IO, Any
 
-from distir.backend.worker import RankTask
+import numpy as np
+
+from distir.backend.worker import Filled, RankTask
 
 __all__ = ["send", "receive", "task_message", "task_from_message", "Progress"]
 
@@ -55,11 +59,28 @@ def receive(stream: IO[bytes]) -> Any:
     return pickle.loads(body)
 
 
+FILL_MIN_ELEMENTS = 4096
+"""The smallest input ``task_message`` checks for one repeated value (``worker.Filled``)."""
+
+
+def _compact(a: Any) -> Any:
+    """``a``, or a ``worker.Filled`` where it is a numpy array of at least
+    ``FILL_MIN_ELEMENTS`` elements all equal (zeros, ones: an optimizer's first state, a
+    norm's weights), so that a model's real run does not send them whole."""
+    if isinstance(a, np.ndarray) and a.size >= FILL_MIN_ELEMENTS and a.dtype.kind in "fiub":
+        first = a.reshape(-1)[0]
+        if (a == first).all():
+            return Filled(first, tuple(a.shape))
+    return a
+
+
 def task_message(task: RankTask, *, text: bool = True) -> tuple:
     """A task as plain data, its program as DistIR text (or, unless ``text``, the task as
-    pickled objects)."""
+    pickled objects); inputs of one repeated value as that value (``_compact``)."""
     from distir.ir.printer import dumps
 
+    if task.inputs is not None:
+        task = dataclasses.replace(task, inputs=[_compact(a) for a in task.inputs])
     if not text:
         return ("task", task)
     prog = task.program

@@ -28,7 +28,7 @@ from distir.backend.timing import COMM_ERROR, ERROR, OK, OOM, RankResult, StepTi
 from distir.errors import BackendError, DistIRError
 
 __all__ = ["RankTask", "RankRunner", "describe", "to_torch", "to_numpy", "random_tensor",
-           "draw_inputs"]
+           "draw_inputs", "Filled"]
 
 
 @dataclass(slots=True)
@@ -65,10 +65,24 @@ class RankTask:
     cost of a step (``lowering.isolated``), reported as ``RankResult.host_cost_s``."""
 
 
-def to_torch(a: np.ndarray, device: Any) -> Any:
-    """A numpy array as a tensor on ``device`` (bfloat16 through its bits)."""
+@dataclass(frozen=True, slots=True)
+class Filled:
+    """An input every element of which is ``value`` (a numpy scalar), as it travels to a
+    worker (``distir.backend.wire.task_message``): an optimizer's zero moments, a norm's
+    weight of ones, sent as one number rather than gigabytes, and made on the device."""
+
+    value: Any
+    shape: tuple[int, ...]
+
+
+def to_torch(a: np.ndarray | Filled, device: Any) -> Any:
+    """A numpy array (or a ``Filled`` one) as a tensor on ``device`` (bfloat16 through its
+    bits)."""
     import torch
 
+    if isinstance(a, Filled):
+        one = to_torch(np.asarray(a.value), device)
+        return one.expand(a.shape).clone(memory_format=torch.contiguous_format)
     arr = np.asarray(a, order="C")  # (np.ascontiguousarray would make a 0-d array 1-d)
     if arr.dtype.name == "bfloat16":
         return torch.from_numpy(arr.view(np.int16).copy()).view(torch.bfloat16).to(device)

@@ -236,6 +236,36 @@ def test_rank_programs_travel_as_text_intact() -> None:
     assert all(seen.values()), seen  # the cases that the text had to learn to carry
 
 
+def test_inputs_of_one_value_travel_as_that_value() -> None:
+    """A large input of one repeated value (an optimizer's zero moments, a norm's ones)
+    travels as the value and is made on the device; others, and small ones, travel whole;
+    neither is compiled in as a known operand."""
+    import torch
+
+    from distir.backend.lowering import known_inputs
+    from distir.backend.wire import FILL_MIN_ELEMENTS, task_from_message, task_message
+    from distir.backend.worker import Filled, RankTask, to_torch
+
+    proj = dict(projections())
+    name, p = next(iter(proj.items()))
+    prog = p.programs[0]
+    n = FILL_MIN_ELEMENTS
+    ins = [np.zeros((n,), np.float32), np.full((2, n), 3, np.int64),
+           np.arange(n, dtype=np.float32), np.ones((4,), np.float32),
+           np.full((n,), np.nan, np.float32)]
+    task = RankTask(name, prog, p.groups, ins, 1, 0, False, None, 0)
+    for text in (True, False):
+        back = task_from_message(task_message(task, text=text))
+        got = back.inputs
+        assert got is not None and [type(a).__name__ for a in got] == \
+            ["Filled", "Filled", "ndarray", "ndarray", "ndarray"]
+        for a, b in zip(ins, got, strict=True):
+            t = to_torch(b, torch.device("cpu"))
+            assert t.dtype == torch.from_numpy(a).dtype and t.is_contiguous()
+            np.testing.assert_array_equal(t.numpy(), a)
+        assert not any(isinstance(got[i], Filled) for i in known_inputs(got))
+
+
 def test_results_free_and_typed_discards_print_and_parse() -> None:
     proj = project(distir.load(os.path.join(ROOT, "examples", "mlp_step_pp2.dir")).entry)
     text = distir.dumps(proj.programs[0].fn)

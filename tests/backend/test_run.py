@@ -103,6 +103,21 @@ def test_a_step_on_nan_is_flagged(s2: Session) -> None:
     assert res.to_dict()["nonfinite"] == [1, 0]
 
 
+def test_filled_inputs_run_as_their_values(s2: Session) -> None:
+    """Inputs of one repeated value travel as the value (``wire.task_message``) and the
+    ranks compute on the whole tensors they stand for."""
+    fn = distir.parse("""func @main(%x: Tensor[Float32, (64, 128), 0],
+           %y: Tensor[Float32, (64, 128), 1]) {
+  %a = Add(%x, %x)
+  %b = Mul(%y, %y)
+  return %a, %b
+}
+""").entry
+    ins = [np.zeros((64, 128), np.float32), np.full((64, 128), 3.0, np.float32)]
+    res = s2.run(fn, ins, steps=1, warmup=0)
+    same(res.outputs, [ins[0], np.full((64, 128), 9.0, np.float32)])
+
+
 def test_bad_inputs_are_one_line(s2: Session) -> None:
     fn = example("mlp_step_dp2.dir")
     ins = random_inputs(fn)
