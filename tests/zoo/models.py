@@ -477,6 +477,29 @@ def _convbert() -> nn.Module:
         num_attention_heads=4, intermediate_size=64, max_position_embeddings=64)))
 
 
+def _albert() -> nn.Module:
+    # one layer's weights shared by all three layers: a pipeline stage holds every weight
+    # its layers read, and a shared weight's gradient sums over the stages
+    from transformers import AlbertConfig, AlbertModel
+
+    return _FirstOutput(AlbertModel(AlbertConfig(
+        vocab_size=_VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=3,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64),
+        add_pooling_layer=False))
+
+
+def _mobilebert() -> nn.Module:
+    # bottlenecks inside a wider residual stream, several feed-forward blocks a layer,
+    # NoNorm (an elementwise scale and shift) in place of layer norms
+    from transformers import MobileBertConfig, MobileBertModel
+
+    return _FirstOutput(MobileBertModel(MobileBertConfig(
+        vocab_size=_VOCAB, embedding_size=16, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=32, intra_bottleneck_size=16,
+        true_hidden_size=16, num_feedforward_networks=2, max_position_embeddings=64),
+        add_pooling_layer=False))
+
+
 def _swin() -> nn.Module:
     # shifted windows, patch merging by strided slices, an adaptive pool
     from transformers import SwinConfig, SwinForImageClassification
@@ -524,9 +547,13 @@ DEBERTA_V3 = Spec("deberta_v3", "transformers", _seeded(_deberta_v3), _tokens(_V
 BEIT = Spec("beit", "transformers", _seeded(_beit), _image(32), ("pixel_values",), (_B,))
 CONVBERT = Spec("convbert", "transformers", _seeded(_convbert), _tokens(_VOCAB, False),
                 ("input_ids",), (_BS,))
-"""FOCALNET, SWIN, DEBERTA_V3, BEIT and CONVBERT are not in the zoo's tables:
-``tests/transforms/test_as_strided.py`` and ``test_relative_attention.py`` train them
-distributed."""
+ALBERT = Spec("albert", "transformers", _seeded(_albert), _tokens(_VOCAB, False),
+              ("input_ids",), (_BS,))
+MOBILEBERT = Spec("mobilebert", "transformers", _seeded(_mobilebert), _tokens(_VOCAB, False),
+                  ("input_ids",), (_BS,))
+"""FOCALNET, SWIN, DEBERTA_V3, BEIT, CONVBERT, ALBERT and MOBILEBERT are not in the zoo's
+tables: ``tests/transforms/test_as_strided.py``, ``test_relative_attention.py`` and
+``test_shared_layers.py`` train them distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")
