@@ -1,6 +1,6 @@
-"""Models we did not write whose weights are read by several layers, trained distributed:
-every writer's program (D, K, P, T and their compositions) computes the sequential
-training step's updated weights."""
+"""Models we did not write whose weights are read by several layers (and one whose
+projections are grouped convolutions), trained distributed: every writer's program (D, K,
+P, T and their compositions) computes the sequential training step's updated weights."""
 
 from __future__ import annotations
 
@@ -41,3 +41,11 @@ def test_hf_mobilebert_trains_distributed() -> None:
     from tests.zoo.models import MOBILEBERT
 
     _check(MOBILEBERT, "dynamo")
+
+
+def test_hf_squeezebert_trains_distributed() -> None:
+    """A tiny HF SqueezeBERT (dynamo): its projections are grouped 1-D convolutions of
+    kernel 1 over the transposed token tensor."""
+    from tests.zoo.models import SQUEEZEBERT
+
+    _check(SQUEEZEBERT, "dynamo")

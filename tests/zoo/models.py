@@ -500,6 +500,17 @@ def _mobilebert() -> nn.Module:
         add_pooling_layer=False))
 
 
+def _squeezebert() -> nn.Module:
+    # its projections 1-D convolutions of kernel 1 in groups, over [batch, channels, seq]
+    from transformers import SqueezeBertConfig, SqueezeBertModel
+
+    return _FirstOutput(SqueezeBertModel(SqueezeBertConfig(
+        vocab_size=_VOCAB, embedding_size=32, hidden_size=32, num_hidden_layers=2,
+        num_attention_heads=4, intermediate_size=64, max_position_embeddings=64,
+        q_groups=4, k_groups=4, v_groups=4, post_attention_groups=2,
+        intermediate_groups=4, output_groups=4)))
+
+
 def _swin() -> nn.Module:
     # shifted windows, patch merging by strided slices, an adaptive pool
     from transformers import SwinConfig, SwinForImageClassification
@@ -551,9 +562,11 @@ ALBERT = Spec("albert", "transformers", _seeded(_albert), _tokens(_VOCAB, False)
               ("input_ids",), (_BS,))
 MOBILEBERT = Spec("mobilebert", "transformers", _seeded(_mobilebert), _tokens(_VOCAB, False),
                   ("input_ids",), (_BS,))
-"""FOCALNET, SWIN, DEBERTA_V3, BEIT, CONVBERT, ALBERT and MOBILEBERT are not in the zoo's
-tables: ``tests/transforms/test_as_strided.py``, ``test_relative_attention.py`` and
-``test_shared_layers.py`` train them distributed."""
+SQUEEZEBERT = Spec("squeezebert", "transformers", _seeded(_squeezebert),
+                   _tokens(_VOCAB, False), ("input_ids",), (_BS,))
+"""FOCALNET, SWIN, DEBERTA_V3, BEIT, CONVBERT, ALBERT, MOBILEBERT and SQUEEZEBERT are not
+in the zoo's tables: ``tests/transforms/test_as_strided.py``,
+``test_relative_attention.py`` and ``test_shared_layers.py`` train them distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")
