@@ -430,10 +430,12 @@ def known_inputs(inputs: Sequence[Any] | None) -> dict[int, np.ndarray]:
     device tensor at every call (a ``Pow`` of a known exponent runs PyTorch's kernel for
     that exponent, not the general power; an index operand needs no device-to-host copy).
     Weights (floating-point tensors of one or more dimensions) are never compiled in."""
+    from distir.backend.worker import Filled
+
     out: dict[int, np.ndarray] = {}
     for i, a in enumerate(inputs or ()):
-        if a is None or not hasattr(a, "__array__") and not np.isscalar(a):
-            continue  # (a ``worker.Filled`` weight: never compiled in)
+        if a is None or isinstance(a, Filled):  # (a large weight of one value: not known)
+            continue
         a = np.asarray(a)
         if a.ndim == 0 or (a.dtype.kind in "iub" and a.size <= KNOWN_MAX_ELEMENTS):
             out[i] = a
