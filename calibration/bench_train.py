@@ -59,7 +59,7 @@ from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
            "patch_conv_shapes", "conv1d_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES",
-           "GROUPED_CONV_FAMILIES", "CONV1D_FAMILIES",
+           "GROUPED_CONV_FAMILIES", "CONV1D_FAMILIES", "NWC_CONV1D_FAMILIES",
            "NHWC_CONV_FAMILIES", "NHWC_GROUPED_CONV_FAMILIES", "conv_family",
            "grouped_conv_shapes", "conv_geometry", "norm_features"]
 
@@ -75,19 +75,25 @@ CONV1D_FAMILIES = ("conv1d", "conv1d_dgrad", "conv1d_wgrad")
 """1-D convolutions (``[N, C, L]``), dense and grouped in one family each (``groups`` a
 feature): audio models' feature extractors and positional convolutions, which cuDNN runs
 by other kernels than 2-D ones of the same sizes (``conv1d_shapes``)."""
+NWC_CONV1D_FAMILIES = ("conv1d_nwc", "conv1d_nwc_dgrad", "conv1d_nwc_wgrad")
+"""The same of inputs handed over as transposed ``[N, L, C]`` tensors (channels-last as the
+``[N, C, 1, L]`` images PyTorch makes of them): SqueezeBERT's projections and wav2vec 2.0's
+positional convolution convolve such a view of their token tensors, which cuDNN runs by its
+NHWC kernels with layout changes around them."""
 NHWC_CONV_FAMILIES = ("conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
 NHWC_GROUPED_CONV_FAMILIES = ("conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
                               "conv_grouped_nhwc_wgrad")
 """The same six kernels with ``x`` and ``dy`` channels-last (``conv_family``)."""
 
 
-def conv_family(role: str, grouped: bool, channels_last: bool) -> str:
+def conv_family(role: str, grouped: bool, channels_last: bool, one_d: bool = False) -> str:
     """The profile family of a convolution kernel: ``role`` one of ``conv``, ``dgrad``,
     ``wgrad``; ``conv_grouped...`` for more than one group; ``..._nhwc...`` for a
-    channels-last input."""
-    name = "conv_grouped" if grouped else "conv"
+    channels-last input; ``conv1d...`` (grouped or not) for a 1-D one, ``conv1d_nwc...``
+    for a transposed one."""
+    name = "conv1d" if one_d else "conv_grouped" if grouped else "conv"
     if channels_last:
-        name += "_nhwc"
+        name += "_nwc" if one_d else "_nhwc"
     return name if role == "conv" else f"{name}_{role}"
 MAX_TENSOR_BYTES = 1 << 30
 
@@ -400,7 +406,47 @@ def conv1d_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
     128, stride 1 or 2, padding 64), Whisper's stem (80 or 128 mel bins to 384-1280,
     kernel 3, stride 1 or 2, padding 1) and depthwise convolutions of conformers (256-1024
     channels, kernel 15 or 31); batches 1 to 64, lengths as 1 to 30 s of audio make them;
-    at most 1 GiB a tensor (float32) on a GPU, far smaller on a CPU."""
+    at most 1 GiB a tensor (float32) on a GPU, far smaller on a CPU. Then ``count // 3``
+    more (``pointwise_conv1d_shapes``): a text model's projections as convolutions of
+    kernel 1 over its tokens."""
+    return _speech_conv1d_shapes(quick, cuda, count, seed) + \
+        pointwise_conv1d_shapes(quick, cuda, count // 3, seed)
+
+
+def pointwise_conv1d_shapes(quick: bool, cuda: bool, count: int, seed: int = 0,
+                            ) -> list[tuple[int, ...]]:
+    """``(N, C, M, L, 1, 1, groups, 0)``: a transformer's projections written as 1-D
+    convolutions of kernel 1 over its tokens (SqueezeBERT's and ConvBERT's, dense or in 2
+    to 8 groups; widths 128 to 4096, the feed-forward's 4x expansions and contractions
+    among them), sequences of 64 to 1,024 tokens, batches 1 to 64. cuDNN picks kernels for
+    these by shape, far from their FLOPs: on an H200, 768 to 3,072 channels in 4 groups
+    over 16 x 512 tokens took 1.6 ms forward and 0.15 ms for its input gradient, the
+    contraction back 0.12 ms (``grid_search/results/adam_step/``, call H)."""
+    rng = random.Random(seed + 13)
+    batches = [1, 2, 4, 8, 12, 16, 24, 32, 48, 64] if not quick else [1, 2]
+    widths = [128, 256, 384, 512, 768, 1024, 2048]
+
+    def draw() -> tuple[int, ...] | None:
+        h = rng.choice(widths)
+        c, m = rng.choice([(h, h), (h, h), (h, 4 * h), (4 * h, h), (h, 3 * h)])
+        g = rng.choice([1, 1, 2, 4, 4, 8])
+        n = rng.choice(batches)
+        length = rng.choice([64, 128, 256, 384, 512, 512, 1024])
+        if quick:
+            c, m, g, length = min(c, 16), min(m, 16), min(g, 2), min(length, 64)
+        if c % g or m % g:
+            return None
+        biggest = 4 * n * max(c, m) * length
+        if biggest > (MAX_TENSOR_BYTES if cuda else 1 << 24):
+            return None
+        return (n, c, m, length, 1, 1, g, 0)
+
+    return _sample(count, draw)
+
+
+def _speech_conv1d_shapes(quick: bool, cuda: bool, count: int, seed: int,
+                          ) -> list[tuple[int, ...]]:
+    """``conv1d_shapes``' draws from speech models' layers."""
     rng = random.Random(seed + 11)
     batches = [1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64] if not quick else [1, 2]
 
@@ -747,7 +793,8 @@ def bench_convs(device: Any, dtypes: list[str],
     the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``).
     With ``one_d``, the shapes are 1-D (``conv1d_shapes``: the fourth number the input's
     length), the rows of ``CONV1D_FAMILIES`` (a row's ``k`` kernel elements and ``p``
-    output positions are then the kernel's length and the output's)."""
+    output positions are then the kernel's length and the output's); with both, ``x`` and
+    ``dy`` are transposed ``[N, L, C]`` tensors (``NWC_CONV1D_FAMILIES``)."""
     import torch
 
     from distir.ir import DType
@@ -778,15 +825,17 @@ def bench_convs(device: Any, dtypes: list[str],
                                  2, keep=0 if role == "dgrad" else 1, **geo)
                 kernel = _compile(fn, device)
                 args = _inputs(fn, {}, device)
-                if channels_last:  # x and dy (never the weight, the second argument)
+                if channels_last and one_d:  # x and dy as views of [N, L, C] tensors
+                    args = [a.transpose(1, 2).contiguous().transpose(1, 2)
+                            if j != 1 else a for j, a in enumerate(args)]
+                elif channels_last:  # x and dy (never the weight, the second argument)
                     args = [a.contiguous(memory_format=torch.channels_last)
                             if j != 1 and a.dim() == 4 else a for j, a in enumerate(args)]
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
                 nbytes = (n * c * h ** sp + m * cg * win + n * m * pix) * size
                 tag = f" g{g}" if g > 1 else ""
-                fam = ("conv1d" if role == "conv" else f"conv1d_{role}") if one_d else \
-                    conv_family(role, g > 1, channels_last)
+                fam = conv_family(role, g > 1, channels_last, one_d)
                 yield Row(fam, f"conv k{win} s{s} n{n} c{cg} p{pix}{tag}", dt, secs, gm,
                           gn, gk, nbytes, 2.0 * gm * gn * gk, reps=reps, device=str(device),
                           split=split)

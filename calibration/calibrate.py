@@ -539,7 +539,9 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
                  bench_train.conv_shapes, True, False),
                 ("1-D convolutions", bench_train.CONV1D_FAMILIES,
-                 bench_train.conv1d_shapes, False, True)):
+                 bench_train.conv1d_shapes, False, True),
+                ("transposed 1-D convolutions", bench_train.NWC_CONV1D_FAMILIES,
+                 bench_train.conv1d_shapes, True, True)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
@@ -603,6 +605,7 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
         GROUPED_CONV_FAMILIES,
         NHWC_CONV_FAMILIES,
         NHWC_GROUPED_CONV_FAMILIES,
+        NWC_CONV1D_FAMILIES,
         TRAIN_FAMILIES,
     )
 
@@ -610,7 +613,7 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
              "bmm",
              *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
              *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *CONV1D_FAMILIES,
-             *MATMUL_GRAD_FAMILIES}
+             *NWC_CONV1D_FAMILIES, *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)
     if bad:
         raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "

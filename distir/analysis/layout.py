@@ -19,7 +19,11 @@ parameter: the strides the caller passed; a call's result: the strides the calle
 returned), and forward again with the types the interpreter found
 (``strides_through``). A strided input reaches the cost rule as the attribute
 ``MEMORY_FORMAT`` (``"channels_last"``), which ``cost.train.conv_fit_time`` prices by the
-profile's ``_nhwc`` fits. Strides cross calls: a layer's backward function receives the
+profile's ``_nhwc`` fits. A 1-D convolution's ``[N, C, L]`` input is judged as the ``[N,
+C, 1, L]`` image PyTorch makes of it (``as_image``): the transposed ``[N, L, C]`` token
+tensor SqueezeBERT's projections and wav2vec 2.0's positional convolution convolve is
+channels-last there, and cuDNN runs it by NHWC kernels with layout changes around them
+(priced by the ``conv1d_nwc`` fits). Strides cross calls: a layer's backward function receives the
 view its forward function returned as a saved activation.
 
 PyTorch copies a convolution's input that is not dense in the format its kernels run in
@@ -28,8 +32,10 @@ channels-last view has gaps; a channel split of an NCHW image; a contiguous ``dy
 channels-last ``x``. The rules add those copies (``COPIED_INPUTS``,
 ``cost.train.input_copies_time``).
 
-Not modelled: formats carried through other ops (an elementwise op keeps its input's
-strides in PyTorch, and a convolution's result is channels-last when its input is), and a
+A convolution run by channels-last kernels writes its result (a gradient its ``dx``) in
+that format: ConvBERT's pointwise convolution reads its depthwise one's result so. Not
+modelled: formats carried through other ops (an elementwise op keeps its input's strides
+in PyTorch), and a
 ``Slice`` of steps other than 1. A called function is costed with the strides of its
 first call with given argument types (its summary serves later calls).
 """
@@ -45,7 +51,7 @@ from distir.ir.core import Function, Op, Value
 __all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
            "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
-           "is_channels_last"]
+           "is_channels_last", "as_image"]
 
 CONV_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
@@ -159,6 +165,18 @@ def _ordered_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> 
     return True
 
 
+def as_image(shape: tuple[int, ...], strides: tuple[int, ...],
+             ) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """A 1-D convolution's ``[N, C, L]`` tensor as the ``[N, C, 1, L]`` image PyTorch
+    hands cuDNN (``unsqueeze(2)``: the new axis's stride is ``L``'s times its length), so
+    that a transposed ``[N, L, C]`` token tensor is channels-last there; a rank-4 one as
+    it is."""
+    if len(shape) != 3:
+        return shape, strides
+    n, c, length = shape
+    return (n, c, 1, length), (strides[0], strides[1], strides[2] * length, strides[2])
+
+
 def is_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
     """Whether a rank-4 ``[N, C, H, W]`` tensor of these strides is in the channels-last
     memory format and not also contiguous (as with one channel or one pixel)."""
@@ -202,7 +220,8 @@ class _Frame:
         self.fn = fn
         self.params = params  # strided parameters, by index
         self.key = key
-        self.results: dict[Value, Strides] = {}  # strided results of calls made
+        # strided results of calls made, and of convolutions run by channels-last kernels
+        self.results: dict[Value, Strides] = {}
 
 
 class Layouts:
@@ -320,16 +339,25 @@ class Layouts:
                 out[i] = st
         return out
 
-    def op_layout(self, op: Op) -> tuple[tuple[str, Any], ...] | None:
+    def op_layout(self, op: Op, out_shape: tuple[int, ...] = ()) -> \
+            tuple[tuple[str, Any], ...] | None:
         """The attributes by which ``op`` (one of ``LAYOUT_OPS``) reaches its cost rule, as
         ``(name, value)`` pairs, ``None`` where its inputs are contiguous: a convolution's
         ``MEMORY_FORMAT`` and ``COPIED_INPUTS`` (``conv_layout``), an indexing op's
-        ``INDEX_ELEMENTS`` (``index_elements``)."""
+        ``INDEX_ELEMENTS`` (``index_elements``). A convolution run channels-last marks its
+        first result (of ``out_shape``) as written in that format."""
         if op.op_type in INDEX_OPS:
             n = self.index_elements(op)
             return None if n is None else ((INDEX_ELEMENTS, n),)
         got = self.conv_layout(op)
-        return None if got is None else ((MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1]))
+        if got is None:
+            return None
+        y = op.outputs[0] if op.outputs else None
+        if got[0] == "channels_last" and y is not None and len(out_shape) in (3, 4):
+            # cuDNN writes the result (a gradient's dx) in the format it ran in
+            st = channels_last_strides(as_image(out_shape, contiguous_strides(out_shape))[0])
+            self._frames[-1].results[y] = st if len(out_shape) == 4 else (st[0], st[1], st[3])
+        return (MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1])
 
     def index_elements(self, op: Op) -> int | None:
         """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view
@@ -356,7 +384,9 @@ class Layouts:
         else ``None`` (NCHW); and the inputs it copies first, ``x`` and a gradient's
         ``dy`` where they are not dense in that format, as ``(position, the axis of
         stride 1 they are copied from)``. ``None`` for a convolution of contiguous NCHW
-        inputs."""
+        inputs. A 1-D convolution's ``[N, C, L]`` tensors are judged as the ``[N, C, 1,
+        L]`` images PyTorch hands cuDNN (``as_image``): a transposed token tensor is
+        channels-last there."""
         ins = op.inputs
         sx = self.strides(ins[0] if ins else None)
         sdy = self.strides(ins[2]) if op.op_type == "ConvGrad" and len(ins) > 2 else None
@@ -365,22 +395,24 @@ class Layouts:
         env = self._env()
         assert env is not None
         shape = tuple(getattr(type_of(env[ins[0]]), "shape", ()))
-        if len(shape) != 4:
+        if len(shape) not in (3, 4):
             return None
-        fmt = "channels_last" if sx is not None and _ordered_channels_last(shape, sx) \
-            else None
+        fmt = "channels_last" if sx is not None and _ordered_channels_last(
+            *as_image(shape, sx)) else None
         copied: list[tuple[int, int]] = []
         for i, st in ((0, sx), (2, sdy)):
             if i == 2 and op.op_type != "ConvGrad":
                 continue
             t_shape = tuple(getattr(type_of(env[ins[i]]), "shape", ()))
-            if len(t_shape) != 4:
+            if len(t_shape) not in (3, 4):
                 continue
-            dense = contiguous_strides(t_shape) if fmt is None else \
-                channels_last_strides(t_shape)
             st = contiguous_strides(t_shape) if st is None else st
-            if not _same(t_shape, st, dense):  # (a contiguous dy too, for NHWC kernels)
-                copied.append((i, _innermost(t_shape, st)))
+            image, st4 = as_image(t_shape, st)
+            dense = contiguous_strides(image) if fmt is None else \
+                channels_last_strides(image)
+            if not _same(image, st4, dense):  # (a contiguous dy too, for NHWC kernels)
+                axis = _innermost(image, st4)  # (never the added axis, of length 1)
+                copied.append((i, axis if len(t_shape) == 4 else axis - (axis > 2)))
         if fmt is None and not copied:
             return None
         return fmt, tuple(copied)

@@ -636,7 +636,8 @@ class Simulator(TypeInterpreter):
         free_out = lv[3]
         fmt = None
         if self._layouts is not None and op.op_type in LAYOUT_OPS:
-            fmt = self._layouts.op_layout(op)
+            fmt = self._layouts.op_layout(
+                op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)

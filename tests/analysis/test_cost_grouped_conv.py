@@ -109,12 +109,80 @@ def test_one_d_convolutions_take_the_conv1d_fits() -> None:
         pytest.approx(got["y"])
 
 
+# SqueezeBERT's projection: a kernel-1 convolution in 4 groups of the transposed token
+# tensor [N, L, C], its gradients with a dy of either layout
+TEXT_NWC = """
+func @main(%t: Tensor[Float32, (2, 32, 64), 0], %w: Tensor[Float32, (128, 16, 1), 0],
+           %dt: Tensor[Float32, (2, 32, 128), 0], %dyc: Tensor[Float32, (2, 128, 32), 0]) {
+  %x = Transpose(%t, perm=[0, 2, 1])
+  %dy = Transpose(%dt, perm=[0, 2, 1])
+  %y = Conv(%x, %w, group=4, kernel_shape=[1])
+  %dx, %dw = ConvGrad(%x, %w, %dy, group=4, pads=[0, 0], strides=[1], dilations=[1])
+  %dx2, %dw2 = ConvGrad(%x, %w, %dyc, group=4, pads=[0, 0], strides=[1], dilations=[1])
+  return %y, %dx, %dw, %dx2, %dw2
+}"""
+NWC = FitModel("linear", ("bytes",), intercept=7e-5, coef=(5e-10,))
+
+
+def test_transposed_one_d_convolutions_take_the_nwc_fits() -> None:
+    """A 1-D convolution of a transposed token tensor runs by cuDNN's channels-last
+    kernels ([N, C, 1, L] is channels-last there): the ``conv1d_nwc`` fits price it, a
+    contiguous ``dy`` beside it is copied first; a profile without them takes the
+    ``conv1d`` ones."""
+    one_d = (("conv1d", "Float32", GROUPED), ("conv1d_dgrad", "Float32", DGRAD),
+             ("conv1d_wgrad", "Float32", WGRAD))
+    nwc = tuple((f"conv1d_nwc{r}", "Float32", NWC) for r in ("", "_dgrad", "_wgrad"))
+    hw = Hardware(**BASE, fits=(*FITS, *one_d, *nwc))
+    sim = simulate(distir.parse(TEXT_NWC), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    nbytes = (2 * 64 * 32 + 128 * 16 + 2 * 128 * 32) * 4  # x, w, y
+    assert got["y"] == pytest.approx(7e-5 + 5e-10 * nbytes)
+    assert got["dx"] == pytest.approx(2 * (7e-5 + 5e-10 * nbytes))  # dgrad + wgrad
+    assert got["dx2"] > got["dx"]  # the contiguous dy copied to the kernels' format
+    old = simulate(distir.parse(TEXT_NWC), Hardware(**BASE, fits=(*FITS, *one_d)))
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in old.events()}
+    assert got["y"] == pytest.approx(2e-5 + 1e-10 * nbytes + 1e-7 * 4)
+
+
 def test_conv1d_shapes() -> None:
-    from calibration.bench_train import conv1d_shapes
+    from calibration.bench_train import (
+        _speech_conv1d_shapes,
+        conv1d_shapes,
+        pointwise_conv1d_shapes,
+    )
 
     shapes = conv1d_shapes(False, True, 240)
-    assert len(shapes) == 240 and len(set(shapes)) == 240
+    assert len(shapes) == 320 and len(set(shapes)) == 320
+    assert shapes[:240] == _speech_conv1d_shapes(False, True, 240, 0)  # as measured before
+    points = pointwise_conv1d_shapes(False, True, 80)
+    assert shapes[240:] == points
+    assert all(s[4] == 1 and s[5] == 1 and s[7] == 0 for s in points)
+    assert {s[6] for s in points} >= {1, 2, 4, 8}
+    assert any(s[2] == 4 * s[1] for s in points) and any(s[1] == 4 * s[2] for s in points)
+    shapes = shapes[:240]
     assert any(s[4] == 128 and s[6] == 16 for s in shapes)  # positional convolutions
     assert any(s[1] == 1 and s[4] == 10 for s in shapes)  # the raw signal's first layer
     assert any(s[6] == s[1] > 1 for s in shapes)  # depthwise
     assert {s[0] for s in shapes if s[4] == 128} >= {1, 8, 12, 16}
+
+
+# ConvBERT's separable convolution: depthwise of the transposed tokens, then pointwise
+TEXT_SEPARABLE = """
+func @main(%t: Tensor[Float32, (2, 32, 64), 0], %wd: Tensor[Float32, (64, 1, 9), 0],
+           %wp: Tensor[Float32, (32, 64, 1), 0]) {
+  %x = Transpose(%t, perm=[0, 2, 1])
+  %d = Conv(%x, %wd, group=64, kernel_shape=[9], pads=[4, 4])
+  %p = Conv(%d, %wp, kernel_shape=[1])
+  return %p
+}"""
+
+
+def test_a_channels_last_convolution_hands_its_format_on() -> None:
+    """cuDNN writes a channels-last convolution's result in that format: the pointwise
+    convolution that reads the depthwise one's result runs channels-last too."""
+    nwc = tuple((f"conv1d_nwc{r}", "Float32", NWC) for r in ("", "_dgrad", "_wgrad"))
+    hw = Hardware(**BASE, fits=(*FITS, ("conv1d", "Float32", GROUPED), *nwc))
+    sim = simulate(distir.parse(TEXT_SEPARABLE), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    pbytes = (2 * 64 * 32 + 32 * 64 + 2 * 32 * 32) * 4
+    assert got["p"] == pytest.approx(7e-5 + 5e-10 * pbytes)

@@ -102,11 +102,12 @@ def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
     transposes (an NCHW gradient made channels-last) is priced by the profile's ``copy``
     fit, with its rows' lengths, where it has one."""
     total = 0.0
-    inner_to = 1 if attrs.get(MEMORY_FORMAT) == "channels_last" else 3
+    last = attrs.get(MEMORY_FORMAT) == "channels_last"
     for i, inner_from in attrs.get(COPIED_INPUTS) or ():
         t = ins[i] if i < len(ins) else None
-        if not isinstance(t, TensorType) or t.rank != 4:
+        if not isinstance(t, TensorType) or t.rank not in (3, 4):
             continue
+        inner_to = 1 if last else t.rank - 1
         nbytes = 2.0 * t.size_bytes  # read once, written once
         dt = t.dtype.value
         if inner_from != inner_to and hw.has_kernel_fit("copy"):
@@ -129,7 +130,9 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     profile's ``conv1d`` family of the same role (dense and grouped in one), where it has
     one (``calibration.bench_train.conv1d_shapes``: speech models' layers, which cuDNN runs
     otherwise than 2-D ones: SEW-D's positional convolution's input gradient took 9.3 ms
-    at 8 clips and 0.5 ms at 12 on an H200)."""
+    at 8 clips and 0.5 ms at 12 on an H200); one whose input is a transposed token tensor
+    (channels-last as PyTorch's ``[N, C, 1, L]`` image of it, ``layout.as_image``) the
+    ``conv1d_nwc`` family of the role, where the profile has one."""
     groups = int(attrs.get("group", 1) or 1)
     if x.rank == 3:
         family = family.replace("conv", "conv1d", 1)
@@ -138,9 +141,10 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     elif groups != 1:
         family = family.replace("conv", "conv_grouped", 1)
     f = None
-    if x.rank == 4 and attrs.get(MEMORY_FORMAT) == "channels_last":
+    if attrs.get(MEMORY_FORMAT) == "channels_last":
         role = family[-6:] if family.endswith(("_dgrad", "_wgrad")) else ""
-        f = hw.fit(f"{family[:len(family) - len(role)]}_nhwc{role}", x.dtype.value)
+        fmt = "_nwc" if x.rank == 3 else "_nhwc"
+        f = hw.fit(f"{family[:len(family) - len(role)]}{fmt}{role}", x.dtype.value)
     if f is None:
         f = hw.fit(family, x.dtype.value)
     if f is None:

@@ -5,6 +5,7 @@
     python export.py mobilebert OUT.onnx  # HF MobileBertModel (defaults)
     python export.py beit OUT.onnx        # HF BeitForImageClassification, BEiT-base
     python export.py squeezebert OUT.onnx # HF SqueezeBertModel (defaults)
+    python export.py convbert OUT.onnx    # HF ConvBertModel, ConvBERT-base (defaults)
 
 ``albert``: the default ALBERT config (ALBERT-base: 12 layers of 768 that share one layer's
 weights, embeddings of 128 projected to 768, vocabulary 30,000), hidden states; dynamo.
@@ -19,8 +20,11 @@ images, 1000 classes, eager attention (torch's dynamo exporter fails to decompos
 attention: "Cannot view a tensor with shape [b, 197, 12, 64] ... as [b, 197, 768]");
 dynamo. ``squeezebert``: the default SqueezeBERT config (12 layers of 768 whose
 projections are grouped 1-D convolutions of kernel 1: 4 groups for q, k, v and the
-intermediate layer, 1 and 4 after; a vocabulary of 30,528), hidden states; dynamo. Each
-returns its first output.
+intermediate layer, 1 and 4 after; a vocabulary of 30,528), hidden states; dynamo.
+``convbert``: the default ConvBERT config (ConvBERT-base: 12 layers of 768, half the heads
+self-attention and half span-based dynamic convolutions, whose keys come from a separable
+1-D convolution of the tokens: depthwise of kernel 9, then pointwise; a vocabulary of
+30,522), hidden states; dynamo. Each returns its first output.
 """
 
 from __future__ import annotations
@@ -70,6 +74,12 @@ def _squeezebert() -> torch.nn.Module:
     return _FirstOutput(SqueezeBertModel(SqueezeBertConfig()))
 
 
+def _convbert() -> torch.nn.Module:
+    from transformers import ConvBertConfig, ConvBertModel
+
+    return _FirstOutput(ConvBertModel(ConvBertConfig()))
+
+
 MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
     "albert": (_albert, _tokens(30000, False), "input_ids", {0: "batch", 1: "seq"},
                "dynamo", "HF ALBERT-base (shared layers)"),
@@ -81,6 +91,8 @@ MODELS = {  # name: (build, inputs, input name, symbolic axes, exporter, what)
              "HF BEiT-base, 224 x 224 images"),
     "squeezebert": (_squeezebert, _tokens(30528, False), "input_ids", {0: "batch", 1: "seq"},
                     "dynamo", "HF SqueezeBERT"),
+    "convbert": (_convbert, _tokens(30522, False), "input_ids", {0: "batch", 1: "seq"},
+                 "dynamo", "HF ConvBERT-base"),
 }
 
 
