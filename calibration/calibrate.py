@@ -349,7 +349,8 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
               measure_only: bool = False, device_time: bool = False,
               families: Sequence[str] | None = None, dtypes: Sequence[str] | None = None,
               command: str = "", log: Callable[[str], None] | None = None,
-              off_grid: bool = False) -> dict[str, Any] | None:
+              off_grid: bool = False, pointwise_conv1d: bool = False,
+              ) -> dict[str, Any] | None:
     """Measure (unless ``fit_only`` names a measurements CSV), fit (unless
     ``measure_only``), write the profile and its companions; return the profile object
     (``None`` with ``measure_only``). See the module docstring. ``device_time`` times
@@ -364,7 +365,9 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
     ``matmul_tn``, ``matmul_nt``) off the grid of powers of two and their midpoints
     (``calibration.bench.off_grid_dims``): measured with ``families`` and pooled with a
     full calibration's CSV by ``fit_only``, it completes the fits where real models'
-    sizes fall between the grid's."""
+    sizes fall between the grid's. ``pointwise_conv1d`` draws the 1-D convolutions' shapes
+    from kernel-1 projections alone (``bench_train.pointwise_conv1d_shapes``), to pool
+    the same way."""
     log = log or _Log()
     t_start = time.perf_counter()
     gpu_s = 0.0
@@ -395,7 +398,7 @@ def calibrate(output: str | None = None, *, name: str | None = None, quick: bool
                                         cpu_procs=cpu_procs, comm=comm, nn=nn, shapes=shapes,
                                         seed=seed, log=log, device_time=device_time,
                                         families=families, dtypes_arg=dtypes,
-                                        off_grid=off_grid)
+                                        off_grid=off_grid, pointwise_conv1d=pointwise_conv1d)
         machine["wall_s"] = time.perf_counter() - t_start
         machine["command"] = command or "distir calibrate"
     name = name or (Path(output).stem if output else default_name(machine["device_name"]))
@@ -443,6 +446,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
              shapes: int | None, seed: int, log: Callable[[str], None], nn: bool = True,
              device_time: bool = False, families: Sequence[str] | None = None,
              dtypes_arg: Sequence[str] | None = None, off_grid: bool = False,
+             pointwise_conv1d: bool = False,
              ) -> tuple[list[dict[str, Any]], dict[str, Any], float]:
     try:
         import torch
@@ -529,6 +533,8 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                 f"{len(train_dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_train.bench_train_kernels(
                 device, train_dtypes, tsizes, timer, log, families=tfams))
+        conv1d = bench_train.pointwise_conv1d_shapes if pointwise_conv1d else \
+            bench_train.conv1d_shapes
         for what, fams, draw, nhwc, one_d in (
                 ("grouped convolutions", bench_train.GROUPED_CONV_FAMILIES,
                  bench_train.grouped_conv_shapes, False, False),
@@ -538,10 +544,9 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                  bench_train.grouped_conv_shapes, True, False),
                 ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
                  bench_train.conv_shapes, True, False),
-                ("1-D convolutions", bench_train.CONV1D_FAMILIES,
-                 bench_train.conv1d_shapes, False, True),
-                ("transposed 1-D convolutions", bench_train.NWC_CONV1D_FAMILIES,
-                 bench_train.conv1d_shapes, True, True)):
+                ("1-D convolutions", bench_train.CONV1D_FAMILIES, conv1d, False, True),
+                ("transposed 1-D convolutions", bench_train.NWC_CONV1D_FAMILIES, conv1d,
+                 True, True)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
@@ -631,6 +636,7 @@ def run_from_args(args: Any) -> int:
               device_time=getattr(args, "device_time", False),
               families=getattr(args, "families", None), dtypes=getattr(args, "dtypes", None),
               off_grid=getattr(args, "off_grid", False),
+              pointwise_conv1d=getattr(args, "pointwise_conv1d", False),
               command=" ".join([getattr(args, "prog", "distir calibrate"),
                                 *(shlex.quote(a) for a in getattr(args, "argv", []))]))
     return 0

@@ -70,6 +70,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "multiple of 8 rather than from the grid of powers of two and their "
                    "midpoints: measure with --families, then pool with the full calibration "
                    "by --fit-only FULL.csv THIS.csv")
+    p.add_argument("--pointwise-conv1d", action="store_true",
+                   help="draw the 1-D convolution families' shapes (conv1d*, conv1d_nwc*) "
+                   "from kernel-1 projections over tokens only (SqueezeBERT's, ConvBERT's, "
+                   "conformers'), where cuDNN's times stray furthest from their FLOPs: "
+                   "measure with --families and another --seed, then pool with the full "
+                   "calibration by --fit-only FULL.csv THIS.csv")
     p.add_argument("--measure-only", action="store_true",
                    help="write the measurements CSV and stop (fit later with --fit-only, "
                    "e.g. where scikit-learn is missing)")

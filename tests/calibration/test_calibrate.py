@@ -226,6 +226,19 @@ def test_off_grid_products(tmp_path: Path) -> None:
     assert {r["family"] for r in rows} >= {"matmul", "matmul_tn"}
 
 
+def test_pointwise_conv1d_sample(tmp_path: Path) -> None:
+    """``--pointwise-conv1d``: the 1-D convolution families measure kernel-1 projections
+    only, transposed ones as views of ``[N, L, C]`` tensors."""
+    out = tmp_path / "p.json"
+    assert calibrate(str(out), quick=True, cpu=True, comm=False, measure_only=True,
+                     families=["conv1d", "conv1d_nwc", "conv1d_nwc_dgrad"],
+                     dtypes=["Float32"], pointwise_conv1d=True, seed=1,
+                     log=lambda s: None) is None
+    rows, _ = read_measurements(tmp_path / "p.measurements.csv")
+    assert {r["family"] for r in rows} >= {"conv1d", "conv1d_nwc", "conv1d_nwc_dgrad"}
+    assert rows and all(r["op"].startswith("conv k1 s1 ") for r in rows)
+
+
 def test_grouped_convolutions_measured_and_fitted(tmp_path: Path) -> None:
     """``--families conv_grouped ...``: grouped convolutions through the backend's
     lowerings, their rows naming the groups, fitted per dtype with ``groups`` a feature."""
