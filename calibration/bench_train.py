@@ -59,7 +59,7 @@ from calibration.bench import Row, Timer, _split
 
 __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
            "patch_conv_shapes", "conv1d_shapes", "TRAIN_FAMILIES", "CONV_FAMILIES",
-           "GROUPED_CONV_FAMILIES", "CONV1D_FAMILIES", "NWC_CONV1D_FAMILIES",
+           "GROUPED_CONV_FAMILIES", "CONV1D_FAMILIES",
            "NHWC_CONV_FAMILIES", "NHWC_GROUPED_CONV_FAMILIES", "conv_family",
            "grouped_conv_shapes", "conv_geometry", "norm_features"]
 
@@ -75,25 +75,19 @@ CONV1D_FAMILIES = ("conv1d", "conv1d_dgrad", "conv1d_wgrad")
 """1-D convolutions (``[N, C, L]``), dense and grouped in one family each (``groups`` a
 feature): audio models' feature extractors and positional convolutions, which cuDNN runs
 by other kernels than 2-D ones of the same sizes (``conv1d_shapes``)."""
-NWC_CONV1D_FAMILIES = ("conv1d_nwc", "conv1d_nwc_dgrad", "conv1d_nwc_wgrad")
-"""The same of inputs handed over as transposed ``[N, L, C]`` tensors (channels-last as the
-``[N, C, 1, L]`` images PyTorch makes of them): SqueezeBERT's projections and wav2vec 2.0's
-positional convolution convolve such a view of their token tensors, which cuDNN runs by its
-NHWC kernels with layout changes around them."""
 NHWC_CONV_FAMILIES = ("conv_nhwc", "conv_nhwc_dgrad", "conv_nhwc_wgrad")
 NHWC_GROUPED_CONV_FAMILIES = ("conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
                               "conv_grouped_nhwc_wgrad")
 """The same six kernels with ``x`` and ``dy`` channels-last (``conv_family``)."""
 
 
-def conv_family(role: str, grouped: bool, channels_last: bool, one_d: bool = False) -> str:
+def conv_family(role: str, grouped: bool, channels_last: bool) -> str:
     """The profile family of a convolution kernel: ``role`` one of ``conv``, ``dgrad``,
     ``wgrad``; ``conv_grouped...`` for more than one group; ``..._nhwc...`` for a
-    channels-last input; ``conv1d...`` (grouped or not) for a 1-D one, ``conv1d_nwc...``
-    for a transposed one."""
-    name = "conv1d" if one_d else "conv_grouped" if grouped else "conv"
+    channels-last input."""
+    name = "conv_grouped" if grouped else "conv"
     if channels_last:
-        name += "_nwc" if one_d else "_nhwc"
+        name += "_nhwc"
     return name if role == "conv" else f"{name}_{role}"
 MAX_TENSOR_BYTES = 1 << 30
 
@@ -793,8 +787,7 @@ def bench_convs(device: Any, dtypes: list[str],
     the channels-last memory format (``NHWC_CONV_FAMILIES``, ``NHWC_GROUPED_CONV_FAMILIES``).
     With ``one_d``, the shapes are 1-D (``conv1d_shapes``: the fourth number the input's
     length), the rows of ``CONV1D_FAMILIES`` (a row's ``k`` kernel elements and ``p``
-    output positions are then the kernel's length and the output's); with both, ``x`` and
-    ``dy`` are transposed ``[N, L, C]`` tensors (``NWC_CONV1D_FAMILIES``)."""
+    output positions are then the kernel's length and the output's)."""
     import torch
 
     from distir.ir import DType
@@ -825,17 +818,15 @@ def bench_convs(device: Any, dtypes: list[str],
                                  2, keep=0 if role == "dgrad" else 1, **geo)
                 kernel = _compile(fn, device)
                 args = _inputs(fn, {}, device)
-                if channels_last and one_d:  # x and dy as views of [N, L, C] tensors
-                    args = [a.transpose(1, 2).contiguous().transpose(1, 2)
-                            if j != 1 else a for j, a in enumerate(args)]
-                elif channels_last:  # x and dy (never the weight, the second argument)
+                if channels_last:  # x and dy (never the weight, the second argument)
                     args = [a.contiguous(memory_format=torch.channels_last)
                             if j != 1 and a.dim() == 4 else a for j, a in enumerate(args)]
                 with torch.inference_mode():
                     secs, reps = dtimer.time(lambda kk=kernel, a=args: kk(*a))
                 nbytes = (n * c * h ** sp + m * cg * win + n * m * pix) * size
                 tag = f" g{g}" if g > 1 else ""
-                fam = conv_family(role, g > 1, channels_last, one_d)
+                fam = ("conv1d" if role == "conv" else f"conv1d_{role}") if one_d else \
+                    conv_family(role, g > 1, channels_last)
                 yield Row(fam, f"conv k{win} s{s} n{n} c{cg} p{pix}{tag}", dt, secs, gm,
                           gn, gk, nbytes, 2.0 * gm * gn * gk, reps=reps, device=str(device),
                           split=split)

@@ -544,9 +544,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
                  bench_train.grouped_conv_shapes, True, False),
                 ("channels-last convolutions", bench_train.NHWC_CONV_FAMILIES,
                  bench_train.conv_shapes, True, False),
-                ("1-D convolutions", bench_train.CONV1D_FAMILIES, conv1d, False, True),
-                ("transposed 1-D convolutions", bench_train.NWC_CONV1D_FAMILIES, conv1d,
-                 True, True)):
+                ("1-D convolutions", bench_train.CONV1D_FAMILIES, conv1d, False, True)):
             if any(want(f) for f in fams):
                 convs = draw(quick, use_cuda, 8 if quick else (240 if use_cuda else 16), seed)
                 log(f"{what}: {len(convs)} shapes x 3 (forward, dgrad, wgrad), "
@@ -610,7 +608,6 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
         GROUPED_CONV_FAMILIES,
         NHWC_CONV_FAMILIES,
         NHWC_GROUPED_CONV_FAMILIES,
-        NWC_CONV1D_FAMILIES,
         TRAIN_FAMILIES,
     )
 
@@ -618,7 +615,7 @@ def _family_filter(families: Sequence[str] | None) -> Callable[[str], bool]:
              "bmm",
              *NN_KERNEL_FAMILIES, *TRAIN_FAMILIES, *CONV_FAMILIES, *GROUPED_CONV_FAMILIES,
              *NHWC_CONV_FAMILIES, *NHWC_GROUPED_CONV_FAMILIES, *CONV1D_FAMILIES,
-             *NWC_CONV1D_FAMILIES, *MATMUL_GRAD_FAMILIES}
+             *MATMUL_GRAD_FAMILIES}
     bad = sorted(set(families) - known)
     if bad:
         raise ConfigError(f"--families: unknown {', '.join(bad)}; choose among "

@@ -99,11 +99,9 @@ GROUPED_CONV = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad",
 """Convolutions of more than one group (depthwise ones mostly): the same features and
 ``groups``; their kernels are bound by memory and latency more than by FLOPs."""
 
-CONV1D = ("conv1d", "conv1d_dgrad", "conv1d_wgrad", "conv1d_nwc", "conv1d_nwc_dgrad",
-          "conv1d_nwc_wgrad")
-"""1-D convolutions, dense and grouped (``calibration.bench_train.conv1d_shapes``), of
-contiguous inputs and (``_nwc``) of transposed ``[N, L, C]`` ones: the grouped
-convolutions' features and models (``window`` the kernel's length, ``pixels`` the
+CONV1D = ("conv1d", "conv1d_dgrad", "conv1d_wgrad")
+"""1-D convolutions, dense and grouped (``calibration.bench_train.conv1d_shapes``): the
+grouped convolutions' features and models (``window`` the kernel's length, ``pixels`` the
 output's)."""
 
 TRAIN_KERNELS = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",

@@ -19,11 +19,11 @@ parameter: the strides the caller passed; a call's result: the strides the calle
 returned), and forward again with the types the interpreter found
 (``strides_through``). A strided input reaches the cost rule as the attribute
 ``MEMORY_FORMAT`` (``"channels_last"``), which ``cost.train.conv_fit_time`` prices by the
-profile's ``_nhwc`` fits. A 1-D convolution's ``[N, C, L]`` input is judged as the ``[N,
-C, 1, L]`` image PyTorch makes of it (``as_image``): the transposed ``[N, L, C]`` token
-tensor SqueezeBERT's projections and wav2vec 2.0's positional convolution convolve is
-channels-last there, and cuDNN runs it by NHWC kernels with layout changes around them
-(priced by the ``conv1d_nwc`` fits). Strides cross calls: a layer's backward function receives the
+profile's ``_nhwc`` fits. A 1-D convolution never runs channels-last: PyTorch makes its
+input contiguous before it views ``[N, C, L]`` as an image (``at::_convolution``: "avoid
+accidentally going through NHWC for permuted 3d input"), so the transposed ``[N, L, C]``
+token tensor SqueezeBERT's projections convolve is copied first, and a gradient's ``dy``
+too where it is not contiguous. Strides cross calls: a layer's backward function receives the
 view its forward function returned as a saved activation.
 
 PyTorch copies a convolution's input that is not dense in the format its kernels run in
@@ -32,9 +32,8 @@ channels-last view has gaps; a channel split of an NCHW image; a contiguous ``dy
 channels-last ``x``. The rules add those copies (``COPIED_INPUTS``,
 ``cost.train.input_copies_time``).
 
-A convolution run by channels-last kernels writes its result (a gradient its ``dx``) in
-that format: ConvBERT's pointwise convolution reads its depthwise one's result so. Not
-modelled: formats carried through other ops (an elementwise op keeps its input's strides
+A 2-D convolution run by channels-last kernels writes its result (a gradient its ``dx``)
+in that format, so a convolution that reads it runs channels-last too. Not modelled: formats carried through other ops (an elementwise op keeps its input's strides
 in PyTorch), and a
 ``Slice`` of steps other than 1. A called function is costed with the strides of its
 first call with given argument types (its summary serves later calls).
@@ -51,7 +50,7 @@ from distir.ir.core import Function, Op, Value
 __all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
            "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
-           "is_channels_last", "as_image"]
+           "is_channels_last"]
 
 CONV_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
@@ -163,18 +162,6 @@ def _ordered_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> 
             return False
         least = strides[d] * shape[d] if shape[d] > 1 else strides[d]
     return True
-
-
-def as_image(shape: tuple[int, ...], strides: tuple[int, ...],
-             ) -> tuple[tuple[int, ...], tuple[int, ...]]:
-    """A 1-D convolution's ``[N, C, L]`` tensor as the ``[N, C, 1, L]`` image PyTorch
-    hands cuDNN (``unsqueeze(2)``: the new axis's stride is ``L``'s times its length), so
-    that a transposed ``[N, L, C]`` token tensor is channels-last there; a rank-4 one as
-    it is."""
-    if len(shape) != 3:
-        return shape, strides
-    n, c, length = shape
-    return (n, c, 1, length), (strides[0], strides[1], strides[2] * length, strides[2])
 
 
 def is_channels_last(shape: tuple[int, ...], strides: tuple[int, ...]) -> bool:
@@ -353,10 +340,9 @@ class Layouts:
         if got is None:
             return None
         y = op.outputs[0] if op.outputs else None
-        if got[0] == "channels_last" and y is not None and len(out_shape) in (3, 4):
+        if got[0] == "channels_last" and y is not None and len(out_shape) == 4:
             # cuDNN writes the result (a gradient's dx) in the format it ran in
-            st = channels_last_strides(as_image(out_shape, contiguous_strides(out_shape))[0])
-            self._frames[-1].results[y] = st if len(out_shape) == 4 else (st[0], st[1], st[3])
+            self._frames[-1].results[y] = channels_last_strides(out_shape)
         return (MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1])
 
     def index_elements(self, op: Op) -> int | None:
@@ -384,9 +370,8 @@ class Layouts:
         else ``None`` (NCHW); and the inputs it copies first, ``x`` and a gradient's
         ``dy`` where they are not dense in that format, as ``(position, the axis of
         stride 1 they are copied from)``. ``None`` for a convolution of contiguous NCHW
-        inputs. A 1-D convolution's ``[N, C, L]`` tensors are judged as the ``[N, C, 1,
-        L]`` images PyTorch hands cuDNN (``as_image``): a transposed token tensor is
-        channels-last there."""
+        inputs. A 1-D convolution runs on contiguous ``[N, C, L]`` tensors: PyTorch copies
+        a strided ``x`` or ``dy`` first."""
         ins = op.inputs
         sx = self.strides(ins[0] if ins else None)
         sdy = self.strides(ins[2]) if op.op_type == "ConvGrad" and len(ins) > 2 else None
@@ -397,8 +382,8 @@ class Layouts:
         shape = tuple(getattr(type_of(env[ins[0]]), "shape", ()))
         if len(shape) not in (3, 4):
             return None
-        fmt = "channels_last" if sx is not None and _ordered_channels_last(
-            *as_image(shape, sx)) else None
+        fmt = "channels_last" if sx is not None and len(shape) == 4 and \
+            _ordered_channels_last(shape, sx) else None
         copied: list[tuple[int, int]] = []
         for i, st in ((0, sx), (2, sdy)):
             if i == 2 and op.op_type != "ConvGrad":
@@ -407,12 +392,10 @@ class Layouts:
             if len(t_shape) not in (3, 4):
                 continue
             st = contiguous_strides(t_shape) if st is None else st
-            image, st4 = as_image(t_shape, st)
-            dense = contiguous_strides(image) if fmt is None else \
-                channels_last_strides(image)
-            if not _same(image, st4, dense):  # (a contiguous dy too, for NHWC kernels)
-                axis = _innermost(image, st4)  # (never the added axis, of length 1)
-                copied.append((i, axis if len(t_shape) == 4 else axis - (axis > 2)))
+            dense = contiguous_strides(t_shape) if fmt is None else \
+                channels_last_strides(t_shape)
+            if not _same(t_shape, st, dense):  # (a contiguous dy too, for NHWC kernels)
+                copied.append((i, _innermost(t_shape, st)))
         if fmt is None and not copied:
             return None
         return fmt, tuple(copied)

@@ -71,7 +71,8 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
                    "midpoints: measure with --families, then pool with the full calibration "
                    "by --fit-only FULL.csv THIS.csv")
     p.add_argument("--pointwise-conv1d", action="store_true",
-                   help="draw the 1-D convolution families' shapes (conv1d*, conv1d_nwc*) "
+                   help="draw the 1-D convolution families' shapes (conv1d, conv1d_dgrad, "
+                   "conv1d_wgrad) "
                    "from kernel-1 projections over tokens only (SqueezeBERT's, ConvBERT's, "
                    "conformers'), where cuDNN's times stray furthest from their FLOPs: "
                    "measure with --families and another --seed, then pool with the full "

@@ -121,27 +121,27 @@ func @main(%t: Tensor[Float32, (2, 32, 64), 0], %w: Tensor[Float32, (128, 16, 1)
   %dx2, %dw2 = ConvGrad(%x, %w, %dyc, group=4, pads=[0, 0], strides=[1], dilations=[1])
   return %y, %dx, %dw, %dx2, %dw2
 }"""
-NWC = FitModel("linear", ("bytes",), intercept=7e-5, coef=(5e-10,))
+def _one_d_hw() -> Hardware:
+    return Hardware(**BASE, fits=(*FITS, ("conv1d", "Float32", GROUPED),
+                                  ("conv1d_dgrad", "Float32", DGRAD),
+                                  ("conv1d_wgrad", "Float32", WGRAD)))
 
 
-def test_transposed_one_d_convolutions_take_the_nwc_fits() -> None:
-    """A 1-D convolution of a transposed token tensor runs by cuDNN's channels-last
-    kernels ([N, C, 1, L] is channels-last there): the ``conv1d_nwc`` fits price it, a
-    contiguous ``dy`` beside it is copied first; a profile without them takes the
-    ``conv1d`` ones."""
-    one_d = (("conv1d", "Float32", GROUPED), ("conv1d_dgrad", "Float32", DGRAD),
-             ("conv1d_wgrad", "Float32", WGRAD))
-    nwc = tuple((f"conv1d_nwc{r}", "Float32", NWC) for r in ("", "_dgrad", "_wgrad"))
-    hw = Hardware(**BASE, fits=(*FITS, *one_d, *nwc))
+def test_transposed_one_d_convolutions_are_copied_first() -> None:
+    """PyTorch runs a 1-D convolution on contiguous tensors: a transposed token tensor
+    (SqueezeBERT's) is copied first, and a gradient's transposed ``dy``; the kernels are
+    the ``conv1d`` fits' of the contiguous convolution."""
+    hw = _one_d_hw()
     sim = simulate(distir.parse(TEXT_NWC), hw)
     got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
-    nbytes = (2 * 64 * 32 + 128 * 16 + 2 * 128 * 32) * 4  # x, w, y
-    assert got["y"] == pytest.approx(7e-5 + 5e-10 * nbytes)
-    assert got["dx"] == pytest.approx(2 * (7e-5 + 5e-10 * nbytes))  # dgrad + wgrad
-    assert got["dx2"] > got["dx"]  # the contiguous dy copied to the kernels' format
-    old = simulate(distir.parse(TEXT_NWC), Hardware(**BASE, fits=(*FITS, *one_d)))
-    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in old.events()}
-    assert got["y"] == pytest.approx(2e-5 + 1e-10 * nbytes + 1e-7 * 4)
+    xb, wb, yb = 2 * 64 * 32 * 4, 128 * 16 * 4, 2 * 128 * 32 * 4
+    nbytes = xb + wb + yb
+    copy_x = hw.memory_time(2.0 * xb, 0.0, "Float32")
+    copy_dy = hw.memory_time(2.0 * yb, 0.0, "Float32")
+    assert got["y"] == pytest.approx(2e-5 + 1e-10 * nbytes + 1e-7 * 4 + copy_x)
+    kernels = 3e-5 + 2e-10 * nbytes + 4e-5 + 3e-10 * nbytes + 1e-6 * 16
+    assert got["dx2"] == pytest.approx(kernels + copy_x)  # dy contiguous
+    assert got["dx"] == pytest.approx(kernels + copy_x + copy_dy)
 
 
 def test_conv1d_shapes() -> None:
@@ -177,12 +177,40 @@ func @main(%t: Tensor[Float32, (2, 32, 64), 0], %wd: Tensor[Float32, (64, 1, 9),
 }"""
 
 
-def test_a_channels_last_convolution_hands_its_format_on() -> None:
-    """cuDNN writes a channels-last convolution's result in that format: the pointwise
-    convolution that reads the depthwise one's result runs channels-last too."""
-    nwc = tuple((f"conv1d_nwc{r}", "Float32", NWC) for r in ("", "_dgrad", "_wgrad"))
-    hw = Hardware(**BASE, fits=(*FITS, ("conv1d", "Float32", GROUPED), *nwc))
+def test_a_one_d_convolution_writes_a_contiguous_result() -> None:
+    """The depthwise convolution of the transposed tokens is copied first and writes a
+    contiguous result: the pointwise convolution that reads it copies nothing."""
+    hw = _one_d_hw()
     sim = simulate(distir.parse(TEXT_SEPARABLE), hw)
     got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
     pbytes = (2 * 64 * 32 + 32 * 64 + 2 * 32 * 32) * 4
+    assert got["p"] == pytest.approx(2e-5 + 1e-10 * pbytes + 1e-7)
+    dbytes = (2 * 64 * 32 + 64 * 9 + 2 * 64 * 32) * 4
+    assert got["d"] == pytest.approx(2e-5 + 1e-10 * dbytes + 1e-7 * 64 + hw.memory_time(
+        2.0 * 2 * 64 * 32 * 4, 0.0, "Float32"))
+
+
+# SegFormer-like: an image as a permuted view of tokens, a depthwise 3 x 3, then a 1 x 1
+TEXT_NHWC_CHAIN = """
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %wd: Tensor[Float32, (32, 1, 3, 3), 0],
+           %w1: Tensor[Float32, (16, 32, 1, 1), 0]) {
+  %v = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%v, %s)
+  %d = Conv(%x, %wd, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %p = Conv(%d, %w1, kernel_shape=[1, 1])
+  return %p
+}"""
+
+
+def test_a_channels_last_convolution_hands_its_format_on() -> None:
+    """cuDNN writes a channels-last 2-D convolution's result in that format: the 1 x 1
+    convolution reading the depthwise one's result runs by the ``_nhwc`` fits too."""
+    nhwc = FitModel("linear", ("bytes",), intercept=7e-5, coef=(5e-10,))
+    hw = Hardware(**BASE, fits=(*FITS, ("conv_grouped", "Float32", GROUPED),
+                                ("conv_grouped_nhwc", "Float32", nhwc),
+                                ("conv_nhwc", "Float32", nhwc)))
+    sim = simulate(distir.parse(TEXT_NHWC_CHAIN), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    pbytes = (2 * 32 * 64 + 16 * 32 + 2 * 16 * 64) * 4
     assert got["p"] == pytest.approx(7e-5 + 5e-10 * pbytes)

@@ -99,8 +99,9 @@ def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
     ``layout.COPIED_INPUTS``, which the simulator sets: views not dense in the format the
     kernels run in). A copy along the axis the format keeps innermost (channels for
     channels-last, else the image's width) streams like an elementwise kernel; one that
-    transposes (an NCHW gradient made channels-last) is priced by the profile's ``copy``
-    fit, with its rows' lengths, where it has one."""
+    transposes (an NCHW gradient made channels-last, a 1-D convolution's transposed token
+    tensor made ``[N, C, L]``) is priced by the profile's ``copy`` fit, with its rows'
+    lengths, where it has one."""
     total = 0.0
     last = attrs.get(MEMORY_FORMAT) == "channels_last"
     for i, inner_from in attrs.get(COPIED_INPUTS) or ():
@@ -130,9 +131,8 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     profile's ``conv1d`` family of the same role (dense and grouped in one), where it has
     one (``calibration.bench_train.conv1d_shapes``: speech models' layers, which cuDNN runs
     otherwise than 2-D ones: SEW-D's positional convolution's input gradient took 9.3 ms
-    at 8 clips and 0.5 ms at 12 on an H200); one whose input is a transposed token tensor
-    (channels-last as PyTorch's ``[N, C, 1, L]`` image of it, ``layout.as_image``) the
-    ``conv1d_nwc`` family of the role, where the profile has one."""
+    at 8 clips and 0.5 ms at 12 on an H200); PyTorch runs it on contiguous tensors,
+    having copied a strided input (``input_copies_time``)."""
     groups = int(attrs.get("group", 1) or 1)
     if x.rank == 3:
         family = family.replace("conv", "conv1d", 1)
@@ -141,10 +141,9 @@ def conv_fit_time(hw: Hardware, family: str, x: TensorType, w: TensorType, y: Te
     elif groups != 1:
         family = family.replace("conv", "conv_grouped", 1)
     f = None
-    if attrs.get(MEMORY_FORMAT) == "channels_last":
+    if x.rank == 4 and attrs.get(MEMORY_FORMAT) == "channels_last":
         role = family[-6:] if family.endswith(("_dgrad", "_wgrad")) else ""
-        fmt = "_nwc" if x.rank == 3 else "_nhwc"
-        f = hw.fit(f"{family[:len(family) - len(role)]}{fmt}{role}", x.dtype.value)
+        f = hw.fit(f"{family[:len(family) - len(role)]}_nhwc{role}", x.dtype.value)
     if f is None:
         f = hw.fit(family, x.dtype.value)
     if f is None:
