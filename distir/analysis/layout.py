@@ -47,7 +47,7 @@ from typing import Any
 from distir.analysis.values import type_of
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
+__all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "RESHAPE_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
            "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
            "is_channels_last"]
@@ -62,7 +62,12 @@ backend wraps negative indices once per distinct element of an index broadcast b
 with an index expanded along the gathered rows' width), and the kernel reads such an
 index from the cache."""
 
-LAYOUT_OPS = CONV_OPS | INDEX_OPS
+RESHAPE_OPS = frozenset({"Reshape", "Flatten"})
+"""Ops the backend runs as a view of their input where its strides allow one, else as a
+copy of it (``torch.reshape``): ConvBERT's im2col, a transposed token tensor reshaped to
+heads, cost that copy."""
+
+LAYOUT_OPS = CONV_OPS | INDEX_OPS | RESHAPE_OPS
 """Ops whose cost depends on the strides of an input."""
 
 STRIDE_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
@@ -336,6 +341,9 @@ class Layouts:
         if op.op_type in INDEX_OPS:
             n = self.index_elements(op)
             return None if n is None else ((INDEX_ELEMENTS, n),)
+        if op.op_type in RESHAPE_OPS:
+            axis = self.reshape_copy(op, out_shape)
+            return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
         got = self.conv_layout(op)
         if got is None:
             return None
@@ -344,6 +352,21 @@ class Layouts:
             # cuDNN writes the result (a gradient's dx) in the format it ran in
             self._frames[-1].results[y] = channels_last_strides(out_shape)
         return (MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1])
+
+    def reshape_copy(self, op: Op, out_shape: tuple[int, ...]) -> int | None:
+        """Where ``op`` (a ``Reshape`` or ``Flatten`` to ``out_shape``) cannot view its
+        strided input and the backend copies it: the axis of stride 1 the copy reads
+        along; ``None`` for a view."""
+        x = op.inputs[0] if op.inputs else None
+        st = self.strides(x)
+        if st is None:
+            return None
+        env = self._env()
+        assert env is not None
+        shape = tuple(getattr(type_of(env[x]), "shape", ()))
+        if len(shape) != len(st) or view_strides(shape, st, out_shape) is not None:
+            return None
+        return _innermost(shape, st)
 
     def index_elements(self, op: Op) -> int | None:
         """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view

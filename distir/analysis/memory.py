@@ -29,7 +29,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not, not_
 from typing import Any
 
-from distir.analysis.layout import LAYOUT_OPS
+from distir.analysis.layout import LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
@@ -82,6 +82,8 @@ class FunctionLiveness:
     drop: frozenset[int]
     annotated: bool = False
     """Whether some result of an op carries a declared type (to check)."""
+    layout_ops: frozenset[Op] = frozenset()
+    """The ops whose cost depends on their inputs' strides (``layout_sensitive``)."""
 
 
 class Memo:
@@ -139,6 +141,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 first = outs[dup]
                 alias[v] = alias.get(first, first)
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
+    sensitive = layout_sensitive(fn)
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
     live: set[Value | None] = set(kept)  # storages used later, or returned (None: an
     live.add(None)                        # omitted input, never freed)
@@ -163,8 +166,8 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             sig = (op.op_type, akey, len(outs), free_out) if free_out else \
                 (op.op_type, akey, len(outs))
             sig = sigs.setdefault(sig, sig)
-            if op.op_type in LAYOUT_OPS:  # its cost depends on its input's strides: a
-                sig = (*sig, op)            # record of its own (``distir.analysis.layout``)
+            if op in sensitive:  # its cost depends on its input's strides: a record of
+                sig = (*sig, op)   # its own (``distir.analysis.layout``)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
@@ -262,9 +265,30 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
     fl = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup), returned_params,
-                          drop, annotated)
+                          drop, annotated, sensitive)
     memo.facts[key] = (fn, fl)
     return fl
+
+
+def layout_sensitive(fn: Function) -> frozenset[Op]:
+    """The ops of ``fn`` whose cost depends on their inputs' strides
+    (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the
+    ``Reshape`` / ``Flatten`` ops whose input may be strided (a parameter, a call's result,
+    a ``STRIDE_OPS`` view): a reshape of another op's result, contiguous, is a view."""
+    types = {op.op_type for op in fn.ops}
+    if LAYOUT_OPS.isdisjoint(types):
+        return frozenset()
+    if RESHAPE_OPS.isdisjoint(types):
+        return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
+    maybe: set[Value | None] = set(fn.params)
+    out: list[Op] = []
+    for op in fn.ops:
+        t = op.op_type
+        if op.callee is not None or t in STRIDE_OPS:
+            maybe.update(op.outputs)
+        if t in LAYOUT_OPS and (t not in RESHAPE_OPS or (op.inputs and op.inputs[0] in maybe)):
+            out.append(op)
+    return frozenset(out)
 
 
 def _mask(n: int, positions: list[int]) -> bytes:

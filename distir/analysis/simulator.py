@@ -635,7 +635,8 @@ class Simulator(TypeInterpreter):
         lv = self._lv[op]
         free_out = lv[3]
         fmt = None
-        if self._layouts is not None and op.op_type in LAYOUT_OPS:
+        # (an op whose cost depends on strides ends its signature: ``memory.liveness``)
+        if self._layouts is not None and lv[0][-1] is op:
             fmt = self._layouts.op_layout(
                 op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
         if free_out and op.op_type in COST_RULES.skips_unused:

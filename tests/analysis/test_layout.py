@@ -283,3 +283,29 @@ def test_a_broadcast_index_is_priced_by_its_distinct_elements() -> None:
     old = simulate(distir.parse(INDEXED), Hardware(**BASE))
     got_old = {op.outputs[0].name: secs for _, secs, _, op, *_ in old.events()}
     assert got_old["g"] == pytest.approx(hw.memory_time(d, 0.0, "Float32"))
+
+
+# a token tensor transposed, then reshaped: to a matrix (no view: torch.reshape copies),
+# split along its strided axis (a view); a reshape of a contiguous result (a view)
+RESHAPES = """
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %u: Tensor[Float32, (2, 64, 32), 0]) {
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 2048], device=0)
+  %flat = Reshape(%tt, %s)
+  %s4 = Constant(value=dense<Int64>[2, 4, 8, 64], device=0)
+  %split = Reshape(%tt, %s4)
+  %v = Relu(%u)
+  %plain = Reshape(%v, %s)
+  return %flat, %split, %plain
+}"""
+
+
+def test_a_reshape_that_no_view_gives_costs_a_copy() -> None:
+    """The backend's ``torch.reshape`` copies a strided input it cannot view; the copy is
+    priced as the transposing copy it is (the profile's ``copy`` fit where it has one, else
+    at the memory's bandwidth); views are free."""
+    hw = Hardware(**BASE, fits=NCHW)
+    sim = simulate(distir.parse(RESHAPES), hw)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
+    assert got["flat"] == pytest.approx(hw.memory_time(2.0 * 2 * 64 * 32 * 4, 0.0, "Float32"))
+    assert got["flat"] > 0 and got["split"] == 0 and got["plain"] == 0

@@ -65,7 +65,7 @@ from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
 from distir.analysis.hardware import Hardware, rowwise_features, scatter_features
-from distir.analysis.layout import INDEX_ELEMENTS
+from distir.analysis.layout import COPIED_INPUTS, INDEX_ELEMENTS
 from distir.analysis.type_rules.nn import STASH_TYPES
 from distir.ir.types import TensorType, Type
 
@@ -142,6 +142,14 @@ def broadcasts(ins: tuple[Type | None, ...], outs: tuple[Type | None, ...]) -> b
 @COST_RULES.register(*VIEWS)
 def view(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
+    """Free, but for a ``Reshape`` or ``Flatten`` of a strided input no view can give
+    (``layout.Layouts.reshape_copy``): the copy ``torch.reshape`` makes."""
+    if attrs.get(COPIED_INPUTS):
+        from distir.analysis.cost.train import input_copies_time
+
+        x = ins[0]
+        nbytes = 2.0 * x.size_bytes if isinstance(x, TensorType) else 0.0
+        return OpCost(input_copies_time(hw, ins, attrs), 0.0, nbytes)
     return ZERO
 
 

@@ -97,7 +97,7 @@ def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: fl
 def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
     """The copies PyTorch makes of a convolution's inputs before its kernels (``attrs``'
     ``layout.COPIED_INPUTS``, which the simulator sets: views not dense in the format the
-    kernels run in). A copy along the axis the format keeps innermost (channels for
+    kernels run in), or of a reshape's input that no view can give. A copy along the axis the format keeps innermost (channels for
     channels-last, else the image's width) streams like an elementwise kernel; one that
     transposes (an NCHW gradient made channels-last, a 1-D convolution's transposed token
     tensor made ``[N, C, L]``) is priced by the profile's ``copy`` fit, with its rows'
@@ -106,7 +106,7 @@ def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
     last = attrs.get(MEMORY_FORMAT) == "channels_last"
     for i, inner_from in attrs.get(COPIED_INPUTS) or ():
         t = ins[i] if i < len(ins) else None
-        if not isinstance(t, TensorType) or t.rank not in (3, 4):
+        if not isinstance(t, TensorType) or t.rank < 1:
             continue
         inner_to = 1 if last else t.rank - 1
         nbytes = 2.0 * t.size_bytes  # read once, written once
