@@ -97,11 +97,11 @@ def norm_time(hw: Hardware, family: str, x: TensorType, nbytes: float, flops: fl
 def input_copies_time(hw: Hardware, ins: tuple, attrs: dict[str, Any]) -> float:
     """The copies PyTorch makes of a convolution's inputs before its kernels (``attrs``'
     ``layout.COPIED_INPUTS``, which the simulator sets: views not dense in the format the
-    kernels run in), or of a reshape's input that no view can give. A copy along the axis the format keeps innermost (channels for
-    channels-last, else the image's width) streams like an elementwise kernel; one that
-    transposes (an NCHW gradient made channels-last, a 1-D convolution's transposed token
-    tensor made ``[N, C, L]``) is priced by the profile's ``copy`` fit, with its rows'
-    lengths, where it has one."""
+    kernels run in), or of a reshape's input that no view can give. A copy along the axis
+    the format keeps innermost (channels for channels-last, else the last) streams like an
+    elementwise kernel; one that transposes (an NCHW gradient made channels-last, a 1-D
+    convolution's transposed token tensor made ``[N, C, L]``) is priced by the profile's
+    ``copy`` fit, with its rows' lengths, where it has one."""
     total = 0.0
     last = attrs.get(MEMORY_FORMAT) == "channels_last"
     for i, inner_from in attrs.get(COPIED_INPUTS) or ():
