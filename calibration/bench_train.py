@@ -717,6 +717,24 @@ def _inputs(fn: Any, bounds: dict[str, int], device: Any) -> list[Any]:
     return out
 
 
+DENSE_FAMILIES = ("reduce",)
+"""Families measured at quarter octaves (``quarter_sizes``): PyTorch's column reduction
+(a bias gradient, ``[rows, width]`` summed over rows) splits the rows among blocks only
+from about 1,024 of them, so that 683 rows of 768 took 11.4 us on an H200 and 1,024 rows
+7.9 us; in the Conformer's steps of 4 clips (796 rows) 17 us, priced 8.5 between the
+ladder's points (``grid_search/results/conv1d_tokens/``, call E)."""
+
+
+def quarter_sizes(sizes: list[tuple[int, str]]) -> list[tuple[int, str]]:
+    """``sizes`` (a ``bench.size_ladder``) with 1.25 and 1.75 x each power of two below
+    the largest added as training sizes (rounded to a multiple of 8)."""
+    out = list(sizes)
+    powers = sorted(n for n, split in sizes if n & (n - 1) == 0)
+    for p in powers[:-1]:
+        out += [(int(p * f) // 8 * 8, "train") for f in (1.25, 1.75)]
+    return sorted(set(out))
+
+
 def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, str]],
                         timer: Timer, log: Callable[[str], None],
                         families: tuple[str, ...] = TRAIN_FAMILIES) -> Iterator[Row]:
@@ -731,7 +749,7 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
         count = 0
         for dt in dtypes:
             ddt = DType[dt]
-            for n, split in sizes:
+            for n, split in (quarter_sizes(sizes) if fam in DENSE_FAMILIES else sizes):
                 if n * ddt.itemsize * (8 if fam == "adam" else 1) > MAX_TENSOR_BYTES:
                     continue
                 widths: tuple[Any, ...] = (_CNN if fam in ("batchnorm", "batchnorm_grad")

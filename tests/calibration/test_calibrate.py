@@ -269,3 +269,16 @@ def test_collectives_alone(tmp_path: Path) -> None:
     assert {r["family"] for r in rows} == set(COLLECTIVE_OPS)
     with pytest.raises(ValueError, match="NCCL"):
         bench_collectives(2, "gloo", [(4096, "train")], cuda_graph=True)
+
+
+def test_reduce_is_measured_at_quarter_octaves() -> None:
+    """The column reduction's kernel changes near 1,024 rows: its family is measured at
+    1.25 and 1.75 x each power of two too, as training sizes."""
+    from calibration.bench import size_ladder
+    from calibration.bench_train import DENSE_FAMILIES, quarter_sizes
+
+    ladder = size_ladder(8, 20)
+    q = quarter_sizes(ladder)
+    assert "reduce" in DENSE_FAMILIES and set(ladder) <= set(q)
+    assert (1280, "train") in q and (1792, "train") in q and (1 << 20, "train") in q
+    assert max(n for n, _ in q) == 1 << 20 and len(q) == len(ladder) + 2 * 12
