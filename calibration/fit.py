@@ -374,7 +374,9 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(bytes) x trees(bytes, width, inner)":
                     _boosted(("bytes",), ("bytes", "width", "inner")),
                 "linear(bytes) x deep trees(bytes, width, inner)":
-                    _boosted(("bytes",), ("bytes", "width", "inner"), 300, 4, 0.05)}
+                    _boosted(("bytes",), ("bytes", "width", "inner"), 300, 4, 0.05),
+                "linear(bytes) x deep trees(bytes, rows, width, inner)":
+                    _boosted(("bytes",), ("bytes", "rows", "width", "inner"), 300, 4, 0.05)}
     if family == "scatter_add_repeated":
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(rows, bytes)": _linear(("rows", "bytes")),

@@ -432,9 +432,11 @@ def rowwise_features(nbytes: float, width: int, inner: int = 1) -> dict[str, flo
     elements a reduction keeps; a copy's result's last axis; a pad's rows' length) and
     ``inner`` (the reduced elements after a reduction's last kept axis: 1 for rows reduced
     over the leading axes, the pixels of an ``[N, C, H, W]`` tensor reduced to ``[C]``; a
-    copy's input's last axis)."""
-    return {"bytes": float(nbytes), "width": float(max(width, 1)),
-            "inner": float(max(inner, 1))}
+    copy's input's last axis); ``rows``, the bytes per kept element (a reduction's reduced
+    rows times the element size: PyTorch's column sum splits its rows among blocks only
+    from about 1,024 of them, whatever the width)."""
+    w, i = float(max(width, 1)), float(max(inner, 1))
+    return {"bytes": float(nbytes), "width": w, "inner": i, "rows": float(nbytes) / (w * i)}
 
 
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:

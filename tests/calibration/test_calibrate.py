@@ -282,3 +282,7 @@ def test_reduce_is_measured_at_quarter_octaves() -> None:
     assert "reduce" in DENSE_FAMILIES and set(ladder) <= set(q)
     assert (1280, "train") in q and (1792, "train") in q and (1 << 20, "train") in q
     assert max(n for n, _ in q) == 1 << 20 and len(q) == len(ladder) + 2 * 12
+    from distir.analysis.hardware import rowwise_features
+
+    # the feature that locates that change whatever the width: bytes per kept element
+    assert rowwise_features(4000.0, 10, 2)["rows"] == 200.0
