@@ -104,6 +104,19 @@ class Workload:
         return analyze(fn, batch_inputs=list(self.batch_inputs) or None,
                        weights=src.weights if src is not None else (), hardware=hardware)
 
+    def synchronized(self, fn: Function, cfg: Any, hardware: Any,
+                     simulator: Any = None) -> tuple[Function, str]:
+        """``fn`` (``program``'s for ``cfg``) with its gradients synchronised as the search
+        chooses where ``sync`` is ``"searched"`` and ``cfg`` is data-parallel
+        (``grid_search.sync_search.searched_step``, simulated on ``hardware``), and the
+        choice's note; else ``fn`` and ``""``. The search and the runs of its top rows
+        both call it, so that the program run is the one simulated."""
+        if not self.sync or cfg.dp <= 1:
+            return fn, ""
+        from grid_search.sync_search import searched_step
+
+        return searched_step(fn, hardware, simulator)
+
     def program(self, analysis: Any, cfg: Any) -> Function:
         """The whole distributed program of ``cfg`` (a ``grid_search.space.Config``) for
         ``analysis`` (``analyze(cfg.batch_size, hardware)``), written by ``transform``: the

@@ -160,7 +160,10 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
     dispatch (``Hardware.for_cuda_graphs``). ``timeout_s``: how long a collective may wait
     for its peers before the run is declared hung (its row then says so). The programs are
     written as the search wrote them (``Workload.program``: ``dtp``, the spmd passes, or
-    the builder tower when ``workload.transform`` is ``"tower"``). ``host_cost`` (eager
+    the builder tower when ``workload.transform`` is ``"tower"``), their gradients
+    synchronised as the search chose where ``workload.sync`` is ``"searched"``
+    (``Workload.synchronized``, on ``hardware``; the row's ``sync`` names the choice).
+    ``host_cost`` (eager
     steps) measures each run's host cost of a step after its timed steps
     (``RunResult.host_cost_s``): rows gain ``measured_host_cost_s``, the busiest rank's,
     and ``measured_host_share``, that over the step's time (from ``HOST_BOUND``, 0.8, the
@@ -200,6 +203,9 @@ def iter_measure(workload: Workload, configs: Iterable[Config], *, backend: str 
                             seq = models[c.batch_size] = workload.analyze(
                                 c.batch_size, hardware=hardware, weights=True)
                         fn = workload.program(seq, c)
+                        if workload.sync:  # the synchronisation the search chose
+                            fn, row["sync"] = workload.synchronized(
+                                fn, c, hardware if hardware is not None else "h100-sxm")
                         row["program_fingerprint"] = program_fingerprint(fn)
                         with ClockSampler(size if s.backend == "nccl" else 0) as clocks:
                             r = s.run(fn, steps=steps, warmup=warmup,

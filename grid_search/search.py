@@ -138,10 +138,8 @@ def _evaluate(cfg: Config) -> dict[str, Any]:
         step = "the simulator"
         note = ""
         if sync:
-            from grid_search.sync_search import searched_step
-
             step = "the synchronisation search"
-            fn, note = searched_step(fn, _STATE.hardware, _STATE.simulator)
+            fn, note = w.synchronized(fn, cfg, _STATE.hardware, _STATE.simulator)
             step = "the simulator"
         sim = _STATE.simulator.simulate_function(fn, batch_size=cfg.batch_size)
     except DistIRError as e:

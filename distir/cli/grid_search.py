@@ -166,7 +166,10 @@ def run(args: argparse.Namespace) -> int:
     if args.run_top:
         from grid_search.real import run_top
 
-        run_top(rows, dataclasses.replace(w, transform=args.transform), args.run_top,
+        # the programs the search simulated: its transform, its synchronisation
+        run_top(rows, dataclasses.replace(
+                    w, transform=args.transform,
+                    sync="searched" if args.sync == "searched" else w.sync), args.run_top,
                 out=args.out, backend=args.backend,
                 hardware=hardware, cuda_graph=args.cuda_graph)
     return 0

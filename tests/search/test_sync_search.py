@@ -129,3 +129,27 @@ def test_grid_search_with_searched_synchronisation() -> None:
         assert float(b["latency_s"]) <= float(a["latency_s"]) * (1 + 1e-9)
     with pytest.raises(ConfigError, match="sync must be"):
         run_search(w, configs, hardware="h200-sxm", progress=None, sync="fast")
+
+
+def test_the_top_rows_run_the_searched_synchronisation() -> None:
+    """``--sync searched --run-top``: the rows measured run the program the search
+    simulated, its gradients synchronised as chosen (CPU, gloo)."""
+    import dataclasses
+
+    from grid_search import run_search, workload
+    from grid_search.real import iter_measure, program_fingerprint
+    from grid_search.space import Config
+
+    w = workload("mlp", num_layers=4, width=64)
+    cfg = Config(w.name, 64, 2, 1, 1, 1, "1f1b")
+    row = run_search(w, [cfg], hardware="h200-sxm", progress=None, sync="searched").rows[0]
+    assert row["status"] == "ok" and row["reason"].startswith("sync: ")
+    searched = dataclasses.replace(w, sync="searched")
+    an = searched.analyze(64, hardware="h200-sxm")
+    plain = searched.program(an, cfg)
+    synced, note = searched.synchronized(plain, cfg, "h200-sxm")
+    assert note == row["reason"] and program_fingerprint(synced) != program_fingerprint(plain)
+    (m,) = iter_measure(searched, [cfg], backend="gloo", steps=1, warmup=1, progress=None,
+                        hardware="h200-sxm")
+    assert m["measured_status"] == "ok" and m["sync"] == note
+    assert m["program_fingerprint"] == program_fingerprint(synced)
