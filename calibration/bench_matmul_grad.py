@@ -156,14 +156,14 @@ def _layout_case(layout: str, rows: int, k_in: int, n_out: int, tdt: Any, device
 
 def bench_layouts(device: Any, dtypes: list[str], quick: bool, timer: Timer,
                   log: Callable[[str], None], count: int, off_grid: bool = False,
-                  ) -> Iterator[Row]:
-    """Time both layouts for every shape and dtype (``product_shapes``); one shape in four
-    is held out."""
+                  seed: int = 0) -> Iterator[Row]:
+    """Time both layouts for every shape and dtype (``product_shapes`` of ``seed``); one
+    shape in four is held out."""
     import torch
 
     cuda = device.type == "cuda"
     for layout in LAYOUTS:
-        shapes = product_shapes(layout, quick, cuda, count, off_grid=off_grid)
+        shapes = product_shapes(layout, quick, cuda, count, seed, off_grid=off_grid)
         for dt in dtypes:
             tdt = getattr(torch, TORCH_DTYPES[dt])
             size = torch.empty((), dtype=tdt).element_size()
@@ -335,13 +335,13 @@ def merge(bench_csv: str, measurements_csv: str) -> int:
 
 def bench_all(device: Any, dtypes: list[str], quick: bool, timer: Timer,
               log: Callable[[str], None], shapes: int | None = None,
-              off_grid: bool = False) -> Iterator[Row]:
+              off_grid: bool = False, seed: int = 0) -> Iterator[Row]:
     """Every family ``merge`` adds (``MERGED``), as ``distir calibrate`` measures them:
     ``shapes`` random product shapes per layout (default 64 on a GPU, 12 else; off the
-    grid with ``off_grid``: ``product_shapes``)."""
+    grid with ``off_grid``: ``product_shapes``; another sample with another ``seed``)."""
     cuda = device.type == "cuda"
     count = shapes or (6 if quick else 64 if cuda else 12)
-    yield from bench_layouts(device, dtypes, quick, timer, log, count, off_grid)
+    yield from bench_layouts(device, dtypes, quick, timer, log, count, off_grid, seed)
     yield from bench_batched(device, dtypes, quick, timer, log)
     yield from bench_scatter(device, dtypes, scatter_shapes(quick, cuda), timer, log,
                              spread=False)

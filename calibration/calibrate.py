@@ -560,7 +560,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
             log("products with a transposed operand (matmul_tn, matmul_nt, bmm_nt, bmm_tn) "
                 f"and repeated-index scatter-adds, {len(dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_all(device, dtypes, quick, timer, log,
-                                                       off_grid=off_grid))
+                                                       off_grid=off_grid, seed=seed))
     if use_cuda:
         torch.cuda.empty_cache()
     gpu_s = (time.perf_counter() - t0) if use_cuda else 0.0
