@@ -27,11 +27,11 @@ def test_copy_rows_name_their_axes() -> None:
 
 def test_row_features() -> None:
     assert _x(_row("reduce", "ReduceSum i196", 1 << 20, 384, 4e6)) == \
-        {"bytes": 4e6, "width": 384.0, "inner": 196.0}
+        {"bytes": 4e6, "width": 384.0, "inner": 196.0, "rows": 4e6 / (384 * 196)}
     assert _x(_row("reduce", "ReduceSum", 1 << 20, 768, 4e6))["inner"] == 1.0
     assert _x(_row("layernorm", "layer_norm", 1 << 20, 96, 8e6))["width"] == 96.0
     assert _x(_row("copy", "copy_0312 s14", 1 << 20, 384, 8e6)) == \
-        {"bytes": 8e6, "width": 14.0, "inner": 384.0}
+        {"bytes": 8e6, "width": 14.0, "inner": 384.0, "rows": 8e6 / (14 * 384)}
     assert _x(_row("pad", "Pad c96", 1 << 20, 56, 8e6))["width"] == 56.0
     assert _x(_row("where", "Where", 1 << 20, 1, 9e6)) == {"bytes": 9e6}
 
