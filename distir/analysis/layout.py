@@ -41,16 +41,17 @@ strides of its first call with given argument types (its summary serves later ca
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Collection
 from typing import Any
 
-from distir.analysis.values import type_of
+from distir.analysis.values import concrete, type_of
 from distir.ir.core import Function, Op, Value
 
 __all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "RESHAPE_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
            "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
-           "is_channels_last"]
+           "is_channels_last", "reshape_target"]
 
 CONV_OPS = frozenset({"Conv", "ConvGrad"})
 """Ops whose cost depends on the memory format of their first input."""
@@ -93,7 +94,20 @@ Strides = tuple[int, ...]
 
 
 def contiguous_strides(shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The strides (elements) of a contiguous tensor of ``shape``."""
+    """The strides (elements) of a contiguous tensor of ``shape`` (memoized: a program
+    asks for a few shapes many times)."""
+    got = _CONTIGUOUS.get(shape)
+    if got is None:
+        if len(_CONTIGUOUS) > 65536:
+            _CONTIGUOUS.clear()
+        got = _CONTIGUOUS[shape] = _contiguous(shape)
+    return got
+
+
+_CONTIGUOUS: dict[tuple[int, ...], tuple[int, ...]] = {}
+
+
+def _contiguous(shape: tuple[int, ...]) -> tuple[int, ...]:
     out = [1] * len(shape)
     acc = 1
     for i in range(len(shape) - 1, -1, -1):
@@ -205,6 +219,33 @@ def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: 
     return contiguous_strides(out_shape) if v is None else v
 
 
+def reshape_target(op: Op, shape: tuple[int, ...], args: tuple) -> tuple[int, ...] | None:
+    """The result's shape of a ``Reshape`` (its second argument's concrete value, ``0`` and
+    ``-1`` read as ONNX reads them) or ``Flatten`` (its ``axis``) of a ``shape`` input;
+    ``None`` where the target is not known."""
+    if op.op_type == "Flatten":
+        a = int(op.attrs.get("axis", 1))  # type: ignore[arg-type]
+        a = a + len(shape) if a < 0 else a
+        lead, numel = math.prod(shape[:a]), math.prod(shape)
+        return (lead, numel // lead if lead else 0)
+    value = concrete(args[1]) if len(args) > 1 and args[1] is not None else None
+    if value is None:
+        return None
+    out = value.reshape(-1).tolist()
+    if 0 in out and not op.attrs.get("allowzero", 0):
+        out = [shape[i] if v == 0 and i < len(shape) else v for i, v in enumerate(out)]
+    if -1 in out:
+        known = -math.prod(out)
+        out[out.index(-1)] = math.prod(shape) // known if known else 0
+    return tuple(out)
+
+
+def _moves_batch(op: Op, copies_batch_axes: Callable[[int, Any], bool]) -> bool:
+    """Whether a ``Transpose`` with its ``perm`` given moves an axis before its last two."""
+    perm = op.attrs.get("perm")
+    return perm is not None and copies_batch_axes(len(perm), perm)  # type: ignore[arg-type]
+
+
 class _Frame:
     __slots__ = ("fn", "params", "key", "results")
 
@@ -230,33 +271,46 @@ class Layouts:
         self._next: tuple[dict[int, Strides], tuple] = ({}, ())
         self._returns: dict[tuple[int, tuple], tuple[Function, dict[int, Strides]]] = {}
         self._fns: dict[int, tuple[Function, dict[Value, Op], dict[Value, int],
-                                   dict[Value, Value], frozenset[Value]]] = {}
+                                   dict[Value, Value], frozenset[Value], frozenset[Value]]] = {}
+        self._views: dict[tuple, int | None] = {}  # reshape_copy's, by shapes and strides
 
     def _facts(self, fn: Function) -> tuple[dict[Value, Op], dict[Value, int],
-                                            dict[Value, Value], frozenset[Value]]:
+                                            dict[Value, Value], frozenset[Value],
+                                            frozenset[Value]]:
         """Per function: the producers among ``STRIDE_OPS`` of their results (a ``Slice``
         of given steps is not one), the parameters' indices, where each such result's chain
-        of views starts, and the results whose chain transposes or takes a part."""
+        of views starts, and the results whose chain transposes or takes a part. A
+        ``Transpose`` that moves a batch axis does not restride a contiguous input: the
+        backend copies it (``cost.compute.copied_transpose``), or views it where only axes
+        of length 1 move. Last, the results whose chain only takes parts (``Split``,
+        ``Slice``): their strides are their chain's start's."""
         f = self._fns.get(id(fn))
         if f is None:
+            from distir.analysis.cost.compute import copies_batch_axes
+
             prod: dict[Value, Op] = {}
             start: dict[Value, Value] = {}
             transposed: set[Value] = set()
-            for op in fn.ops:
-                if op.op_type in STRIDE_OPS and op.callee is None and op.outputs and \
+            parts: set[Value] = set()
+            for op in [op for op in fn.ops if op.op_type in STRIDE_OPS]:  # (few of them)
+                if op.callee is None and op.outputs and \
                         op.inputs and op.inputs[0] is not None and \
                         (op.op_type != "Slice" or len(op.inputs) < 5 or op.inputs[4] is None):
                     x = op.inputs[0]
-                    restrides = op.op_type in ("Transpose", "Split", "Slice", "Expand") \
-                        or x in transposed
+                    restrides = x in transposed or (
+                        op.op_type in ("Split", "Slice", "Expand") or
+                        op.op_type == "Transpose" and not _moves_batch(op, copies_batch_axes))
+                    part = op.op_type in ("Split", "Slice") and (x not in prod or x in parts)
                     for v in op.outputs:
                         prod[v] = op
                         start[v] = start.get(x, x)
                         if restrides:
                             transposed.add(v)
+                        if part:
+                            parts.add(v)
             f = self._fns[id(fn)] = (fn, prod, {p: i for i, p in enumerate(fn.params)},
-                                     start, frozenset(transposed))
-        return f[1], f[2], f[3], f[4]
+                                     start, frozenset(transposed), frozenset(parts))
+        return f[1], f[2], f[3], f[4], f[5]
 
     def forget(self, callees: Collection[int]) -> None:
         """At the end of a program: drop every function's facts and the returned strides
@@ -280,12 +334,21 @@ class Layouts:
         if v is None:
             return None
         frame = self._frames[-1]
-        prod, param_index, start_of, transposed = self._facts(frame.fn)
+        prod, param_index, start_of, transposed, parts = self._facts(frame.fn)
         start = start_of.get(v, v)
         i = param_index.get(start)
         base = frame.params.get(i) if i is not None else frame.results.get(start)
         if base is None and v not in transposed:
             return None  # whole views of a contiguous tensor that transpose nothing
+        env = self._env()
+        assert env is not None
+        if base is None and v in parts:  # a part of a contiguous tensor: its strides
+            whole = getattr(type_of(env[start]), "shape", None)
+            mine = getattr(type_of(env[v]), "shape", None)
+            if whole is None or mine is None:
+                return None
+            st = contiguous_strides(tuple(whole))
+            return None if _same(tuple(mine), st, contiguous_strides(tuple(mine))) else st
         chain: list[Op] = []
         outs: list[Value] = []  # (the result of each: a Split has several)
         while v in prod:
@@ -293,8 +356,6 @@ class Layouts:
             chain.append(p)
             outs.append(v)
             v = p.inputs[0]  # type: ignore[assignment]
-        env = self._env()
-        assert env is not None
         t = type_of(env[v])
         shape, dtype = getattr(t, "shape", None), getattr(t, "dtype", None)
         if shape is None or dtype is None:
@@ -312,7 +373,7 @@ class Layouts:
     def _strided(self, values: tuple[Value | None, ...]) -> dict[int, Strides]:
         """The strided ones among ``values`` of the function running, by position."""
         frame = self._frames[-1]
-        start_of, transposed = self._facts(frame.fn)[2:]
+        start_of, transposed = self._facts(frame.fn)[2:4]
         if not frame.params and not frame.results:
             if transposed.isdisjoint(values):
                 return {}  # (the common case, at C speed: nothing strided reaches here)
@@ -353,6 +414,31 @@ class Layouts:
             self._frames[-1].results[y] = channels_last_strides(out_shape)
         return (MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1])
 
+    def reshape_layout(self, op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...],
+                       ) -> tuple[tuple[str, Any], ...] | None:
+        """``op_layout`` of a ``Reshape`` or ``Flatten`` of a ``shape`` input to
+        ``out_shape``, with a short way for the common case: a part (``Split``,
+        ``Slice``) of a contiguous tensor, whose strides are the whole's."""
+        x = op.inputs[0]
+        frame = self._frames[-1]
+        f = self._fns.get(id(frame.fn))
+        if f is not None and x in f[5] and not frame.params and not frame.results:
+            env = self._env()
+            assert env is not None
+            whole = getattr(type_of(env[f[3].get(x, x)]), "shape", None)
+            if whole is None:
+                return None
+            key = (shape, whole, out_shape)
+            axis = self._views.get(key, -1)
+            if axis == -1:
+                st = contiguous_strides(tuple(whole))
+                axis = self._views[key] = None \
+                    if len(st) != len(shape) or view_strides(shape, st, out_shape) is not None \
+                    else _innermost(shape, st)
+        else:
+            axis = self.reshape_copy(op, out_shape)
+        return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
+
     def reshape_copy(self, op: Op, out_shape: tuple[int, ...]) -> int | None:
         """Where ``op`` (a ``Reshape`` or ``Flatten`` to ``out_shape``) cannot view its
         strided input and the backend copies it: the axis of stride 1 the copy reads
@@ -364,9 +450,14 @@ class Layouts:
         env = self._env()
         assert env is not None
         shape = tuple(getattr(type_of(env[x]), "shape", ()))
-        if len(shape) != len(st) or view_strides(shape, st, out_shape) is not None:
-            return None
-        return _innermost(shape, st)
+        key = (shape, st, out_shape)
+        got = self._views.get(key, -1)
+        if got != -1:
+            return got
+        axis = None if len(shape) != len(st) or view_strides(shape, st, out_shape) is not None \
+            else _innermost(shape, st)
+        self._views[key] = axis
+        return axis
 
     def index_elements(self, op: Op) -> int | None:
         """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view

@@ -166,8 +166,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             sig = (op.op_type, akey, len(outs), free_out) if free_out else \
                 (op.op_type, akey, len(outs))
             sig = sigs.setdefault(sig, sig)
-            if op in sensitive:  # its cost depends on its input's strides: a record of
-                sig = (*sig, op)   # its own (``distir.analysis.layout``)
+            if op in sensitive:  # its cost depends on its input's strides
+                # (``distir.analysis.layout``): a record of its own; a reshape's records
+                # are shared by whether it copies (``Simulator``: ``RESHAPED``)
+                sig = (*sig, RESHAPED if op.op_type in RESHAPE_OPS else op)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
@@ -270,6 +272,11 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     return fl
 
 
+RESHAPED = ("reshape", "of strides")
+"""Ends the signature of a reshape whose input may be strided (``layout_sensitive``): its
+records are keyed by whether it copies, not by the op."""
+
+
 def layout_sensitive(fn: Function) -> frozenset[Op]:
     """The ops of ``fn`` whose cost depends on their inputs' strides
     (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the
@@ -280,15 +287,34 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
         return frozenset()
     if RESHAPE_OPS.isdisjoint(types):
         return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
+    from distir.analysis.cost.compute import copies_batch_axes
+
     maybe: set[Value | None] = set(fn.params)
     out: list[Op] = []
     for op in fn.ops:
         t = op.op_type
-        if op.callee is not None or t in STRIDE_OPS:
-            maybe.update(op.outputs)
-        if t in LAYOUT_OPS and (t not in RESHAPE_OPS or (op.inputs and op.inputs[0] in maybe)):
+        if t not in _WATCHED:
+            if op.callee is not None:
+                maybe.update(op.outputs)
+            continue
+        strided = bool(op.inputs) and op.inputs[0] in maybe
+        if t in RESHAPE_OPS and strided:
             out.append(op)
+        elif t in LAYOUT_OPS and t not in RESHAPE_OPS:
+            out.append(op)
+            continue
+        if strided or t in _RESTRIDING:
+            maybe.update(op.outputs)  # (a view of a contiguous input is contiguous but
+        elif t == "Transpose":       # for a part, a broadcast or a transpose)
+            perm = op.attrs.get("perm")
+            # (a transpose of a batch axis copies a contiguous input: layout._facts)
+            if not (isinstance(perm, tuple | list) and copies_batch_axes(len(perm), perm)):
+                maybe.update(op.outputs)
     return frozenset(out)
+
+
+_WATCHED = STRIDE_OPS | LAYOUT_OPS
+_RESTRIDING = frozenset({"Split", "Slice", "Expand"})
 
 
 def _mask(n: int, positions: list[int]) -> bytes:

@@ -50,8 +50,15 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import LAYOUT_OPS, Layouts
-from distir.analysis.memory import FunctionLiveness, Memo, OpLiveness, liveness, placed_bytes
+from distir.analysis.layout import LAYOUT_OPS, Layouts, reshape_target
+from distir.analysis.memory import (
+    RESHAPED,
+    FunctionLiveness,
+    Memo,
+    OpLiveness,
+    liveness,
+    placed_bytes,
+)
 from distir.analysis.renaming import (
     ARG_KEY0,
     HOST_KEY0,
@@ -434,12 +441,14 @@ class Simulator(TypeInterpreter):
         none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
         wait = self._wait
         gate = self._gate if self._host else None
+        reshaped = self._reshape_layout
 
         def eval_op(op: Op, args: tuple) -> tuple:
             if pending and not none_pending(op.inputs):
                 wait(op.inputs)
             lv = lvs[op]
-            key = (lv[0], args)
+            sig = lv[0]
+            key = (sig, args) if sig[-1] is not RESHAPED else (sig, args, reshaped(op, args))
             rec = recs.get(key)
             if rec is None:
                 rec = recs[key] = record(op, args)
@@ -621,6 +630,21 @@ class Simulator(TypeInterpreter):
         return s.outs
 
     # -- records, costs, calls ---------------------------------------------------------
+    def _reshape_layout(self, op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
+        """The copy a ``Reshape`` or ``Flatten`` of a strided input makes (``layout.
+        Layouts.op_layout``'s attributes), else ``None``, from its arguments alone: the
+        target shape is the ``Reshape``'s concrete shape input (``0`` and ``-1`` as ONNX
+        reads them) or ``Flatten``'s ``axis``."""
+        layouts = self._layouts
+        if layouts is None:
+            return None
+        x = getattr(type_of(args[0]), "shape", None) if args and args[0] is not None else None
+        if x is None:
+            return None
+        shape = tuple(x)
+        target = reshape_target(op, shape, args)
+        return None if target is None else layouts.reshape_layout(op, shape, target)
+
     def _record(self, op: Op, args: tuple) -> _Rec:
         canon = self._canon
         outs = tuple(canon.setdefault(o, o) for o in self._infer(op, args))
@@ -639,6 +663,8 @@ class Simulator(TypeInterpreter):
         if self._layouts is not None and lv[0][-1] is op:
             fmt = self._layouts.op_layout(
                 op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
+        elif lv[0][-1] is RESHAPED:
+            fmt = self._reshape_layout(op, args)
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)

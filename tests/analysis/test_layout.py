@@ -309,3 +309,52 @@ def test_a_reshape_that_no_view_gives_costs_a_copy() -> None:
     got = {op.outputs[0].name: secs for _, secs, _, op, *_ in sim.events()}
     assert got["flat"] == pytest.approx(hw.memory_time(2.0 * 2 * 64 * 32 * 4, 0.0, "Float32"))
     assert got["flat"] > 0 and got["split"] == 0 and got["plain"] == 0
+
+
+def test_a_reshape_after_a_batch_transpose_is_a_view() -> None:
+    """A transpose that moves a batch axis is a copy (priced at the transpose), so the
+    reshape of its result views a contiguous tensor: free, and without a record of its
+    own (``memory.layout_sensitive``)."""
+    from distir.analysis.memory import layout_sensitive
+
+    text = """
+func @main(%q: Tensor[Float32, (2, 3, 4, 8), 0]) {
+  %r = Relu(%q)
+  %t = Transpose(%r, perm=[0, 2, 1, 3])
+  %s = Constant(value=dense<Int64>[2, 4, 24], device=0)
+  %m = Reshape(%t, %s)
+  return %m
+}"""
+    fn = distir.parse(text)
+    fn = getattr(fn, "entry", fn)
+    assert not any(op.op_type == "Reshape" for op in layout_sensitive(fn))
+    hw = Hardware(**BASE, fits=NCHW)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(fn, hw).events()}
+    assert got["m"] == 0  # (the transpose is priced by the copy fit, where one is)
+
+
+def test_reshape_target_reads_zero_and_minus_one_as_onnx_does() -> None:
+    import numpy as np
+
+    from distir.analysis.layout import reshape_target
+    from distir.analysis.values import make_concrete
+    from distir.ir import FunctionBuilder, TensorType
+
+    b = FunctionBuilder("r")
+    x = b.param("x", TensorType(distir.DType.Float32, (2, 3, 4), 0))
+    s = b.param("s", TensorType(distir.DType.Int64, (3,), 0))
+    r = b.op("Reshape", x, s)
+    keep0 = b.op("Reshape", x, s, allowzero=1)
+    f = b.op("Flatten", x, axis=-1)
+    fn = b.ret(r, keep0, f)
+    reshape, allow, flatten = fn.ops
+
+    def target(op, value):  # noqa: ANN001, ANN202
+        arr = np.array(value, dtype=np.int64)
+        return reshape_target(op, (2, 3, 4), (None, make_concrete(arr, 0)))
+
+    assert target(reshape, [0, -1, 2]) == (2, 6, 2)
+    assert target(reshape, [-1, 4]) == (6, 4)
+    assert target(allow, [0, 24, 1]) == (0, 24, 1)
+    assert reshape_target(flatten, (2, 3, 4), (None,)) == (6, 4)
+    assert reshape_target(reshape, (2, 3, 4), (None, None)) is None
