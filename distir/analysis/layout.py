@@ -240,10 +240,20 @@ def reshape_target(op: Op, shape: tuple[int, ...], args: tuple) -> tuple[int, ..
     return tuple(out)
 
 
-def _moves_batch(op: Op, copies_batch_axes: Callable[[int, Any], bool]) -> bool:
-    """Whether a ``Transpose`` with its ``perm`` given moves an axis before its last two."""
+def restrides(op: Op) -> bool:
+    """Whether ``op`` (one of ``STRIDE_OPS``) gives a contiguous input other strides: a
+    part (``Split``, ``Slice``), a broadcast (``Expand``), a ``Transpose`` of the last two
+    axes. One that moves a batch axis does not: the backend copies it
+    (``cost.compute.copied_transpose``), or views it where only axes of length 1 move."""
+    t = op.op_type
+    if t in ("Split", "Slice", "Expand"):
+        return True
+    if t != "Transpose":
+        return False
+    from distir.analysis.cost.compute import copies_batch_axes
+
     perm = op.attrs.get("perm")
-    return perm is not None and copies_batch_axes(len(perm), perm)  # type: ignore[arg-type]
+    return not (isinstance(perm, tuple | list) and copies_batch_axes(len(perm), perm))
 
 
 class _Frame:
@@ -272,22 +282,18 @@ class Layouts:
         self._returns: dict[tuple[int, tuple], tuple[Function, dict[int, Strides]]] = {}
         self._fns: dict[int, tuple[Function, dict[Value, Op], dict[Value, int],
                                    dict[Value, Value], frozenset[Value], frozenset[Value]]] = {}
-        self._views: dict[tuple, int | None] = {}  # reshape_copy's, by shapes and strides
+        self._views: dict[tuple, int | None] = {}  # _view_axis's, by shapes and strides
 
     def _facts(self, fn: Function) -> tuple[dict[Value, Op], dict[Value, int],
                                             dict[Value, Value], frozenset[Value],
                                             frozenset[Value]]:
         """Per function: the producers among ``STRIDE_OPS`` of their results (a ``Slice``
         of given steps is not one), the parameters' indices, where each such result's chain
-        of views starts, and the results whose chain transposes or takes a part. A
-        ``Transpose`` that moves a batch axis does not restride a contiguous input: the
-        backend copies it (``cost.compute.copied_transpose``), or views it where only axes
-        of length 1 move. Last, the results whose chain only takes parts (``Split``,
-        ``Slice``): their strides are their chain's start's."""
+        of views starts, and the results whose chain restrides (``restrides``). Last, the
+        results whose chain only takes parts (``Split``, ``Slice``), whose strides are
+        their chain's start's (``reshape_layout``'s short way)."""
         f = self._fns.get(id(fn))
         if f is None:
-            from distir.analysis.cost.compute import copies_batch_axes
-
             prod: dict[Value, Op] = {}
             start: dict[Value, Value] = {}
             transposed: set[Value] = set()
@@ -297,14 +303,12 @@ class Layouts:
                         op.inputs and op.inputs[0] is not None and \
                         (op.op_type != "Slice" or len(op.inputs) < 5 or op.inputs[4] is None):
                     x = op.inputs[0]
-                    restrides = x in transposed or (
-                        op.op_type in ("Split", "Slice", "Expand") or
-                        op.op_type == "Transpose" and not _moves_batch(op, copies_batch_axes))
+                    strided = x in transposed or restrides(op)
                     part = op.op_type in ("Split", "Slice") and (x not in prod or x in parts)
                     for v in op.outputs:
                         prod[v] = op
                         start[v] = start.get(x, x)
-                        if restrides:
+                        if strided:
                             transposed.add(v)
                         if part:
                             parts.add(v)
@@ -334,7 +338,7 @@ class Layouts:
         if v is None:
             return None
         frame = self._frames[-1]
-        prod, param_index, start_of, transposed, parts = self._facts(frame.fn)
+        prod, param_index, start_of, transposed, _ = self._facts(frame.fn)
         start = start_of.get(v, v)
         i = param_index.get(start)
         base = frame.params.get(i) if i is not None else frame.results.get(start)
@@ -342,13 +346,6 @@ class Layouts:
             return None  # whole views of a contiguous tensor that transpose nothing
         env = self._env()
         assert env is not None
-        if base is None and v in parts:  # a part of a contiguous tensor: its strides
-            whole = getattr(type_of(env[start]), "shape", None)
-            mine = getattr(type_of(env[v]), "shape", None)
-            if whole is None or mine is None:
-                return None
-            st = contiguous_strides(tuple(whole))
-            return None if _same(tuple(mine), st, contiguous_strides(tuple(mine))) else st
         chain: list[Op] = []
         outs: list[Value] = []  # (the result of each: a Split has several)
         while v in prod:
@@ -403,8 +400,10 @@ class Layouts:
             n = self.index_elements(op)
             return None if n is None else ((INDEX_ELEMENTS, n),)
         if op.op_type in RESHAPE_OPS:
-            axis = self.reshape_copy(op, out_shape)
-            return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
+            env = self._env()
+            assert env is not None
+            shape = tuple(getattr(type_of(env[op.inputs[0]]), "shape", ()))
+            return self.reshape_layout(op, shape, out_shape)
         got = self.conv_layout(op)
         if got is None:
             return None
@@ -417,8 +416,10 @@ class Layouts:
     def reshape_layout(self, op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...],
                        ) -> tuple[tuple[str, Any], ...] | None:
         """``op_layout`` of a ``Reshape`` or ``Flatten`` of a ``shape`` input to
-        ``out_shape``, with a short way for the common case: a part (``Split``,
-        ``Slice``) of a contiguous tensor, whose strides are the whole's."""
+        ``out_shape``: where no view of its strided input gives the result and the backend
+        copies it (``torch.reshape``), ``COPIED_INPUTS`` with the axis of stride 1 the copy
+        reads along; else ``None``. A part (``Split``, ``Slice``) of a contiguous tensor,
+        the common case, takes a short way: its strides are the whole's."""
         x = op.inputs[0]
         frame = self._frames[-1]
         f = self._fns.get(id(frame.fn))
@@ -426,38 +427,17 @@ class Layouts:
             env = self._env()
             assert env is not None
             whole = getattr(type_of(env[f[3].get(x, x)]), "shape", None)
-            if whole is None:
-                return None
-            key = (shape, whole, out_shape)
-            axis = self._views.get(key, -1)
-            if axis == -1:
-                st = contiguous_strides(tuple(whole))
-                axis = self._views[key] = None \
-                    if len(st) != len(shape) or view_strides(shape, st, out_shape) is not None \
-                    else _innermost(shape, st)
+            st = None if whole is None else contiguous_strides(tuple(whole))
         else:
-            axis = self.reshape_copy(op, out_shape)
-        return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
-
-    def reshape_copy(self, op: Op, out_shape: tuple[int, ...]) -> int | None:
-        """Where ``op`` (a ``Reshape`` or ``Flatten`` to ``out_shape``) cannot view its
-        strided input and the backend copies it: the axis of stride 1 the copy reads
-        along; ``None`` for a view."""
-        x = op.inputs[0] if op.inputs else None
-        st = self.strides(x)
+            st = self.strides(x)
         if st is None:
             return None
-        env = self._env()
-        assert env is not None
-        shape = tuple(getattr(type_of(env[x]), "shape", ()))
         key = (shape, st, out_shape)
-        got = self._views.get(key, -1)
-        if got != -1:
-            return got
-        axis = None if len(shape) != len(st) or view_strides(shape, st, out_shape) is not None \
-            else _innermost(shape, st)
-        self._views[key] = axis
-        return axis
+        axis = self._views.get(key, -1)
+        if axis == -1:
+            axis = self._views[key] = None if len(st) != len(shape) or \
+                view_strides(shape, st, out_shape) is not None else _innermost(shape, st)
+        return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
 
     def index_elements(self, op: Op) -> int | None:
         """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view

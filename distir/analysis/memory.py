@@ -29,7 +29,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not, not_
 from typing import Any
 
-from distir.analysis.layout import LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS
+from distir.analysis.layout import LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS, restrides
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
@@ -82,8 +82,6 @@ class FunctionLiveness:
     drop: frozenset[int]
     annotated: bool = False
     """Whether some result of an op carries a declared type (to check)."""
-    layout_ops: frozenset[Op] = frozenset()
-    """The ops whose cost depends on their inputs' strides (``layout_sensitive``)."""
 
 
 class Memo:
@@ -267,7 +265,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
     fl = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup), returned_params,
-                          drop, annotated, sensitive)
+                          drop, annotated)
     memo.facts[key] = (fn, fl)
     return fl
 
@@ -287,8 +285,6 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
         return frozenset()
     if RESHAPE_OPS.isdisjoint(types):
         return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
-    from distir.analysis.cost.compute import copies_batch_axes
-
     maybe: set[Value | None] = set(fn.params)
     out: list[Op] = []
     for op in fn.ops:
@@ -303,18 +299,12 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
         elif t in LAYOUT_OPS and t not in RESHAPE_OPS:
             out.append(op)
             continue
-        if strided or t in _RESTRIDING:
-            maybe.update(op.outputs)  # (a view of a contiguous input is contiguous but
-        elif t == "Transpose":       # for a part, a broadcast or a transpose)
-            perm = op.attrs.get("perm")
-            # (a transpose of a batch axis copies a contiguous input: layout._facts)
-            if not (isinstance(perm, tuple | list) and copies_batch_axes(len(perm), perm)):
-                maybe.update(op.outputs)
+        if strided or restrides(op):  # (a view of a contiguous input is contiguous
+            maybe.update(op.outputs)    # but for a part, a broadcast or a transpose)
     return frozenset(out)
 
 
 _WATCHED = STRIDE_OPS | LAYOUT_OPS
-_RESTRIDING = frozenset({"Split", "Slice", "Expand"})
 
 
 def _mask(n: int, positions: list[int]) -> bytes:

@@ -143,7 +143,7 @@ def broadcasts(ins: tuple[Type | None, ...], outs: tuple[Type | None, ...]) -> b
 def view(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
          hw: Hardware) -> OpCost:
     """Free, but for a ``Reshape`` or ``Flatten`` of a strided input no view can give
-    (``layout.Layouts.reshape_copy``): the copy ``torch.reshape`` makes."""
+    (``layout.Layouts.reshape_layout``): the copy ``torch.reshape`` makes."""
     if attrs.get(COPIED_INPUTS):
         from distir.analysis.cost.train import input_copies_time
 
