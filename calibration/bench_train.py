@@ -106,7 +106,8 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "cross_entropy": (1000, 50257), "cross_entropy_grad": (1000, 50257),
     "adam": (1,), "scatter_add": (768, 2048),
     "reduce": (32, 64, 96, 128, 256, 384, 768, 4096, (32, 12544), (96, 3136), (144, 784),
-               (384, 196), (960, 49)),
+               (384, 196), (960, 49), (256, 1024), (768, 197), (1024, 128),
+               (8, 64, 32), (12, 197, 64), (16, 512, 64), (32, 128, 128)),
     "maxpool": (64, 256), "maxpool_grad": (64, 256),
     "avgpool": ((64, 1), (64, 2), (256, 1), (256, 2)),
     "avgpool_grad": ((64, 1), (64, 2), (256, 1), (256, 2)),
@@ -120,7 +121,11 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
 ``reduce`` pair ``(channels, pixels)`` is a convolution's bias gradient, ``[N, channels,
-pixels]`` summed to ``[channels]`` (the row's op ``ReduceSum i<pixels>``); a plain width,
+pixels]`` summed to ``[channels]`` (the row's op ``ReduceSum i<pixels>``), or in memory
+order a transposed ``[N, tokens, channels]`` tensor's bias gradient; a ``reduce`` triple
+``(heads, tokens, head width)`` is ``[N, heads, tokens, head width]`` summed to ``[heads,
+head width]`` (a per-head bias's gradient: reduced axes between kept ones; the row's op
+``ReduceSum run<head width> mid<tokens>``, its width the kept elements); a plain width,
 rows ``[N, width]`` summed over ``N``. An average pool's pair is ``(channels, stride)``
 (the row's op ``AveragePool i<stride>``). A ``groupnorm`` triple is ``(channels, groups,
 image side)`` (one group: PoolFormer's norms, exported as an ``InstanceNormalization`` of
@@ -624,12 +629,17 @@ def _case(fam: str, width: Any, n: int, dtype: Any,
     if fam == "reduce":
         from distir.ir import FunctionBuilder, TensorType
 
-        c, inner = width if isinstance(width, tuple) else (width, 1)
-        rows = n // (c * inner)
+        if isinstance(width, tuple) and len(width) == 3:  # [N, heads, tokens, head width]
+            heads, tokens, d = width
+            rows = n // (heads * tokens * d)
+            shape, axes = (rows, heads, tokens, d), [0, 2]
+        else:
+            c, inner = width if isinstance(width, tuple) else (width, 1)
+            rows = n // (c * inner)
+            shape, axes = ((rows, c, inner), [0, 2]) if inner > 1 else ((rows, c), [0])
         if rows < 1:
             return None
         b = FunctionBuilder("reduce")
-        shape, axes = ((rows, c, inner), [0, 2]) if inner > 1 else ((rows, c), [0])
         x = b.param("x", TensorType(dtype, shape, 0))
         ax = b.op("Constant", value=__import__("numpy").array(axes, dtype="int64"))
         return b.ret(b.op("ReduceSum", x, ax, keepdims=0)), {}
@@ -783,6 +793,8 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     elif fam == "groupnorm":  # a group's elements, a channel's pixels
                         c, g, h = width
                         op, width = f"{op} i{h * h}", c // g * h * h
+                    elif fam == "reduce" and isinstance(width, tuple) and len(width) == 3:
+                        op, width = f"{op} run{width[2]} mid{width[1]}", width[0] * width[2]
                     elif isinstance(width, tuple):  # (channels, pixels, size or stride)
                         tag = "i" if fam in ("reduce", "avgpool", "avgpool_grad") else "h"
                         op, width = f"{op} {tag}{width[1]}", width[0]

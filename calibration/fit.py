@@ -197,12 +197,14 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         return rowwise_features(float(row["bytes"]),
                                 *copy_axes(str(row["op"]), int(row["m"]), int(row["n"])))
     if row["family"] in ROWWISE:
-        inner = [int(w[1:]) for w in str(row["op"]).split()[1:] if w[:1] == "i"]
+        words = str(row["op"]).split()[1:]
+        inner = [int(w[1:]) for w in words if w[:1] == "i"]
+        run = [int(w[3:]) for w in words if w[:3] == "run"]
         # (a pool's row without a stride is one of the stride-2 rows measured before it
         # was recorded)
         default = 2 if row["family"] in ("avgpool", "avgpool_grad") else 1
         return rowwise_features(float(row["bytes"]), int(row["n"]),
-                                inner[0] if inner else default)
+                                inner[0] if inner else default, run[0] if run else None)
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
@@ -376,7 +378,10 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(bytes) x deep trees(bytes, width, inner)":
                     _boosted(("bytes",), ("bytes", "width", "inner"), 300, 4, 0.05),
                 "linear(bytes) x deep trees(bytes, rows, width, inner)":
-                    _boosted(("bytes",), ("bytes", "rows", "width", "inner"), 300, 4, 0.05)}
+                    _boosted(("bytes",), ("bytes", "rows", "width", "inner"), 300, 4, 0.05),
+                "linear(bytes) x deep trees(bytes, rows, width, inner, run)":
+                    _boosted(("bytes",), ("bytes", "rows", "width", "inner", "run"), 300, 4,
+                             0.05)}
     if family == "scatter_add_repeated":
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(rows, bytes)": _linear(("rows", "bytes")),

@@ -426,7 +426,8 @@ def scatter_features(rows: int, width: int, table: int, nbytes: float) -> dict[s
             "updates": float(rows * width), "bytes": float(nbytes)}
 
 
-def rowwise_features(nbytes: float, width: int, inner: int = 1) -> dict[str, float]:
+def rowwise_features(nbytes: float, width: int, inner: int = 1,
+                     run: int | None = None) -> dict[str, float]:
     """The features a ``layernorm``, ``layernorm_grad``, ``reduce``, ``copy`` or ``pad`` fit
     may use: ``bytes`` (every input and result), ``width`` (a normalized row's length; the
     elements a reduction keeps; a copy's result's last axis; a pad's rows' length) and
@@ -434,9 +435,13 @@ def rowwise_features(nbytes: float, width: int, inner: int = 1) -> dict[str, flo
     over the leading axes, the pixels of an ``[N, C, H, W]`` tensor reduced to ``[C]``; a
     copy's input's last axis); ``rows``, the bytes per kept element (a reduction's reduced
     rows times the element size: PyTorch's column sum splits its rows among blocks only
-    from about 1,024 of them, whatever the width)."""
+    from about 1,024 of them, whatever the width); ``run``, a reduction's kept elements
+    innermost in memory (``width`` but where reduced axes lie between kept ones: a
+    per-head bias's gradient, ``[N, heads, tokens, head width]`` summed to ``[heads, head
+    width]``, keeps runs of the head width)."""
     w, i = float(max(width, 1)), float(max(inner, 1))
-    return {"bytes": float(nbytes), "width": w, "inner": i, "rows": float(nbytes) / (w * i)}
+    return {"bytes": float(nbytes), "width": w, "inner": i, "rows": float(nbytes) / (w * i),
+            "run": w if run is None else float(max(run, 1))}
 
 
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:
