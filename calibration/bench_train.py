@@ -66,7 +66,8 @@ __all__ = ["DeviceTimer", "bench_train_kernels", "bench_convs", "conv_shapes",
 TRAIN_FAMILIES = ("batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad",
                   "cross_entropy", "cross_entropy_grad", "adam", "scatter_add", "reduce",
                   "maxpool", "maxpool_grad", "avgpool", "avgpool_grad", "scatter_add_few",
-                  "where", "pad", "groupnorm", "gather_elements", "scatter_elements")
+                  "where", "pad", "groupnorm", "gather_elements", "scatter_elements",
+                  "concat")
 CONV_FAMILIES = ("conv", "conv_dgrad", "conv_wgrad")
 GROUPED_CONV_FAMILIES = ("conv_grouped", "conv_grouped_dgrad", "conv_grouped_wgrad")
 """The same kernels of convolutions of more than one group (depthwise: one per channel),
@@ -116,7 +117,11 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "groupnorm": ((64, 1, 56), (128, 1, 28), (320, 1, 14), (512, 1, 7), (256, 32, 56),
                   (512, 32, 28), (1024, 32, 14), (2048, 32, 7), (64, 64, 56),
                   (256, 256, 14), (512, 512, 7), (1, 1, 448), (8, 1, 16), (32, 32, 8)),
-    "gather_elements": _INDEXED, "scatter_elements": _INDEXED}
+    "gather_elements": _INDEXED, "scatter_elements": _INDEXED,
+    "concat": (((1, 255), 128), ((1, 199), 197), ((2, 62), 66), ((64, 63), 1),
+               ((128, 128), 1), ((1, 196), 768), ((96, 96), 3136), ((384, 384), 49),
+               ((256, 256, 256), 64), ((32, 32, 32, 32), 49), ((3, 13), 101),
+               ((17, 15), 33))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
@@ -130,7 +135,12 @@ rows ``[N, width]`` summed over ``N``. An average pool's pair is ``(channels, st
 (the row's op ``AveragePool i<stride>``). A ``groupnorm`` triple is ``(channels, groups,
 image side)`` (one group: PoolFormer's norms, exported as an ``InstanceNormalization`` of
 one channel; 32: BiT's; one per channel: instance norms; the row's width is a group's
-elements, its op ``GroupNormalization i<pixels>``)."""
+elements, its op ``GroupNormalization i<pixels>``). A ``concat`` pair is ``(the parts'
+lengths along the axis, the elements after it)``: ``[rows, length, inner]`` parts
+concatenated along axis 1 (a row or token prepended: a relative-position shift, a class
+token; channels of images; the last axis, ``inner`` 1), the row's op ``Concat p<parts>
+i<inner> a<1 where every part's slice is a multiple of 16 bytes, else 0>``, its width the
+result's length along the axis."""
 
 COLD: frozenset[str] = frozenset()
 """Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
@@ -643,6 +653,13 @@ def _case(fam: str, width: Any, n: int, dtype: Any,
         x = b.param("x", TensorType(dtype, shape, 0))
         ax = b.op("Constant", value=__import__("numpy").array(axes, dtype="int64"))
         return b.ret(b.op("ReduceSum", x, ax, keepdims=0)), {}
+    if fam == "concat":  # parts [rows, length, inner] along axis 1
+        lengths, inner = width
+        rows = n // (sum(lengths) * inner)
+        if rows < 1:
+            return None
+        return _one_op("Concat", [(f"x{i}", dtype, (rows, d, inner))
+                                  for i, d in enumerate(lengths)], 1, axis=1), {}
     if fam == "where":  # a ReLU6's gradient: the mask's elements kept, else zero
         from distir.ir import FunctionBuilder, TensorType
 
@@ -793,6 +810,10 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     elif fam == "groupnorm":  # a group's elements, a channel's pixels
                         c, g, h = width
                         op, width = f"{op} i{h * h}", c // g * h * h
+                    elif fam == "concat":  # the parts, the elements after the axis
+                        aligned = all(d * width[1] * ddt.itemsize % 16 == 0 for d in width[0])
+                        op = f"{op} p{len(width[0])} i{width[1]} a{int(aligned)}"
+                        width = sum(width[0])
                     elif fam == "reduce" and isinstance(width, tuple) and len(width) == 3:
                         op, width = f"{op} run{width[2]} mid{width[1]}", width[0] * width[2]
                     elif isinstance(width, tuple):  # (channels, pixels, size or stride)

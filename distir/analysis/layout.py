@@ -48,8 +48,9 @@ from typing import Any
 from distir.analysis.values import concrete, type_of
 from distir.ir.core import Function, Op, Value
 
-__all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "RESHAPE_OPS", "STRIDE_OPS", "MEMORY_FORMAT",
-           "COPIED_INPUTS", "INDEX_ELEMENTS", "Layouts",
+__all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "RESHAPE_OPS", "REDUCE_OPS", "BY_INPUT_OPS",
+           "STRIDE_OPS", "MEMORY_FORMAT", "COPIED_INPUTS", "INDEX_ELEMENTS", "INPUT_STRIDES",
+           "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
            "is_channels_last", "reshape_target"]
 
@@ -68,7 +69,18 @@ RESHAPE_OPS = frozenset({"Reshape", "Flatten"})
 copy of it (``torch.reshape``): ConvBERT's im2col, a transposed token tensor reshaped to
 heads, cost that copy."""
 
-LAYOUT_OPS = CONV_OPS | INDEX_OPS | RESHAPE_OPS
+REDUCE_OPS = frozenset({"ReduceSum", "ReduceMean"})
+"""Ops PyTorch runs in their input's memory order (TensorIterator sorts the axes by
+stride), so that a reduction of a strided view costs as one of its storage's axes
+(``cost.compute.reduced_blocks``): a transposed token tensor's bias gradient reads rows of
+tokens, not of channels."""
+
+BY_INPUT_OPS = RESHAPE_OPS | REDUCE_OPS
+"""Ops whose cost depends on their first input's strides, and only where it may be a
+strided view (``memory.layout_sensitive``): their records are shared by layout
+(``memory.BY_STRIDES``)."""
+
+LAYOUT_OPS = CONV_OPS | INDEX_OPS | BY_INPUT_OPS
 """Ops whose cost depends on the strides of an input."""
 
 STRIDE_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
@@ -89,6 +101,10 @@ COPIED_INPUTS = "copied_inputs"
 """The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose inputs PyTorch copies
 before the kernel, views not dense in the format the kernel runs in: ``(position, the axis
 of stride 1 the copy reads along)`` pairs (``Layouts.conv_layout``)."""
+
+INPUT_STRIDES = "input_strides"
+"""The attribute the simulator adds for a ``REDUCE_OPS`` rule whose input is a strided
+view: its strides (elements)."""
 
 Strides = tuple[int, ...]
 
@@ -399,6 +415,8 @@ class Layouts:
         if op.op_type in INDEX_OPS:
             n = self.index_elements(op)
             return None if n is None else ((INDEX_ELEMENTS, n),)
+        if op.op_type in REDUCE_OPS:
+            return self.input_strides(op)
         if op.op_type in RESHAPE_OPS:
             env = self._env()
             assert env is not None
@@ -438,6 +456,12 @@ class Layouts:
             axis = self._views[key] = None if len(st) != len(shape) or \
                 view_strides(shape, st, out_shape) is not None else _innermost(shape, st)
         return None if axis is None else ((COPIED_INPUTS, ((0, axis),)),)
+
+    def input_strides(self, op: Op) -> tuple[tuple[str, Any], ...] | None:
+        """``op_layout`` of a reduction (``REDUCE_OPS``): its input's strides
+        (``INPUT_STRIDES``) where it is a strided view, else ``None``."""
+        st = self.strides(op.inputs[0] if op.inputs else None)
+        return None if st is None else ((INPUT_STRIDES, st),)
 
     def index_elements(self, op: Op) -> int | None:
         """The distinct elements of ``op``'s index (input 1) where it is broadcast (a view

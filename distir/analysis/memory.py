@@ -29,7 +29,7 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not, not_
 from typing import Any
 
-from distir.analysis.layout import LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS, restrides
+from distir.analysis.layout import BY_INPUT_OPS, LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS, restrides
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
@@ -165,9 +165,9 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 (op.op_type, akey, len(outs))
             sig = sigs.setdefault(sig, sig)
             if op in sensitive:  # its cost depends on its input's strides
-                # (``distir.analysis.layout``): a record of its own; a reshape's records
-                # are shared by whether it copies (``Simulator``: ``RESHAPED``)
-                sig = (*sig, RESHAPED if op.op_type in RESHAPE_OPS else op)
+                # (``distir.analysis.layout``): a record of its own; a reshape's or a
+                # reduction's records are shared by its layout (``BY_STRIDES``)
+                sig = (*sig, BY_STRIDES if op.op_type in BY_INPUT_OPS else op)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
@@ -270,20 +270,22 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     return fl
 
 
-RESHAPED = ("reshape", "of strides")
-"""Ends the signature of a reshape whose input may be strided (``layout_sensitive``): its
-records are keyed by whether it copies, not by the op."""
+BY_STRIDES = ("records", "by strides")
+"""Ends the signature of a reshape or a reduction whose input may be strided
+(``layout_sensitive``): its records are keyed by its layout (whether a reshape copies, a
+reduction's input strides: ``Simulator._input_layout``), not by the op."""
 
 
 def layout_sensitive(fn: Function) -> frozenset[Op]:
     """The ops of ``fn`` whose cost depends on their inputs' strides
-    (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the
-    ``Reshape`` / ``Flatten`` ops whose input may be strided (a parameter, a call's result,
-    a ``STRIDE_OPS`` view): a reshape of another op's result, contiguous, is a view."""
+    (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the reshapes
+    and reductions (``layout.BY_INPUT_OPS``) whose input may be strided (a parameter, a
+    call's result, a ``STRIDE_OPS`` view): another op's result is contiguous, and so is a
+    reshape of it (a view)."""
     types = {op.op_type for op in fn.ops}
     if LAYOUT_OPS.isdisjoint(types):
         return frozenset()
-    if RESHAPE_OPS.isdisjoint(types):
+    if BY_INPUT_OPS.isdisjoint(types):
         return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
     maybe: set[Value | None] = set(fn.params)
     out: list[Op] = []
@@ -294,10 +296,12 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
                 maybe.update(op.outputs)
             continue
         strided = bool(op.inputs) and op.inputs[0] in maybe
-        if t in RESHAPE_OPS and strided:
-            out.append(op)
-        elif t in LAYOUT_OPS and t not in RESHAPE_OPS:
-            out.append(op)
+        if t in RESHAPE_OPS:
+            if strided:
+                out.append(op)
+        elif t in LAYOUT_OPS:  # a result of its own, contiguous
+            if strided or t not in BY_INPUT_OPS:
+                out.append(op)
             continue
         if strided or restrides(op):  # (a view of a contiguous input is contiguous
             maybe.update(op.outputs)    # but for a part, a broadcast or a transpose)

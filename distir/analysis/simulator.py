@@ -50,9 +50,9 @@ from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import LAYOUT_OPS, Layouts, reshape_target
+from distir.analysis.layout import LAYOUT_OPS, REDUCE_OPS, Layouts, reshape_target
 from distir.analysis.memory import (
-    RESHAPED,
+    BY_STRIDES,
     FunctionLiveness,
     Memo,
     OpLiveness,
@@ -441,14 +441,15 @@ class Simulator(TypeInterpreter):
         none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
         wait = self._wait
         gate = self._gate if self._host else None
-        reshaped = self._reshape_layout
+        by_strides = self._input_layout
 
         def eval_op(op: Op, args: tuple) -> tuple:
             if pending and not none_pending(op.inputs):
                 wait(op.inputs)
             lv = lvs[op]
             sig = lv[0]
-            key = (sig, args) if sig[-1] is not RESHAPED else (sig, args, reshaped(op, args))
+            key = (sig, args) if sig[-1] is not BY_STRIDES else \
+                (sig, args, by_strides(op, args))
             rec = recs.get(key)
             if rec is None:
                 rec = recs[key] = record(op, args)
@@ -630,14 +631,17 @@ class Simulator(TypeInterpreter):
         return s.outs
 
     # -- records, costs, calls ---------------------------------------------------------
-    def _reshape_layout(self, op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
-        """The copy a ``Reshape`` or ``Flatten`` of a strided input makes (``layout.
-        Layouts.op_layout``'s attributes), else ``None``, from its arguments alone: the
-        target shape is the ``Reshape``'s concrete shape input (``0`` and ``-1`` as ONNX
-        reads them) or ``Flatten``'s ``axis``."""
+    def _input_layout(self, op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
+        """``layout.Layouts.op_layout``'s attributes for a reshape or a reduction whose
+        input may be strided (``layout.BY_INPUT_OPS``): a reduction's input strides, the
+        copy a ``Reshape`` or ``Flatten`` of a strided input makes; else ``None``. A
+        reshape's from its arguments alone: the target shape is the ``Reshape``'s concrete
+        shape input (``0`` and ``-1`` as ONNX reads them) or ``Flatten``'s ``axis``."""
         layouts = self._layouts
         if layouts is None:
             return None
+        if op.op_type in REDUCE_OPS:
+            return layouts.input_strides(op)
         x = getattr(type_of(args[0]), "shape", None) if args and args[0] is not None else None
         if x is None:
             return None
@@ -663,8 +667,8 @@ class Simulator(TypeInterpreter):
         if self._layouts is not None and lv[0][-1] is op:
             fmt = self._layouts.op_layout(
                 op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
-        elif lv[0][-1] is RESHAPED:
-            fmt = self._reshape_layout(op, args)
+        elif lv[0][-1] is BY_STRIDES:
+            fmt = self._input_layout(op, args)
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)

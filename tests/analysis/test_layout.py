@@ -358,3 +358,59 @@ def test_reshape_target_reads_zero_and_minus_one_as_onnx_does() -> None:
     assert target(allow, [0, 24, 1]) == (0, 24, 1)
     assert reshape_target(flatten, (2, 3, 4), (None,)) == (6, 4)
     assert reshape_target(reshape, (2, 3, 4), (None, None)) is None
+
+
+def test_a_reduction_is_read_in_memory_order() -> None:
+    """``reduced_blocks`` reads a reduction's axes by decreasing stride, merging adjacent
+    axes of one kind: a transposed token tensor's bias gradient reads as a convolution's
+    (``inner`` the tokens), a per-head bias's keeps runs of the head width."""
+    from distir.analysis.cost.compute import reduced_blocks
+
+    f, t = False, True
+    assert reduced_blocks((4, 200, 768), (f, f, t)) == (768, 1, 768)  # a column sum
+    assert reduced_blocks((4, 768, 200), (f, t, f)) == (768, 200, 768)  # over pixels
+    # [4, 200, 768] viewed from [4, 768, 200]: the same as the line above
+    assert reduced_blocks((4, 200, 768), (f, f, t), (768 * 200, 1, 200)) == (768, 200, 768)
+    assert reduced_blocks((4, 12, 200, 64), (f, t, f, t)) == (768, 1, 64)  # per head
+    assert reduced_blocks((4, 1, 200, 64), (f, t, f, t)) == (64, 1, 64)  # (axes of 1)
+    assert reduced_blocks((4, 200), (f, f)) == (1, 800, 1)  # nothing kept
+    assert reduced_blocks((4, 200), (t, t)) == (800, 1, 800)  # nothing reduced
+
+
+# a token tensor [2, C, 64] transposed to [2, 64, C] (the last two axes: a view), its bias
+# gradient; the same sum of a contiguous tensor; a per-head bias's gradient (the last two
+# of other ops' results: contiguous, so that only the first has records by its strides)
+REDUCES = """
+func @main(%t: Tensor[Float32, (2, 32, 64), 0], %u: Tensor[Float32, (2, 64, 32), 0],
+           %h: Tensor[Float32, (2, 4, 64, 8), 0]) {
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %axes = Constant(value=dense<Int64>[0, 1], device=0)
+  %viewed = ReduceSum(%tt, %axes, keepdims=0)
+  %ur = Relu(%u)
+  %plain = ReduceSum(%ur, %axes, keepdims=0)
+  %hr = Relu(%h)
+  %axes2 = Constant(value=dense<Int64>[0, 2], device=0)
+  %head = ReduceSum(%hr, %axes2, keepdims=0)
+  return %viewed, %plain, %head
+}"""
+
+
+def test_a_reduction_of_a_view_is_priced_in_its_storage_order() -> None:
+    """The simulator hands a reduction of a strided view its input's strides
+    (``layout.INPUT_STRIDES``), so the ``reduce`` fit sees the axes PyTorch reads:
+    ``inner`` the 64 tokens, not a column sum's 1; a per-head bias's gradient its ``run``
+    of 8."""
+    from distir.analysis.hardware import rowwise_features
+    from distir.analysis.memory import layout_sensitive
+
+    fit = FitModel("linear", ("inner", "run"), intercept=1e-5, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(("reduce", "Float32", fit),))
+    fn = distir.parse(REDUCES)
+    fn = getattr(fn, "entry", fn)
+    assert {op.outputs[0].name for op in layout_sensitive(fn)} == {"viewed"}
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(fn, hw).events()}
+    nbytes = 4.0 * (2 * 64 * 32 + 32)
+    assert got["viewed"] == pytest.approx(fit(rowwise_features(nbytes, 32, 64)))
+    assert got["plain"] == pytest.approx(fit(rowwise_features(nbytes, 32, 1)))
+    assert got["head"] == pytest.approx(fit(rowwise_features(4.0 * (2 * 4 * 64 * 8 + 32),
+                                                             32, 1, 8)))

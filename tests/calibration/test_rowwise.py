@@ -27,11 +27,14 @@ def test_copy_rows_name_their_axes() -> None:
 
 def test_row_features() -> None:
     assert _x(_row("reduce", "ReduceSum i196", 1 << 20, 384, 4e6)) == \
-        {"bytes": 4e6, "width": 384.0, "inner": 196.0, "rows": 4e6 / (384 * 196)}
+        {"bytes": 4e6, "width": 384.0, "inner": 196.0, "rows": 4e6 / (384 * 196),
+         "run": 384.0}
     assert _x(_row("reduce", "ReduceSum", 1 << 20, 768, 4e6))["inner"] == 1.0
+    per_head = _x(_row("reduce", "ReduceSum run64 mid197", 1 << 20, 768, 4e6))
+    assert (per_head["width"], per_head["inner"], per_head["run"]) == (768.0, 1.0, 64.0)
     assert _x(_row("layernorm", "layer_norm", 1 << 20, 96, 8e6))["width"] == 96.0
     assert _x(_row("copy", "copy_0312 s14", 1 << 20, 384, 8e6)) == \
-        {"bytes": 8e6, "width": 14.0, "inner": 384.0, "rows": 8e6 / (14 * 384)}
+        {"bytes": 8e6, "width": 14.0, "inner": 384.0, "rows": 8e6 / (14 * 384), "run": 14.0}
     assert _x(_row("pad", "Pad c96", 1 << 20, 56, 8e6))["width"] == 56.0
     assert _x(_row("where", "Where", 1 << 20, 1, 9e6)) == {"bytes": 9e6}
 
@@ -42,6 +45,9 @@ def test_benchmarked_programs() -> None:
     fn, _ = _case("reduce", (96, 3136), 1 << 22, DType.Float32)
     assert fn.params[0].type.shape == ((1 << 22) // (96 * 3136), 96, 3136)
     assert _case("reduce", (96, 3136), 1 << 10, DType.Float32) is None  # smaller than one
+    fn, _ = _case("reduce", (12, 197, 64), 1 << 22, DType.Float32)  # a per-head bias's
+    assert fn.params[0].type.shape == ((1 << 22) // (12 * 197 * 64), 12, 197, 64)
+    assert fn.ops[0].attrs["value"].array.tolist() == [0, 2]
     fn, _ = _case("where", 1, 4096, DType.BFloat16)
     assert [p.type.dtype for p in fn.params] == [DType.Bool, DType.BFloat16]
     assert fn.ops[-1].op_type == "Where"

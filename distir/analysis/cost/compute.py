@@ -60,12 +60,18 @@
 
 from __future__ import annotations
 
+import functools
 import math
 from typing import Any
 
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
-from distir.analysis.hardware import Hardware, rowwise_features, scatter_features
-from distir.analysis.layout import COPIED_INPUTS, INDEX_ELEMENTS
+from distir.analysis.hardware import (
+    Hardware,
+    concat_features,
+    rowwise_features,
+    scatter_features,
+)
+from distir.analysis.layout import COPIED_INPUTS, INDEX_ELEMENTS, INPUT_STRIDES
 from distir.analysis.type_rules.nn import STASH_TYPES
 from distir.ir.types import TensorType, Type
 
@@ -101,7 +107,7 @@ KERNEL_FAMILY = {"Softmax": "softmax", "LogSoftmax": "softmax",
                  "SoftmaxCrossEntropyLoss": "cross_entropy",
                  "SoftmaxCrossEntropyLossGrad": "cross_entropy_grad",
                  "AdamOptimizer": "adam", "ReduceSum": "reduce", "ReduceMean": "reduce",
-                 "Where": "where"}
+                 "Where": "where", "Concat": "concat"}
 """Ops whose kernels a profile may fit apart from ``elementwise`` (``Hardware.kernel_time``,
 which falls back to the ``elementwise`` fit for a profile without the family). Besides:
 ``BatchNormalization`` in training mode (``batchnorm``), ``ScatterND`` adding into its data
@@ -242,7 +248,10 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     reduction keeps the axes where its result's shape, aligned to the input's from the
     right (its ``keepdims`` ones or its squeezed ones), matches: ``width`` is the kept
     elements, ``inner`` the reduced ones after the last kept axis (the pixels of a
-    convolution's bias gradient, 1 for a linear layer's)."""
+    convolution's bias gradient, 1 for a linear layer's). A ``Concat``'s are
+    ``concat_features``."""
+    if op_type == "Concat":
+        return _concat_features(ins, outs, attrs, nbytes)
     x = ins[0] if ins else None
     if not isinstance(x, TensorType) or x.rank == 0:
         return None
@@ -271,10 +280,55 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
             if j >= 0 and out[j] == shape[i]:
                 kept[i] = True
                 j -= 1
-    width = math.prod(d for d, k in zip(shape, kept) if k)
-    last = max((i for i, k in enumerate(kept) if k), default=-1)
-    inner = math.prod(shape[last + 1:]) if width != x.numel else 1  # else nothing reduced
-    return rowwise_features(nbytes, width, inner)
+    return rowwise_features(nbytes, *reduced_blocks(shape, tuple(kept),
+                                                    attrs.get(INPUT_STRIDES)))
+
+
+def _concat_features(ins: tuple, outs: tuple, attrs: dict[str, Any],
+                     nbytes: float) -> dict[str, float] | None:
+    y = outs[0] if outs else None
+    if not isinstance(y, TensorType) or y.rank == 0:
+        return None
+    axis = int(attrs.get("axis", 0)) % y.rank
+    inner = math.prod(y.shape[axis + 1:])
+    parts = [t for t in ins if isinstance(t, TensorType) and t.numel]
+    aligned = all(t.shape[axis] * inner * t.dtype.itemsize % 16 == 0 for t in parts)
+    return concat_features(nbytes, math.prod(y.shape[:axis]), y.shape[axis], inner,
+                           len(parts), aligned)
+
+
+@functools.lru_cache(maxsize=4096)
+def reduced_blocks(shape: tuple[int, ...], kept: tuple[bool, ...],
+                   strides: tuple[int, ...] | None = None) -> tuple[int, int, int]:
+    """``(width, inner, run)`` of a reduction of a ``shape`` tensor keeping the axes
+    ``kept``, read in memory order (by decreasing ``strides``; a contiguous tensor's where
+    ``None``): the axes longer than 1, adjacent ones of the same kind merged into blocks;
+    ``width`` the kept elements, ``inner`` the reduced ones after the last kept block (1
+    where a kept block is innermost; every element where nothing is kept), ``run`` the
+    last kept block's. PyTorch's reduction reads its input in this order (TensorIterator
+    sorts the axes by stride), so a transposed token tensor ``[N, L, C]`` viewed from
+    ``[N, C, L]`` is reduced to ``[C]`` as a convolution's bias gradient is (``inner``
+    ``L``), and ``[N, heads, L, head width]`` reduced to ``[heads, head width]`` keeps
+    runs of the head width between reduced tokens (a per-head bias's gradient, 1.8 times
+    a column sum's time on an H200: ``grid_search/results/strided_reduce/``)."""
+    axes = [i for i, d in enumerate(shape) if d > 1]
+    if strides is not None and len(strides) == len(shape):
+        axes.sort(key=lambda i: -strides[i])  # (stable: ties keep the logical order)
+    blocks: list[list[Any]] = []  # [kept, elements]
+    for i in axes:
+        if blocks and blocks[-1][0] == kept[i]:
+            blocks[-1][1] *= shape[i]
+        else:
+            blocks.append([kept[i], shape[i]])
+    width = math.prod(n for k, n in blocks if k)
+    if not any(k for k, _ in blocks):
+        return 1, math.prod(n for _, n in blocks), 1
+    inner = 1
+    while blocks and not blocks[-1][0]:
+        inner *= blocks.pop()[1]
+    if not any(not k for k, _ in blocks) and inner == 1:
+        return width, 1, width  # nothing reduced
+    return width, inner, blocks[-1][1]
 
 
 def norm_group_features(x: TensorType, attrs: dict[str, Any],
