@@ -121,7 +121,8 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
     "concat": (((1, 255), 128), ((1, 199), 197), ((2, 62), 66), ((64, 63), 1),
                ((128, 128), 1), ((1, 196), 768), ((96, 96), 3136), ((384, 384), 49),
                ((256, 256, 256), 64), ((32, 32, 32, 32), 49), ((3, 13), 101),
-               ((17, 15), 33))}
+               ((17, 15), 33), ((1, 255), 128, 1), ((1, 199), 197, 1), ((63, 64), 1, 1),
+               ((64, 64), 1, 1), ((2, 62), 66, 1), ((1, 196), 768, 1))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
@@ -140,7 +141,9 @@ lengths along the axis, the elements after it)``: ``[rows, length, inner]`` part
 concatenated along axis 1 (a row or token prepended: a relative-position shift, a class
 token; channels of images; the last axis, ``inner`` 1), the row's op ``Concat p<parts>
 i<inner> a<1 where every part's slice is a multiple of 16 bytes, else 0>``, its width the
-result's length along the axis."""
+result's length along the axis; a triple's third element marks the first part as a zero
+tensor expanded from a scalar (a view of stride 0, as exports pad a relative-position
+shift: the op's ``s1``)."""
 
 COLD: frozenset[str] = frozenset()
 """Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
@@ -654,7 +657,7 @@ def _case(fam: str, width: Any, n: int, dtype: Any,
         ax = b.op("Constant", value=__import__("numpy").array(axes, dtype="int64"))
         return b.ret(b.op("ReduceSum", x, ax, keepdims=0)), {}
     if fam == "concat":  # parts [rows, length, inner] along axis 1
-        lengths, inner = width
+        lengths, inner = width[:2]
         rows = n // (sum(lengths) * inner)
         if rows < 1:
             return None
@@ -790,6 +793,9 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     args = _inputs(fn, bounds, device)
                     if fam in ("gather_elements", "scatter_elements") and width[2] > 1:
                         args[1] = args[1][:1].expand(args[1].shape)  # a broadcast index
+                    if fam == "concat" and len(width) > 2:  # a zero part from a scalar
+                        args[0] = torch.zeros((), dtype=args[0].dtype,
+                                              device=args[0].device).expand(args[0].shape)
                     with torch.inference_mode():
                         if fam in SEQUENCE:
                             secs, reps = _in_sequence(dtimer, kernel, args, fn, bounds,
@@ -812,7 +818,8 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                         op, width = f"{op} i{h * h}", c // g * h * h
                     elif fam == "concat":  # the parts, the elements after the axis
                         aligned = all(d * width[1] * ddt.itemsize % 16 == 0 for d in width[0])
-                        op = f"{op} p{len(width[0])} i{width[1]} a{int(aligned)}"
+                        op = f"{op} p{len(width[0])} i{width[1]} a{int(aligned)}" + \
+                            (" s1" if len(width) > 2 else "")
                         width = sum(width[0])
                     elif fam == "reduce" and isinstance(width, tuple) and len(width) == 3:
                         op, width = f"{op} run{width[2]} mid{width[1]}", width[0] * width[2]

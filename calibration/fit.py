@@ -38,6 +38,7 @@ from typing import Any
 from distir.analysis.hardware import (
     FitModel,
     bmm_features,
+    broadcast_features,
     concat_features,
     loglog_terms,
     matmul_features,
@@ -207,6 +208,8 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         default = 2 if row["family"] in ("avgpool", "avgpool_grad") else 1
         return rowwise_features(float(row["bytes"]), int(row["n"]),
                                 inner[0] if inner else default, run[0] if run else None)
+    if row["family"] == "elementwise_bcast":  # a Where of a mask, or arithmetic
+        return broadcast_features(float(row["bytes"]), row["op"] == "where_mask")
     if row["family"] == "concat":
         words = str(row["op"]).split()[1:]
         tags = {w[:1]: int(w[1:]) for w in words if w[1:].isdigit()}
@@ -214,7 +217,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         size = DType[str(row["dtype"])].itemsize
         rows = int(round(float(row["bytes"]) / (2 * width * inner * size)))
         return concat_features(float(row["bytes"]), rows, width, inner, tags.get("p", 2),
-                               bool(tags.get("a", 0)))
+                               bool(tags.get("a", 0)), not tags.get("s", 0))
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
@@ -405,13 +408,23 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(bytes) x deeper trees(bytes, rows, width, inner, run)":
                     _boosted(("bytes",), ("bytes", "rows", "width", "inner", "run"), 300, 6,
                              0.05)}
-    if family == "concat":
-        feats = ("bytes", "rows", "width", "inner", "parts", "aligned")
+    if family == "elementwise_bcast":
         return {"linear(bytes)": _linear(("bytes",)),
-                "linear(bytes) x deep trees(bytes, rows, width, inner, parts, aligned)":
-                    _boosted(("bytes",), feats, 300, 4, 0.05),
-                "linear(bytes) x deeper trees(bytes, rows, width, inner, parts, aligned)":
-                    _boosted(("bytes",), feats, 300, 6, 0.05)}
+                "piecewise(every size)": _piecewise(1),
+                "piecewise(every 2nd size)": _piecewise(2),
+                "piecewise(every 4th size)": _piecewise(4),
+                # (a Where of a broadcast mask takes 1.5 times an add of a broadcast bias:
+                # pooled by bytes, the add was priced 5.3 us where it takes 2.9,
+                # grid_search/results/strided_reduce/bias_probe.txt)
+                "linear(bytes) x trees(bytes, where)":
+                    _boosted(("bytes",), ("bytes", "where"))}
+    if family == "concat":
+        feats = ("bytes", "rows", "width", "inner", "parts", "aligned", "contiguous")
+        return {"linear(bytes)": _linear(("bytes",)),
+                "linear(bytes) x deep trees(bytes, rows, width, inner, parts, aligned, "
+                "contiguous)": _boosted(("bytes",), feats, 300, 4, 0.05),
+                "linear(bytes) x deeper trees(bytes, rows, width, inner, parts, aligned, "
+                "contiguous)": _boosted(("bytes",), feats, 300, 6, 0.05)}
     if family == "scatter_add_repeated":
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(rows, bytes)": _linear(("rows", "bytes")),

@@ -73,7 +73,7 @@ from distir.ir.schemas import FOLDED_COLLECTIVES
 __all__ = ["FORMAT", "COLLECTIVES", "FitModel", "Trees", "LinkSpec", "Hardware", "load_hardware",
            "profile_dirs", "available_profiles", "cache_dir", "collective_factors", "loglog_terms",
            "matmul_features", "bmm_features", "scatter_features", "rowwise_features",
-           "concat_features",
+           "concat_features", "broadcast_features",
            "KERNEL_FAMILIES"]
 
 FORMAT = "distir-hardware/1"
@@ -445,16 +445,25 @@ def rowwise_features(nbytes: float, width: int, inner: int = 1,
             "run": w if run is None else float(max(run, 1))}
 
 
+def broadcast_features(nbytes: float, where: bool) -> dict[str, float]:
+    """The features an ``elementwise_bcast`` fit may use: ``bytes`` (every input and
+    result) and ``where`` (2 for a ``Where`` of a broadcast mask, 1 for arithmetic with a
+    broadcast operand: ``calibration.bench_broadcast``'s patterns)."""
+    return {"bytes": float(nbytes), "where": 2.0 if where else 1.0}
+
+
 def concat_features(nbytes: float, rows: int, width: int, inner: int, parts: int,
-                    aligned: bool) -> dict[str, float]:
+                    aligned: bool, contiguous: bool = True) -> dict[str, float]:
     """The features a ``concat`` fit may use: ``bytes`` (every input and result), the
     result's ``rows`` (elements before the axis), ``width`` (its length along the axis),
-    ``inner`` (elements after it), ``parts`` (the inputs) and ``aligned`` (2 where every
+    ``inner`` (elements after it), ``parts`` (the inputs), ``aligned`` (2 where every
     part's slice of a row, ``length x inner`` elements, is a multiple of 16 bytes, else 1:
-    PyTorch's ``cat`` copies aligned slices by vector loads, others element by element)."""
+    PyTorch's ``cat`` copies aligned slices by vector loads) and ``contiguous`` (2 where
+    every part is contiguous, else 1: a view, such as a zero row expanded from a scalar,
+    sends ``cat`` to its element-by-element kernel)."""
     return {"bytes": float(nbytes), "rows": float(max(rows, 1)), "width": float(max(width, 1)),
             "inner": float(max(inner, 1)), "parts": float(max(parts, 1)),
-            "aligned": 2.0 if aligned else 1.0}
+            "aligned": 2.0 if aligned else 1.0, "contiguous": 2.0 if contiguous else 1.0}
 
 
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:

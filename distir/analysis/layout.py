@@ -49,8 +49,8 @@ from distir.analysis.values import concrete, type_of
 from distir.ir.core import Function, Op, Value
 
 __all__ = ["LAYOUT_OPS", "CONV_OPS", "INDEX_OPS", "RESHAPE_OPS", "REDUCE_OPS", "BY_INPUT_OPS",
-           "STRIDE_OPS", "MEMORY_FORMAT", "COPIED_INPUTS", "INDEX_ELEMENTS", "INPUT_STRIDES",
-           "Layouts",
+           "CONCAT_OPS", "WHEN_STRIDED", "STRIDE_OPS", "MEMORY_FORMAT", "COPIED_INPUTS",
+           "INDEX_ELEMENTS", "INPUT_STRIDES", "STRIDED_INPUTS", "Layouts",
            "strides_through", "view_strides", "contiguous_strides", "channels_last_strides",
            "is_channels_last", "reshape_target"]
 
@@ -80,7 +80,17 @@ BY_INPUT_OPS = RESHAPE_OPS | REDUCE_OPS
 strided view (``memory.layout_sensitive``): their records are shared by layout
 (``memory.BY_STRIDES``)."""
 
-LAYOUT_OPS = CONV_OPS | INDEX_OPS | BY_INPUT_OPS
+CONCAT_OPS = frozenset({"Concat"})
+"""Ops PyTorch runs by a slower kernel where an input is not contiguous: ``torch.cat``
+copies contiguous parts by its batched kernel, and reads any part that is a view (a zero
+row ``Expand``-ed from a scalar: a relative-position shift's pad; a ``Slice``) element by
+element, five times slower on an H200 (``grid_search/results/strided_reduce/``)."""
+
+WHEN_STRIDED = BY_INPUT_OPS | CONCAT_OPS
+"""Layout ops whose cost depends on their inputs' strides only where one may be a strided
+view (``memory.layout_sensitive``); a convolution or an indexing op is always looked at."""
+
+LAYOUT_OPS = CONV_OPS | INDEX_OPS | WHEN_STRIDED
 """Ops whose cost depends on the strides of an input."""
 
 STRIDE_OPS = frozenset({"Transpose", "Reshape", "Flatten", "Squeeze", "Unsqueeze",
@@ -101,6 +111,10 @@ COPIED_INPUTS = "copied_inputs"
 """The attribute the simulator adds for a ``LAYOUT_OPS`` rule whose inputs PyTorch copies
 before the kernel, views not dense in the format the kernel runs in: ``(position, the axis
 of stride 1 the copy reads along)`` pairs (``Layouts.conv_layout``)."""
+
+STRIDED_INPUTS = "strided_inputs"
+"""The attribute the simulator adds for a ``CONCAT_OPS`` rule some of whose inputs are
+views that are not contiguous: how many."""
 
 INPUT_STRIDES = "input_strides"
 """The attribute the simulator adds for a ``REDUCE_OPS`` rule whose input is a strided
@@ -410,13 +424,17 @@ class Layouts:
         """The attributes by which ``op`` (one of ``LAYOUT_OPS``) reaches its cost rule, as
         ``(name, value)`` pairs, ``None`` where its inputs are contiguous: a convolution's
         ``MEMORY_FORMAT`` and ``COPIED_INPUTS`` (``conv_layout``), an indexing op's
-        ``INDEX_ELEMENTS`` (``index_elements``). A convolution run channels-last marks its
-        first result (of ``out_shape``) as written in that format."""
+        ``INDEX_ELEMENTS`` (``index_elements``), a concatenation's ``STRIDED_INPUTS``, a
+        reduction's ``INPUT_STRIDES``. A convolution run channels-last marks its first
+        result (of ``out_shape``) as written in that format."""
         if op.op_type in INDEX_OPS:
             n = self.index_elements(op)
             return None if n is None else ((INDEX_ELEMENTS, n),)
         if op.op_type in REDUCE_OPS:
             return self.input_strides(op)
+        if op.op_type in CONCAT_OPS:
+            n = len(self._strided(op.inputs))
+            return ((STRIDED_INPUTS, n),) if n else None
         if op.op_type in RESHAPE_OPS:
             env = self._env()
             assert env is not None

@@ -29,7 +29,15 @@ from itertools import compress, repeat
 from operator import attrgetter, is_not, not_
 from typing import Any
 
-from distir.analysis.layout import BY_INPUT_OPS, LAYOUT_OPS, RESHAPE_OPS, STRIDE_OPS, restrides
+from distir.analysis.layout import (
+    BY_INPUT_OPS,
+    CONCAT_OPS,
+    LAYOUT_OPS,
+    RESHAPE_OPS,
+    STRIDE_OPS,
+    WHEN_STRIDED,
+    restrides,
+)
 from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
@@ -280,12 +288,12 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
     """The ops of ``fn`` whose cost depends on their inputs' strides
     (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the reshapes
     and reductions (``layout.BY_INPUT_OPS``) whose input may be strided (a parameter, a
-    call's result, a ``STRIDE_OPS`` view): another op's result is contiguous, and so is a
-    reshape of it (a view)."""
+    call's result, a ``STRIDE_OPS`` view), and the concatenations any of whose inputs may
+    be: another op's result is contiguous, and so is a reshape of it (a view)."""
     types = {op.op_type for op in fn.ops}
     if LAYOUT_OPS.isdisjoint(types):
         return frozenset()
-    if BY_INPUT_OPS.isdisjoint(types):
+    if WHEN_STRIDED.isdisjoint(types):
         return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
     maybe: set[Value | None] = set(fn.params)
     out: list[Op] = []
@@ -294,6 +302,10 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
         if t not in _WATCHED:
             if op.callee is not None:
                 maybe.update(op.outputs)
+            continue
+        if t in CONCAT_OPS:  # any of its inputs; its result is contiguous
+            if not maybe.isdisjoint(op.inputs):
+                out.append(op)
             continue
         strided = bool(op.inputs) and op.inputs[0] in maybe
         if t in RESHAPE_OPS:

@@ -67,11 +67,12 @@ from typing import Any
 from distir.analysis.cost import COST_RULES, ZERO, OpCost, main_dtype, tensor_bytes
 from distir.analysis.hardware import (
     Hardware,
+    broadcast_features,
     concat_features,
     rowwise_features,
     scatter_features,
 )
-from distir.analysis.layout import COPIED_INPUTS, INDEX_ELEMENTS, INPUT_STRIDES
+from distir.analysis.layout import COPIED_INPUTS, INDEX_ELEMENTS, INPUT_STRIDES, STRIDED_INPUTS
 from distir.analysis.type_rules.nn import STASH_TYPES
 from distir.ir.types import TensorType, Type
 
@@ -233,7 +234,9 @@ def memory_bound(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
                       flops, nbytes)
     if op_type in _ELEMENTWISE and broadcasts(ins, outs) and \
             hw.has_kernel_fit("elementwise_bcast", dt):
-        return OpCost(hw.kernel_time("elementwise_bcast", nbytes, flops, dt), flops, nbytes)
+        return OpCost(hw.kernel_time("elementwise_bcast", nbytes, flops, dt,
+                                     broadcast_features(nbytes, op_type == "Where")),
+                      flops, nbytes)
     return OpCost(hw.memory_time(nbytes, flops, dt), flops, nbytes)
 
 
@@ -294,7 +297,7 @@ def _concat_features(ins: tuple, outs: tuple, attrs: dict[str, Any],
     parts = [t for t in ins if isinstance(t, TensorType) and t.numel]
     aligned = all(t.shape[axis] * inner * t.dtype.itemsize % 16 == 0 for t in parts)
     return concat_features(nbytes, math.prod(y.shape[:axis]), y.shape[axis], inner,
-                           len(parts), aligned)
+                           len(parts), aligned, not attrs.get(STRIDED_INPUTS))
 
 
 @functools.lru_cache(maxsize=4096)
