@@ -122,7 +122,9 @@ _WIDTHS: dict[str, tuple[Any, ...]] = {
                ((128, 128), 1), ((1, 196), 768), ((96, 96), 3136), ((384, 384), 49),
                ((256, 256, 256), 64), ((32, 32, 32, 32), 49), ((3, 13), 101),
                ((17, 15), 33), ((1, 255), 128, 1), ((1, 199), 197, 1), ((63, 64), 1, 1),
-               ((64, 64), 1, 1), ((2, 62), 66, 1), ((1, 196), 768, 1))}
+               ((64, 64), 1, 1), ((2, 62), 66, 1), ((1, 196), 768, 1),
+               ((1, 255), 128, 1, 4), ((1, 199), 197, 1, 4), ((1, 199), 197, 0, 4),
+               ((63, 64), 1, 1, 4), ((64, 64), 1, 0, 4), ((2, 62), 66, 1, 4))}
 """The widths per family: channels (pools), the normalized or softmax axis, the classes,
 the embedding width, the reduced rows' width, the table's rows (``scatter_add_few``); the
 batch normalizations take ``_CNN``; a ``pad`` pair is ``(channels, image side)``. A
@@ -141,12 +143,17 @@ lengths along the axis, the elements after it)``: ``[rows, length, inner]`` part
 concatenated along axis 1 (a row or token prepended: a relative-position shift, a class
 token; channels of images; the last axis, ``inner`` 1), the row's op ``Concat p<parts>
 i<inner> a<1 where every part's slice is a multiple of 16 bytes, else 0>``, its width the
-result's length along the axis; a triple's third element marks the first part as a zero
+result's length along the axis; a third element of 1 marks the first part as a zero
 tensor expanded from a scalar (a view of stride 0, as exports pad a relative-position
-shift: the op's ``s1``)."""
+shift: the op's ``s1``), a fourth (4) splits the rows in two axes, ``[rows / 8, 8,
+length, inner]`` (``r4``: ``cat``'s kernel indexes by the result's rank)."""
 
 COLD: frozenset[str] = frozenset()
 """Families timed with the L2 cache flushed before each call (``DeviceTimer.cold``)."""
+
+AFTER_WRITER = frozenset({"reduce"})
+"""Families timed right after their first input is written (``DeviceTimer.after_writer``),
+as a step runs a reduction after the op that computed what it reduces."""
 
 SEQUENCE = frozenset({"adam"})
 """Families timed as a replayed step runs them (``_in_sequence``): one call after another
@@ -230,6 +237,22 @@ class DeviceTimer:
         flush = self._flush.zero_
         both, reps = self.time(lambda: (flush(), fn()))
         alone, _ = self.time(flush)
+        return max(both - alone, 1e-7), reps
+
+    def after_writer(self, fn: Callable[[], object], x: Any) -> tuple[float, int]:
+        """Device time per call of ``fn`` with its input ``x`` written again just before
+        each call (an elementwise copy, whose own time is measured alone and taken off),
+        as a step runs a bias gradient's column sum right after the op that wrote its
+        ``dy``: PyTorch's column sum of a few hundred rows runs a handful of blocks whose
+        threads each loop over the rows, and took 12.1 us alone, 14.4 right after its
+        input was written (796 rows of 768, float32, an H200: ``grid_search/results/
+        strided_reduce/``). On a CPU, ``time``."""
+        t = self.timer
+        if not t.cuda:
+            return t.time(fn)
+        src = x.clone()
+        both, reps = self.time(lambda: (x.copy_(src), fn()))
+        alone, _ = self.time(lambda: x.copy_(src))
         return max(both - alone, 1e-7), reps
 
     def replayed(self, fn: Callable[[], object]) -> tuple[float, int]:
@@ -659,10 +682,11 @@ def _case(fam: str, width: Any, n: int, dtype: Any,
     if fam == "concat":  # parts [rows, length, inner] along axis 1
         lengths, inner = width[:2]
         rows = n // (sum(lengths) * inner)
-        if rows < 1:
+        if rows < (8 if len(width) > 3 else 1):
             return None
-        return _one_op("Concat", [(f"x{i}", dtype, (rows, d, inner))
-                                  for i, d in enumerate(lengths)], 1, axis=1), {}
+        lead = (rows // 8, 8) if len(width) > 3 else (rows,)  # rank 4: the rows in two axes
+        return _one_op("Concat", [(f"x{i}", dtype, (*lead, d, inner))
+                                  for i, d in enumerate(lengths)], 1, axis=len(lead)), {}
     if fam == "where":  # a ReLU6's gradient: the mask's elements kept, else zero
         from distir.ir import FunctionBuilder, TensorType
 
@@ -793,13 +817,16 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     args = _inputs(fn, bounds, device)
                     if fam in ("gather_elements", "scatter_elements") and width[2] > 1:
                         args[1] = args[1][:1].expand(args[1].shape)  # a broadcast index
-                    if fam == "concat" and len(width) > 2:  # a zero part from a scalar
+                    if fam == "concat" and len(width) > 2 and width[2]:  # a zero part
                         args[0] = torch.zeros((), dtype=args[0].dtype,
                                               device=args[0].device).expand(args[0].shape)
                     with torch.inference_mode():
                         if fam in SEQUENCE:
                             secs, reps = _in_sequence(dtimer, kernel, args, fn, bounds,
                                                       device)
+                        elif fam in AFTER_WRITER:
+                            secs, reps = dtimer.after_writer(
+                                lambda k=kernel, a=args: k(*a), args[0])
                         else:
                             timed = dtimer.cold if fam in COLD else dtimer.time
                             secs, reps = timed(lambda k=kernel, a=args: k(*a))
@@ -819,7 +846,8 @@ def bench_train_kernels(device: Any, dtypes: list[str], sizes: list[tuple[int, s
                     elif fam == "concat":  # the parts, the elements after the axis
                         aligned = all(d * width[1] * ddt.itemsize % 16 == 0 for d in width[0])
                         op = f"{op} p{len(width[0])} i{width[1]} a{int(aligned)}" + \
-                            (" s1" if len(width) > 2 else "")
+                            (" s1" if len(width) > 2 and width[2] else "") + \
+                            (" r4" if len(width) > 3 else "")
                         width = sum(width[0])
                     elif fam == "reduce" and isinstance(width, tuple) and len(width) == 3:
                         op, width = f"{op} run{width[2]} mid{width[1]}", width[0] * width[2]

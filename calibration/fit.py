@@ -217,7 +217,7 @@ def _x(row: dict[str, Any]) -> dict[str, float]:
         size = DType[str(row["dtype"])].itemsize
         rows = int(round(float(row["bytes"]) / (2 * width * inner * size)))
         return concat_features(float(row["bytes"]), rows, width, inner, tags.get("p", 2),
-                               bool(tags.get("a", 0)), not tags.get("s", 0))
+                               bool(tags.get("a", 0)), not tags.get("s", 0), tags.get("r", 3))
     if row["family"] == "scatter_add_repeated":
         return scatter_features(int(row["m"]), int(row["n"]), int(row["k"]),
                                 float(row["bytes"]))
@@ -419,12 +419,12 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(bytes) x trees(bytes, where)":
                     _boosted(("bytes",), ("bytes", "where"))}
     if family == "concat":
-        feats = ("bytes", "rows", "width", "inner", "parts", "aligned", "contiguous")
+        feats = ("bytes", "rows", "width", "inner", "parts", "aligned", "contiguous", "rank")
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(bytes) x deep trees(bytes, rows, width, inner, parts, aligned, "
-                "contiguous)": _boosted(("bytes",), feats, 300, 4, 0.05),
+                "contiguous, rank)": _boosted(("bytes",), feats, 300, 4, 0.05),
                 "linear(bytes) x deeper trees(bytes, rows, width, inner, parts, aligned, "
-                "contiguous)": _boosted(("bytes",), feats, 300, 6, 0.05)}
+                "contiguous, rank)": _boosted(("bytes",), feats, 300, 6, 0.05)}
     if family == "scatter_add_repeated":
         return {"linear(bytes)": _linear(("bytes",)),
                 "linear(rows, bytes)": _linear(("rows", "bytes")),

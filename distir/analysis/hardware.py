@@ -453,17 +453,19 @@ def broadcast_features(nbytes: float, where: bool) -> dict[str, float]:
 
 
 def concat_features(nbytes: float, rows: int, width: int, inner: int, parts: int,
-                    aligned: bool, contiguous: bool = True) -> dict[str, float]:
+                    aligned: bool, contiguous: bool = True, rank: int = 3) -> dict[str, float]:
     """The features a ``concat`` fit may use: ``bytes`` (every input and result), the
     result's ``rows`` (elements before the axis), ``width`` (its length along the axis),
     ``inner`` (elements after it), ``parts`` (the inputs), ``aligned`` (2 where every
     part's slice of a row, ``length x inner`` elements, is a multiple of 16 bytes, else 1:
     PyTorch's ``cat`` copies aligned slices by vector loads) and ``contiguous`` (2 where
     every part is contiguous, else 1: a view, such as a zero row expanded from a scalar,
-    sends ``cat`` to its element-by-element kernel)."""
+    sends ``cat`` to its element-by-element kernel) and ``rank`` (the result's: that
+    kernel computes each element's offset along every axis)."""
     return {"bytes": float(nbytes), "rows": float(max(rows, 1)), "width": float(max(width, 1)),
             "inner": float(max(inner, 1)), "parts": float(max(parts, 1)),
-            "aligned": 2.0 if aligned else 1.0, "contiguous": 2.0 if contiguous else 1.0}
+            "aligned": 2.0 if aligned else 1.0, "contiguous": 2.0 if contiguous else 1.0,
+            "rank": float(max(rank, 1))}
 
 
 def bmm_features(batch: int, m: int, n: int, k: int, itemsize: int) -> dict[str, float]:

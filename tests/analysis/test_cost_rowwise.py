@@ -210,3 +210,55 @@ def test_training_batch_norms_read_a_fit_of_their_dtype() -> None:
     g = COST_RULES.get("BatchNormGrad")("BatchNormGrad", (x, c, x), (x, c, c), {}, hw).seconds
     assert g == pytest.approx(1e-5 + 1e-11 * (3 * x.size_bytes + 3 * c.size_bytes)
                               + 1e-8 * 64 + 1e-9 * 576)
+
+
+def test_concat_features() -> None:
+    """A concatenation's rows, its length along the axis, the elements after it, its
+    parts, whether every part's slice is a multiple of 16 bytes, and whether a part is a
+    strided view (the simulator's ``layout.STRIDED_INPUTS``)."""
+    from distir.analysis.layout import STRIDED_INPUTS
+
+    pad, big, out = _t(4, 12, 1, 199), _t(4, 12, 397, 199), _t(4, 12, 398, 199)
+    got = row_features("Concat", (pad, big), (out,), {"axis": 2}, 1.0)
+    assert got == {"bytes": 1.0, "rows": 48.0, "width": 398.0, "inner": 199.0,
+                   "parts": 2.0, "aligned": 1.0, "contiguous": 2.0, "rank": 4.0}
+    got = row_features("Concat", (pad, big), (out,), {"axis": -2, STRIDED_INPUTS: 1}, 1.0)
+    assert got["contiguous"] == 1.0
+    channels = row_features("Concat", (_t(8, 96, 56, 56), _t(8, 32, 56, 56)),
+                            (_t(8, 128, 56, 56),), {"axis": 1}, 1.0)
+    assert (channels["rows"], channels["inner"], channels["aligned"]) == (8.0, 3136.0, 2.0)
+
+
+CONCAT = FitModel("linear", ("bytes", "contiguous"), intercept=1e-5, coef=(1e-12, -2e-6))
+BCAST = FitModel("linear", ("bytes", "where"), intercept=1e-6, coef=(1e-12, 3e-6))
+
+
+def test_concat_and_broadcast_fits_see_their_features() -> None:
+    """A ``concat`` fit prices a concatenation with a part expanded from a scalar (a view
+    of stride 0) as not contiguous; an ``elementwise_bcast`` fit tells a ``Where`` of a
+    broadcast mask from an add of a broadcast bias; without the families, both are priced
+    as before (the elementwise fit by bytes)."""
+    text = """
+func @main(%x: Tensor[Float32, (4, 12, 397, 199), 0], %y: Tensor[Float32, (4, 12, 1, 199), 0],
+           %b: Tensor[Float32, (199,), 0], %m: Tensor[Bool, (199,), 0]) {
+  %z = Constant(value=dense<Float32, ()>[0.0], device=0)
+  %s = Constant(value=dense<Int64>[4, 12, 1, 199], device=0)
+  %zero = Expand(%z, %s)
+  %r = Relu(%x)
+  %padded = Concat(%zero, %r, axis=2)
+  %yr = Relu(%y)
+  %plain = Concat(%yr, %r, axis=2)
+  %biased = Add(%r, %b)
+  %masked = Where(%m, %r, %b)
+  return %padded, %plain, %biased, %masked
+}"""
+    hw = Hardware(**BASE, fits=(("elementwise", "any", EW), ("concat", "Float32", CONCAT),
+                                ("elementwise_bcast", "Float32", BCAST)))
+    got = _costs(text, hw)
+    moved = 4.0 * (4 * 12 * 1 * 199 + 2 * 4 * 12 * 397 * 199 + 4 * 12 * 199)
+    assert got["padded"] == pytest.approx(CONCAT({"bytes": moved, "contiguous": 1.0}))
+    assert got["plain"] == pytest.approx(CONCAT({"bytes": moved, "contiguous": 2.0}))
+    assert got["padded"] > got["plain"]
+    assert got["masked"] - got["biased"] == pytest.approx(3e-6, rel=1e-3)
+    old = _costs(text, Hardware(**BASE, fits=(("elementwise", "any", EW),)))
+    assert old["plain"] == pytest.approx(EW({"bytes": moved}))

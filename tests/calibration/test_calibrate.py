@@ -23,7 +23,7 @@ TRAINING = {"batchnorm", "batchnorm_grad", "layernorm_grad", "softmax_grad", "cr
             "conv_grouped_wgrad", "scatter_add_few", "where", "pad", "conv_nhwc",
             "conv_nhwc_dgrad", "conv_nhwc_wgrad", "conv_grouped_nhwc", "conv_grouped_nhwc_dgrad",
             "conv_grouped_nhwc_wgrad", "groupnorm", "gather_elements", "scatter_elements",
-            "conv1d", "conv1d_dgrad", "conv1d_wgrad"}
+            "conv1d", "conv1d_dgrad", "conv1d_wgrad", "concat"}
 
 
 @pytest.fixture(scope="module")

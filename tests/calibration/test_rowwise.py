@@ -37,6 +37,16 @@ def test_row_features() -> None:
         {"bytes": 8e6, "width": 14.0, "inner": 384.0, "rows": 8e6 / (14 * 384), "run": 14.0}
     assert _x(_row("pad", "Pad c96", 1 << 20, 56, 8e6))["width"] == 56.0
     assert _x(_row("where", "Where", 1 << 20, 1, 9e6)) == {"bytes": 9e6}
+    # a concatenation: 20 rows of [1 + 199, 197] (float32: 2 x 20 x 200 x 197 x 4 bytes)
+    cat = _x(_row("concat", "Concat p2 i197 a0 s1", 1 << 20, 200, 2.0 * 20 * 200 * 197 * 4))
+    assert cat == {"bytes": 2.0 * 20 * 200 * 197 * 4, "rows": 20.0, "width": 200.0,
+                   "inner": 197.0, "parts": 2.0, "aligned": 1.0, "contiguous": 1.0,
+                   "rank": 3.0}
+    assert _x(_row("concat", "Concat p2 i1 a1 r4", 1 << 20, 128, 8e6))["rank"] == 4.0
+    assert _x(_row("concat", "Concat p3 i64 a1", 1 << 20, 768, 8e6))["contiguous"] == 2.0
+    assert _x(_row("elementwise_bcast", "where_mask", 1 << 20, 4, 9e6)) == \
+        {"bytes": 9e6, "where": 2.0}
+    assert _x(_row("elementwise_bcast", "bias", 1 << 20, 4, 9e6))["where"] == 1.0
 
 
 def test_benchmarked_programs() -> None:
@@ -48,6 +58,12 @@ def test_benchmarked_programs() -> None:
     fn, _ = _case("reduce", (12, 197, 64), 1 << 22, DType.Float32)  # a per-head bias's
     assert fn.params[0].type.shape == ((1 << 22) // (12 * 197 * 64), 12, 197, 64)
     assert fn.ops[0].attrs["value"].array.tolist() == [0, 2]
+    fn, _ = _case("concat", ((1, 199), 197, 1), 1 << 20, DType.Float32)  # a row prepended
+    rows = (1 << 20) // (200 * 197)
+    assert [p.type.shape for p in fn.params] == [(rows, 1, 197), (rows, 199, 197)]
+    assert fn.ops[-1].op_type == "Concat" and fn.ops[-1].attrs["axis"] == 1
+    fn, _ = _case("concat", ((1, 199), 197, 0, 4), 1 << 20, DType.Float32)  # rank 4
+    assert fn.params[1].type.shape == (rows // 8, 8, 199, 197) and fn.ops[-1].attrs["axis"] == 2
     fn, _ = _case("where", 1, 4096, DType.BFloat16)
     assert [p.type.dtype for p in fn.params] == [DType.Bool, DType.BFloat16]
     assert fn.ops[-1].op_type == "Where"

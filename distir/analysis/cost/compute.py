@@ -297,7 +297,7 @@ def _concat_features(ins: tuple, outs: tuple, attrs: dict[str, Any],
     parts = [t for t in ins if isinstance(t, TensorType) and t.numel]
     aligned = all(t.shape[axis] * inner * t.dtype.itemsize % 16 == 0 for t in parts)
     return concat_features(nbytes, math.prod(y.shape[:axis]), y.shape[axis], inner,
-                           len(parts), aligned, not attrs.get(STRIDED_INPUTS))
+                           len(parts), aligned, not attrs.get(STRIDED_INPUTS), y.rank)
 
 
 @functools.lru_cache(maxsize=4096)
