@@ -79,6 +79,18 @@ def test_cold_timer_falls_back_to_back_to_back_on_a_cpu() -> None:
     assert secs > 0 and reps >= 2
 
 
+def test_after_writer_timer_falls_back_to_back_to_back_on_a_cpu() -> None:
+    import torch
+
+    from calibration.bench_train import AFTER_WRITER
+
+    assert "reduce" in AFTER_WRITER
+    t = DeviceTimer(Timer(torch.device("cpu"), target_s=1e-3, trials=1, max_reps=3))
+    x = torch.ones(64, 8)
+    secs, reps = t.after_writer(lambda: x.sum(0), x)
+    assert secs > 0 and reps >= 2
+
+
 def test_narrow_rows_are_learned() -> None:
     """A layer norm 4x slower per byte over 96 channels than over 768 (as measured on an
     H200): the fit chosen sees the width, and prices held-out sizes of both within 10%."""
