@@ -72,8 +72,8 @@ from calibration.bench import (
 )
 
 __all__ = ["LAYOUTS", "BATCHED", "WIDTHS", "VOCAB", "MERGED", "product_shapes",
-           "batched_shapes", "scatter_shapes", "bench_layouts", "bench_batched",
-           "bench_scatter", "bench_all", "merge", "main"]
+           "batched_shapes", "small_batched_shapes", "scatter_shapes", "bench_layouts",
+           "bench_batched", "bench_scatter", "bench_all", "merge", "main"]
 
 LAYOUTS = ("matmul_tn", "matmul_nt")
 """``matmul_tn``: ``a.t() @ dy`` (a weight's gradient); ``matmul_nt``: ``x @ w.t()`` (an
@@ -220,16 +220,31 @@ def batched_shapes(layout: str, quick: bool, cuda: bool) -> list[tuple[int, int,
     return out
 
 
+def small_batched_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int, int]]:
+    """``(batch, m, n, k)`` of small products in many batches: ``m`` 16, 64 and 256, ``n``
+    and ``k`` 1, 9 and 64 (matrix-vector products among them), batch 1,024 to 65,536.
+    ConvBERT's span-based convolution multiplies each token's ``[64 x 9]`` slice of its
+    unfolded neighbours by its ``[9 x 1]`` kernel: 49,152 such products a layer at 16 x
+    512 tokens, 0.43 ms measured on an H200 against 0.08 priced by fits of attention's
+    shapes (``grid_search/results/conv1d_tokens/``). Small with ``quick`` or on a CPU."""
+    if quick:
+        return [(64, 16, 1, 9)]
+    batches = (1024, 8192, 65536) if cuda else (64,)
+    return [(b, m, n, k) for b in batches for m in (16, 64, 256) for n in (1, 9, 64)
+            for k in (1, 9, 64)]
+
+
 def bench_batched(device: Any, dtypes: list[str], quick: bool, timer: Timer,
                   log: Callable[[str], None]) -> Iterator[Row]:
-    """Time both batched layouts for every shape and dtype; one shape in four held out. A
+    """Time both batched layouts for every shape (``batched_shapes``, then
+    ``small_batched_shapes``) and dtype; one shape in four held out. A
     row's ``m``, ``n``, ``k`` are per product and its batch is ``flops / (2mnk)``, as the
     ``bmm`` rows."""
     import torch
 
     cuda = device.type == "cuda"
     for layout in BATCHED:
-        shapes = batched_shapes(layout, quick, cuda)
+        shapes = batched_shapes(layout, quick, cuda) + small_batched_shapes(quick, cuda)
         for dt in dtypes:
             tdt = getattr(torch, TORCH_DTYPES[dt])
             size = torch.empty((), dtype=tdt).element_size()

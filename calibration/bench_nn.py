@@ -25,7 +25,7 @@ once. Held out: one ``bmm`` configuration in four; the 1.5 x 2^k sizes of the ke
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 from calibration.bench import TORCH_DTYPES, Row, Timer, _split, size_ladder
@@ -79,9 +79,12 @@ def kernel_sizes(quick: bool, cuda: bool) -> list[tuple[int, str]]:
 
 
 def bench_bmm(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]],
-              timer: Timer, log: Callable[[str], None]) -> Iterator[Row]:
+              timer: Timer, log: Callable[[str], None],
+              small: Sequence[tuple[int, int, int, int]] = ()) -> Iterator[Row]:
     """Time ``torch.matmul(a, b, out=c)`` on contiguous 3-D operands for both attention
-    products of every ``(batch, T, hd)`` and dtype; one configuration in four held out."""
+    products of every ``(batch, T, hd)`` and dtype, then every ``(batch, m, n, k)`` of
+    ``small`` (``bench_matmul_grad.small_batched_shapes``: op ``bmm_small``); one
+    configuration in four held out."""
     import torch
 
     for dt in dtypes:
@@ -100,6 +103,16 @@ def bench_bmm(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]]
                 yield Row("bmm", op, dt, secs, m, n, k, b * (m * k + k * n + m * n) * size,
                           2.0 * b * m * n * k, 1, reps, str(device), _split(i))
                 i += 1
+        for b, m, n, k in small:
+            x = torch.randn(b, m, k, device=device, dtype=tdt)
+            y = torch.randn(b, k, n, device=device, dtype=tdt)
+            z = torch.empty(b, m, n, device=device, dtype=tdt)
+            secs, reps = timer.time(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z))
+            del x, y, z
+            yield Row("bmm", "bmm_small", dt, secs, m, n, k,
+                      b * (m * k + k * n + m * n) * size, 2.0 * b * m * n * k, 1, reps,
+                      str(device), _split(i))
+            i += 1
         log(f"bmm {dt}: {i} configurations")
 
 

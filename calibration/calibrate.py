@@ -511,10 +511,14 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
         if use_cuda:
             torch.cuda.empty_cache()
         if want("bmm"):
+            from calibration.bench_matmul_grad import small_batched_shapes
+
             att = bench_nn.attention_shapes(quick, use_cuda)
-            log(f"bmm: {len(att)} attention shapes x 2 products x {len(dtypes)} dtypes")
+            small = small_batched_shapes(quick, use_cuda)
+            log(f"bmm: {len(att)} attention shapes x 2 products and {len(small)} small "
+                f"products x {len(dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_nn.bench_bmm(device, dtypes, att, timer,
-                                                                log))
+                                                                log, small))
         kfams = tuple(f for f in NN_KERNEL_FAMILIES if want(f))
         if kfams:
             ksizes = bench_nn.kernel_sizes(quick, use_cuda)
