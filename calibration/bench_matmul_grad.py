@@ -220,18 +220,31 @@ def batched_shapes(layout: str, quick: bool, cuda: bool) -> list[tuple[int, int,
     return out
 
 
-def small_batched_shapes(quick: bool, cuda: bool) -> list[tuple[int, int, int, int]]:
-    """``(batch, m, n, k)`` of small products in many batches: ``m`` 16, 64 and 256, ``n``
-    and ``k`` 1, 9 and 64 (matrix-vector products among them), batch 1,024 to 65,536.
-    ConvBERT's span-based convolution multiplies each token's ``[64 x 9]`` slice of its
-    unfolded neighbours by its ``[9 x 1]`` kernel: 49,152 such products a layer at 16 x
-    512 tokens, 0.43 ms measured on an H200 against 0.08 priced by fits of attention's
-    shapes (``grid_search/results/conv1d_tokens/``). Small with ``quick`` or on a CPU."""
+def small_batched_shapes(quick: bool, cuda: bool, count: int = 160, seed: int = 0,
+                         ) -> list[tuple[int, int, int, int]]:
+    """``count`` random ``(batch, m, n, k)`` of small products in many batches: ``m``,
+    ``n`` and ``k`` from 1 to 256, one of them at most 16 (matrix-vector products among
+    them), batch 1,024 to 131,072, at most 1 GiB an operand. ConvBERT's span-based
+    convolution multiplies each token's ``[64 x 9]`` slice of its unfolded neighbours by
+    its ``[9 x 1]`` kernel, 49,152 such products a layer at 16 x 512 tokens; the
+    gradient's ``a^T @ dy`` (``9 x 64`` by ``64 x 1``) takes 267 us on an H200, which
+    fits of attention's shapes priced at a sixth (``grid_search/results/strided_reduce/``).
+    Small with ``quick`` or on a CPU."""
     if quick:
         return [(64, 16, 1, 9)]
-    batches = (1024, 8192, 65536) if cuda else (64,)
-    return [(b, m, n, k) for b in batches for m in (16, 64, 256) for n in (1, 9, 64)
-            for k in (1, 9, 64)]
+    rng = random.Random(seed + 29)
+    dims = (1, 2, 4, 9, 16, 32, 64, 128, 256)
+    batches = (1024, 2048, 4096, 8192, 16384, 32768, 65536, 131072) if cuda else (16, 64)
+    out: list[tuple[int, int, int, int]] = []
+    for _ in range(count * 20):
+        if len(out) >= (count if cuda else 8):
+            break
+        b, m, n, k = rng.choice(batches), rng.choice(dims), rng.choice(dims), rng.choice(dims)
+        if min(m, n, k) > 16 or b * max(m * n, m * k, k * n) * 4 > MAX_TENSOR_BYTES or \
+                (b, m, n, k) in out:
+            continue
+        out.append((b, m, n, k))
+    return out
 
 
 def bench_batched(device: Any, dtypes: list[str], quick: bool, timer: Timer,
