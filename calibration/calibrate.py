@@ -514,7 +514,7 @@ def _measure(*, quick: bool, devices: int | None, cpu: bool, cpu_procs: int, com
             from calibration.bench_matmul_grad import small_batched_shapes
 
             att = bench_nn.attention_shapes(quick, use_cuda)
-            small = small_batched_shapes(quick, use_cuda)
+            small = small_batched_shapes(quick, use_cuda, seed=seed)
             log(f"bmm: {len(att)} attention shapes x 2 products and {len(small)} small "
                 f"products x {len(dtypes)} dtypes")
             rows.extend(r.as_dict() for r in bench_nn.bench_bmm(device, dtypes, att, timer,
