@@ -438,7 +438,12 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(flops, mn, mk, kn) x trees(batch, m, n, k)":
                     _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k")),
                 "linear(flops, mn, mk, kn) x trees(batch, m, n, k, flops)":
-                    _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k", "flops"))}
+                    _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k", "flops")),
+                # (small products in many batches: cuBLAS changes kernels with the batch,
+                # grid_search/results/strided_reduce/ calls G-I)
+                "linear(flops, mn, mk, kn) x deeper trees(batch, m, n, k, flops)":
+                    _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k", "flops"),
+                             300, 6, 0.05)}
     return {"linear(bytes)": _linear(("bytes",)),
             "piecewise(every size)": _piecewise(1),
             "piecewise(every 2nd size)": _piecewise(2),

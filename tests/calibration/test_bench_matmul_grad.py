@@ -30,8 +30,9 @@ def test_quick_cpu_run_writes_the_families(tmp_path: Path) -> None:
             assert r["k"] in quick_rows and r["flops"] == 2.0 * r["m"] * r["n"] * r["k"]
         elif r["family"] == "matmul_nt":  # (R x n_out) @ (n_out x k_in)
             assert r["m"] in quick_rows
-        elif r["family"] in ("bmm_nt", "bmm_tn"):  # per product; batch 2 or 4
-            assert r["flops"] / (2.0 * r["m"] * r["n"] * r["k"]) in (2, 4)
+        elif r["family"] in ("bmm_nt", "bmm_tn"):  # per product; batch 2 or 4, or the
+            # quick small product's 64
+            assert r["flops"] / (2.0 * r["m"] * r["n"] * r["k"]) in (2, 4, 64)
         else:  # m rows of width n into a table of k rows
             assert r["op"].startswith("ScatterND add")
             # data and result, updates (float32) and the int64 indices
@@ -105,3 +106,19 @@ def test_merge_adds_the_three_families_once(tmp_path: Path) -> None:
     assert rows == [row | {"bytes": 1000}, *want]
     assert meta["command"].count("bench_matmul_grad") == 1
     assert b"\r\n" not in base.read_bytes()
+
+
+def test_small_products_in_many_batches() -> None:
+    """The batched families' small products: one dimension at most 16, batches of 1,024
+    to 131,072 on a GPU, another sample for another seed, each shape once."""
+    from calibration.bench_matmul_grad import small_batched_shapes
+
+    first = small_batched_shapes(False, True)
+    assert len(first) == 160 == len(set(first))
+    assert all(min(m, n, k) <= 16 and 1024 <= b <= 131072 for b, m, n, k in first)
+    assert all(b * max(m * n, m * k, k * n) * 4 <= 1 << 30 for b, m, n, k in first)
+    second = small_batched_shapes(False, True, seed=1)
+    assert len(set(first) & set(second)) < 16
+    assert any(b not in (1 << p for p in range(10, 18)) for b, *_ in second)  # between
+    assert small_batched_shapes(True, True) == [(64, 16, 1, 9)]
+    assert len(small_batched_shapes(False, False)) == 8
