@@ -447,8 +447,9 @@ def rowwise_features(nbytes: float, width: int, inner: int = 1,
 
 def broadcast_features(nbytes: float, where: bool) -> dict[str, float]:
     """The features an ``elementwise_bcast`` fit may use: ``bytes`` (every input and
-    result) and ``where`` (2 for a ``Where`` of a broadcast mask, 1 for arithmetic with a
-    broadcast operand: ``calibration.bench_broadcast``'s patterns)."""
+    result) and ``where`` (2 for a ``Where`` with a broadcast operand, as
+    ``calibration.bench_broadcast``'s ``where_mask`` pattern measures one with a broadcast
+    mask; 1 for arithmetic with a broadcast operand, its other patterns)."""
     return {"bytes": float(nbytes), "where": 2.0 if where else 1.0}
 
 

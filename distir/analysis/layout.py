@@ -11,7 +11,9 @@ CvT's reshape a ``[B, H * W, C]`` token tensor, transposed, to ``[B, C, H, W]`` 
 depthwise 3 x 3, which then runs 1.4 to 7 times faster than on an NCHW tensor (measured
 on an H200, ``grid_search/results/channels_last/``).
 
-``LAYOUT_OPS`` are the ops whose cost depends on the memory format of their first input.
+``LAYOUT_OPS`` are the ops whose cost depends on the strides of their inputs: a
+convolution's format, an indexing op's broadcast index, a reshape that copies, a
+reduction read in its input's memory order, a concatenation of a part that is a view.
 The simulator keeps a ``Layouts`` tracker while it runs a program that has any: when it
 first costs such an op, the tracker follows the input back through the stride-keeping ops
 (``STRIDE_OPS``) of its function to where it started (an op's result: contiguous; a
@@ -77,8 +79,7 @@ tokens, not of channels."""
 
 BY_INPUT_OPS = RESHAPE_OPS | REDUCE_OPS
 """Ops whose cost depends on their first input's strides, and only where it may be a
-strided view (``memory.layout_sensitive``): their records are shared by layout
-(``memory.BY_STRIDES``)."""
+strided view (``memory.layout_sensitive``)."""
 
 CONCAT_OPS = frozenset({"Concat"})
 """Ops PyTorch runs by a slower kernel where an input is not contiguous: ``torch.cat``
@@ -88,7 +89,8 @@ element, five times slower on an H200 (``grid_search/results/strided_reduce/``).
 
 WHEN_STRIDED = BY_INPUT_OPS | CONCAT_OPS
 """Layout ops whose cost depends on their inputs' strides only where one may be a strided
-view (``memory.layout_sensitive``); a convolution or an indexing op is always looked at."""
+view (``memory.layout_sensitive``), their records shared by layout
+(``memory.BY_STRIDES``); a convolution or an indexing op is always looked at."""
 
 LAYOUT_OPS = CONV_OPS | INDEX_OPS | WHEN_STRIDED
 """Ops whose cost depends on the strides of an input."""

@@ -173,9 +173,9 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 (op.op_type, akey, len(outs))
             sig = sigs.setdefault(sig, sig)
             if op in sensitive:  # its cost depends on its input's strides
-                # (``distir.analysis.layout``): a record of its own; a reshape's or a
-                # reduction's records are shared by its layout (``BY_STRIDES``)
-                sig = (*sig, BY_STRIDES if op.op_type in BY_INPUT_OPS else op)
+                # (``distir.analysis.layout``): a record of its own; a reshape's, a
+                # reduction's or a concatenation's are shared by its layout (``BY_STRIDES``)
+                sig = (*sig, BY_STRIDES if op.op_type in WHEN_STRIDED else op)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
@@ -279,9 +279,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
 
 
 BY_STRIDES = ("records", "by strides")
-"""Ends the signature of a reshape or a reduction whose input may be strided
-(``layout_sensitive``): its records are keyed by its layout (whether a reshape copies, a
-reduction's input strides: ``Simulator._input_layout``), not by the op."""
+"""Ends the signature of a reshape, a reduction or a concatenation whose inputs may be
+strided (``layout_sensitive``): its records are keyed by its layout (whether a reshape
+copies, a reduction's input strides, a concatenation's strided parts:
+``Simulator._input_layout``), not by the op."""
 
 
 def layout_sensitive(fn: Function) -> frozenset[Op]:

@@ -48,9 +48,10 @@ from typing import Any
 
 from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
+from distir.analysis.cost.compute import REDUCED_AXES
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import LAYOUT_OPS, REDUCE_OPS, Layouts, reshape_target
+from distir.analysis.layout import CONCAT_OPS, LAYOUT_OPS, REDUCE_OPS, Layouts, reshape_target
 from distir.analysis.memory import (
     BY_STRIDES,
     FunctionLiveness,
@@ -68,7 +69,7 @@ from distir.analysis.renaming import (
     rename_value,
 )
 from distir.analysis.replicas import ReplicaProgram, replica_program
-from distir.analysis.values import type_of
+from distir.analysis.values import concrete, type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op, Value
 from distir.ir.schemas import ASYNC_OPS
@@ -632,16 +633,19 @@ class Simulator(TypeInterpreter):
 
     # -- records, costs, calls ---------------------------------------------------------
     def _input_layout(self, op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
-        """``layout.Layouts.op_layout``'s attributes for a reshape or a reduction whose
-        input may be strided (``layout.BY_INPUT_OPS``): a reduction's input strides, the
-        copy a ``Reshape`` or ``Flatten`` of a strided input makes; else ``None``. A
-        reshape's from its arguments alone: the target shape is the ``Reshape``'s concrete
-        shape input (``0`` and ``-1`` as ONNX reads them) or ``Flatten``'s ``axis``."""
+        """``layout.Layouts.op_layout``'s attributes for a reshape, a reduction or a
+        concatenation whose inputs may be strided (``layout.WHEN_STRIDED``): a reduction's
+        input strides, a concatenation's count of strided parts, the copy a ``Reshape`` or
+        ``Flatten`` of a strided input makes; else ``None``. A reshape's from its
+        arguments alone: the target shape is the ``Reshape``'s concrete shape input (``0``
+        and ``-1`` as ONNX reads them) or ``Flatten``'s ``axis``."""
         layouts = self._layouts
         if layouts is None:
             return None
         if op.op_type in REDUCE_OPS:
             return layouts.input_strides(op)
+        if op.op_type in CONCAT_OPS:
+            return layouts.op_layout(op)
         x = getattr(type_of(args[0]), "shape", None) if args and args[0] is not None else None
         if x is None:
             return None
@@ -669,6 +673,10 @@ class Simulator(TypeInterpreter):
                 op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
         elif lv[0][-1] is BY_STRIDES:
             fmt = self._input_layout(op, args)
+        if op.op_type in REDUCE_OPS and len(args) > 1 and args[1] is not None:
+            axes = concrete(args[1])  # (which axes: the cost rule sees types alone)
+            if axes is not None:
+                fmt = (*(fmt or ()), (REDUCED_AXES, tuple(int(a) for a in axes.reshape(-1))))
         if free_out and op.op_type in COST_RULES.skips_unused:
             cost = self._cost(op, in_types, tuple(None if i in free_out else t
                                                   for i, t in enumerate(out_types)), fmt)

@@ -63,6 +63,23 @@ def test_reduction_rows(shape: tuple, out: tuple, width: int, inner: int) -> Non
     assert (got["width"], got["inner"]) == (width, inner)
 
 
+def test_reductions_by_their_axes_and_without_unit_axes() -> None:
+    """The axes the simulator knows (``REDUCED_AXES``) say which of two equal axes a
+    reduction keeps, where the result's shape cannot; axes of length 1 are left out, as
+    PyTorch squeezes them: ``[B, 1]`` summed to ``[1]`` reduces every element."""
+    from distir.analysis.cost.compute import REDUCED_AXES
+
+    x, y = _t(2, 16, 16, 16), _t(16)
+    guessed = row_features("ReduceSum", (x, None), (y,), {}, 1.0)
+    assert (guessed["width"], guessed["inner"]) == (16, 1)  # (taken for the last axis)
+    known = row_features("ReduceSum", (x, None), (y,), {REDUCED_AXES: (0, 2, 3)}, 1.0)
+    assert (known["width"], known["inner"]) == (16, 256)  # channels: a bias gradient
+    older = row_features("ReduceMean", (x,), (y,), {"axes": [0, -2, -1]}, 1.0)
+    assert older == known
+    head = row_features("ReduceSum", (_t(8192, 1), None), (_t(1),), {}, 1.0)
+    assert (head["width"], head["inner"]) == (1, 8192)
+
+
 def test_other_ops_have_no_row_features() -> None:
     assert row_features("Add", (_t(4, 4), _t(4, 4)), (_t(4, 4),), {}, 1.0) is None
     assert row_features("ReduceMax", (_t(4, 4), None), (_t(4),), {}, 1.0) is None

@@ -395,6 +395,40 @@ func @main(%t: Tensor[Float32, (2, 32, 64), 0], %u: Tensor[Float32, (2, 64, 32),
 }"""
 
 
+def test_reductions_of_one_type_are_priced_by_their_own_strides() -> None:
+    """Two reductions of the same types and attributes, one of a transposed view and one
+    of a contiguous parameter, share no record: each is priced by its own layout; and
+    two concatenations of the same types, one with a part expanded from a scalar, each
+    by whether a part is a view."""
+    fit = FitModel("linear", ("inner",), intercept=1e-5, coef=(1e-6,))
+    cat = FitModel("linear", ("contiguous",), intercept=1e-5, coef=(-2e-6,))
+    hw = Hardware(**BASE, fits=(("reduce", "Float32", fit), ("concat", "Float32", cat)))
+    text = """
+func @main(%t: Tensor[Float32, (2, 32, 64), 0], %u: Tensor[Float32, (2, 64, 32), 0]) {
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %axes = Constant(value=dense<Int64>[0, 1], device=0)
+  %viewed = ReduceSum(%tt, %axes, keepdims=0)
+  %plain = ReduceSum(%u, %axes, keepdims=0)
+  %z = Constant(value=dense<Float32, ()>[0.0], device=0)
+  %s = Constant(value=dense<Int64>[2, 1, 32], device=0)
+  %zero = Expand(%z, %s)
+  %from = Constant(value=dense<Int64>[0], device=0)
+  %to = Constant(value=dense<Int64>[1], device=0)
+  %one = Slice(%u, %from, %to, %to)
+  %padded = Concat(%zero, %u, axis=1)
+  %sliced = Concat(%one, %u, axis=1)
+  %whole = Concat(%u, %u, axis=1)
+  return %viewed, %plain, %padded, %sliced, %whole
+}"""
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in
+           simulate(distir.parse(text), hw).events()}
+    assert got["viewed"] == pytest.approx(fit({"inner": 64.0}))
+    assert got["plain"] == pytest.approx(fit({"inner": 1.0}))
+    assert got["padded"] == pytest.approx(cat({"contiguous": 1.0}))  # a stride-0 part
+    assert got["sliced"] == pytest.approx(cat({"contiguous": 1.0}))  # a row of each batch
+    assert got["whole"] == pytest.approx(cat({"contiguous": 2.0}))
+
+
 def test_a_reduction_of_a_view_is_priced_in_its_storage_order() -> None:
     """The simulator hands a reduction of a strided view its input's strides
     (``layout.INPUT_STRIDES``), so the ``reduce`` fit sees the axes PyTorch reads:

@@ -248,11 +248,15 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     (their fits see ``bytes`` alone).
 
     A layer norm's ``width`` is the normalized length (the axes from ``axis`` on). A
-    reduction keeps the axes where its result's shape, aligned to the input's from the
-    right (its ``keepdims`` ones or its squeezed ones), matches: ``width`` is the kept
-    elements, ``inner`` the reduced ones after the last kept axis (the pixels of a
-    convolution's bias gradient, 1 for a linear layer's). A ``Concat``'s are
-    ``concat_features``."""
+    reduction's axes are the attribute ``REDUCED_AXES`` (its axes input's value, which the
+    simulator adds) or an older opset's ``axes``; else it keeps the axes where its
+    result's shape, aligned to the input's from the right (its ``keepdims`` ones or its
+    squeezed ones), matches. Its features are ``reduced_blocks``' in its input's memory
+    order (``layout.INPUT_STRIDES`` for a strided view), axes of length 1 left out as
+    PyTorch squeezes them: ``width`` the kept elements, ``inner`` the reduced ones after
+    the last kept block (the pixels of a convolution's bias gradient, 1 for a linear
+    layer's; every element of ``[B, 1]`` summed to ``[1]``), ``run`` the innermost kept
+    block's. A ``Concat``'s are ``concat_features``."""
     if op_type == "Concat":
         return _concat_features(ins, outs, attrs, nbytes)
     x = ins[0] if ins else None
@@ -273,16 +277,21 @@ def row_features(op_type: str, ins: tuple, outs: tuple, attrs: dict[str, Any],
     if op_type not in ("ReduceSum", "ReduceMean") or not outs or \
             not isinstance(outs[0], TensorType):
         return None
-    out = outs[0].shape
-    kept = [False] * len(shape)
-    if len(out) == len(shape):  # keepdims: reduced axes are 1 where the input's are not
-        kept = [o == d for o, d in zip(out, shape)]
-    else:
-        j = len(out) - 1
-        for i in range(len(shape) - 1, -1, -1):
-            if j >= 0 and out[j] == shape[i]:
-                kept[i] = True
-                j -= 1
+    axes = attrs.get(REDUCED_AXES) or attrs.get("axes")
+    if axes:  # the axes the simulator knows (an input's value, or an older opset's attribute)
+        gone = {int(a) % len(shape) for a in axes}
+        kept = [i not in gone for i in range(len(shape))]
+    else:  # matched from the result's shape
+        out = outs[0].shape
+        kept = [False] * len(shape)
+        if len(out) == len(shape):  # keepdims: reduced axes are 1 where the input's are not
+            kept = [o == d for o, d in zip(out, shape)]
+        else:
+            j = len(out) - 1
+            for i in range(len(shape) - 1, -1, -1):
+                if j >= 0 and out[j] == shape[i]:
+                    kept[i] = True
+                    j -= 1
     return rowwise_features(nbytes, *reduced_blocks(shape, tuple(kept),
                                                     attrs.get(INPUT_STRIDES)))
 
@@ -298,6 +307,12 @@ def _concat_features(ins: tuple, outs: tuple, attrs: dict[str, Any],
     aligned = all(t.shape[axis] * inner * t.dtype.itemsize % 16 == 0 for t in parts)
     return concat_features(nbytes, math.prod(y.shape[:axis]), y.shape[axis], inner,
                            len(parts), aligned, not attrs.get(STRIDED_INPUTS), y.rank)
+
+
+REDUCED_AXES = "reduced_axes"
+"""The attribute the simulator adds for a ``ReduceSum`` / ``ReduceMean`` whose axes input
+has a known value: the axes (a result's shape alone cannot say which of two equal axes a
+reduction keeps)."""
 
 
 @functools.lru_cache(maxsize=4096)
