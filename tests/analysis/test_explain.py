@@ -74,9 +74,10 @@ def test_explain_covers_every_kind_and_adds_up(profiled: tuple[str, str]) -> Non
     diffs = [abs(m - s) for _, _, _, s, m in ex.ops]
     assert diffs == sorted(diffs, reverse=True)
     for d, (sim_busy, meas_busy, sim_step, meas_step) in ex.devices.items():
-        # On the CPU the op ranges tile the step: their sum is most of the rank's step time
-        # and never more than it.
-        assert 0.5 * meas_step <= meas_busy <= meas_step * 1.001, (d, meas_busy, meas_step)
+        # On the CPU the op ranges tile the step: their sum is much of the rank's step time
+        # and never more than it. (Four ranks on CI's two cores: a rank descheduled between
+        # its ops measured 46% of its step once, so the lower bound is loose.)
+        assert 0.25 * meas_step <= meas_busy <= meas_step * 1.001, (d, meas_busy, meas_step)
         assert 0 < sim_busy and sim_step <= ex.simulated_latency_s * (1 + 1e-9)
     assert ex.measured_latency_s == max(v[3] for v in ex.devices.values())
     for path, spans in zip(ex.critical, (ex.sim_spans, ex.measured_spans)):
