@@ -90,28 +90,18 @@ def bench_bmm(device: Any, dtypes: list[str], shapes: list[tuple[int, int, int]]
     for dt in dtypes:
         tdt = getattr(torch, TORCH_DTYPES[dt])
         size = torch.empty((), dtype=tdt).element_size()
+        cases = [(op, b, m, n, k) for b, t, hd in shapes if b * t * t * size <= MAX_TENSOR_BYTES
+                 for op, (m, n, k) in (("bmm_qk", (t, t, hd)), ("bmm_pv", (t, hd, t)))]
+        cases += [("bmm_small", b, m, n, k) for b, m, n, k in small]
         i = 0
-        for b, t, hd in shapes:
-            if b * t * t * size > MAX_TENSOR_BYTES:
-                continue
-            for op, (m, n, k) in (("bmm_qk", (t, t, hd)), ("bmm_pv", (t, hd, t))):
-                x = torch.randn(b, m, k, device=device, dtype=tdt)
-                y = torch.randn(b, k, n, device=device, dtype=tdt)
-                z = torch.empty(b, m, n, device=device, dtype=tdt)
-                secs, reps = timer.time(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z))
-                del x, y, z
-                yield Row("bmm", op, dt, secs, m, n, k, b * (m * k + k * n + m * n) * size,
-                          2.0 * b * m * n * k, 1, reps, str(device), _split(i))
-                i += 1
-        for b, m, n, k in small:
+        for op, b, m, n, k in cases:
             x = torch.randn(b, m, k, device=device, dtype=tdt)
             y = torch.randn(b, k, n, device=device, dtype=tdt)
             z = torch.empty(b, m, n, device=device, dtype=tdt)
             secs, reps = timer.time(lambda x=x, y=y, z=z: torch.matmul(x, y, out=z))
             del x, y, z
-            yield Row("bmm", "bmm_small", dt, secs, m, n, k,
-                      b * (m * k + k * n + m * n) * size, 2.0 * b * m * n * k, 1, reps,
-                      str(device), _split(i))
+            yield Row("bmm", op, dt, secs, m, n, k, b * (m * k + k * n + m * n) * size,
+                      2.0 * b * m * n * k, 1, reps, str(device), _split(i))
             i += 1
         log(f"bmm {dt}: {i} configurations")
 

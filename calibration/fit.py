@@ -409,10 +409,7 @@ def candidates(family: str) -> dict[str, Trainer]:
                     _boosted(("bytes",), ("bytes", "rows", "width", "inner", "run"), 300, 6,
                              0.05)}
     if family == "elementwise_bcast":
-        return {"linear(bytes)": _linear(("bytes",)),
-                "piecewise(every size)": _piecewise(1),
-                "piecewise(every 2nd size)": _piecewise(2),
-                "piecewise(every 4th size)": _piecewise(4),
+        return {**_by_bytes(),
                 # (a Where of a broadcast mask takes 1.5 times an add of a broadcast bias:
                 # pooled by bytes, the add was priced 5.3 us where it takes 2.9,
                 # grid_search/results/strided_reduce/bias_probe.txt)
@@ -444,6 +441,11 @@ def candidates(family: str) -> dict[str, Trainer]:
                 "linear(flops, mn, mk, kn) x deeper trees(batch, m, n, k, flops)":
                     _boosted(("flops", "mn", "mk", "kn"), ("batch", "m", "n", "k", "flops"),
                              300, 6, 0.05)}
+    return _by_bytes()
+
+
+def _by_bytes() -> dict[str, Trainer]:
+    """The candidates of a kernel family fitted on its bytes alone."""
     return {"linear(bytes)": _linear(("bytes",)),
             "piecewise(every size)": _piecewise(1),
             "piecewise(every 2nd size)": _piecewise(2),
