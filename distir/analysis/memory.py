@@ -33,6 +33,7 @@ from distir.analysis.layout import (
     BY_INPUT_OPS,
     CONCAT_OPS,
     LAYOUT_OPS,
+    ORDERED_OPS,
     RESHAPE_OPS,
     STRIDE_OPS,
     WHEN_STRIDED,
@@ -104,21 +105,22 @@ class Memo:
     def __init__(self) -> None:
         # Keyed by the function's identity (functions compare by structure); each entry
         # keeps its function alive so that the id is not reused while the memo lives.
-        self.facts: dict[tuple[int, frozenset[int]], tuple[Function, FunctionLiveness]] = {}
+        self.facts: dict[tuple, tuple[Function, FunctionLiveness]] = {}
         self.sigs: dict[tuple, tuple] = {}
         self.resolve: Callable[[Function], Function] | None = None
 
 
 def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_DROP,
-             ) -> FunctionLiveness:
+             entry: bool = False) -> FunctionLiveness:
     """The liveness facts of ``fn`` when its caller drops the results ``drop`` (and, in
-    ``memo``, of the functions it calls).
+    ``memo``, of the functions it calls); ``entry`` where ``fn`` is the program's entry,
+    whose parameters are contiguous (``layout_sensitive``).
 
     One forward pass over the calls finds the results that alias an argument's storage;
     one backward pass finds each storage's last use (the first use seen backwards)."""
     if memo is None:
         memo = Memo()
-    key = (id(fn), drop)
+    key: tuple = (id(fn), drop, True) if entry else (id(fn), drop)
     hit = memo.facts.get(key)
     if hit is not None:
         return hit[1]
@@ -147,7 +149,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 first = outs[dup]
                 alias[v] = alias.get(first, first)
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
-    sensitive = layout_sensitive(fn)
+    sensitive = layout_sensitive(fn, entry)
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
     live: set[Value | None] = set(kept)  # storages used later, or returned (None: an
     live.add(None)                        # omitted input, never freed)
@@ -174,8 +176,13 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             sig = sigs.setdefault(sig, sig)
             if op in sensitive:  # its cost depends on its input's strides
                 # (``distir.analysis.layout``): a record of its own; a reshape's, a
-                # reduction's or a concatenation's are shared by its layout (``BY_STRIDES``)
-                sig = (*sig, BY_STRIDES if op.op_type in WHEN_STRIDED else op)
+                # reduction's, a concatenation's or an elementwise op's are shared by its
+                # layout (``BY_STRIDES``)
+                if op.op_type in WHEN_STRIDED:
+                    sig = (*sig, BY_STRIDES)
+                    sig = sigs.setdefault(sig, sig)
+                else:
+                    sig = (*sig, op)
             ins = op.inputs
             if alias:
                 ins = tuple(map(alias.get, ins, ins))  # type: ignore[arg-type]
@@ -279,24 +286,27 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
 
 
 BY_STRIDES = ("records", "by strides")
-"""Ends the signature of a reshape, a reduction or a concatenation whose inputs may be
-strided (``layout_sensitive``): its records are keyed by its layout (whether a reshape
-copies, a reduction's input strides, a concatenation's strided parts:
-``Simulator._input_layout``), not by the op."""
+"""Ends the signature of a reshape, a reduction, a concatenation or an elementwise op
+whose inputs may be strided (``layout_sensitive``): its records are keyed by its layout
+(whether a reshape copies, a reduction's input strides, a concatenation's strided parts,
+an elementwise op's operands read across: ``Simulator._input_layout``), not by the op."""
 
 
-def layout_sensitive(fn: Function) -> frozenset[Op]:
+def layout_sensitive(fn: Function, entry: bool = False) -> frozenset[Op]:
     """The ops of ``fn`` whose cost depends on their inputs' strides
     (``layout.LAYOUT_OPS``): every convolution and indexing op of them, and the reshapes
     and reductions (``layout.BY_INPUT_OPS``) whose input may be strided (a parameter, a
-    call's result, a ``STRIDE_OPS`` view), and the concatenations any of whose inputs may
-    be: another op's result is contiguous, and so is a reshape of it (a view)."""
+    call's result, a ``STRIDE_OPS`` view), and the concatenations and elementwise ops
+    (``layout.ORDERED_OPS``) any of whose inputs may be: another op's result is
+    contiguous, and so is a reshape of it (a view), but for an elementwise op's, which
+    takes its operands' order. The parameters of the program's ``entry`` are contiguous
+    (the caller's types); a called function's may be views."""
     types = {op.op_type for op in fn.ops}
     if LAYOUT_OPS.isdisjoint(types):
         return frozenset()
     if WHEN_STRIDED.isdisjoint(types):
         return frozenset(op for op in fn.ops if op.op_type in LAYOUT_OPS)
-    maybe: set[Value | None] = set(fn.params)
+    maybe: set[Value | None] = set() if entry else set(fn.params)
     out: list[Op] = []
     for op in fn.ops:
         t = op.op_type
@@ -307,6 +317,11 @@ def layout_sensitive(fn: Function) -> frozenset[Op]:
         if t in CONCAT_OPS:  # any of its inputs; its result is contiguous
             if not maybe.isdisjoint(op.inputs):
                 out.append(op)
+            continue
+        if t in ORDERED_OPS:  # any of its inputs; its result takes their order
+            if not maybe.isdisjoint(op.inputs):
+                out.append(op)
+                maybe.update(op.outputs)
             continue
         strided = bool(op.inputs) and op.inputs[0] in maybe
         if t in RESHAPE_OPS:

@@ -51,7 +51,16 @@ from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_ru
 from distir.analysis.cost.compute import REDUCED_AXES
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
-from distir.analysis.layout import CONCAT_OPS, LAYOUT_OPS, REDUCE_OPS, Layouts, reshape_target
+from distir.analysis.layout import (
+    ALWAYS_LOOKED_AT,
+    CONCAT_OPS,
+    LAYOUT_OPS,
+    ORDERED_OPS,
+    REDUCE_OPS,
+    RESTRIDING,
+    Layouts,
+    reshape_target,
+)
 from distir.analysis.memory import (
     BY_STRIDES,
     FunctionLiveness,
@@ -272,6 +281,7 @@ class Simulator(TypeInterpreter):
         self._entry_keys: dict[tuple[int, ...], tuple[int, ...]] = {}  # by argument ids
         self._layout_tracker = Layouts(lambda: self.env)
         self._layouts: Layouts | None = None  # the tracker, in a program with LAYOUT_OPS
+        self._entry: Function | None = None  # the program's entry function
         self._new_reps: list[Function] = []  # representatives new in this program
         self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
@@ -389,15 +399,23 @@ class Simulator(TypeInterpreter):
 
     @staticmethod
     def _has_layout_ops(fn: Function) -> bool:
-        """Whether ``fn`` or a function it calls has an op of ``layout.LAYOUT_OPS`` (then
-        the simulation tracks strides, ``distir.analysis.layout``)."""
+        """Whether ``fn`` or a function it calls has an op whose cost depends on strides
+        that some value may have (then the simulation tracks strides,
+        ``distir.analysis.layout``): a convolution or an indexing op, or a layout op
+        (``layout.WHEN_STRIDED``) in a program with an op that gives a view other strides
+        (``layout.RESTRIDING``): else every value is contiguous."""
         op_type = attrgetter("op_type")
-        return any(not LAYOUT_OPS.isdisjoint(map(op_type, f.ops))  # (at C speed)
-                   for f in (fn, *fn.reachable()))
+        fns = (fn, *fn.reachable())
+        types = [frozenset(map(op_type, f.ops)) for f in fns]  # (at C speed)
+        if any(not t.isdisjoint(ALWAYS_LOOKED_AT) for t in types):
+            return True
+        return any(not t.isdisjoint(RESTRIDING) for t in types) and \
+            any(not t.isdisjoint(LAYOUT_OPS) for t in types)
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
-        """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once."""
-        return liveness(fn, self._live_memo, self._drop)
+        """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once; the
+        entry function's parameters are contiguous."""
+        return liveness(fn, self._live_memo, self._drop, fn is self._entry)
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
@@ -442,7 +460,14 @@ class Simulator(TypeInterpreter):
         none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
         wait = self._wait
         gate = self._gate if self._host else None
-        by_strides = self._input_layout
+        by_layout = self._input_layout
+        layouts = self._layouts
+        contiguous = layouts.contiguous if layouts is not None else None
+
+        def by_strides(op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
+            if contiguous is None or contiguous(op.inputs):
+                return None  # (the common case: nothing strided reaches the op)
+            return by_layout(op, args)
 
         def eval_op(op: Op, args: tuple) -> tuple:
             if pending and not none_pending(op.inputs):
@@ -633,10 +658,11 @@ class Simulator(TypeInterpreter):
 
     # -- records, costs, calls ---------------------------------------------------------
     def _input_layout(self, op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
-        """``layout.Layouts.op_layout``'s attributes for a reshape, a reduction or a
-        concatenation whose inputs may be strided (``layout.WHEN_STRIDED``): a reduction's
-        input strides, a concatenation's count of strided parts, the copy a ``Reshape`` or
-        ``Flatten`` of a strided input makes; else ``None``. A reshape's from its
+        """``layout.Layouts.op_layout``'s attributes for a reshape, a reduction, a
+        concatenation or an elementwise op whose inputs may be strided
+        (``layout.WHEN_STRIDED``): a reduction's input strides, a concatenation's count of
+        strided parts, an elementwise op's operands read across their rows, the copy a
+        ``Reshape`` or ``Flatten`` of a strided input makes; else ``None``. A reshape's from its
         arguments alone: the target shape is the ``Reshape``'s concrete shape input (``0``
         and ``-1`` as ONNX reads them) or ``Flatten``'s ``axis``."""
         layouts = self._layouts
@@ -646,6 +672,8 @@ class Simulator(TypeInterpreter):
             return layouts.input_strides(op)
         if op.op_type in CONCAT_OPS:
             return layouts.op_layout(op)
+        if op.op_type in ORDERED_OPS:
+            return layouts.elementwise_layout(op)
         x = getattr(type_of(args[0]), "shape", None) if args and args[0] is not None else None
         if x is None:
             return None
@@ -958,6 +986,7 @@ class Simulator(TypeInterpreter):
                   ) -> Simulation:
         # (One tracker for every program: summaries of calls outlive a program.)
         self._layouts = self._layout_tracker if self._has_layout_ops(fn) else None
+        self._entry = fn
         self._new_state(top=True, owned=(False,) * len(fn.params))
         self._drop = frozenset()
         canon = self._canon

@@ -314,12 +314,13 @@ def test_a_reshape_that_no_view_gives_costs_a_copy() -> None:
 def test_a_reshape_after_a_batch_transpose_is_a_view() -> None:
     """A transpose that moves a batch axis is a copy (priced at the transpose), so the
     reshape of its result views a contiguous tensor: free, and without a record of its
-    own (``memory.layout_sensitive``)."""
+    own (``memory.layout_sensitive``). (A softmax's result is contiguous; an elementwise
+    op's of a parameter would take the parameter's order.)"""
     from distir.analysis.memory import layout_sensitive
 
     text = """
 func @main(%q: Tensor[Float32, (2, 3, 4, 8), 0]) {
-  %r = Relu(%q)
+  %r = Softmax(%q, axis=-1)
   %t = Transpose(%r, perm=[0, 2, 1, 3])
   %s = Constant(value=dense<Int64>[2, 4, 24], device=0)
   %m = Reshape(%t, %s)
@@ -386,9 +387,9 @@ func @main(%t: Tensor[Float32, (2, 32, 64), 0], %u: Tensor[Float32, (2, 64, 32),
   %tt = Transpose(%t, perm=[0, 2, 1])
   %axes = Constant(value=dense<Int64>[0, 1], device=0)
   %viewed = ReduceSum(%tt, %axes, keepdims=0)
-  %ur = Relu(%u)
+  %ur = Softmax(%u, axis=-1)
   %plain = ReduceSum(%ur, %axes, keepdims=0)
-  %hr = Relu(%h)
+  %hr = Softmax(%h, axis=-1)
   %axes2 = Constant(value=dense<Int64>[0, 2], device=0)
   %head = ReduceSum(%hr, %axes2, keepdims=0)
   return %viewed, %plain, %head
@@ -448,3 +449,113 @@ def test_a_reduction_of_a_view_is_priced_in_its_storage_order() -> None:
     assert got["plain"] == pytest.approx(fit(rowwise_features(nbytes, 32, 1)))
     assert got["head"] == pytest.approx(fit(rowwise_features(4.0 * (2 * 4 * 64 * 8 + 32),
                                                              32, 1, 8)))
+
+
+def test_iteration_order_agrees_with_torch() -> None:
+    """An elementwise op's result takes the memory order ``iteration_order`` finds from
+    its operands' strides, as PyTorch's ``TensorIterator`` lays it out: random permuted
+    views, contiguous tensors and broadcast operands, in either position."""
+    from distir.analysis.layout import _broadcast_strides, iteration_order
+
+    rng = random.Random(1)
+    permuted = 0
+    for _ in range(300):
+        rank = rng.randint(2, 4)
+        shape = tuple(rng.choice([1, 2, 3, 5]) for _ in range(rank))
+        operands = []
+        for _ in range(rng.randint(1, 3)):
+            kind = rng.random()
+            if kind < 0.5:  # a permuted view
+                perm = list(range(rank))
+                rng.shuffle(perm)
+                inv = [perm.index(d) for d in range(rank)]
+                t = torch.empty([shape[p] for p in perm]).permute(inv)
+            elif kind < 0.8:
+                t = torch.empty(shape)
+            else:  # broadcast along some axes
+                t = torch.empty([d if rng.random() < 0.5 else 1 for d in shape])
+            operands.append(t)
+        got = torch.zeros(())
+        for t in operands:
+            got = got + t if got.dim() else t * 1
+        out_shape = tuple(got.shape)
+        order = iteration_order(out_shape, [
+            _broadcast_strides(tuple(t.shape), tuple(t.stride()), out_shape)
+            for t in operands])
+        dense = [0] * rank
+        acc = 1
+        for a in order:
+            dense[a] = acc
+            acc *= out_shape[a]
+        want = tuple(got.stride())
+        if len(operands) == 1:  # (t * 1: the one operand's order)
+            want = tuple((operands[0] * 1).stride())
+        assert all(g == w for g, w, d in zip(dense, want, out_shape, strict=True) if d != 1), \
+            ([(tuple(t.shape), t.stride()) for t in operands], dense, want)
+        permuted += want != contiguous_strides(out_shape)
+    assert permuted > 50
+
+
+ORDERED = """
+func @main(%a: Tensor[Float32, (2, 32, 64), 0], %b: Tensor[Float32, (2, 64, 32), 0]) {
+  %bt = Transpose(%b, perm=[0, 2, 1])
+  %mis = Add(%a, %bt)
+  %rev = Sub(%bt, %a)
+  %same = Mul(%bt, %bt)
+  %axes = Constant(value=dense<Int64>[0, 1], device=0)
+  %sum = ReduceSum(%same, %axes, keepdims=0)
+  %bias = Constant(value=dense<Float32>[1.0], device=0)
+  %plain = Add(%a, %bias)
+  return %mis, %rev, %sum, %plain
+}"""
+
+
+def test_an_operand_read_across_its_rows_costs_its_transposing_copy() -> None:
+    """``a + b^T`` (``b^T`` a transposed view) reads ``b^T`` across its rows: priced at the
+    ``copy`` fit of that operand (rows of the result's innermost 64, read from its own
+    innermost 32); ``b^T - a`` takes ``b^T``'s order and reads ``a`` across (rows of 32
+    read from 64); ``b^T * b^T`` reads nothing across and writes a transposed result, which
+    a reduction then reads in that order (``inner`` 32 tokens, not a column sum's 1)."""
+    from distir.analysis.hardware import rowwise_features
+
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    red = FitModel("linear", ("inner",), intercept=1e-5, coef=(1e-6,))
+    hw = Hardware(**BASE, fits=(("copy", "Float32", copy), ("reduce", "Float32", red)))
+    fn = distir.parse(ORDERED)
+    fn = getattr(fn, "entry", fn)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(fn, hw).events()}
+    nbytes = 2.0 * 4 * 2 * 32 * 64
+    plain = hw.memory_time(3 * nbytes / 2, 2 * 32 * 64, "Float32")
+    assert got["mis"] == pytest.approx(copy(rowwise_features(nbytes, 64, 32)))
+    assert got["rev"] == pytest.approx(copy(rowwise_features(nbytes, 32, 64)))
+    assert got["mis"] != got["rev"] and min(got["mis"], got["rev"]) > 10 * plain
+    assert got["same"] == pytest.approx(plain)
+    assert got["sum"] == pytest.approx(red(rowwise_features(4.0 * (2 * 32 * 64 + 64), 64, 32)))
+    assert got["plain"] < 2 * plain
+
+
+def test_an_elementwise_result_keeps_its_order_across_a_call() -> None:
+    """A called function's result that an elementwise op of a transposed view wrote is
+    transposed in its caller: the caller's ``Add`` of it and a contiguous tensor reads one
+    across its rows, where the same ``Add`` of two contiguous tensors does not."""
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(("copy", "Float32", copy),))
+    t = "Tensor[Float32, (2, 32, 32), 0]"
+    m = distir.parse(f"""
+func @scaled(%x: {t}) {{
+  %xt = Transpose(%x, perm=[0, 2, 1])
+  %two = Constant(value=dense<Float32>[2.0], device=0)
+  %y = Mul(%xt, %two)
+  return %y
+}}
+
+func @main(%a: {t}, %b: {t}) {{
+  %s = call @scaled(%b)
+  %mis = Add(%a, %s)
+  %c = Relu(%b)
+  %ok = Add(%a, %c)
+  return %mis, %ok
+}}""")
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(m["main"], hw).events()
+           if op.outputs}
+    assert got["mis"] > 10 * got["ok"]

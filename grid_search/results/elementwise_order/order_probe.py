@@ -47,9 +47,9 @@ def main() -> None:
                 a2 = torch.randn(b, m, n, device="cuda", dtype=dt)
                 t = torch.randn(b, n, m, device="cuda", dtype=dt).transpose(1, 2)
                 u = torch.randn(b, n, m, device="cuda", dtype=dt).transpose(1, 2)
-                row = [timed(lambda: a + a2), timed(lambda: a + t), timed(lambda: t + a),
-                       timed(lambda: t * 0.5), timed(lambda: t + u),
-                       timed(lambda: t.contiguous())]
+                row = [timed(lambda x=a, y=a2: x + y), timed(lambda x=a, y=t: x + y),
+                       timed(lambda x=a, y=t: y + x), timed(lambda y=t: y * 0.5),
+                       timed(lambda y=t, z=u: y + z), timed(lambda y=t: y.contiguous())]
                 print(f"{str(dt)[6:]:9s} {b:4d} {m:5d} {n:5d} {nbytes / 1e6:7.1f} "
                       + " ".join(f"{x:7.1f}" for x in row), flush=True)
                 del a, a2, t, u
@@ -60,8 +60,8 @@ def main() -> None:
                 a = torch.randn(b, h, tokens, d, device="cuda")
                 a2 = torch.randn(b, h, tokens, d, device="cuda")
                 p = torch.randn(b, tokens, h, d, device="cuda").permute(0, 2, 1, 3)
-                row = [timed(lambda: a + a2), timed(lambda: a + p),
-                       timed(lambda: p.contiguous())]
+                row = [timed(lambda x=a, y=a2: x + y), timed(lambda x=a, y=p: x + y),
+                       timed(lambda y=p: y.contiguous())]
                 print(f"{'':18s} {b:4d} {h:5d} {tokens:5d} {d:5d} {a.numel() * 4 / 1e6:7.1f} "
                       + " ".join(f"{x:7.1f}" for x in row), flush=True)
 
