@@ -62,12 +62,14 @@ from distir.analysis.layout import (
     reshape_target,
 )
 from distir.analysis.memory import (
+    ALIASED,
     BY_STRIDES,
     FunctionLiveness,
     Memo,
     OpLiveness,
     liveness,
     placed_bytes,
+    transient_bytes,
 )
 from distir.analysis.renaming import (
     ARG_KEY0,
@@ -282,6 +284,8 @@ class Simulator(TypeInterpreter):
         self._layout_tracker = Layouts(lambda: self.env)
         self._layouts: Layouts | None = None  # the tracker, in a program with LAYOUT_OPS
         self._entry: Function | None = None  # the program's entry function
+        # the function running's frees of storages read through broadcast views
+        self._root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] | None = None
         self._new_reps: list[Function] = []  # representatives new in this program
         self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
@@ -341,11 +345,13 @@ class Simulator(TypeInterpreter):
 
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-                self._owned, self._lv, self._drop, self._pending, self._async)
+                self._owned, self._lv, self._drop, self._pending, self._async,
+                self._root_frees)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
-         self._owned, self._lv, self._drop, self._pending, self._async) = s
+         self._owned, self._lv, self._drop, self._pending, self._async,
+         self._root_frees) = s
 
     def _wait(self, inputs: Sequence[Value | None]) -> None:
         """The pending inputs of an op: each one's device waits for its collective."""
@@ -415,12 +421,13 @@ class Simulator(TypeInterpreter):
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once; the
         entry function's parameters are contiguous."""
-        return liveness(fn, self._live_memo, self._drop, fn is self._entry)
+        return liveness(fn, self._live_memo, self._drop, fn is self._entry, views=True)
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
         fl = self._prepare(fn)
         self._lv = fl.ops
+        self._root_frees = fl.root_frees
         # The type interpreter's per-op check, only where there is something to check.
         self.post_op = self._post if fl.annotated and self.check_annotations else None
         # This run's op hook: a closure over the current state (the loop binds it once).
@@ -461,6 +468,8 @@ class Simulator(TypeInterpreter):
         wait = self._wait
         gate = self._gate if self._host else None
         by_layout = self._input_layout
+        root_frees = self._root_frees
+        free_roots = self._free_roots
         layouts = self._layouts
         contiguous = layouts.contiguous if layouts is not None else None
 
@@ -491,6 +500,10 @@ class Simulator(TypeInterpreter):
                     mem[d] = x
                     if x > peak[d]:
                         peak[d] = x
+                if rec[11]:  # a temporary the kernel holds while it runs
+                    x = mem[d] + rec[11]
+                    if x > peak[d]:
+                        peak[d] = x
             else:
                 sync(rec, op)
             _, free_in, free_param, free_out, _, _ = lv
@@ -509,9 +522,25 @@ class Simulator(TypeInterpreter):
                 for i in free_out:
                     for d, b in per_out[i]:
                         mem[d] -= b
+            if root_frees is not None:
+                rf = root_frees.get(op)
+                if rf is not None:
+                    free_roots(rf)
             return rec[0]
 
         return eval_op
+
+    def _free_roots(self, frees: tuple[tuple[int, Value, int], ...]) -> None:
+        """Free the storages read last through a broadcast view of them
+        (``FunctionLiveness.root_frees``), by their own bytes; a parameter only where the
+        caller handed it over."""
+        env = self.env
+        assert env is not None
+        mem = self._mem
+        for _, root, pi in frees:
+            if pi < 0 or self._owned[pi]:
+                for d, b in self._bytes(env[root]):
+                    mem[d] -= b
 
     def _gate(self, d: int, h: float) -> None:
         """Device ``d``'s host issues an op (``h`` seconds), which cannot start on the
@@ -600,6 +629,7 @@ class Simulator(TypeInterpreter):
 
     def eval_call(self, op: Op, callee: Function, args: tuple) -> tuple:
         _, free_in, free_param, free_out, give, drop = self._lv[op]
+        rf = self._root_frees.get(op) if self._root_frees is not None else None
         # Which arguments the callee owns, as bytes (part of the summary's key): the
         # values of this function handed over (``give``'s mask, made once per op) and
         # those of its parameters handed over that it owns itself.
@@ -654,6 +684,8 @@ class Simulator(TypeInterpreter):
         for i in free_out:
             for d, b in nbytes(s.outs[i]):
                 mem[d] -= b
+        if rf:
+            self._free_roots(rf)
         return s.outs
 
     # -- records, costs, calls ---------------------------------------------------------
@@ -710,7 +742,8 @@ class Simulator(TypeInterpreter):
                                                   for i, t in enumerate(out_types)), fmt)
         else:
             cost = self._cost(op, in_types, out_types, fmt)
-        per_out = tuple(placed_bytes(t) for t in out_types)
+        per_out = tuple(placed_bytes(t) for t in out_types) if lv[0][3:4] != (ALIASED,) \
+            else ((),) * len(out_types)  # (a view: its input's storage)
         flat = tuple(x for p in per_out for x in p)
         in_mem = tuple(() if t is None else placed_bytes(t) for t in in_types)
         one = devs[0] if len(devs) == 1 and all(d == devs[0] for d, _ in flat) else -1
@@ -724,7 +757,8 @@ class Simulator(TypeInterpreter):
             and self.hw.bandwidth_bound(cost.flops, cost.bytes, main_dtype(in_types, out_types))
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
                (cost, in_types, out_types, per_out), async_devs,
-               self.hw.host_seconds(op.op_type) if self._host else 0.0, bw)
+               self.hw.host_seconds(op.op_type) if self._host else 0.0, bw,
+               transient_bytes(op.op_type, in_types) if one >= 0 else 0)
         self._rec_by_id[id(rec)] = rec
         return rec
 
@@ -950,6 +984,7 @@ class Simulator(TypeInterpreter):
         # The last function run's liveness (keyed by its ops) and the op hook bound to it
         # would keep the whole program alive until the next one.
         self._lv = {}
+        self._root_frees = None
         self.__dict__.pop("eval_op", None)
         # Summaries renamed to this program's devices are cheap to make again (the
         # canonical ones stay); their keys hold every argument's id.

@@ -218,10 +218,11 @@ def read_across_time(hw: Hardware, ins: tuple, y: Any,
     axes of the result ``y``): the strided reads bound the kernel, each at the time of the
     transposing copy of that operand (the profile's ``copy`` fit, with the result's
     innermost axis as its rows' length and the operand's as its input's), the other
-    operands and the result riding along. On an H200 this priced 53 such ops of 0.3 to
-    450 MB, float32 and bfloat16, at a median of -1% of their measured time (p90 21%:
-    the copy fit's own error at small and odd shapes), where the contiguous op's price
-    was 2.5 to 4.7 times too low (``grid_search/results/elementwise_order``)."""
+    operands and the result riding along. On an H200 this priced 106 such ops (53 shapes
+    of 0.3 to 450 MB, float32 and bfloat16, each operand read across in turn) at a median
+    of -1% of their measured time (p90 of the errors 21%: the copy fit's own error at
+    small and odd shapes), where they took 1.5 to 7 times a contiguous op's
+    (``grid_search/results/elementwise_order``)."""
     if not isinstance(y, TensorType) or not hw.has_kernel_fit("copy"):
         return 0.0
     total = 0.0
