@@ -37,12 +37,15 @@ COLUMNS = ["rank", "op", "op_type", "outputs", "model_during", "model_after",
 
 
 def model_bytes(fn: Any) -> list[tuple[int, int]]:
-    """Per op of a flat rank program, the liveness model's bytes ``(during the op, after
-    it)``: the parameters, the values defined and not yet past their last use, each its
-    type's bytes (what ``Simulator`` counts for that device)."""
-    from distir.analysis.memory import liveness
+    """Per op of a flat rank program, the simulator's liveness model's bytes ``(during the
+    op, after it)``: the parameters, the values defined and not yet past their last use,
+    each its type's bytes, views as their storage (``memory.liveness`` with ``views``), and
+    during the op its kernel's temporary (``memory.transient_bytes``): what ``Simulator``
+    counts for that device."""
+    from distir.analysis.memory import ALIASED, liveness, transient_bytes
 
-    lv = liveness(fn).ops
+    fl = liveness(fn, entry=True, views=True)
+    roots = fl.root_frees or {}
 
     def size(v: Any) -> int:
         return 0 if v is None or v.type is None else v.type.size_bytes
@@ -53,11 +56,14 @@ def model_bytes(fn: Any) -> list[tuple[int, int]]:
         if op.callee is not None:
             raise ValueError(f"@{fn.name} calls @{op.callee.name}: give a rank program "
                              "(flat)")
-        _, free_in, _, free_out, _, _ = lv[op]
-        live += sum(map(size, op.outputs))
-        during = live
+        sig, free_in, _, free_out, _, _ = fl.ops[op]
+        if sig[3:4] != (ALIASED,):  # (a view holds its storage's bytes, counted already)
+            live += sum(map(size, op.outputs))
+        during = live + transient_bytes(op.op_type, tuple(
+            None if v is None else v.type for v in op.inputs))
         live -= sum(size(op.inputs[i]) for i in free_in)
         live -= sum(size(op.outputs[i]) for i in free_out)
+        live -= sum(size(root) for _, root, pi in roots.get(op, ()) if pi < 0)
         out.append((during, live))
     return out
 

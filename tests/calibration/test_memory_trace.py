@@ -120,3 +120,19 @@ def test_a_model_file_as_its_search_was_given(tmp_path: Path) -> None:
     rows = list(csv.DictReader(open(out)))
     assert any(x["op_type"] == "AdamOptimizer" for x in rows)
     assert all(x["status"] == "ok" for x in rows)
+
+
+def test_the_model_counts_a_reshape_as_its_storage() -> None:
+    """``model_bytes`` is the simulator's model: a ``Reshape`` of ``a`` holds no bytes of
+    its own, and ``a`` lives until the view's last use."""
+    fn = project(distir.parse("""func @main(%x: Tensor[Float32, (512, 256), 0]) {
+  %s = Constant(value=dense<Int64>[256, 512], device=0)
+  %a = Relu(%x)
+  %v = Reshape(%a, %s)
+  %b = Neg(%v)
+  return %b
+}""").entry).programs[0].fn
+    x = 512 * KIB
+    model = model_bytes(fn)
+    assert model[2] == (2 * x + 16, 2 * x)  # the view adds nothing; the shape dies
+    assert model[3] == (3 * x, 2 * x)       # a (as v) dies at Neg
