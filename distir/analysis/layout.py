@@ -35,10 +35,14 @@ channels-last ``x``. The rules add those copies (``COPIED_INPUTS``,
 ``cost.train.input_copies_time``).
 
 A 2-D convolution run by channels-last kernels writes its result (a gradient its ``dx``)
-in that format, so a convolution that reads it runs channels-last too. Not modelled:
-formats carried through other ops (an elementwise op keeps its input's strides in
-PyTorch), and a ``Slice`` of steps other than 1. A called function is costed with the
-strides of its first call with given argument types (its summary serves later calls).
+in that format, so a convolution that reads it runs channels-last too. An elementwise op
+(``ORDERED_OPS``) writes its result in its operands' memory order, as ``TensorIterator``
+does (``iteration_order``), and reads an operand whose order differs across its rows
+(``Layouts.elementwise_layout``). Not modelled: ops that make a strided input contiguous
+before their kernel (a softmax, a layer norm) and the copies ``torch.matmul`` makes of
+operands other than a transposed matrix, and a ``Slice`` of steps other than 1. A called
+function is costed with the strides of its first call with given argument types (its
+summary serves later calls).
 """
 
 from __future__ import annotations
