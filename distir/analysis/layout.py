@@ -365,7 +365,7 @@ def restrides(op: Op) -> bool:
 
 
 class _Frame:
-    __slots__ = ("fn", "params", "key", "results", "transposed")
+    __slots__ = ("fn", "params", "key", "results", "transposed", "seen")
 
     def __init__(self, fn: Function, params: dict[int, Strides], key: tuple,
                  transposed: frozenset[Value]) -> None:
@@ -376,6 +376,7 @@ class _Frame:
         # of elementwise ops of strided operands
         self.results: dict[Value, Strides] = {}
         self.transposed = transposed  # the function's views whose chain restrides
+        self.seen: dict[Value, Strides | None] = {}  # strides found for views, this run
 
 
 class Layouts:
@@ -462,11 +463,15 @@ class Layouts:
         base = frame.params.get(i) if i is not None else frame.results.get(start)
         if base is None and v not in transposed:
             return None  # whole views of a contiguous tensor that transpose nothing
+        seen = frame.seen
+        if v in seen:  # (each view's strides are found once per run of its function)
+            return seen[v]
         env = self._env()
         assert env is not None
+        first = v
         chain: list[Op] = []
         outs: list[Value] = []  # (the result of each: a Split has several)
-        while v in prod:
+        while v in prod and v not in seen:
             p = prod[v]
             chain.append(p)
             outs.append(v)
@@ -476,14 +481,21 @@ class Layouts:
         if shape is None or dtype is None:
             return None
         shape = tuple(shape)
-        strides = base if base is not None else contiguous_strides(shape)
+        if v in seen:  # a view whose strides an earlier reader found
+            known = seen[v]
+            strides = contiguous_strides(shape) if known is None else known
+        else:
+            strides = base if base is not None else contiguous_strides(shape)
         for p, o in reversed(list(zip(chain, outs, strict=True))):
             out = getattr(type_of(env[o]), "shape", None)
             if out is None:
                 return None
             strides = strides_through(p, shape, strides, dtype.itemsize, tuple(out))
             shape = tuple(out)
-        return None if _same(shape, strides, contiguous_strides(shape)) else strides
+            seen[o] = None if _same(shape, strides, contiguous_strides(shape)) else strides
+        got = None if _same(shape, strides, contiguous_strides(shape)) else strides
+        seen[first] = got
+        return got
 
     def _strided(self, values: tuple[Value | None, ...]) -> dict[int, Strides]:
         """The strided ones among ``values`` of the function running, by position."""
