@@ -279,10 +279,10 @@ def memory_check_configs(w: Any, configs: list, hardware: Any, limit: int, margi
     models: dict[int, Any] = {}
     sides: tuple[list, list] = ([], [])  # (above, below): (distance, order, config, peak)
     for i, c in enumerate(configs):
-        seq = models.get(c.batch_size)
-        if seq is None:
-            seq = models[c.batch_size] = w.analyze(c.batch_size, hardware=hardware)
-        try:
+        try:  # (a batch size or a configuration the transforms refuse is not a candidate)
+            seq = models.get(c.batch_size)
+            if seq is None:
+                seq = models[c.batch_size] = w.analyze(c.batch_size, hardware=hardware)
             fn = w.program(seq, c)
         except TransformError:
             continue
@@ -305,7 +305,18 @@ def memory_check_configs(w: Any, configs: list, hardware: Any, limit: int, margi
 def cmd_measure(args: argparse.Namespace) -> int:
     from grid_search.real import iter_measure
 
-    w = dataclasses.replace(workload(args.model, dtype=args.dtype), transform=args.transform)
+    from grid_search.models import _is_file
+
+    if _is_file(args.model):  # a model file, with the options its search was given
+        base = _file_workload(args, sorted(set(args.batch_sizes)))
+        args.dtype = _main_dtype(base.build(min(args.batch_sizes)))  # (the file's own)
+    else:
+        given = _file_options(args)
+        if given:
+            raise ConfigError(f"{', '.join(given)}: {'these go' if len(given) > 1 else 'it goes'}"
+                              " with a model file (--model FILE.onnx or FILE.dir)")
+        base = workload(args.model, dtype=args.dtype)
+    w = dataclasses.replace(base, transform=args.transform)
     schedule = "1f1b" if w.training else "gpipe"
     configs = _configs(w, args.batch_sizes, args.max_devices, args.max_microbatches, schedule,
                        args.min_devices)
@@ -828,8 +839,7 @@ def main(argv: list[str] | None = None) -> int:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = p.add_subparsers(dest="cmd", required=True)
     m = sub.add_parser("measure", help="run configurations on the local GPUs")
-    m.add_argument("--model", required=True)
-    m.add_argument("--dtype", default="Float16")
+    add_workload_arguments(m)
     m.add_argument("--batch-sizes", type=int, nargs="+", required=True)
     m.add_argument("--max-devices", type=int, required=True)
     m.add_argument("--max-microbatches", type=int, default=128)
