@@ -303,9 +303,8 @@ def memory_check_configs(w: Any, configs: list, hardware: Any, limit: int, margi
 
 
 def cmd_measure(args: argparse.Namespace) -> int:
-    from grid_search.real import iter_measure
-
     from grid_search.models import _is_file
+    from grid_search.real import iter_measure
 
     if _is_file(args.model):  # a model file, with the options its search was given
         base = _file_workload(args, sorted(set(args.batch_sizes)))
