@@ -108,6 +108,10 @@ rows (``Layouts.elementwise_layout``), at a transposing copy's cost: an ``Add`` 
 contiguous ``[96, 512, 512]`` tensor and a transposed view of one took 184 us on an H200,
 its transposing copy 173, a contiguous ``Add`` 72 (``grid_search/results/elementwise_order``)."""
 
+FIRST_OPERANDS = {"GeluGrad": 1}
+"""``ORDERED_OPS`` whose kernel takes another input first than the IR's first, which then
+decides the order: ``GeluGrad(x, dy)`` runs ``gelu_backward(dy, x)``."""
+
 WHEN_STRIDED = BY_INPUT_OPS | CONCAT_OPS | ORDERED_OPS
 """Layout ops whose cost depends on their inputs' strides only where one may be a strided
 view (``memory.layout_sensitive``), their records shared by layout
@@ -506,12 +510,16 @@ class Layouts:
                 return {}  # (the common case, at C speed: nothing strided reaches here)
             cand = [i for i, v in enumerate(values) if v in transposed]
         else:  # views of the function's own values, or of strided arguments and results
-            fparams = frame.fn.params
-            roots: set[Value] = {fparams[j] for j in frame.params}
-            roots.update(frame.results)
+            results, params = frame.results, frame.params
+            param_index = self._facts(frame.fn)[1]
             get = start_of.get
-            cand = [i for i, v in enumerate(values)
-                    if v is not None and (v in transposed or get(v, v) in roots)]
+            cand = []
+            for i, v in enumerate(values):
+                if v is None:
+                    continue
+                s = get(v, v)
+                if v in transposed or s in results or param_index.get(s) in params:
+                    cand.append(i)
         out = {}
         for i in cand:
             st = self.strides(values[i])
@@ -550,6 +558,18 @@ class Layouts:
             # cuDNN writes the result (a gradient's dx) in the format it ran in
             self._frames[-1].results[y] = channels_last_strides(out_shape)
         return (MEMORY_FORMAT, got[0]), (COPIED_INPUTS, got[1])
+
+    def written(self, op: Op) -> Strides | None:
+        """The strides ``op_layout`` found for ``op``'s first result where it is not
+        contiguous (a convolution run channels-last), for its record: ``mark`` sets them
+        again where the record serves another run of the function."""
+        y = op.outputs[0] if op.outputs else None
+        return None if y is None else self._frames[-1].results.get(y)
+
+    def mark(self, op: Op, strides: Strides) -> None:
+        """``op``'s first result is written in ``strides`` (``written``), in the function
+        running."""
+        self._frames[-1].results[op.outputs[0]] = strides
 
     def reshape_layout(self, op: Op, shape: tuple[int, ...], out_shape: tuple[int, ...],
                        ) -> tuple[tuple[str, Any], ...] | None:
@@ -605,7 +625,12 @@ class Layouts:
             st = strided.get(i)
             operands.append((i, _broadcast_strides(
                 shape, contiguous_strides(shape) if st is None else st, out_shape)))
-        order = iteration_order(out_shape, [st for _, st in operands])
+        decide = [st for _, st in operands]
+        first = FIRST_OPERANDS.get(op.op_type)
+        if first is not None:  # (the kernel's own operand order)
+            ahead = [st for i, st in operands if i == first]
+            decide = ahead + [st for i, st in operands if i != first]
+        order = iteration_order(out_shape, decide)
         dense = [0] * rank
         acc = 1
         for a in order:

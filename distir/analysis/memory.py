@@ -41,6 +41,7 @@ from typing import Any
 from distir.analysis.layout import (
     BY_INPUT_OPS,
     CONCAT_OPS,
+    CONV_OPS,
     LAYOUT_OPS,
     ORDERED_OPS,
     RESHAPE_OPS,
@@ -103,7 +104,7 @@ class FunctionLiveness:
     """Whether some result of an op carries a declared type (to check)."""
     root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] | None = None
     """With ``views``: the ops at which a storage dies that its last reader read through a
-    view of other bytes (``SIZED``: a broadcast, a part), as
+    view of other bytes (``SIZED``: a broadcast), as
     ``(input position, the storage's value, its parameter index or -1)``: freed by the
     storage's own bytes (a parameter only where the caller handed it over)."""
 
@@ -311,9 +312,10 @@ VIEW_ALIASES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identit
 """Ops the PyTorch backend computes as views of their first input whatever the types (its
 lowerings registered with ``view=True``, less those that copy for some types: a
 ``Transpose`` of unaligned rows or of a batch axis, a ``Cast`` to another type). A
-``Reshape`` of a strided input that no view gives copies; it is taken for a view, as the
-allocator replay takes it (``allocator``). An ``Expand`` is a view of other bytes than its
-storage (``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. Not aliased: the parts a
+``Reshape`` of a strided input that no view gives copies: one whose input may be strided
+(``layout_sensitive``) is taken for a copy, storage of its own (where it is a view after
+all, that over-counts). An ``Expand`` is a view of other bytes than its storage
+(``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. Not aliased: the parts a
 ``Split`` or ``Slice`` views, each counted as storage of its own, and freed at its own last
 use, where PyTorch keeps the whole storage while any part lives (Hiera's q, k and v,
 ``grid_search/results/norms_views``): a part handed to a callee would have to free its
@@ -387,11 +389,13 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
         found = False
         for r in sized.intersection(fn.returns):
             v = r
-            while v in made:
+            while v in made:  # (back to the nearest view of other bytes: a copy from there)
                 p = made[v]
-                if p.op_type in SIZED and p not in copied:
-                    copied.add(p)
-                    found = True
+                if p.op_type in SIZED:
+                    if p not in copied:
+                        copied.add(p)
+                        found = True
+                    break
                 v = p.inputs[0]  # type: ignore[assignment]
         if not found:  # (through a call's result: no view of other bytes aliased)
             copied.update(op for op in fn.ops if op.op_type in SIZED)
@@ -442,6 +446,8 @@ def layout_sensitive(fn: Function, entry: bool = False) -> frozenset[Op]:
         elif t in LAYOUT_OPS:  # a result of its own, contiguous
             if strided or t not in BY_INPUT_OPS:
                 out.append(op)
+            if t in CONV_OPS:  # (but a convolution run channels-last writes its format)
+                maybe.update(op.outputs)
             continue
         if strided or restrides(op):  # (a view of a contiguous input is contiguous
             maybe.update(op.outputs)    # but for a part, a broadcast or a transpose)

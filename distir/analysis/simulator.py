@@ -232,7 +232,11 @@ class CallSummary:
 #   result types, ((device, bytes), ...) per result), 8 for an asynchronous collective the
 #   device of each result, else None, 9 the seconds each of its devices' host spends
 #   issuing it (0 where the profile does not model the host), 10 whether it is bandwidth-
-#   bound compute on one device (only where the profile sets ``overlap_comm_slowdown``)
+#   bound compute on one device (only where the profile sets ``overlap_comm_slowdown``),
+#   11 the bytes of a temporary its kernel holds while it runs (``memory.transient_bytes``),
+#   12 the strides its first result is written in where they are not contiguous (a
+#   convolution run channels-last: ``Layouts.mark`` on every evaluation), else None.
+#   A view computed as its input's storage (``memory.ALIASED``) has no bytes in 3, 5, 7.
 _Rec = tuple
 
 
@@ -471,6 +475,7 @@ class Simulator(TypeInterpreter):
         root_frees = self._root_frees
         free_roots = self._free_roots
         layouts = self._layouts
+        mark = layouts.mark if layouts is not None else None
         contiguous = layouts.contiguous if layouts is not None else None
 
         def by_strides(op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
@@ -488,6 +493,8 @@ class Simulator(TypeInterpreter):
             rec = recs.get(key)
             if rec is None:
                 rec = recs[key] = record(op, args)
+            elif rec[12] is not None and mark is not None:  # (made in another run)
+                mark(op, rec[12])
             events_append((op, rec))
             d = rec[1]
             if d >= 0:  # the common case: one device, results on it
@@ -660,13 +667,16 @@ class Simulator(TypeInterpreter):
         # each summarized one alive so that its id is not reused.
         ids = tuple(map(id, args))
         cls = self._classes(args, ids)
-        key = (id(callee), ids, given, drop, waiting, cls)
         layouts = self._layouts
+        # (the arguments' strides, where some are strided views: the callee's ops are priced
+        # by them, ``distir.analysis.layout``)
         strided = layouts.before_call(op) if layouts is not None else ()
+        key = (id(callee), ids, given, drop, waiting, cls, strided)
         s = self._summaries.get(key)
         if s is None:
             self._callees[id(callee)] = callee
-            s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls)
+            s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls,
+                                                     strided)
             if s.rename is not None:
                 self._renamed_keys.append(key)
         if layouts is not None:
@@ -727,10 +737,12 @@ class Simulator(TypeInterpreter):
         lv = self._lv[op]
         free_out = lv[3]
         fmt = None
+        written = None
         # (an op whose cost depends on strides ends its signature: ``memory.liveness``)
         if self._layouts is not None and lv[0][-1] is op:
             fmt = self._layouts.op_layout(
                 op, tuple(getattr(out_types[0], "shape", ())) if out_types else ())
+            written = self._layouts.written(op)
         elif lv[0][-1] is BY_STRIDES:
             fmt = self._input_layout(op, args)
         if op.op_type in REDUCE_OPS and len(args) > 1 and args[1] is not None:
@@ -758,7 +770,7 @@ class Simulator(TypeInterpreter):
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
                (cost, in_types, out_types, per_out), async_devs,
                self.hw.host_seconds(op.op_type) if self._host else 0.0, bw,
-               transient_bytes(op.op_type, in_types) if one >= 0 else 0)
+               transient_bytes(op.op_type, in_types) if one >= 0 else 0, written)
         self._rec_by_id[id(rec)] = rec
         return rec
 
@@ -815,7 +827,7 @@ class Simulator(TypeInterpreter):
 
     def _summary(self, callee: Function, args: tuple, given: bytes,
                  drop: frozenset[int], waiting: tuple[int, ...],
-                 cls: tuple[int, ...]) -> CallSummary:
+                 cls: tuple[int, ...], strided: tuple = ()) -> CallSummary:
         """A new call key's summary: the summary of the call on canonical devices, renamed
         to this call's (made once per canonical call), where renaming is exact; else the
         callee simulated on these arguments."""
@@ -825,7 +837,8 @@ class Simulator(TypeInterpreter):
             if sigma is not None:
                 ren = {i: self._rename_value(a, sigma) for i, a in uniq.items()}
                 cargs = tuple(map(ren.__getitem__, map(id, args)))
-                ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting, cls)
+                ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting, cls,
+                        strided)
                 cs = self._summaries.get(ckey)
                 if cs is None:
                     cs = self._summaries[ckey] = self._summarize(callee, cargs, given, drop,
@@ -985,6 +998,7 @@ class Simulator(TypeInterpreter):
         # would keep the whole program alive until the next one.
         self._lv = {}
         self._root_frees = None
+        self._entry = None
         self.__dict__.pop("eval_op", None)
         # Summaries renamed to this program's devices are cheap to make again (the
         # canonical ones stay); their keys hold every argument's id.

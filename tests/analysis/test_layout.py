@@ -137,15 +137,18 @@ def test_a_channels_last_view_takes_the_nhwc_fits() -> None:
     assert old["dx"] == pytest.approx(3e-5 + 4e-5 + 2e-10 * nbytes + dy_copy)
 
 
+# tokens [2, 64, 32] viewed as a channels-last image and convolved depthwise
+TOKENS_CONV = """  %tt = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%tt, %s)
+  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+"""
+
 # a layer's forward returns the view it convolved (a saved activation), its backward
 # receives it as a parameter: the strides cross both calls
 CALLS = """
 func @fwd(%t: Tensor[Float32, (2, 64, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0]) {
-  %tt = Transpose(%t, perm=[0, 2, 1])
-  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
-  %x = Reshape(%tt, %s)
-  %y = Conv(%x, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
-  return %y, %x
+""" + TOKENS_CONV + """  return %y, %x
 }
 
 func @bwd(%x: Tensor[Float32, (2, 32, 8, 8), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
@@ -559,3 +562,121 @@ func @main(%a: {t}, %b: {t}) {{
     got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(m["main"], hw).events()
            if op.outputs}
     assert got["mis"] > 10 * got["ok"]
+
+
+CONV_VIEW = """
+func @f(%t: Tensor[Float32, (2, 64, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0]) {
+""" + TOKENS_CONV + """  %s2 = Constant(value=dense<Int64>[2, 32, 64], device=0)
+  %f = Reshape(%y, %s2)
+  %o = Transpose(%f, perm=[0, 2, 1])
+  return %o
+}
+
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %w: Tensor[Float32, (32, 1, 3, 3), 0],
+           %b: Tensor[Float32, (2, 64, 32), 0]) {
+  %t1 = Relu(%t)
+  %o1 = call @f(%t1, %w)
+  %a1 = Add(%o1, %b)
+  %o2 = call @f(%t, %w)
+  %a2 = Add(%o2, %b)
+  return %a1, %a2
+}"""
+
+
+def _add_conv_costs(fn: object, hw: Hardware) -> tuple[float, list[tuple[str, float]]]:
+    sim = simulate(fn, hw)
+    return sim.latency_s, [(op.outputs[0].name, secs) for _, secs, _, op, *_ in sim.events()
+                           if op.op_type in ("Add", "Conv")]
+
+
+def test_a_channels_last_result_keeps_its_format_in_every_run() -> None:
+    """A convolution run channels-last writes its result in that format whenever its
+    function runs, not only the first time its record is made: @f runs twice (two summary
+    keys), its results are views of the same token layout both times, and the program
+    simulates as its inlined form does."""
+    from distir.ir.inline import inline_calls
+
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC, ("copy", "Float32", copy)))
+    fn = distir.parse(CONV_VIEW).entry
+    called, inlined = _add_conv_costs(fn, hw), _add_conv_costs(inline_calls(fn), hw)
+    assert called[0] == pytest.approx(inlined[0])
+    assert [c for _, c in called[1]] == pytest.approx([c for _, c in inlined[1]])
+
+
+def test_a_call_summary_tells_strided_arguments_apart() -> None:
+    """A callee's summary is keyed by its arguments' strides too: @f's ``Add`` reads its
+    transposed argument across its rows in the third call alone, as inlined."""
+    from distir.ir.inline import inline_calls
+
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(("copy", "Float32", copy),))
+    t = "Tensor[Float32, (2, 32, 32), 0]"
+    fn = distir.parse(f"""
+func @f(%p: {t}, %c: {t}) {{
+  %y = Add(%c, %p)
+  return %y
+}}
+
+func @main(%a: {t}, %b: {t}) {{
+  %bt = Transpose(%a, perm=[0, 2, 1])
+  %r0 = call @f(%a, %b)
+  %r1 = call @f(%bt, %b)
+  %r2 = call @f(%a, %b)
+  return %r0, %r1, %r2
+}}""").entry
+    called, inlined = _add_conv_costs(fn, hw), _add_conv_costs(inline_calls(fn), hw)
+    assert called[0] == pytest.approx(inlined[0])
+    adds = [c for _, c in called[1]]
+    assert adds[1] > 10 * adds[0] and adds[0] == pytest.approx(adds[2])
+
+
+def test_an_elementwise_op_of_a_channels_last_result() -> None:
+    """A convolution's channels-last result is strided for its readers in the entry
+    function too: an ``Add`` of it and an NCHW tensor reads one across its rows, and a
+    convolution of its ``Relu`` (which keeps the format) runs channels-last."""
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC, ("copy", "Float32", copy)))
+    fn = distir.parse("""
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %img: Tensor[Float32, (2, 32, 8, 8), 0],
+           %w: Tensor[Float32, (32, 1, 3, 3), 0]) {
+""" + TOKENS_CONV + """  %a = Add(%y, %img)
+  %ax = Add(%x, %img)
+  %r = Relu(%y)
+  %z = Conv(%r, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  return %a, %ax, %z
+}""")
+    fn = getattr(fn, "entry", fn)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(fn, hw).events()}
+    assert got["a"] == pytest.approx(got["ax"]) and got["a"] > 10 * got["r"]
+    assert got["z"] == pytest.approx(got["y"])  # both channels-last
+
+
+def test_gelu_grad_takes_its_gradients_order() -> None:
+    """``GeluGrad(x, dy)`` runs ``gelu_backward(dy, x)``, whose result takes ``dy``'s order
+    (torch: ``x`` transposed, ``dy`` contiguous gives a contiguous result), where
+    ``ReluGrad`` (``threshold_backward``) takes ``x``'s."""
+    from distir.analysis.hardware import rowwise_features
+
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(("copy", "Float32", copy),))
+    fn = distir.parse("""
+func @main(%a: Tensor[Float32, (2, 32, 64), 0], %dy: Tensor[Float32, (2, 64, 32), 0]) {
+  %x = Transpose(%a, perm=[0, 2, 1])
+  %g = GeluGrad(%x, %dy)
+  %r = ReluGrad(%x, %dy)
+  %c = Relu(%dy)
+  %g2 = Add(%g, %c)
+  %r2 = Add(%r, %c)
+  return %g2, %r2
+}""")
+    fn = getattr(fn, "entry", fn)
+    got = {op.outputs[0].name: secs for _, secs, _, op, *_ in simulate(fn, hw).events()}
+    x = torch.randn(2, 32, 64).transpose(1, 2)
+    dy = torch.randn(2, 64, 32)
+    assert torch.ops.aten.gelu_backward(dy, x).is_contiguous()
+    assert not torch.ops.aten.threshold_backward(dy, x, 0).is_contiguous()
+    assert got["g2"] < got["r2"] / 10  # g is contiguous like c; r is transposed
+    # each reads one operand across: GeluGrad x (rows of dy's 32 from x's 64), ReluGrad dy
+    assert got["g"] == pytest.approx(copy(rowwise_features(2 * 4 * 2 * 64 * 32, 32, 64)))
+    assert got["r"] == pytest.approx(copy(rowwise_features(2 * 4 * 2 * 64 * 32, 64, 32)))
