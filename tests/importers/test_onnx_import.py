@@ -425,3 +425,23 @@ def test_external_data_of_an_opset_21_model_proto(tmp_path):
     imported = import_onnx(bare, base_dir=str(tmp_path))
     np.testing.assert_array_equal(imported.initializers["w"], w)
     assert bare.SerializeToString() == before
+
+
+def test_a_cast_to_its_own_type_is_an_identity():
+    """A ``Cast`` (or ``CastLike``) to its input's own element type is imported as the
+    ``Identity`` it is (PyTorch returns the tensor itself: no kernel, no memory of its
+    own); one to another type stays a ``Cast``."""
+    nodes = [
+        helper.make_node("Relu", ["x"], ["r"]),
+        helper.make_node("Cast", ["r"], ["same"], to=TensorProto.FLOAT),
+        helper.make_node("Cast", ["same"], ["half"], to=TensorProto.FLOAT16),
+        helper.make_node("CastLike", ["r", "x"], ["like"]),
+        helper.make_node("Add", ["same", "like"], ["y"]),
+    ]
+    m = import_onnx(model(nodes, [vi("x", [2, 3])], [vi("y", [2, 3]),
+                                                     vi("half", [2, 3], TensorProto.FLOAT16)]))
+    assert [op.op_type for op in m.entry.ops] == ["Relu", "Identity", "Cast", "Identity",
+                                                  "Add"]
+    x = np.arange(6, dtype=np.float32).reshape(2, 3) - 2
+    y, half = execute(m.entry, [x])
+    assert y.tolist() == (2 * np.maximum(x, 0)).tolist() and half.dtype == np.float16
