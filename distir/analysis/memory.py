@@ -446,8 +446,8 @@ def layout_sensitive(fn: Function, entry: bool = False) -> frozenset[Op]:
         elif t in LAYOUT_OPS:  # a result of its own, contiguous
             if strided or t not in BY_INPUT_OPS:
                 out.append(op)
-            if t in CONV_OPS:  # (but a convolution run channels-last writes its format)
-                maybe.update(op.outputs)
+            if t in CONV_OPS and strided:  # (one of a view may run channels-last, and
+                maybe.update(op.outputs)        # then writes its results so)
             continue
         if strided or restrides(op):  # (a view of a contiguous input is contiguous
             maybe.update(op.outputs)    # but for a part, a broadcast or a transpose)
