@@ -446,8 +446,8 @@ def layout_sensitive(fn: Function, entry: bool = False) -> frozenset[Op]:
         elif t in LAYOUT_OPS:  # a result of its own, contiguous
             if strided or t not in BY_INPUT_OPS:
                 out.append(op)
-            if t in CONV_OPS and strided:  # (one of a view may run channels-last, and
-                maybe.update(op.outputs)        # then writes its results so)
+            if t in CONV_OPS and strided and _may_run_channels_last(op):
+                maybe.update(op.outputs)  # (it then writes its results so)
             continue
         if strided or restrides(op):  # (a view of a contiguous input is contiguous
             maybe.update(op.outputs)    # but for a part, a broadcast or a transpose)
@@ -455,6 +455,14 @@ def layout_sensitive(fn: Function, entry: bool = False) -> frozenset[Op]:
 
 
 _WATCHED = STRIDE_OPS | LAYOUT_OPS
+
+
+def _may_run_channels_last(op: Op) -> bool:
+    """Whether a convolution of a strided view may run channels-last: a 2-D one (or one
+    whose ``kernel_shape`` is not given); a 1-D one runs on contiguous tensors
+    (``layout``)."""
+    k = op.attrs.get("kernel_shape")
+    return not isinstance(k, tuple | list) or len(k) == 2
 
 
 def _mask(n: int, positions: list[int]) -> bytes:
