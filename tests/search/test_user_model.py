@@ -458,3 +458,38 @@ def test_study_explain_rebuilds_a_run_top_row_of_a_model_file(models, tmp_path,
     from grid_search.study import _main_dtype
 
     assert _main_dtype(mlp(16, 8, 8, 4, 2, dtype=DType.Float16)) == "Float16"
+
+
+def test_study_measure_runs_a_model_file(models, tmp_path, capsys) -> None:
+    """``study measure`` takes a model file with the options its search was given, records
+    the file's own dtype, and its memory check picks the batch sizes predicted near a cap
+    (on gloo, the cap is checked against the live bytes by types): the larger runs out."""
+    from grid_search.study import main as study
+
+    out = tmp_path / "m.csv"
+    assert study(["measure", "--model", models["mlp"], "--train", "--loss", "mse",
+                  "--batch-sizes", "4", "8", "--max-devices", "1", "--backend", "gloo",
+                  "--steps", "1", "--warmup", "0", "-o", str(out)]) == 0
+    rows = list(csv.DictReader(open(out, encoding="utf-8")))
+    assert [(r["model"], r["batch_size"], r["measured_status"]) for r in rows] == [
+        ("mlp.onnx+train-mse-sgd", "4", "ok"), ("mlp.onnx+train-mse-sgd", "8", "ok")]
+    assert "'dtype': 'Float32'" in rows[0]["env"]
+    w = workload(models["mlp"], train=TrainOptions(loss="mse"), batch_sizes=[4, 1024])
+    import distir
+    from grid_search.study import _configs
+    # (the CPU holds the live tensors alone: the liveness peaks, not a GPU's workspaces)
+    peaks = {c.batch_size: max(distir.simulate(w.program(w.analyze(c.batch_size), c),
+                                               "h100-sxm").peak_memory_bytes.values())
+             for c in _configs(w, [4, 1024], 1, 1, "1f1b")}
+    cap = (peaks[4] + peaks[1024]) // 2
+    mc = tmp_path / "mc.csv"
+    assert study(["measure", "--model", models["mlp"], "--train", "--loss", "mse",
+                  "--batch-sizes", "4", "1024", "--max-devices", "1", "--max-microbatches", "1",
+                  "--backend", "gloo", "--steps", "1", "--warmup", "0", "--memory-check",
+                  "--memory-limit", str(cap), "--margin", "100", "-o", str(mc)]) == 0
+    got = {r["batch_size"]: r["measured_status"] for r in csv.DictReader(open(mc))}
+    assert got == {"4": "ok", "1024": "oom"}
+    capsys.readouterr()
+    assert study(["measure", "--model", "mlp-2-32", "--dim", "batch=4", "--batch-sizes", "4",
+                  "--max-devices", "1", "-o", str(tmp_path / "x.csv")]) != 0
+    assert "--dim: it goes with a model file" in capsys.readouterr().err
