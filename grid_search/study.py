@@ -279,9 +279,12 @@ def memory_check_configs(w: Any, configs: list, hardware: Any, limit: int, margi
     models: dict[int, Any] = {}
     sides: tuple[list, list] = ([], [])  # (above, below): (distance, order, config, peak)
     for i, c in enumerate(configs):
+        if c.batch_size in models and models[c.batch_size] is None:
+            continue  # (a batch size the transforms refused)
         try:  # (a batch size or a configuration the transforms refuse is not a candidate)
             seq = models.get(c.batch_size)
             if seq is None:
+                models[c.batch_size] = None
                 seq = models[c.batch_size] = w.analyze(c.batch_size, hardware=hardware)
             fn = w.program(seq, c)
         except TransformError:

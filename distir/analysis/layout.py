@@ -445,6 +445,11 @@ class Layouts:
         self._next = ({}, ())
         self._frames.append(_Frame(fn, params, key, self._facts(fn)[3]))
 
+    def frame_key(self) -> tuple:
+        """The strides of the strided arguments of the function running (``before_call``'s
+        key): an op whose record is its own is priced by them."""
+        return self._frames[-1].key
+
     def contiguous(self, values: tuple[Value | None, ...]) -> bool:
         """Whether ``values`` of the function running are all contiguous for sure, at C
         speed (the common case): no strided argument or result in the frame, and none of

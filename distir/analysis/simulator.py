@@ -476,6 +476,7 @@ class Simulator(TypeInterpreter):
         free_roots = self._free_roots
         layouts = self._layouts
         mark = layouts.mark if layouts is not None else None
+        frame_key = layouts.frame_key if layouts is not None else tuple
         contiguous = layouts.contiguous if layouts is not None else None
 
         def by_strides(op: Op, args: tuple) -> tuple[tuple[str, Any], ...] | None:
@@ -488,8 +489,14 @@ class Simulator(TypeInterpreter):
                 wait(op.inputs)
             lv = lvs[op]
             sig = lv[0]
-            key = (sig, args) if sig[-1] is not BY_STRIDES else \
-                (sig, args, by_strides(op, args))
+            last = sig[-1]
+            key: tuple
+            if last is BY_STRIDES:
+                key = (sig, args, by_strides(op, args))
+            elif last is op:  # (a record of its own, by its function's argument strides)
+                key = (sig, args, frame_key())
+            else:
+                key = (sig, args)
             rec = recs.get(key)
             if rec is None:
                 rec = recs[key] = record(op, args)

@@ -680,3 +680,36 @@ func @main(%a: Tensor[Float32, (2, 32, 64), 0], %dy: Tensor[Float32, (2, 64, 32)
     # each reads one operand across: GeluGrad x (rows of dy's 32 from x's 64), ReluGrad dy
     assert got["g"] == pytest.approx(copy(rowwise_features(2 * 4 * 2 * 64 * 32, 32, 64)))
     assert got["r"] == pytest.approx(copy(rowwise_features(2 * 4 * 2 * 64 * 32, 64, 32)))
+
+
+def test_a_convolution_is_priced_by_each_calls_argument_strides() -> None:
+    """One callee convolves a channels-last view in one call and an NCHW tensor in the
+    other, in either order: each call's ``Conv`` and the ``Add`` of its result are priced
+    by that call's strides, as inlined (a convolution's own record is keyed by them)."""
+    from distir.ir.inline import inline_calls
+
+    copy = FitModel("linear", ("width", "inner"), intercept=1e-4, coef=(1e-6, 1e-7))
+    hw = Hardware(**BASE, fits=(*NCHW, *NHWC, ("copy", "Float32", copy)))
+    img = "Tensor[Float32, (2, 32, 8, 8), 0]"
+    for first, second in (("img", "x"), ("x", "img")):
+        fn = distir.parse(f"""
+func @f(%p: {img}, %w: Tensor[Float32, (32, 1, 3, 3), 0], %q: {img}) {{
+  %y = Conv(%p, %w, group=32, kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+  %a = Add(%y, %q)
+  return %a
+}}
+
+func @main(%t: Tensor[Float32, (2, 64, 32), 0], %img: {img},
+           %w: Tensor[Float32, (32, 1, 3, 3), 0], %q: {img}) {{
+  %tt = Transpose(%t, perm=[0, 2, 1])
+  %s = Constant(value=dense<Int64>[2, 32, 8, 8], device=0)
+  %x = Reshape(%tt, %s)
+  %r0 = call @f(%{first}, %w, %q)
+  %r1 = call @f(%{second}, %w, %q)
+  return %r0, %r1
+}}""").entry
+        called, inlined = _add_conv_costs(fn, hw), _add_conv_costs(inline_calls(fn), hw)
+        assert called[0] == pytest.approx(inlined[0])
+        assert [c for _, c in called[1]] == pytest.approx([c for _, c in inlined[1]])
+        convs = [c for name, c in called[1] if name == "y"]
+        assert convs[0] != pytest.approx(convs[1])
