@@ -713,3 +713,17 @@ func @main(%t: Tensor[Float32, (2, 64, 32), 0], %img: {img},
         assert [c for _, c in called[1]] == pytest.approx([c for _, c in inlined[1]])
         convs = [c for name, c in called[1] if name == "y"]
         assert convs[0] != pytest.approx(convs[1])
+
+
+def test_ordered_ops_are_the_elementwise_cost_rules_ops() -> None:
+    """``layout.ORDERED_OPS`` are the elementwise ops the cost rules know (``SIMPLE`` and
+    ``TRANSCENDENTAL``) but for those the backend does not run as one ``TensorIterator``
+    over their operands (optimizer and loss updates, n-ary sums, dropout's masks, the
+    piecewise ``Shrink`` and ``ThresholdedRelu``): an elementwise op added to the cost
+    rules is added here too, or named below."""
+    from distir.analysis.cost.compute import SIMPLE, TRANSCENDENTAL
+    from distir.analysis.layout import ORDERED_OPS
+
+    apart = {"Dropout", "MSELossGrad", "Mean", "SGDOptimizer", "Shrink", "Sum",
+             "ThresholdedRelu"}
+    assert ORDERED_OPS == (set(SIMPLE) | set(TRANSCENDENTAL)) - apart
