@@ -36,15 +36,19 @@ COLUMNS = ["rank", "op", "op_type", "outputs", "model_during", "model_after",
            "measured_during", "measured_after", "reserved_after", "status"]
 
 
-def model_bytes(fn: Any) -> list[tuple[int, int]]:
+def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
     """Per op of a flat rank program, the simulator's liveness model's bytes ``(during the
     op, after it)``: the parameters, the values defined and not yet past their last use,
-    each its type's bytes, views as their storage (``memory.liveness`` with ``views``), and
+    each its type's bytes, views as their storage (``memory.liveness`` with ``views``, its
+    views or copies by types and strides as the simulator finds them on ``hardware``), and
     during the op its kernel's temporary (``memory.transient_bytes``): what ``Simulator``
     counts for that device."""
     from distir.analysis.memory import ALIASED, liveness, transient_bytes
+    from distir.analysis.simulator import Simulator
 
-    fl = liveness(fn, entry=True, views=True)
+    sim = Simulator(hardware, fallback=True)
+    sim.simulate_function(fn)
+    fl = liveness(fn, entry=True, views=True, flips=sim.entry_flips)
     roots = fl.root_frees or {}
 
     def size(v: Any) -> int:
@@ -81,10 +85,13 @@ def cmd_measure(args: argparse.Namespace) -> int:
     runner, rank, world = sess.runner, sess.rank, sess.world_size
     w = workload_from_args(args)
     dp, tp, pp, k = (int(x) for x in args.config.split(","))
-    fn = dtp(w.analyze(args.batch_size, hardware=args.hardware), dp=dp, tp=tp, pp=pp,
-             microbatches=k, schedule=args.schedule or ("1f1b" if w.training else "gpipe"))
+    # (on the model's own weights: an index a model file binds, such as BEiT's relative
+    # positions, drawn at random would scatter out of bounds)
+    seq = w.analyze(args.batch_size, hardware=args.hardware, weights=True)
+    fn = dtp(seq, dp=dp, tp=tp, pp=pp, microbatches=k,
+             schedule=args.schedule or ("1f1b" if w.training else "gpipe"))
     task, compiled = sess.compile(fn, memory_limit=args.memory_limit)
-    model = model_bytes(task.program.fn)
+    model = model_bytes(task.program.fn, args.hardware)
     measured: list[tuple[int, int, int]] = []
     status = "ok"
     if args.snapshot and runner.device.type == "cuda":  # every allocation, with its address

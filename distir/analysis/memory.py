@@ -15,15 +15,17 @@ The model (what ``Simulation.peak_memory_bytes`` measures):
   and the storage lives until the last use of it or of any of its views. Counting each
   view as storage of its own over-predicted DeBERTa-v2's step by 24% (a key's views saved
   for the backward pass, an index expanded over batch and heads) and Swin-V2's by 17%.
-  An ``Expand``'s storage is freed by its own bytes, not the broadcast view's. Parts
-  (``Split``, ``Slice``) and transposes stay values of their own (``VIEW_ALIASES``).
+  An ``Expand``'s storage is freed by its own bytes, not the broadcast view's. The parts
+  a ``Split`` or a ``Slice`` (of positive steps) views keep their whole storage until the
+  last use of any of them (``PARTS``): Hiera's q, k and v sliced from one projection, a
+  gated unit's halves. Transposes stay values of their own (``VIEW_ALIASES``).
 - Calls: a callee's temporaries are counted inside the callee; its results are allocated
   there and become the caller's values. A result that is one of the callee's parameters
   (or the same value returned twice) is an alias, not new storage. An argument whose last
   use is the call, passed once and not returned, is *handed over*: the callee frees it at
   its own last use, and a result the caller never uses is freed inside the callee at its
   last use there: exactly as if the callee were written inline (but for a broadcast view
-  passed to a callee, whose storage the caller frees when the call returns: ``SIZED``).
+  passed to a callee, whose storage the caller frees when the call returns: ``OTHER_BYTES``).
 
 ``FunctionLiveness`` holds, per op, what to free after it; it depends only on the
 program's structure, never on types, so it is computed once per function.
@@ -31,7 +33,7 @@ program's structure, never on types, so it is computed once per function.
 
 from __future__ import annotations
 
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from itertools import compress, repeat
@@ -53,7 +55,7 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
 __all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes", "VIEW_ALIASES",
-           "ALIASED", "transient_bytes"]
+           "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies"]
 
 
 OpLiveness = tuple
@@ -69,12 +71,14 @@ OpLiveness = tuple
 - ``free_param``: ``(input position, parameter index)`` of parameters whose last use in
   the function is the op: freed only when the caller handed that parameter over;
 - ``free_out``: results never used (freed right after the op; never for a call);
-- ``give``: for a call, the arguments handed over to the callee, as ``(mask, params)``
-  (``()`` when none is): ``mask`` is ``bytes`` of one flag per input position, set for
-  the values of this function handed over (the simulator's ownership key, made once per
-  op), or ``None`` when all are parameters; ``params`` holds ``(input position,
+- ``give``: for a call, the arguments handed over to the callee, as ``(mask, params,
+  parts)`` (``()`` when none is): ``mask`` is ``bytes`` of one flag per input position,
+  set for the values of this function handed over (the simulator's ownership key, made
+  once per op), or ``None`` when all are parameters; ``params`` holds ``(input position,
   parameter index)`` of this function's parameters handed over, each only if this
-  function owns it;
+  function owns it; ``parts`` holds ``(input position, storage)`` of the parts
+  (``PARTS``) handed over whose callee frees their whole storage's bytes with them (the
+  simulator hands the difference over with the part);
 - ``drop``: for a call, the positions of the results the caller never uses: the callee
   frees them at their last use inside it, as the inlined program would.
 """
@@ -104,9 +108,18 @@ class FunctionLiveness:
     """Whether some result of an op carries a declared type (to check)."""
     root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] | None = None
     """With ``views``: the ops at which a storage dies that its last reader read through a
-    view of other bytes (``SIZED``: a broadcast), as
+    view of other bytes (``OTHER_BYTES``: a broadcast, a part), as
     ``(input position, the storage's value, its parameter index or -1)``: freed by the
     storage's own bytes (a parameter only where the caller handed it over)."""
+    maybe: dict[Op, bool] | None = None
+    """With ``views``: the ``MAYBE_VIEWS`` ops whose results these facts take for copies
+    (``True``) or views (``False``), which the simulator checks where each runs."""
+    flips: frozenset[Op] = frozenset()
+    """The ``MAYBE_VIEWS`` ops taken against their guess (``liveness``)."""
+    peers: dict[Op, tuple[tuple[Op, ...], int]] | None = None
+    """Per ``MAYBE_VIEWS`` op, the ops of its function made alike (the same op of the same
+    chain of views: a layer's reshape in each layer), in order, and its index among them:
+    where the simulator finds one guess wrong, it flips those after it with it."""
 
 
 class Memo:
@@ -116,7 +129,7 @@ class Memo:
     to it (``==``, the same program up to value names) has the same facts up to its ops,
     and a caller's liveness reads only those of its callees' facts that do not name ops."""
 
-    __slots__ = ("facts", "sigs", "resolve")
+    __slots__ = ("facts", "sigs", "resolve", "views")
 
     def __init__(self) -> None:
         # Keyed by the function's identity (functions compare by structure); each entry
@@ -124,30 +137,43 @@ class Memo:
         self.facts: dict[tuple, tuple[Function, FunctionLiveness]] = {}
         self.sigs: dict[tuple, tuple] = {}
         self.resolve: Callable[[Function], Function] | None = None
+        # per (function, entry): its layout-sensitive ops, its MAYBE_VIEWS ops' guesses,
+        # peers and positions (``_maybe_views``)
+        self.views: dict[tuple, tuple] = {}
 
 
 def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_DROP,
-             entry: bool = False, views: bool = False) -> FunctionLiveness:
+             entry: bool = False, views: bool = False, flips: frozenset[Op] = frozenset(),
+             after: Op | None = None) -> FunctionLiveness:
     """The liveness facts of ``fn`` when its caller drops the results ``drop`` (and, in
     ``memo``, of the functions it calls); ``entry`` where ``fn`` is the program's entry,
     whose parameters are contiguous (``layout_sensitive``). With ``views``, the results
     of ``VIEW_ALIASES`` are views of their input's storage, as the backend computes them
     (``_aliases``): they hold no bytes of their own, and the storage lives until its last
-    view's last use.
+    view's last use. A ``Transpose``, and a reshape of an input that may be strided, is a
+    view or a copy by its types and strides (``MAYBE_VIEWS``): each is taken as its guess
+    says (``FunctionLiveness.maybe``) but for those in ``flips``, taken the other way: the
+    simulator flips an op where it finds its guess wrong, and the facts of the ops before
+    it stay the same: with ``after``, only the facts of the ops from ``after`` on are made
+    (for a run past the ops before it; not memoized).
 
     One forward pass over the calls (and views) finds the results that alias another
     value's storage; one backward pass finds each storage's last use (the first use seen
     backwards)."""
     if memo is None:
         memo = Memo()
-    key: tuple = (id(fn), drop, entry, views) if entry or views else (id(fn), drop)
+    key: tuple = (id(fn), drop, entry, views, flips) if entry or views else (id(fn), drop)
     hit = memo.facts.get(key)
     if hit is not None:
         return hit[1]
     sigs = memo.sigs
     annotated = False
-    sensitive = layout_sensitive(fn, entry)
-    alias, sized, aliased = _aliases(fn, memo, views, sensitive)
+    if views:
+        sensitive, guesses, peers, at = _maybe_views(fn, memo, entry)
+    else:
+        sensitive, guesses, peers, at = layout_sensitive(fn, entry), {}, {}, {}
+    alias, sized, broadcast, aliased, maybe = _aliases(fn, memo, views, sensitive, flips,
+                                                       guesses)
     root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] = {}
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
@@ -155,7 +181,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     live.add(None)                        # omitted input, never freed)
     infos: dict[Op, OpLiveness] = {}
     live_add = live.add
-    for op in reversed(fn.ops):
+    for op in reversed(fn.ops if after is None else fn.ops[at[after]:]):
         outs = op.outputs
         akey = op._key
         if akey is None:
@@ -233,20 +259,30 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         # pass thousands of arguments, of which few die here, such as a microbatch's
         # activation). Never None: None is in ``live``.
         gone = list(compress(range(len(roots)), map(not_, map(live.__contains__, roots))))
+        parts: list[tuple[int, Value]] = []
         if gone and sized and not sized.isdisjoint(op.inputs):
-            # A storage passed as a view of other bytes is never handed over (the callee would
-            # free the view's bytes): the caller frees it after the call.
+            # A storage passed as a view of other bytes: the caller frees it after the call,
+            # but for one of this function's passed once as a part (not a broadcast), which
+            # the callee frees with the rest of its storage's bytes (``OpLiveness``'s give).
             viewed = {roots[p] for p in gone if op.inputs[p] in sized}
+            times = Counter(roots[p] for p in gone if roots[p] in viewed)
             frees: list[tuple[int, Value, int]] = []
             for p in gone:
                 r = roots[p]
                 if r in viewed and r not in live:
                     live_add(r)
-                    frees.append((p, r, param_index.get(r, -1)))  # type: ignore
-            root_frees[op] = tuple(frees)
+                    pi = param_index.get(r, -1)  # type: ignore[arg-type]
+                    if times[r] == 1 and pi < 0 and op.inputs[p] not in broadcast and \
+                            p not in skip and p not in cl.returned_params:
+                        parts.append((p, r))  # type: ignore[arg-type]
+                    else:
+                        frees.append((p, r, pi))  # type: ignore[arg-type]
+            if frees:
+                root_frees[op] = tuple(frees)
             gone = [p for p in gone if roots[p] not in viewed]
         if not gone:  # no argument dies here
-            infos[op] = (sig, (), (), (), (), dropped)
+            infos[op] = (sig, (), (), (), _with_parts(len(roots), (), parts) if parts else (),
+                         dropped)
             continue
         dead = list(map(roots.__getitem__, gone))
         if len(set(dead)) == len(dead) and skip.isdisjoint(gone) and \
@@ -255,11 +291,12 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             # argument that dies here is handed over, as the loop below would find.
             live.update(dead)
             if param_index.keys().isdisjoint(dead):  # (the usual case: no parameter)
-                give_op: tuple = (_mask(len(roots), gone), ())
+                give_op: tuple = (_mask(len(roots), gone), (), ())
             else:
                 pget: Any = param_index.get
                 give_op = _give(len(roots), list(zip(gone, map(pget, dead, repeat(-1)))))
-            infos[op] = (sig, (), (), (), give_op, dropped)
+            infos[op] = (sig, (), (), (), _with_parts(len(roots), give_op, parts) if parts
+                         else give_op, dropped)
             continue
         # Each storage first dies at its first position not an unused parameter of the
         # callee (untouched arguments are no use); one passed twice is not handed over.
@@ -285,8 +322,9 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
                 c_param.append((pos, pi))
             else:
                 c_in.append(pos)
-        infos[op] = (sig, tuple(c_in), tuple(c_param), (), _give(len(roots), give) if give
-                     else (), dropped)
+        give_op = _give(len(roots), give) if give else ()
+        infos[op] = (sig, tuple(c_in), tuple(c_param), (),
+                     _with_parts(len(roots), give_op, parts) if parts else give_op, dropped)
     unused = frozenset(i for i, p in enumerate(fn.params) if p not in live)
     ret_param: list[int | None] = []
     ret_dup: list[int | None] = []
@@ -302,71 +340,196 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
     fl = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup), returned_params,
-                          drop, annotated, root_frees or None)
-    memo.facts[key] = (fn, fl)
+                          drop, annotated, root_frees or None, maybe or None, flips,
+                          peers or None)
+    if after is None:
+        memo.facts[key] = (fn, fl)
     return fl
 
 
 VIEW_ALIASES = frozenset({"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity",
-                          "Expand"})
+                          "Expand", "Split", "Slice"})
 """Ops the PyTorch backend computes as views of their first input whatever the types (its
 lowerings registered with ``view=True``, less those that copy for some types: a
-``Transpose`` of unaligned rows or of a batch axis, a ``Cast`` to another type). A
-``Reshape`` of a strided input that no view gives copies: one whose input may be strided
+``Transpose`` of unaligned rows or of a batch axis, a ``Cast`` to another type; and a
+``Slice`` but of negative steps, which ``index_select`` copies). A ``Reshape`` of a
+strided input that no view gives copies: one whose input may be strided
 (``layout_sensitive``) is taken for a copy, storage of its own (where it is a view after
-all, that over-counts). An ``Expand`` is a view of other bytes than its storage
-(``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. Not aliased: the parts a
-``Split`` or ``Slice`` views, each counted as storage of its own, and freed at its own last
-use, where PyTorch keeps the whole storage while any part lives (Hiera's q, k and v,
-``grid_search/results/norms_views``): a part handed to a callee would have to free its
-whole storage there, which the caller's liveness cannot tell it."""
+all, the copy's bytes are counted where the storage's should be). An ``Expand`` is a view
+of other bytes than its storage (``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. A
+part (``PARTS``) is a view of fewer bytes than its storage, which lives while any part
+does."""
 
 SIZED = frozenset({"Expand"})
+"""The ``VIEW_ALIASES`` whose results are broadcast views of their storage: a ``Reshape``
+or ``Flatten`` of such a view copies (``OTHER_BYTES``)."""
+
+PARTS = frozenset({"Split", "Slice"})
+"""The ``VIEW_ALIASES`` whose results are parts of their input's storage. PyTorch keeps the
+whole storage while any part lives: Hiera-B's q, k and v, three ``Slice``s of one
+projection, held it all until the last of them was read (its one-GPU step 5% above the
+model that counted each part on its own). A ``Slice`` whose steps are not known to be
+positive (a ``Constant``) is taken for a copy."""
+
+OTHER_BYTES = SIZED | PARTS
 """The ``VIEW_ALIASES`` whose results are views of other bytes than their storage's (a
-broadcast): the storage is freed by its own bytes (``FunctionLiveness.root_frees``), never
-handed to a callee (the caller frees it after the call, holding it until the call returns
-where the inlined program would free it at its last use inside), and not aliased where the
-function returns such a view."""
+broadcast, a part): the storage is freed by its own bytes
+(``FunctionLiveness.root_frees``), never handed to a callee (the caller frees it after the
+call, holding it until the call returns where the inlined program would free it at its
+last use inside), and not aliased where the function returns such a view (its caller
+frees a result by its type's bytes): the op that made it then holds storage of its own."""
 
 ALIASED = ("storage", "a view")
 """Ends the signature of a view computed as an alias of its input's storage (``liveness``
 with ``views``): its record allocates nothing."""
 
 
+MAYBE_VIEWS = frozenset({"Transpose", *RESHAPE_OPS})
+"""Ops the backend computes as views or copies by their types and strides: a ``Transpose``
+copies where it moves a batch axis or a row of unaligned bytes
+(``cost.compute.copied_transpose``), a ``Reshape`` or ``Flatten`` of a strided input where
+no view gives its result (``layout.Layouts.reshape_layout``); a view holds its input's
+storage alive. The liveness guesses (a ``Transpose`` copies where it moves a batch axis, a
+reshape whose input may be strided copies: ``layout_sensitive``) and the simulator, which
+knows the types and strides where the op runs, flips a wrong guess (``liveness``'s
+``flips``). Hiera-B's k, a ``Transpose`` of the last two axes of a ``Slice`` of its
+projection, and its q reshaped, are views that the allocator never held twice. One whose
+result the function returns (through views) is taken for a copy: its caller's facts must
+not depend on types."""
+
+
+def guess_copies(op: Op) -> bool:
+    """The liveness's guess whether a ``Transpose`` copies: by its input's declared type
+    where it has one (``cost.compute.copied_transpose``: a program's weights), else where
+    it moves an axis but the last two (or its ``perm`` is not given)."""
+    from distir.analysis.cost.compute import copied_transpose, copies_batch_axes
+
+    perm = op.attrs.get("perm")
+    t = op.inputs[0].type if op.inputs and op.inputs[0] is not None else None
+    if isinstance(t, TensorType) and (perm is None or isinstance(perm, tuple | list)) and \
+            all(isinstance(d, int) for d in t.shape):
+        return copied_transpose(tuple(t.shape), t.dtype.itemsize, perm)
+    return not isinstance(perm, tuple | list) or copies_batch_axes(len(perm), perm)
+
+
+_PART_CHAIN = PARTS | {"Squeeze", "Unsqueeze", "Identity", *RESHAPE_OPS}
+
+
+def _maybe_views(fn: Function, memo: Memo, entry: bool) -> tuple[
+        frozenset[Op], dict[Op, bool], dict[Op, tuple[tuple[Op, ...], int]], dict[Op, int]]:
+    """``layout_sensitive(fn, entry)``, and the ``MAYBE_VIEWS`` ops of ``fn`` (its
+    transposes, and its reshapes whose input may be strided), each with the liveness's
+    guess (whether it copies: ``guess_copies``; a reshape copies but of a chain of parts of
+    a tensor, ``Split`` or ``Slice`` and reshapes), its peers (``FunctionLiveness.peers``):
+    ops alike by their chain of views (op types and attributes), and its position in
+    ``fn``; computed once per function."""
+    key = (id(fn), entry)
+    hit = memo.views.get(key)
+    if hit is not None:
+        return hit[1], hit[2], hit[3], hit[4]
+    sensitive = layout_sensitive(fn, entry)
+    # Each chain of views (op types and attributes down to its start) as a number, with
+    # whether it takes only parts and reshapes of its start (and some part).
+    chain: dict[Value, int] = {}
+    kinds: dict[tuple, int] = {}
+    only: list[bool] = []  # only parts, reshapes, squeezes
+    has: list[bool] = []  # some part
+    guessed: dict[tuple, bool] = {}  # a Transpose's guess by its attributes
+    guesses: dict[Op, bool] = {}
+    at: dict[Op, int] = {}
+    groups: dict[int, list[Op]] = {}
+    watched = VIEW_ALIASES | {"Transpose"}
+    for i, op in enumerate(fn.ops):
+        t = op.op_type
+        if t not in watched or op.callee is not None or not op.outputs or not op.inputs or \
+                op.inputs[0] is None:
+            continue
+        below = chain.get(op.inputs[0], -1)
+        akey = op._key
+        if akey is None:
+            akey = op.attrs_key
+        k = kinds.get((t, akey, below))
+        if k is None:
+            k = kinds[(t, akey, below)] = len(only)
+            only.append(t in _PART_CHAIN and (below < 0 or only[below]))
+            has.append(t in PARTS or (below >= 0 and has[below]))
+        for v in op.outputs:
+            chain[v] = k
+        if t == "Transpose":
+            x = op.inputs[0].type
+            g = guessed.get(akey) if x is None else None
+            if g is None:
+                g = guess_copies(op)
+                if x is None:
+                    guessed[akey] = g
+            guesses[op] = g
+        elif t in RESHAPE_OPS and op in sensitive:
+            guesses[op] = below < 0 or not (only[below] and has[below])
+        else:
+            continue
+        at[op] = i
+        groups.setdefault(k, []).append(op)
+    peers: dict[Op, tuple[tuple[Op, ...], int]] = {}
+    for ops in groups.values():
+        members = tuple(ops)
+        for i, op in enumerate(members):
+            peers[op] = (members, i)
+    memo.views[key] = (fn, sensitive, guesses, peers, at)
+    return sensitive, guesses, peers, at
+
+
 def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = frozenset(),
-             ) -> tuple[dict[Value, Value], set[Value], set[Op]]:
+             flips: frozenset[Op] = frozenset(), guesses: dict[Op, bool] | None = None,
+             ) -> tuple[dict[Value, Value], set[Value], set[Value], set[Op], dict[Op, bool]]:
     """``liveness``' forward pass: the values that are another's storage (by value: the
-    value owning it), among them those of other bytes than it (``SIZED`` views: ``sized``),
-    and the view ops computed as aliases. A call's result that is one of the callee's
-    parameters (or the same storage as an earlier result) is its argument's storage. With
-    ``views``, a ``VIEW_ALIASES`` result is its input's; a view of other bytes the function
-    returns is not (its caller frees a result by its type's bytes): its ``Expand`` then
-    holds storage of its own."""
+    value owning it), among them those of other bytes than it (``OTHER_BYTES`` views:
+    ``sized``; among them the broadcasts, ``SIZED``), the view ops computed as aliases, and
+    the ``MAYBE_VIEWS`` ops checked where they run (``FunctionLiveness.maybe``). A call's
+    result that is one of the callee's parameters (or the same storage as an earlier
+    result) is its argument's storage. With ``views``, a ``VIEW_ALIASES`` result is its
+    input's; a view of other bytes the function returns is not (its caller frees a result
+    by its type's bytes): its ``Expand``, ``Split`` or ``Slice`` then holds storage of its
+    own, as does a ``MAYBE_VIEWS`` op on the way back to a returned view."""
     resolve = memo.resolve
     # Per callee's facts, the results that alias (``(i, j, dup)``): most results do not.
     aliasing: dict[int, tuple[tuple[int, int | None, int | None], ...]] = {}
-    copied: set[Op] = set()  # SIZED views that are returned: storage of their own
+    # Views that are returned (OTHER_BYTES, MAYBE_VIEWS): storage of their own
+    copied: set[Op] = set()
+    steps = _slice_steps(fn) if views else {}
     while True:
         alias: dict[Value, Value] = {}
-        sized: set[Value] = set()
+        sized: set[Value] = set()  # views of other bytes than their storage's
+        broadcast: set[Value] = set()  # among them, broadcasts (SIZED)
         aliased: set[Op] = set()
+        maybe: dict[Op, bool] = {}
         made: dict[Value, Op] = {}  # the view op of each aliased result
         for op in fn.ops:
             if op.callee is None:
                 t = op.op_type
-                if views and t in VIEW_ALIASES and op.outputs and op.inputs and \
-                        op.inputs[0] is not None and op not in copied:
+                if views and (t in VIEW_ALIASES or t == "Transpose") and op.outputs and \
+                        op.inputs and op.inputs[0] is not None and op not in copied:
                     x = op.inputs[0]
-                    if t in RESHAPE_OPS and (x in sized or op in sensitive):
-                        continue  # (taken for a copy: of a broadcast view it is one, and
-                        # of a strided view where no view gives the result)
+                    if t in RESHAPE_OPS and x in broadcast:
+                        continue  # (a copy: no view reshapes a broadcast)
+                    guess = guesses.get(op) if guesses else None
+                    if guess is not None:  # (by types and strides: the simulator's check)
+                        copies = guess != (op in flips)
+                        maybe[op] = copies
+                        if copies:
+                            continue
+                    elif t == "Transpose" or (t in RESHAPE_OPS and op in sensitive):
+                        continue  # (without ``views``' guesses: taken for a copy)
+                    if t == "Slice" and not steps.get(op, True):
+                        continue  # (steps not known positive: maybe an index_select)
                     r = alias.get(x, x)
                     aliased.add(op)
                     for v in op.outputs:
                         alias[v] = r
                         made[v] = op
-                        if t in SIZED or x in sized:
+                        if t in OTHER_BYTES or x in sized:
                             sized.add(v)
+                            if t in SIZED or x in broadcast:
+                                broadcast.add(v)
                 continue
             cl = liveness(op.callee if resolve is None else resolve(op.callee), memo,
                           views=views)
@@ -384,21 +547,57 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
                     alias[v] = alias.get(src, src)
                     if src in sized:
                         sized.add(v)
-        if not sized or sized.isdisjoint(fn.returns):
-            return alias, sized, aliased
+                        if src in broadcast:
+                            broadcast.add(v)
         found = False
+        if maybe and not made.keys().isdisjoint(fn.returns):
+            for r in made.keys() & set(fn.returns):
+                v = r
+                while v in made:  # (every maybe-view on the way back: a copy)
+                    p = made[v]
+                    if p in maybe and p not in copied:
+                        copied.add(p)
+                        found = True
+                    v = p.inputs[0]  # type: ignore[assignment]
+            if found:
+                continue
+        if not sized or sized.isdisjoint(fn.returns):
+            for p in copied.intersection(maybe):
+                del maybe[p]  # (taken for copies whatever the types)
+            return alias, sized, broadcast, aliased, maybe
         for r in sized.intersection(fn.returns):
             v = r
             while v in made:  # (back to the nearest view of other bytes: a copy from there)
                 p = made[v]
-                if p.op_type in SIZED:
+                if p.op_type in OTHER_BYTES:
                     if p not in copied:
                         copied.add(p)
                         found = True
                     break
                 v = p.inputs[0]  # type: ignore[assignment]
         if not found:  # (through a call's result: no view of other bytes aliased)
-            copied.update(op for op in fn.ops if op.op_type in SIZED)
+            copied.update(op for op in fn.ops if op.op_type in OTHER_BYTES)
+
+
+def _slice_steps(fn: Function) -> dict[Op, bool]:
+    """Per ``Slice`` of ``fn`` given steps, whether they are known positive (a view): its
+    steps a ``Constant`` of ``fn`` whose values all are."""
+    sliced = [op for op in fn.ops if op.op_type == "Slice" and len(op.inputs) > 4 and
+              op.inputs[4] is not None]
+    if not sliced:
+        return {}
+    from distir.analysis.numpy_rules.onnx_ops import constant_value
+
+    consts = {op.outputs[0]: op for op in fn.ops
+              if op.op_type == "Constant" and len(op.outputs) == 1}
+    out: dict[Op, bool] = {}
+    for op in sliced:
+        c = consts.get(op.inputs[4])  # type: ignore[arg-type]
+        try:
+            out[op] = c is not None and bool((constant_value(c.attrs) > 0).all())
+        except (TypeError, ValueError):  # (a malformed Constant: its rule names it)
+            out[op] = False
+    return out
 
 
 BY_STRIDES = ("records", "by strides")
@@ -473,11 +672,20 @@ def _mask(n: int, positions: list[int]) -> bytes:
 
 
 def _give(n: int, give: list[tuple[int, int]]) -> tuple:
-    """``give``'s ``(mask, params)`` form (see ``OpLiveness``) from ``(position,
+    """``give``'s ``(mask, params, parts)`` form (see ``OpLiveness``) from ``(position,
     parameter index or -1)`` pairs."""
     local = [pos for pos, pi in give if pi < 0]
     return (_mask(n, local) if local else None,
-            tuple((pos, pi) for pos, pi in give if pi >= 0))
+            tuple((pos, pi) for pos, pi in give if pi >= 0), ())
+
+
+def _with_parts(n: int, give: tuple, parts: list[tuple[int, Value]]) -> tuple:
+    """``give`` (``()`` or its ``(mask, params, ())`` form) with ``parts`` handed over too:
+    ``(position, storage)`` of parts whose storage the callee frees."""
+    mask = bytearray(n) if not give or give[0] is None else bytearray(give[0])
+    for pos, _ in parts:
+        mask[pos] = 1
+    return (bytes(mask), give[1] if give else (), tuple(parts))
 
 
 def transient_bytes(op_type: str, in_types: tuple) -> int:

@@ -48,12 +48,13 @@ from typing import Any
 
 from distir._util import no_gc
 from distir.analysis.cost import COST_RULES, OpCost, fallback_cost, load_cost_rules, main_dtype
-from distir.analysis.cost.compute import REDUCED_AXES
+from distir.analysis.cost.compute import REDUCED_AXES, copied_transpose
 from distir.analysis.hardware import Hardware, load_hardware
 from distir.analysis.interpreter import TypeInterpreter
 from distir.analysis.layout import (
     ALWAYS_LOOKED_AT,
     CONCAT_OPS,
+    COPIED_INPUTS,
     LAYOUT_OPS,
     ORDERED_OPS,
     REDUCE_OPS,
@@ -67,6 +68,7 @@ from distir.analysis.memory import (
     FunctionLiveness,
     Memo,
     OpLiveness,
+    guess_copies,
     liveness,
     placed_bytes,
     transient_bytes,
@@ -84,7 +86,7 @@ from distir.analysis.values import concrete, type_of
 from distir.errors import SimulationError
 from distir.ir.core import Function, Module, Op, Value
 from distir.ir.schemas import ASYNC_OPS
-from distir.ir.types import Type
+from distir.ir.types import TensorType, Type
 
 __all__ = ["Simulator", "Simulation", "simulate", "CostFallbackWarning"]
 
@@ -290,6 +292,20 @@ class Simulator(TypeInterpreter):
         self._entry: Function | None = None  # the program's entry function
         # the function running's frees of storages read through broadcast views
         self._root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] | None = None
+        # its liveness, and its views or copies by types and strides to check
+        # (``memory.MAYBE_VIEWS``); per (function, dropped results), those its last run
+        # found its liveness's guesses wrong about; per (type, attributes), whether a
+        # ``Transpose`` copies
+        self._fl: FunctionLiveness | None = None
+        self._fn_now: Function | None = None
+        self._maybe: dict[Op, bool] | None = None
+        self._flips: dict[tuple[int, frozenset[int]], frozenset[Op]] = {}
+        self._copied_t: dict[tuple, bool] = {}
+        self.entry_flips: frozenset[Op] = frozenset()
+        """The views or copies by types and strides (``memory.MAYBE_VIEWS``) that the last
+        program's entry function took against its liveness's guesses (``liveness``'s
+        ``flips``): its liveness as simulated is ``liveness(fn, entry=True, views=True,
+        flips=entry_flips)``."""
         self._new_reps: list[Function] = []  # representatives new in this program
         self._renamed_keys: list[tuple] = []  # summaries renamed in this program
         self._new_state(top=True, owned=())
@@ -332,7 +348,8 @@ class Simulator(TypeInterpreter):
 
     # -- state -----------------------------------------------------------------------
     def _new_state(self, top: bool, owned: Sequence[bool] | bytes,
-                   sym: dict[int, int] | None = None) -> None:
+                   sym: dict[int, int] | None = None,
+                   extra: dict[int, tuple] | None = None) -> None:
         """Fresh clocks, memory and events, for the entry function (``top``: one clock
         symbol for all devices) or a callee (one symbol per device, or per class of
         devices whose clocks are equal at the call: ``sym``)."""
@@ -343,6 +360,9 @@ class Simulator(TypeInterpreter):
         self._events: list = []
         self._calls: list[CallSummary] = []
         self._owned = owned
+        # Per parameter handed over as a part of a storage, the rest of its storage's bytes,
+        # freed with it (``memory.OpLiveness``'s give)
+        self._extra = extra
         # Results of asynchronous collectives not read yet: value -> (device, ready vector).
         self._pending: dict[Value, tuple[int, dict[int, float]]] = {}
         self._async = False  # whether an asynchronous collective ran (here or in a call)
@@ -350,12 +370,12 @@ class Simulator(TypeInterpreter):
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
                 self._owned, self._lv, self._drop, self._pending, self._async,
-                self._root_frees)
+                self._root_frees, self._fl, self._fn_now, self._maybe, self._extra)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
          self._owned, self._lv, self._drop, self._pending, self._async,
-         self._root_frees) = s
+         self._root_frees, self._fl, self._fn_now, self._maybe, self._extra) = s
 
     def _wait(self, inputs: Sequence[Value | None]) -> None:
         """The pending inputs of an op: each one's device waits for its collective."""
@@ -424,14 +444,61 @@ class Simulator(TypeInterpreter):
 
     def _prepare(self, fn: Function) -> FunctionLiveness:
         """Liveness of ``fn`` as its caller uses it (``self._drop``), computed once; the
-        entry function's parameters are contiguous."""
-        return liveness(fn, self._live_memo, self._drop, fn is self._entry, views=True)
+        entry function's parameters are contiguous. Its views and copies of types and
+        strides (``memory.MAYBE_VIEWS``) as the last run of ``fn`` found them."""
+        flips = self._flips.get((id(fn), self._drop), frozenset())
+        return liveness(fn, self._live_memo, self._drop, fn is self._entry, views=True,
+                        flips=flips)
+
+    def _flip(self, op: Op) -> FunctionLiveness:
+        """The function running's liveness with ``op``'s guess (view or copy,
+        ``memory.MAYBE_VIEWS``) flipped, and those of its peers after it guessed the same
+        (``FunctionLiveness.peers``): the facts of the ops before it are the same. Kept as
+        the guesses of the function's next run."""
+        fn = self._fn_now
+        fl = self._fl
+        assert fn is not None and fl is not None and fl.maybe is not None
+        # (with it, the ops alike after it that are guessed the same: a layer's in the
+        # layers after it, flipped back one by one where they differ)
+        was = fl.maybe[op]
+        flips = fl.flips.symmetric_difference(
+            [op] if fl.peers is None or op not in fl.peers else
+            [o for o in fl.peers[op][0][fl.peers[op][1]:] if fl.maybe.get(o) is was])
+        fl = liveness(fn, self._live_memo, self._drop, fn is self._entry, views=True,
+                      flips=flips, after=op)  # (the ops before it have run)
+        self._flips[(id(fn), self._drop)] = flips
+        self._fl = fl
+        self._lv = fl.ops
+        self._root_frees = fl.root_frees
+        self._maybe = fl.maybe
+        return fl
+
+    def _copies(self, op: Op, args: tuple, fmt: Any) -> bool:
+        """Whether the backend computes ``op`` (one of ``memory.MAYBE_VIEWS``) as a copy:
+        a ``Transpose`` by its input's type (``cost.compute.copied_transpose``), a reshape
+        by its input's strides (``fmt``, its layout: ``layout.COPIED_INPUTS``)."""
+        if op.op_type != "Transpose":
+            return fmt is not None and any(k == COPIED_INPUTS for k, _ in fmt)
+        t = type_of(args[0]) if args and args[0] is not None else None
+        if not isinstance(t, TensorType):
+            return guess_copies(op)
+        key = (t, op.attrs_key)
+        hit = self._copied_t.get(key)
+        if hit is None:
+            perm = op.attrs.get("perm")
+            hit = self._copied_t[key] = copied_transpose(
+                tuple(t.shape), t.dtype.itemsize,
+                perm if isinstance(perm, tuple | list) else None)
+        return hit
 
     # -- the interpreter's hooks -----------------------------------------------------
     def run(self, fn: Function, args: Sequence[Any]) -> tuple:
         fl = self._prepare(fn)
+        self._fl = fl
+        self._fn_now = fn
         self._lv = fl.ops
         self._root_frees = fl.root_frees
+        self._maybe = fl.maybe
         # The type interpreter's per-op check, only where there is something to check.
         self.post_op = self._post if fl.annotated and self.check_annotations else None
         # This run's op hook: a closure over the current state (the loop binds it once).
@@ -466,6 +533,7 @@ class Simulator(TypeInterpreter):
         mem = self._mem
         peak = self._peak
         owned = self._owned
+        extra = self._extra
         sync = self._sync
         pending = self._pending
         none_pending = pending.keys().isdisjoint  # (a live view of the pending values)
@@ -484,15 +552,27 @@ class Simulator(TypeInterpreter):
                 return None  # (the common case: nothing strided reaches the op)
             return by_layout(op, args)
 
+        maybe = self._maybe
+        copies = self._copies
+
         def eval_op(op: Op, args: tuple) -> tuple:
+            nonlocal lvs, root_frees, maybe
             if pending and not none_pending(op.inputs):
                 wait(op.inputs)
             lv = lvs[op]
             sig = lv[0]
+            fmt: Any = False
+            if maybe is not None and op in maybe:  # a view or a copy by types and strides
+                fmt = by_strides(op, args) if sig[-1] is BY_STRIDES else None
+                if copies(op, args, fmt) is not maybe[op]:  # the guess was wrong: flip it
+                    fl = self._flip(op)
+                    lvs, root_frees, maybe = fl.ops, fl.root_frees, fl.maybe
+                    lv = lvs[op]
+                    sig = lv[0]
             last = sig[-1]
             key: tuple
             if last is BY_STRIDES:
-                key = (sig, args, by_strides(op, args))
+                key = (sig, args, by_strides(op, args) if fmt is False else fmt)
             elif last is op:  # (a record of its own, by its function's argument strides)
                 key = (sig, args, frame_key())
             else:
@@ -531,6 +611,9 @@ class Simulator(TypeInterpreter):
                     if owned[j]:
                         for d, b in rec[6][i]:
                             mem[d] -= b
+                        if extra is not None and j in extra:
+                            for d, b in extra[j]:
+                                mem[d] -= b
             if free_out:
                 per_out = rec[7][3]
                 for i in free_out:
@@ -545,16 +628,20 @@ class Simulator(TypeInterpreter):
         return eval_op
 
     def _free_roots(self, frees: tuple[tuple[int, Value, int], ...]) -> None:
-        """Free the storages read last through a broadcast view of them
+        """Free the storages read last through a view of other bytes (a broadcast, a part)
         (``FunctionLiveness.root_frees``), by their own bytes; a parameter only where the
         caller handed it over."""
         env = self.env
         assert env is not None
         mem = self._mem
+        extra = self._extra
         for _, root, pi in frees:
             if pi < 0 or self._owned[pi]:
                 for d, b in self._bytes(env[root]):
                     mem[d] -= b
+                if pi >= 0 and extra is not None and pi in extra:
+                    for d, b in extra[pi]:
+                        mem[d] -= b
 
     def _gate(self, d: int, h: float) -> None:
         """Device ``d``'s host issues an op (``h`` seconds), which cannot start on the
@@ -648,15 +735,24 @@ class Simulator(TypeInterpreter):
         # values of this function handed over (``give``'s mask, made once per op) and
         # those of its parameters handed over that it owns itself.
         given: bytes | None = None
+        ex: tuple = ()  # (position, bytes) of the rest of a part's storage handed over
         if give:
-            given, params = give
+            given, params, parts = give
             if params:
                 owned = self._owned
+                extra = self._extra
                 mask = bytearray(given) if given is not None else bytearray(len(args))
                 for pos, pi in params:
                     if owned[pi]:
                         mask[pos] = 1
+                        if extra is not None and pi in extra:
+                            ex = (*ex, (pos, extra[pi]))
                 given = bytes(mask)
+            if parts:
+                env = self.env
+                assert env is not None
+                for pos, r in parts:
+                    ex = (*ex, (pos, self._rest(env[r], args[pos])))
         if given is None:
             given = self._no_owned.get(len(args))
             if given is None:
@@ -678,12 +774,12 @@ class Simulator(TypeInterpreter):
         # (the arguments' strides, where some are strided views: the callee's ops are priced
         # by them, ``distir.analysis.layout``)
         strided = layouts.before_call(op) if layouts is not None else ()
-        key = (id(callee), ids, given, drop, waiting, cls, strided)
+        key = (id(callee), ids, given, drop, waiting, cls, strided, ex)
         s = self._summaries.get(key)
         if s is None:
             self._callees[id(callee)] = callee
             s = self._summaries[key] = self._summary(callee, args, given, drop, waiting, cls,
-                                                     strided)
+                                                     strided, ex)
             if s.rename is not None:
                 self._renamed_keys.append(key)
         if layouts is not None:
@@ -698,6 +794,9 @@ class Simulator(TypeInterpreter):
             if self._owned[j]:
                 for d, b in nbytes(args[i]):
                     mem[d] -= b
+                if self._extra is not None and j in self._extra:
+                    for d, b in self._extra[j]:
+                        mem[d] -= b
         for i in free_out:
             for d, b in nbytes(s.outs[i]):
                 mem[d] -= b
@@ -834,7 +933,7 @@ class Simulator(TypeInterpreter):
 
     def _summary(self, callee: Function, args: tuple, given: bytes,
                  drop: frozenset[int], waiting: tuple[int, ...],
-                 cls: tuple[int, ...], strided: tuple = ()) -> CallSummary:
+                 cls: tuple[int, ...], strided: tuple = (), ex: tuple = ()) -> CallSummary:
         """A new call key's summary: the summary of the call on canonical devices, renamed
         to this call's (made once per canonical call), where renaming is exact; else the
         callee simulated on these arguments."""
@@ -844,15 +943,23 @@ class Simulator(TypeInterpreter):
             if sigma is not None:
                 ren = {i: self._rename_value(a, sigma) for i, a in uniq.items()}
                 cargs = tuple(map(ren.__getitem__, map(id, args)))
+                cex = tuple((pos, tuple((sigma[d], b) for d, b in e)) for pos, e in ex)
                 ckey = (id(callee), tuple(map(id, cargs)), given, drop, waiting, cls,
-                        strided)
+                        strided, cex)
                 cs = self._summaries.get(ckey)
                 if cs is None:
                     cs = self._summaries[ckey] = self._summarize(callee, cargs, given, drop,
-                                                                 waiting, cls)
+                                                                 waiting, cls, cex)
                 inv = {c: d for d, c in sigma.items()}
                 return rename_summary(cs, inv, lambda v: self._rename_value(v, inv))
-        return self._summarize(callee, args, given, drop, waiting, cls)
+        return self._summarize(callee, args, given, drop, waiting, cls, ex)
+
+    def _rest(self, storage: Any, part: Any) -> tuple:
+        """The bytes of ``storage`` beyond those of its ``part``, per device."""
+        rest = dict(self._bytes(storage))
+        for d, b in self._bytes(part):
+            rest[d] = rest.get(d, 0) - b
+        return tuple((d, b) for d, b in rest.items() if b)
 
     def _rename_value(self, v: Any, m: dict[int, int]) -> Any:
         """``v`` on the devices ``m`` gives its own, interned (so identities stand for
@@ -872,11 +979,12 @@ class Simulator(TypeInterpreter):
 
     def _summarize(self, callee: Function, args: tuple, given: bytes,
                    drop: frozenset[int], waiting: tuple[int, ...],
-                   cls: tuple[int, ...]) -> CallSummary:
+                   cls: tuple[int, ...], ex: tuple = ()) -> CallSummary:
         """Simulate ``callee`` once with symbolic entry clocks (one per clock class
         ``cls`` of its entry keys) and relative memory, owning the arguments ``given`` and
         freeing the results ``drop`` inside; the arguments ``waiting`` are pending, each
-        ready at its own symbol ``arg_key(i)``."""
+        ready at its own symbol ``arg_key(i)``; ``ex``: ``(position, bytes)`` of the
+        arguments owned as parts of a storage, freed with the rest of its bytes."""
         saved = self._save()
         first: dict[int, int] = {}
         sym = {}
@@ -884,7 +992,7 @@ class Simulator(TypeInterpreter):
             r = first.setdefault(c, k)
             if r != k:
                 sym[k] = r
-        self._new_state(top=False, owned=given, sym=sym)
+        self._new_state(top=False, owned=given, sym=sym, extra=dict(ex) if ex else None)
         self._drop = drop
         for i in waiting:
             self._pending[callee.params[i]] = (type_of(args[i]).devices[0], {arg_key(i): 0.0})
@@ -1005,6 +1113,9 @@ class Simulator(TypeInterpreter):
         # would keep the whole program alive until the next one.
         self._lv = {}
         self._root_frees = None
+        self._fl = self._fn_now = self._maybe = None
+        if self._entry is not None:
+            self.entry_flips = self._flips.get((id(self._entry), frozenset()), frozenset())
         self._entry = None
         self.__dict__.pop("eval_op", None)
         # Summaries renamed to this program's devices are cheap to make again (the
@@ -1022,6 +1133,8 @@ class Simulator(TypeInterpreter):
             self._placed.clear()
             self._renamed.clear()
         if self._reps is None:
+            self._flips.clear()
+            self._live_memo.views.clear()
             return
         self._rep_of.clear()
         self._forget_large()
@@ -1029,6 +1142,11 @@ class Simulator(TypeInterpreter):
         facts = self._live_memo.facts
         for k in [k for k in facts if k[0] not in keep]:
             del facts[k]
+        for k in [k for k in self._flips if k[0] not in keep]:
+            del self._flips[k]
+        views = self._live_memo.views
+        for k in [k for k in views if k[0] not in keep]:
+            del views[k]
 
     def simulate(self, fn: Function, args: Sequence[Any], *, batch_size: int | None = None,
                  ) -> Simulation:
