@@ -40,15 +40,22 @@ def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
     """Per op of a flat rank program, the simulator's liveness model's bytes ``(during the
     op, after it)``: the parameters, the values defined and not yet past their last use,
     each its type's bytes, views as their storage (``memory.liveness`` with ``views``, its
-    views or copies by types and strides as the simulator finds them on ``hardware``), and
+    views or copies by types and strides as the simulator finds them on ``hardware``; in a
+    program the simulator does not run alone, one of a pipeline's ranks, as the liveness
+    guesses them from the declared types), and
     during the op its kernel's temporary (``memory.transient_bytes``): what ``Simulator``
     counts for that device."""
     from distir.analysis.memory import ALIASED, liveness, transient_bytes
     from distir.analysis.simulator import Simulator
+    from distir.errors import DistIRError
 
     sim = Simulator(hardware, fallback=True)
-    sim.simulate_function(fn)
-    fl = liveness(fn, entry=True, views=True, flips=sim.entry_flips)
+    try:
+        sim.simulate_function(fn)
+        flips = sim.entry_flips
+    except DistIRError:  # (a rank's program of transfers: the guesses, by declared types)
+        flips = frozenset()
+    fl = liveness(fn, entry=True, views=True, flips=flips)
     roots = fl.root_frees or {}
 
     def size(v: Any) -> int:

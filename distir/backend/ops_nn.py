@@ -199,7 +199,10 @@ def _pool(s: Static) -> Kernel:
         raise UnsupportedError("AveragePool with dilations")
     pool = {1: F.avg_pool1d, 2: F.avg_pool2d, 3: F.avg_pool3d}[n]
     include = bool(s.attrs.get("count_include_pad", 0))
-    if sym and (include or not any(pb)):
+    if sym and (include or not any(pb) or not ceil):
+        # (pads left out of the count, without ceil_mode: ATen divides by the window's
+        # elements inside the input, as ONNX does; one call, where padding a copy and
+        # dividing by pooled counts held five tensors of the input's size)
         return lambda x: (pool(x, kernel, strides, tuple(pb), ceil, include),)
     size = 1
     for width in kernel:

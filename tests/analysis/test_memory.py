@@ -438,22 +438,26 @@ def _flips(text: str) -> tuple[dict[int, int], set[str]]:
 
 def test_a_transpose_is_a_view_or_a_copy_by_its_types() -> None:
     """A ``Transpose`` is a view where the backend makes one (``copied_transpose``): of the
-    last two axes, rows of aligned bytes. x 64 and r 64: 128, the view adds nothing. Rows
-    of 20 bytes (5 floats) are copied: x 60, t 60, r 60: 180, the guess (a view) flipped.
-    One that moves a batch axis copies, but for one that moves only axes of 1 (a view,
-    the guess flipped): x 64 and r 64."""
-    def main(shape: str, perm: str) -> str:
+    last two axes, rows of aligned bytes. x 64, y 64, r 64: 192, the view adds nothing.
+    Rows of 20 bytes (5 floats) are copied: x, y, the copy and r, 60 each: 240, the guess
+    (a view: y's type is not known before the run) flipped. One that moves a batch axis
+    copies: 256, but for one that moves only axes of 1: a view (the guess flipped), 192.
+    Of a value of a declared type, the guess is by the type: right."""
+    def main(shape: str, perm: str, typed: bool = False) -> str:
+        x = "%x" if typed else "%y"
         return f"""
 func @main(%x: Tensor[Float32, {shape}, 0]) {{
-  %t = Transpose(%x, perm={perm})
+  %y = Neg(%x)
+  %t = Transpose({x}, perm={perm})
   %r = Relu(%t)
-  return %r
+  return %r, %y
 }}"""
 
-    assert _flips(main("(4, 4)", "[1, 0]")) == ({0: 128}, set())
-    assert _flips(main("(3, 5)", "[1, 0]")) == ({0: 180}, {"Transpose"})
-    assert _flips(main("(2, 2, 4)", "[1, 0, 2]")) == ({0: 192}, set())
-    assert _flips(main("(1, 4, 4)", "[1, 0, 2]")) == ({0: 128}, {"Transpose"})
+    assert _flips(main("(4, 4)", "[1, 0]")) == ({0: 192}, set())
+    assert _flips(main("(3, 5)", "[1, 0]")) == ({0: 240}, {"Transpose"})
+    assert _flips(main("(2, 2, 4)", "[1, 0, 2]")) == ({0: 256}, set())
+    assert _flips(main("(1, 4, 4)", "[1, 0, 2]")) == ({0: 192}, {"Transpose"})
+    assert _flips(main("(3, 5)", "[1, 0]", typed=True)) == ({0: 240}, set())
 
 
 def test_a_reshape_of_a_part_is_a_view_where_its_strides_allow() -> None:

@@ -263,6 +263,8 @@ def test_conv_and_pools() -> None:
     check(one_op("AveragePool", [x], kernel_shape=[3, 3], pads=[1, 1, 1, 1],
                  count_include_pad=1), rtol=1e-5)
     check(one_op("AveragePool", [x], kernel_shape=[2, 2], pads=[0, 1, 1, 0]), rtol=1e-5)
+    check(one_op("AveragePool", [(F32, (1, 4, 6, 6))], kernel_shape=[3, 3], strides=[2, 2],
+                 pads=[1, 1, 1, 1], ceil_mode=1), rtol=1e-5)  # (pads left out: padded sums)
     check(one_op("GlobalAveragePool", [x]))
 
 

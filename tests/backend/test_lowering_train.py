@@ -49,7 +49,9 @@ def _pool_grad(op: str, kernel: list[int], strides: list[int], pads: list[int],
     ([3], [1], [1, 1], (2, 3, 6), (2, 3, 6)),                      # 1-D, as 2-D
     ([2, 2, 2], [2, 2, 2], [0] * 6, (1, 2, 4, 4, 4), (1, 2, 2, 2, 2)),
     ([2, 2], [1, 1], [0, 1, 1, 0], (2, 3, 5, 5), (2, 3, 5, 5)),   # asymmetric: autograd
-])
+    ([3, 3], [2, 2], [1, 1, 1, 1], (2, 3, 6, 6), (2, 3, 4, 4)),   # ceil_mode (left out of
+    ([3, 3], [1, 1], [1, 1, 1, 1], (2, 3, 5, 5), (2, 3, 5, 5)),   # the count: autograd);
+])                                                                # PoolFormer's mixer
 def test_average_pool_grad(include: int, geom: tuple) -> None:
     fn = _pool_grad("AveragePoolGrad", *geom, count_include_pad=include)
     check(fn, rtol=1e-5, atol=1e-6)
