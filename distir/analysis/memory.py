@@ -10,25 +10,32 @@ The model (what ``Simulation.peak_memory_bytes`` measures):
   counts on the receiving device (a ``Send``'s result) and on the sending one until the
   original's last use.
 - Views (the simulator's liveness, ``views=True``): a ``Reshape``, ``Flatten``,
-  ``Squeeze``, ``Unsqueeze``, ``Identity`` or ``Expand`` result is a view of its input's
-  storage, as the backend computes it (``VIEW_ALIASES``): it holds no bytes of its own,
-  and the storage lives until the last use of it or of any of its views. Counting each
-  view as storage of its own over-predicted DeBERTa-v2's step by 24% (a key's views saved
-  for the backward pass, an index expanded over batch and heads) and Swin-V2's by 17%.
-  An ``Expand``'s storage is freed by its own bytes, not the broadcast view's. The parts
-  a ``Split`` or a ``Slice`` (of positive steps) views keep their whole storage until the
-  last use of any of them (``PARTS``): Hiera's q, k and v sliced from one projection, a
-  gated unit's halves. Transposes stay values of their own (``VIEW_ALIASES``).
+  ``Squeeze``, ``Unsqueeze``, ``Identity``, ``Expand``, ``Split`` or ``Slice`` result is a
+  view of its input's storage, as the backend computes it (``VIEW_ALIASES``): it holds no
+  bytes of its own, and the storage lives until the last use of it or of any of its
+  views. Counting each view as storage of its own over-predicted DeBERTa-v2's step by 24%
+  (a key's views saved for the backward pass, an index expanded over batch and heads) and
+  Swin-V2's by 17%. An ``Expand``'s storage is freed by its own bytes, not the broadcast
+  view's; so is a storage whose parts a ``Split`` or a ``Slice`` (of positive steps)
+  views, when the last of them dies (``PARTS``): Hiera's q, k and v sliced from one
+  projection, counted each on its own, under-predicted its step by 5%.
+- Views by types and strides (``MAYBE_VIEWS``): a ``Transpose``, and a reshape whose input
+  may be strided, is a view or a copy as the backend finds it where it runs. The facts
+  take a guess for each (``guess_copies``; ``FunctionLiveness.maybe``), which the
+  simulator checks and flips where it is wrong (``liveness``'s ``flips``, ``after``).
 - Calls: a callee's temporaries are counted inside the callee; its results are allocated
   there and become the caller's values. A result that is one of the callee's parameters
   (or the same value returned twice) is an alias, not new storage. An argument whose last
   use is the call, passed once and not returned, is *handed over*: the callee frees it at
   its own last use, and a result the caller never uses is freed inside the callee at its
-  last use there: exactly as if the callee were written inline (but for a broadcast view
-  passed to a callee, whose storage the caller frees when the call returns: ``OTHER_BYTES``).
+  last use there: exactly as if the callee were written inline. A part whose storage dies
+  at the call is handed over with the rest of its storage's bytes; a broadcast view (or a
+  storage passed as two views) is freed by the caller when the call returns
+  (``OTHER_BYTES``).
 
 ``FunctionLiveness`` holds, per op, what to free after it; it depends only on the
-program's structure, never on types, so it is computed once per function.
+program's structure (and the guesses flipped), never on types, so it is computed once per
+function (and per set of flips).
 """
 
 from __future__ import annotations
@@ -354,8 +361,8 @@ lowerings registered with ``view=True``, less those that copy for some types: a
 ``Transpose`` of unaligned rows or of a batch axis, a ``Cast`` to another type; and a
 ``Slice`` but of negative steps, which ``index_select`` copies). A ``Reshape`` of a
 strided input that no view gives copies: one whose input may be strided
-(``layout_sensitive``) is taken for a copy, storage of its own (where it is a view after
-all, the copy's bytes are counted where the storage's should be). An ``Expand`` is a view
+(``layout_sensitive``) is a view or a copy by its input's strides where it runs
+(``MAYBE_VIEWS``), as is a ``Transpose``. An ``Expand`` is a view
 of other bytes than its storage (``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. A
 part (``PARTS``) is a view of fewer bytes than its storage, which lives while any part
 does."""
@@ -374,10 +381,12 @@ positive (a ``Constant``) is taken for a copy."""
 OTHER_BYTES = SIZED | PARTS
 """The ``VIEW_ALIASES`` whose results are views of other bytes than their storage's (a
 broadcast, a part): the storage is freed by its own bytes
-(``FunctionLiveness.root_frees``), never handed to a callee (the caller frees it after the
-call, holding it until the call returns where the inlined program would free it at its
-last use inside), and not aliased where the function returns such a view (its caller
-frees a result by its type's bytes): the op that made it then holds storage of its own."""
+(``FunctionLiveness.root_frees``); passed to a callee, it is handed over with the rest of
+the storage's bytes where it is a part passed once (the callee frees them all at its last
+use, as the inlined program would), else freed by the caller after the call (held until
+the call returns where the inlined program would free it at its last use inside); and it
+is not aliased where the function returns such a view (its caller frees a result by its
+type's bytes): the op that made it then holds storage of its own."""
 
 ALIASED = ("storage", "a view")
 """Ends the signature of a view computed as an alias of its input's storage (``liveness``
@@ -389,13 +398,13 @@ MAYBE_VIEWS = frozenset({"Transpose", *RESHAPE_OPS})
 copies where it moves a batch axis or a row of unaligned bytes
 (``cost.compute.copied_transpose``), a ``Reshape`` or ``Flatten`` of a strided input where
 no view gives its result (``layout.Layouts.reshape_layout``); a view holds its input's
-storage alive. The liveness guesses (a ``Transpose`` copies where it moves a batch axis, a
-reshape whose input may be strided copies: ``layout_sensitive``) and the simulator, which
-knows the types and strides where the op runs, flips a wrong guess (``liveness``'s
-``flips``). Hiera-B's k, a ``Transpose`` of the last two axes of a ``Slice`` of its
-projection, and its q reshaped, are views that the allocator never held twice. One whose
-result the function returns (through views) is taken for a copy: its caller's facts must
-not depend on types."""
+storage alive. The liveness guesses (``guess_copies`` for a ``Transpose``; a reshape
+whose input may be strided, ``layout_sensitive``, copies but of a chain of parts of a
+tensor: ``_maybe_views``) and the simulator, which knows the types and strides where the
+op runs, flips a wrong guess (``liveness``'s ``flips``). Hiera-B's k, a ``Transpose`` of
+the last two axes of a ``Slice`` of its projection, and its q reshaped, are views that the
+allocator never held twice. One whose result the function returns (through views) is
+taken for a copy: its caller's facts must not depend on types."""
 
 
 def guess_copies(op: Op) -> bool:
