@@ -596,6 +596,10 @@ class Hardware:
     profiles carry the H200's figure (the same sm_90 defaults), not measured there."""
     workspace_copies: int = 1
     """How many sets of ``workspace_bytes`` a device holds (2 for ``for_cuda_graphs``)."""
+    sm_count: int = 0
+    """A device's streaming multiprocessors (132 on an H100 or H200 SXM); 0: not given. A
+    reduction's kernel sizes the staging buffer it allocates while it runs by them
+    (``memory.reduce_staging_bytes``, counted at its op where this is given)."""
     host_dispatch: tuple[tuple[str, float], ...] = ()
     """Seconds the host spends issuing one op, by op type (``"*"``: any other type),
     measured by ``python -m calibration.bench_dispatch``; empty: the host is not modelled
@@ -608,6 +612,8 @@ class Hardware:
                                     repr=False)
 
     def __post_init__(self) -> None:
+        if self.sm_count < 0:
+            raise ConfigError(f"profile {self.name}: device.sm_count must be >= 0")
         if self.workspace_bytes < 0 or self.workspace_copies < 1:
             raise ConfigError(f"profile {self.name}: device.workspace_bytes must be >= 0 "
                               "and device.workspace_copies >= 1")
@@ -903,6 +909,7 @@ class Hardware:
                 **({"workspace_bytes": self.workspace_bytes} if self.workspace_bytes else {}),
                 **({"workspace_copies": self.workspace_copies} if self.workspace_copies != 1
                    else {}),
+                **({"sm_count": self.sm_count} if self.sm_count else {}),
                 "peak_flops": dict(self.peak_flops),
                 "memory_bandwidth": self.memory_bandwidth,
                 "launch_overhead": self.launch_overhead,
@@ -947,6 +954,7 @@ class Hardware:
                 outside_allocator=_outside(dev.get("outside_allocator"), source),
                 workspace_bytes=int(dev.get("workspace_bytes", 0)),
                 workspace_copies=int(dev.get("workspace_copies", 1)),
+                sm_count=int(dev.get("sm_count", 0)),
                 peak_flops=tuple((str(k), float(v)) for k, v in dev["peak_flops"].items()),
                 memory_bandwidth=float(dev["memory_bandwidth"]),
                 launch_overhead=float(dev["launch_overhead"]),

@@ -40,6 +40,7 @@ function (and per set of flips).
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -62,7 +63,8 @@ from distir.ir.core import Function, Op, Value
 from distir.ir.types import TensorType, TupleType, Type
 
 __all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes", "VIEW_ALIASES",
-           "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies"]
+           "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies",
+           "STAGED_REDUCE", "reduce_staging_bytes"]
 
 
 OpLiveness = tuple
@@ -709,6 +711,86 @@ def transient_bytes(op_type: str, in_types: tuple) -> int:
         return 0
     t = in_types[i]
     return t.size_bytes if isinstance(t, TensorType) else 0
+
+
+STAGED_REDUCE = frozenset({"ReduceSum", "ReduceMean", "ReduceMax", "ReduceMin",
+                           "ReduceProd"})
+"""Reductions the backend runs as one ATen reduction kernel (``torch.sum``, ``mean``,
+``amax``, ``amin``, ``prod``), which stages partial results in global memory where it
+splits the reduced elements across thread blocks (``reduce_staging_bytes``)."""
+
+
+def reduce_staging_bytes(shape: tuple[int, ...], axes: tuple[int, ...], sm_count: int,
+                         acc_bytes: int = 4, strides: tuple[int, ...] | None = None,
+                         threads_per_sm: int = 2048, max_threads: int = 512) -> int:
+    """The bytes a CUDA reduction of ``shape`` over ``axes`` (element strides ``strides``;
+    contiguous if ``None``) allocates while it runs, on a device of ``sm_count``
+    multiprocessors: PyTorch's reduction kernel splits each output's elements across thread
+    blocks where each thread would sum more than 256 of them and the outputs fill less than
+    the device, and stages the blocks' partial results (``acc_bytes`` each: float32 for
+    the floating types) in a buffer of the caching allocator, with a semaphore per column
+    of blocks. The kernel's launch configuration (block shape, blocks per output) is
+    worked out here as the library does. A column sum, the bias gradient of a linear
+    layer, stages twice its input up to about 132 MiB on an H200: measured 24-133 MiB for
+    nine shapes to the byte (``grid_search/results/parts_views/transient_probe.py``).
+    0 where nothing is staged."""
+    rank = len(shape)
+    red = {a % rank for a in axes} if rank else set()
+    if strides is None:
+        order = list(range(rank))
+    else:  # (TensorIterator visits the axes by stride: the smallest innermost)
+        order = sorted(range(rank), key=lambda d: -abs(strides[d]))
+    dims = [d for d in order if shape[d] != 1]  # outer to inner
+    numel = math.prod(shape)
+    if not dims or numel == 0 or red.isdisjoint(dims):
+        return 0
+    outputs = math.prod(shape[d] for d in dims if d not in red)
+    per_output = numel // outputs
+    on_fastest = dims[-1] in red
+    vec = 1
+    if on_fastest:
+        # runs of reduced axes, each one axis once adjacent ones are merged
+        runs = sum(1 for i, d in enumerate(dims) if d in red and (i == 0 or dims[i - 1] not in red))
+        dim0, dim1 = per_output, outputs
+        if dim0 > 128 and runs == 1:
+            dim0 //= 4  # (each thread loads 4 inputs at once)
+    else:
+        inner = 1
+        for d in reversed(dims):
+            if d in red:
+                break
+            inner *= shape[d]
+        vec = 4
+        while vec > 1 and inner % vec:
+            vec //= 2
+        dim0, dim1 = outputs // vec, per_output
+    cap = max_threads // vec
+    d0 = cap if dim0 >= cap else 1 << (max(dim0, 1).bit_length() - 1)
+    d1 = cap if dim1 >= cap else 1 << (max(dim1, 1).bit_length() - 1)
+    width = min(d0, 32)
+    height = min(d1, cap // width)
+    width = min(d0, cap // height)
+    step_in = step_out = 1
+    if on_fastest:
+        step_in *= width  # (threads of a row share an output)
+    else:
+        step_out *= width
+    split_y = -(-per_output // step_in) >= height * 16 or -(-per_output // step_in) >= 256
+    if split_y:
+        step_in *= height
+    else:
+        step_out *= height
+    per_thread = -(-per_output // step_in)
+    target = sm_count * (threads_per_sm // (width * height))
+    grid = -(-(outputs // vec) // step_out)
+    if not split_y or per_thread < 256 or grid > target:
+        return 0
+    ctas = max(min(-(-target // grid), -(-per_thread // 16)), -(-per_thread // 256))
+    if ctas <= 1:
+        return 0
+    size = acc_bytes * outputs * ctas * (1 if on_fastest else width * vec)
+    return -(-size // 512) * 512 + -(-4 * grid // 512) * 512  # (the allocator's 512-byte
+    # blocks)
 
 
 def placed_bytes(t: Any) -> tuple[tuple[int, int], ...]:

@@ -55,6 +55,7 @@ from distir.analysis.layout import (
     ALWAYS_LOOKED_AT,
     CONCAT_OPS,
     COPIED_INPUTS,
+    INPUT_STRIDES,
     LAYOUT_OPS,
     ORDERED_OPS,
     REDUCE_OPS,
@@ -65,12 +66,14 @@ from distir.analysis.layout import (
 from distir.analysis.memory import (
     ALIASED,
     BY_STRIDES,
+    STAGED_REDUCE,
     FunctionLiveness,
     Memo,
     OpLiveness,
     guess_copies,
     liveness,
     placed_bytes,
+    reduce_staging_bytes,
     transient_bytes,
 )
 from distir.analysis.renaming import (
@@ -851,6 +854,9 @@ class Simulator(TypeInterpreter):
             written = self._layouts.written(op)
         elif lv[0][-1] is BY_STRIDES:
             fmt = self._input_layout(op, args)
+        staged = 0
+        if op.op_type in STAGED_REDUCE and self.hw.sm_count:
+            staged = self._staging(op, args, in_types, fmt)
         if op.op_type in REDUCE_OPS and len(args) > 1 and args[1] is not None:
             axes = concrete(args[1])  # (which axes: the cost rule sees types alone)
             if axes is not None:
@@ -876,9 +882,33 @@ class Simulator(TypeInterpreter):
         rec = (outs, one, cost.seconds, sum(b for _, b in flat), devs, flat, in_mem,
                (cost, in_types, out_types, per_out), async_devs,
                self.hw.host_seconds(op.op_type) if self._host else 0.0, bw,
-               transient_bytes(op.op_type, in_types) if one >= 0 else 0, written)
+               transient_bytes(op.op_type, in_types) + staged if one >= 0 else 0, written)
         self._rec_by_id[id(rec)] = rec
         return rec
+
+    def _staging(self, op: Op, args: tuple, in_types: tuple, fmt: Any) -> int:
+        """The staging buffer a reduction's kernel allocates while it runs
+        (``memory.reduce_staging_bytes``), by its input's type and strides (``fmt``'s
+        ``INPUT_STRIDES`` where it is a strided view) and its axes (an input, or before
+        opset 18 an attribute; none: every axis)."""
+        t = in_types[0] if in_types else None
+        if not isinstance(t, TensorType) or not t.dtype.is_float:
+            return 0
+        axes: Any = None
+        if len(args) > 1 and args[1] is not None:
+            axes = concrete(args[1])
+            if axes is None:
+                return 0
+            axes = [int(a) for a in axes.reshape(-1)]
+        elif isinstance(op.attrs.get("axes"), tuple | list):
+            axes = [int(a) for a in op.attrs["axes"]]  # type: ignore[union-attr]
+        if not axes:
+            if op.attrs.get("noop_with_empty_axes", 0):
+                return 0
+            axes = list(range(len(t.shape)))
+        strides = dict(fmt).get(INPUT_STRIDES) if fmt else None
+        return reduce_staging_bytes(tuple(t.shape), tuple(axes), self.hw.sm_count,
+                                    8 if t.dtype.itemsize == 8 else 4, strides)
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type | None, ...],
               fmt: tuple[tuple[str, Any], ...] | None = None) -> OpCost:

@@ -531,3 +531,47 @@ def test_ops_alike_are_flipped_together(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(Simulator, "_flip", lambda self, op: calls.append(op) or flip(self, op))
     assert _flips(text)[1] == {"Reshape"}
     assert len(calls) == 1
+
+
+# Measured on an H200 (132 multiprocessors, torch 2.11): what ``torch.sum(x, dim=(0, 1),
+# keepdim=True)`` allocated while it ran, beyond x and its result, in MiB to two decimals
+# (``grid_search/results/parts_views/call_k/transient_probe.txt``).
+STAGED = [((64, 196, 2304), 132.75), ((64, 784, 1152), 132.19), ((16, 512, 3072), 132.00),
+          ((16, 512, 768), 48.00), ((8, 512, 768), 24.00), ((128, 3136, 64), 33.00),
+          ((64, 3136, 96), 24.75), ((4, 128, 256), 0.00), ((256, 49, 3072), 132.00)]
+
+
+@pytest.mark.parametrize("shape,mib", STAGED)
+def test_a_column_sums_staging_buffer_is_the_measured_one(shape: tuple, mib: float) -> None:
+    from distir.analysis.memory import reduce_staging_bytes
+
+    assert round(reduce_staging_bytes(shape, (0, 1), 132) / 2**20, 2) == mib
+
+
+def test_a_reductions_staging_buffer_counts_while_it_runs() -> None:
+    """A column sum of 64 x 196 rows of 2,304 floats (110.25 MiB) on a profile that gives
+    its multiprocessors stages 132.75 MiB while it runs, at its op; without them, or for a
+    sum over the rows' own elements (a few blocks' partials), nothing."""
+    from dataclasses import replace
+
+    from distir.analysis.hardware import load_hardware
+    from distir.analysis.memory import reduce_staging_bytes
+
+    def peak(axes: str, hw: object) -> int:
+        fn = distir.parse(f"""
+func @main(%x: Tensor[Float32, (64, 196, 2304), 0]) {{
+  %a = Constant(value=dense<Int64>{axes}, device=0)
+  %s = ReduceSum(%x, %a, keepdims=1)
+  return %s
+}}""")
+        return simulate(fn, hw).peak_memory_bytes[0]  # type: ignore[arg-type]
+
+    from distir.analysis.hardware import Hardware
+
+    hw = load_hardware("h200-sxm")
+    x = 64 * 196 * 2304 * 4
+    assert hw.sm_count == 132 and Hardware.from_json(hw.to_json()).sm_count == 132
+    staged = reduce_staging_bytes((64, 196, 2304), (0, 1), 132)
+    assert peak("[0, 1]", hw) == x + 16 + 2304 * 4 + staged
+    assert peak("[0, 1]", replace(hw, sm_count=0)) == x + 16 + 2304 * 4
+    assert reduce_staging_bytes((64, 196, 2304), (2,), 132) < 2**20
