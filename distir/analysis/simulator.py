@@ -1160,6 +1160,7 @@ class Simulator(TypeInterpreter):
             self._recs.clear()
             self._rec_by_id.clear()
             self._costs.clear()
+            self._copied_t.clear()
             self._placed.clear()
             self._renamed.clear()
         if self._reps is None:
