@@ -182,7 +182,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     else:
         sensitive, guesses, peers, at = layout_sensitive(fn, entry), {}, {}, {}
     alias, sized, broadcast, aliased, maybe = _aliases(fn, memo, views, sensitive, flips,
-                                                       guesses)
+                                                       guesses, entry)
     root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] = {}
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
@@ -491,6 +491,7 @@ def _maybe_views(fn: Function, memo: Memo, entry: bool) -> tuple[
 
 def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = frozenset(),
              flips: frozenset[Op] = frozenset(), guesses: dict[Op, bool] | None = None,
+             entry: bool = False,
              ) -> tuple[dict[Value, Value], set[Value], set[Value], set[Op], dict[Op, bool]]:
     """``liveness``' forward pass: the values that are another's storage (by value: the
     value owning it), among them those of other bytes than it (``OTHER_BYTES`` views:
@@ -498,96 +499,121 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
     the ``MAYBE_VIEWS`` ops checked where they run (``FunctionLiveness.maybe``). A call's
     result that is one of the callee's parameters (or the same storage as an earlier
     result) is its argument's storage. With ``views``, a ``VIEW_ALIASES`` result is its
-    input's; a view of other bytes the function returns is not (its caller frees a result
-    by its type's bytes): its ``Expand``, ``Split`` or ``Slice`` then holds storage of its
-    own, as does a ``MAYBE_VIEWS`` op on the way back to a returned view."""
-    resolve = memo.resolve
-    # Per callee's facts, the results that alias (``(i, j, dup)``): most results do not.
-    aliasing: dict[int, tuple[tuple[int, int | None, int | None], ...]] = {}
-    # Views that are returned (OTHER_BYTES, MAYBE_VIEWS): storage of their own
-    copied: set[Op] = set()
+    input's; the ops that make a returned value a view of other bytes or a view by types
+    and strides hold storage of their own (``_returned_copies``), whatever the flips: a
+    caller's facts and those of the ops before a flip do not depend on them."""
     steps = _slice_steps(fn) if views else {}
-    while True:
-        alias: dict[Value, Value] = {}
-        sized: set[Value] = set()  # views of other bytes than their storage's
-        broadcast: set[Value] = set()  # among them, broadcasts (SIZED)
-        aliased: set[Op] = set()
-        maybe: dict[Op, bool] = {}
-        made: dict[Value, Op] = {}  # the view op of each aliased result
-        for op in fn.ops:
-            if op.callee is None:
-                t = op.op_type
-                if views and (t in VIEW_ALIASES or t == "Transpose") and op.outputs and \
-                        op.inputs and op.inputs[0] is not None and op not in copied:
-                    x = op.inputs[0]
-                    if t in RESHAPE_OPS and x in broadcast:
-                        continue  # (a copy: no view reshapes a broadcast)
-                    guess = guesses.get(op) if guesses else None
-                    if guess is not None:  # (by types and strides: the simulator's check)
-                        copies = guess != (op in flips)
-                        maybe[op] = copies
-                        if copies:
-                            continue
-                    elif t == "Transpose" or (t in RESHAPE_OPS and op in sensitive):
-                        continue  # (without ``views``' guesses: taken for a copy)
-                    if t == "Slice" and not steps.get(op, True):
-                        continue  # (steps not known positive: maybe an index_select)
-                    r = alias.get(x, x)
-                    aliased.add(op)
-                    for v in op.outputs:
-                        alias[v] = r
-                        made[v] = op
-                        if t in OTHER_BYTES or x in sized:
-                            sized.add(v)
-                            if t in SIZED or x in broadcast:
-                                broadcast.add(v)
-                continue
-            cl = liveness(op.callee if resolve is None else resolve(op.callee), memo,
-                          views=views)
-            pairs = aliasing.get(id(cl))
-            if pairs is None:
-                pairs = aliasing[id(cl)] = tuple(
-                    (i, j, d) for i, (j, d) in enumerate(zip(cl.return_param, cl.return_dup))
-                    if j is not None or d is not None)
-            outs = op.outputs
-            for i, j, dup in pairs:
-                v = outs[i]
-                arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
-                src = arg if arg is not None else outs[dup] if dup is not None else None
-                if src is not None:
-                    alias[v] = alias.get(src, src)
-                    if src in sized:
+    copied: frozenset[Op] = frozenset()
+    if views:
+        key = (id(fn), entry, "returned")
+        hit = memo.views.get(key)
+        if hit is None:
+            hit = memo.views[key] = (fn, _returned_copies(fn, memo, sensitive, guesses, steps))
+        copied = hit[1]
+    alias, sized, broadcast, aliased, maybe, _ = _forward(
+        fn, memo, views, sensitive, flips, guesses, steps, copied, False)
+    return alias, sized, broadcast, aliased, maybe
+
+
+def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
+             flips: frozenset[Op], guesses: dict[Op, bool] | None, steps: dict[Op, bool],
+             copied: frozenset[Op], every_view: bool,
+             ) -> tuple[dict[Value, Value], set[Value], set[Value], set[Op], dict[Op, bool],
+                        dict[Value, tuple[Op, Value]]]:
+    """``_aliases``' pass over ``fn``'s ops, the ops ``copied`` taken for copies, the
+    ``MAYBE_VIEWS`` ops as their guesses and ``flips`` say (every one a view with
+    ``every_view``); with what each alias was made from (its op and source value)."""
+    resolve = memo.resolve
+    alias: dict[Value, Value] = {}
+    sized: set[Value] = set()  # views of other bytes than their storage's
+    broadcast: set[Value] = set()  # among them, broadcasts (SIZED)
+    aliased: set[Op] = set()
+    maybe: dict[Op, bool] = {}
+    made: dict[Value, tuple[Op, Value]] = {}
+    for op in fn.ops:
+        if op.callee is None:
+            t = op.op_type
+            if views and (t in VIEW_ALIASES or t == "Transpose") and op.outputs and \
+                    op.inputs and op.inputs[0] is not None and op not in copied:
+                x = op.inputs[0]
+                if t in RESHAPE_OPS and x in broadcast:
+                    continue  # (a copy: no view reshapes a broadcast)
+                guess = guesses.get(op) if guesses else None
+                if guess is not None:  # (by types and strides: the simulator's check)
+                    copies = False if every_view else guess != (op in flips)
+                    maybe[op] = copies
+                    if copies:
+                        continue
+                elif t == "Transpose" or (t in RESHAPE_OPS and op in sensitive):
+                    continue  # (without ``views``' guesses: taken for a copy)
+                if t == "Slice" and not steps.get(op, True):
+                    continue  # (steps not known positive: maybe an index_select)
+                r = alias.get(x, x)
+                aliased.add(op)
+                for v in op.outputs:
+                    alias[v] = r
+                    made[v] = (op, x)
+                    if t in OTHER_BYTES or x in sized:
                         sized.add(v)
-                        if src in broadcast:
+                        if t in SIZED or x in broadcast:
                             broadcast.add(v)
-        found = False
-        if maybe and not made.keys().isdisjoint(fn.returns):
-            for r in made.keys() & set(fn.returns):
-                v = r
-                while v in made:  # (every maybe-view on the way back: a copy)
-                    p = made[v]
-                    if p in maybe and p not in copied:
-                        copied.add(p)
-                        found = True
-                    v = p.inputs[0]  # type: ignore[assignment]
-            if found:
+            continue
+        cl = liveness(op.callee if resolve is None else resolve(op.callee), memo, views=views)
+        outs = op.outputs
+        for i, (j, dup) in enumerate(zip(cl.return_param, cl.return_dup)):
+            if j is None and dup is None:
                 continue
-        if not sized or sized.isdisjoint(fn.returns):
-            for p in copied.intersection(maybe):
-                del maybe[p]  # (taken for copies whatever the types)
-            return alias, sized, broadcast, aliased, maybe
-        for r in sized.intersection(fn.returns):
+            arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
+            src = arg if arg is not None else outs[dup] if dup is not None else None
+            if src is not None:
+                v = outs[i]
+                alias[v] = alias.get(src, src)
+                made[v] = (op, src)
+                if src in sized:
+                    sized.add(v)
+                    if src in broadcast:
+                        broadcast.add(v)
+    for p in copied.intersection(maybe):
+        del maybe[p]  # (taken for copies whatever the types)
+    return alias, sized, broadcast, aliased, maybe, made
+
+
+def _returned_copies(fn: Function, memo: Memo, sensitive: frozenset[Op],
+                     guesses: dict[Op, bool] | None, steps: dict[Op, bool]) -> frozenset[Op]:
+    """The view ops of ``fn`` to take for copies because a returned value may be their view:
+    walking back from each returned value through views and calls' aliased results (every
+    ``MAYBE_VIEWS`` op taken for a view: the most chains any flips give), the first op that
+    makes a view of other bytes (``OTHER_BYTES``: its caller frees a result by its type's
+    bytes) or a view by types and strides (``MAYBE_VIEWS``: a caller's facts must not
+    depend on them). Where a returned value is still such a view after that (a path not
+    followed), every such op of ``fn``."""
+    found: set[Op] = set()
+    every = frozenset(guesses or ())
+
+    def walk(made: dict[Value, tuple[Op, Value]], maybe: dict[Op, bool]) -> set[Op]:
+        hit: set[Op] = set()
+        for r in fn.returns:
             v = r
-            while v in made:  # (back to the nearest view of other bytes: a copy from there)
-                p = made[v]
-                if p.op_type in OTHER_BYTES:
-                    if p not in copied:
-                        copied.add(p)
-                        found = True
+            seen: set[Value] = set()
+            while v in made and v not in seen:
+                seen.add(v)
+                op, src = made[v]
+                if op.callee is None and (op in maybe or op.op_type in OTHER_BYTES):
+                    hit.add(op)
                     break
-                v = p.inputs[0]  # type: ignore[assignment]
-        if not found:  # (through a call's result: no view of other bytes aliased)
-            copied.update(op for op in fn.ops if op.op_type in OTHER_BYTES)
+                v = src
+        return hit
+
+    _, _, _, _, maybe, made = _forward(fn, memo, True, sensitive, frozenset(), guesses,
+                                       steps, frozenset(), True)
+    found = walk(made, maybe)
+    if found:
+        _, sized, _, _, maybe, made = _forward(fn, memo, True, sensitive, frozenset(), guesses,
+                                               steps, frozenset(found), True)
+        if walk(made, maybe) or not sized.isdisjoint(fn.returns):
+            found |= {op for op in fn.ops if op.callee is None and
+                      (op in every or op.op_type in OTHER_BYTES)}
+    return frozenset(found)
 
 
 def _slice_steps(fn: Function) -> dict[Op, bool]:

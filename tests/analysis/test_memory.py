@@ -575,3 +575,66 @@ func @main(%x: Tensor[Float32, (64, 196, 2304), 0]) {{
     assert peak("[0, 1]", hw) == x + 16 + 2304 * 4 + staged
     assert peak("[0, 1]", replace(hw, sm_count=0)) == x + 16 + 2304 * 4
     assert reduce_staging_bytes((64, 196, 2304), (2,), 132) < 2**20
+
+
+def _memoized_and_inlined(text: str) -> tuple[dict[int, int], dict[int, int], dict[int, int]]:
+    """Peaks of ``text`` simulated twice by one simulator (the second run starts from the
+    flips the first found) and inlined."""
+    from distir.analysis.simulator import Simulator
+    from distir.ir.inline import inline_calls
+
+    m = distir.parse(text)
+    sim = Simulator("h100-sxm")
+    first = sim.simulate_function(m).peak_memory_bytes
+    again = sim.simulate_function(m).peak_memory_bytes
+    return first, again, simulate(inline_calls(m.entry), "h100-sxm").peak_memory_bytes
+
+
+def test_a_view_by_types_on_the_way_to_a_return_is_a_copy() -> None:
+    """A reshape (of a parameter: maybe strided, guessed a copy, found a view) whose result
+    a callee returns through another call would make the callee's result its argument's
+    storage or not by the flips: it is taken for a copy whatever they are, so that the
+    caller's facts hold (a caller once freed the argument twice)."""
+    text = f"""
+func @id(%q: Tensor[Float32, (16,), 0]) {{
+  return %q
+}}
+func @f(%p: {T0}) {{
+  %s = Constant(value=dense<Int64>[16], device=0)
+  %r = Reshape(%p, %s)
+  %w = call @id(%r)
+  return %w
+}}
+func @main(%x: {T0}) {{
+  %a = Relu(%x)
+  %w = call @f(%a)
+  %b = Neg(%w)
+  %c = Neg(%a)
+{BIG}  return %b, %c, %big
+}}"""
+    first, again, inlined = _memoized_and_inlined(text)
+    assert first == again == inlined
+
+
+def test_a_flip_leaves_the_facts_of_the_ops_before_it() -> None:
+    """A transpose found a view (its guess a copy: a batch axis of 1 moved) on the way to a
+    returned value: flipping it must not turn the reshape that ran before it into a copy
+    (its storage was then never freed)."""
+    text = f"""
+func @f(%x: {T0}) {{
+  %a = Relu(%x)
+  %q0, %q1 = Split(%a, axis=0, num_outputs=2)
+  %c = Neg(%q1)
+  %s = Constant(value=dense<Int64>[1, 2, 4], device=0)
+  %r = Reshape(%q0, %s)
+  %t = Transpose(%r, perm=[1, 0, 2])
+  return %t, %c
+}}
+func @main(%x: {T0}) {{
+  %t, %c = call @f(%x)
+  %u = Neg(%t)
+  %v = Neg(%c)
+{BIG}  return %u, %v, %big
+}}"""
+    first, again, inlined = _memoized_and_inlined(text)
+    assert first == again == inlined
