@@ -587,6 +587,11 @@ def _returned_copies(fn: Function, memo: Memo, sensitive: frozenset[Op],
     bytes) or a view by types and strides (``MAYBE_VIEWS``: a caller's facts must not
     depend on them). Where a returned value is still such a view after that (a path not
     followed), every such op of ``fn``."""
+    returned = set(fn.returns)
+    watched = VIEW_ALIASES | {"Transpose"}
+    if not any((op.callee is not None or op.op_type in watched) and
+               not returned.isdisjoint(op.outputs) for op in fn.ops):
+        return frozenset()  # (no returned value is a view or a call's result)
     found: set[Op] = set()
     every = frozenset(guesses or ())
 
