@@ -47,7 +47,7 @@ def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
     (``memory.reduce_staging_bytes``, of a contiguous input, its axes a ``Constant``):
     what ``Simulator`` counts for that device."""
     from distir.analysis.hardware import load_hardware
-    from distir.analysis.memory import ALIASED, liveness, transient_bytes
+    from distir.analysis.memory import ALIASED, liveness, staged_bytes, transient_bytes
     from distir.analysis.simulator import Simulator
     from distir.errors import DistIRError
 
@@ -76,39 +76,12 @@ def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
         if sig[3:4] != (ALIASED,):  # (a view holds its storage's bytes, counted already)
             live += sum(map(size, op.outputs))
         during = live + transient_bytes(op.op_type, tuple(
-            None if v is None else v.type for v in op.inputs)) + _staged(op, consts, sms)
+            None if v is None else v.type for v in op.inputs)) + staged_bytes(op, consts, sms)
         live -= sum(size(op.inputs[i]) for i in free_in)
         live -= sum(size(op.outputs[i]) for i in free_out)
         live -= sum(size(root) for _, root, pi in roots.get(op, ()) if pi < 0)
         out.append((during, live))
     return out
-
-
-def _staged(op: Any, consts: dict, sms: int) -> int:
-    """A reduction's staging buffer (``memory.reduce_staging_bytes``) in a flat program: its
-    input contiguous, its axes a ``Constant`` of the program or an attribute."""
-    from distir.analysis.memory import STAGED_REDUCE, reduce_staging_bytes
-    from distir.analysis.numpy_rules.onnx_ops import constant_value
-    from distir.ir.types import TensorType
-
-    if op.op_type not in STAGED_REDUCE or not sms or not op.inputs:
-        return 0
-    t = op.inputs[0].type if op.inputs[0] is not None else None
-    if not isinstance(t, TensorType) or not t.dtype.is_float:
-        return 0
-    if len(op.inputs) > 1 and op.inputs[1] is not None:
-        c = consts.get(op.inputs[1])
-        if c is None:
-            return 0
-        axes = [int(a) for a in constant_value(c.attrs).reshape(-1)]
-    else:
-        axes = [int(a) for a in op.attrs.get("axes") or ()]
-    if not axes:
-        if op.attrs.get("noop_with_empty_axes", 0):
-            return 0
-        axes = list(range(len(t.shape)))
-    return reduce_staging_bytes(tuple(t.shape), tuple(axes), sms,
-                                8 if t.dtype.itemsize == 8 else 4)
 
 
 def cmd_measure(args: argparse.Namespace) -> int:

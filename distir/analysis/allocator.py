@@ -69,6 +69,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from distir.ir.core import Function, Module, Value
+from distir.ir.types import DType, TensorType
 
 __all__ = ["Reserve", "Verdict", "allocator_reserve", "replay", "near_capacity",
            "VIEW_OPS", "NEAR_CAPACITY", "MARGIN", "COMMUNICATORS_NEAR"]
@@ -266,13 +267,15 @@ class _OutOfMemory(Exception):
 
 
 def replay(fn: Function, trace: list[tuple[int, int]] | None = None,
-           limit: int | None = None) -> Reserve:
+           limit: int | None = None, sm_count: int = 0) -> Reserve:
     """``Reserve`` of one device's flat program (a ``RankProgram``'s function: every value
     typed, on one device), by the model in the module's docstring. ``trace``, when given,
     receives per op the bytes allocated and mapped once its dead inputs are freed.
     ``limit``: the bytes the allocator may map (what the card offers it); a request that
     would map more unmaps the free pages and retries, and the replay stops, out of memory,
-    when that is not enough. Without it, pages are never unmapped."""
+    when that is not enough. Without it, pages are never unmapped. ``sm_count``: the
+    device's multiprocessors (a profile's ``sm_count``), by which a reduction's kernel
+    allocates its staging buffer while it runs (``memory.staged_bytes``); 0: none."""
 
     small = _Segment(SMALL_PAGE, 512)
     large = _Segment(LARGE_PAGE, 512)
@@ -326,20 +329,24 @@ def replay(fn: Function, trace: list[tuple[int, int]] | None = None,
 
     try:
         _run(fn, alloc, release, block, root, refs, trace,
-             lambda: (live, small.mapped_bytes + large.mapped_bytes))
+             lambda: (live, small.mapped_bytes + large.mapped_bytes), sm_count)
     except _OutOfMemory:
         return Reserve(max(peak, live), reserved, out_of_memory=True)
     return Reserve(peak, reserved)
 
 
 def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, Value],
-         refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any) -> None:
+         refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any,
+         sm_count: int = 0) -> None:
     """``replay``'s walk over the program: its allocations and frees, in order."""
-    from distir.analysis.memory import liveness
+    from distir.analysis.memory import STAGED_REDUCE, liveness, staged_bytes
 
     for p in fn.params:
         alloc(p)
     lv = liveness(fn).ops
+    consts = {op.outputs[0]: op for op in fn.ops
+              if op.op_type == "Constant" and len(op.outputs) == 1} \
+        if sm_count and any(op.op_type in STAGED_REDUCE for op in fn.ops) else {}
     for op in fn.ops:
         if op.callee is not None:
             from distir.errors import SimulationError
@@ -365,6 +372,12 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
                     continue
             alloc(v)
         if temp is not None:
+            release(temp)
+        staged = staged_bytes(op, consts, sm_count) if consts else 0
+        if staged and src is not None and src.type is not None:
+            temp = Value("staging", TensorType(DType.Int8, (staged,),
+                                               src.type.devices[0]))  # type: ignore[union-attr]
+            alloc(temp)
             release(temp)
         after = TRANSIENT_AFTER.get(op.op_type)
         if after is not None and len(op.inputs) > after and op.inputs[after] is not None \
@@ -466,7 +479,8 @@ def near_capacity(fn: Any, peak_bytes: dict[int, int], hardware: Any,
         cap = room(sum(p.device in g for g in groups))
         # (the libraries' workspaces are allocator blocks the replayed program does not
         # name: its tensors have the rest)
-        r = replay(p.fn, limit=int(cap * (1 - MARGIN)) - hardware.workspace_held)
+        r = replay(p.fn, limit=int(cap * (1 - MARGIN)) - hardware.workspace_held,
+                   sm_count=hardware.sm_count)
         verdicts.append(Verdict(not r.out_of_memory, p.device, r, cap))
     if not verdicts:
         return None

@@ -64,7 +64,7 @@ from distir.ir.types import TensorType, TupleType, Type
 
 __all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes", "VIEW_ALIASES",
            "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies",
-           "STAGED_REDUCE", "reduce_staging_bytes"]
+           "STAGED_REDUCE", "reduce_staging_bytes", "staged_bytes"]
 
 
 OpLiveness = tuple
@@ -822,6 +822,36 @@ def reduce_staging_bytes(shape: tuple[int, ...], axes: tuple[int, ...], sm_count
     size = acc_bytes * outputs * ctas * (1 if on_fastest else width * vec)
     return -(-size // 512) * 512 + -(-4 * grid // 512) * 512  # (the allocator's 512-byte
     # blocks)
+
+
+def staged_bytes(op: Op, consts: dict[Value, Op], sm_count: int) -> int:
+    """``reduce_staging_bytes`` of one op of a flat typed program (a rank's, as
+    ``calibration.memory_trace`` and the allocator replay read one): a ``STAGED_REDUCE``
+    op's input taken as contiguous, its axes the value of a ``Constant`` of the program
+    (``consts``: by its result) or its ``axes`` attribute; 0 for other ops, or where the
+    axes are not known."""
+    if op.op_type not in STAGED_REDUCE or not sm_count or not op.inputs or \
+            op.inputs[0] is None:
+        return 0
+    t = op.inputs[0].type
+    if not isinstance(t, TensorType) or not t.dtype.is_float:
+        return 0
+    if len(op.inputs) > 1 and op.inputs[1] is not None:
+        c = consts.get(op.inputs[1])
+        if c is None:
+            return 0
+        from distir.analysis.numpy_rules.onnx_ops import constant_value
+
+        axes = [int(a) for a in constant_value(c.attrs).reshape(-1)]
+    else:
+        raw = op.attrs.get("axes")
+        axes = [int(a) for a in raw] if isinstance(raw, tuple | list) else []
+    if not axes:
+        if op.attrs.get("noop_with_empty_axes", 0):
+            return 0
+        axes = list(range(len(t.shape)))
+    return reduce_staging_bytes(tuple(t.shape), tuple(axes), sm_count,
+                                8 if t.dtype.itemsize == 8 else 4)
 
 
 def placed_bytes(t: Any) -> tuple[tuple[int, int], ...]:

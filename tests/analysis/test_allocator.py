@@ -321,3 +321,26 @@ def test_softmax_grad_holds_a_temporary_after_its_result() -> None:
     x = 4 * MIB
     assert r.allocated_bytes == 4 * x  # y, dy, g and the product of dy and y
     assert trace[0][0] <= 3 * x  # freed within the op
+
+
+def test_a_reductions_staging_buffer_is_replayed_where_the_profile_gives_its_sms() -> None:
+    """A column sum of 64 x 196 rows of 2,304 floats stages 132.75 MiB while it runs on a
+    device of 132 multiprocessors (``memory.reduce_staging_bytes``), freed within the op;
+    the replay allocates it where ``sm_count`` is given."""
+    from distir.analysis.memory import reduce_staging_bytes
+
+    fn = _program("""func @main(%x: Tensor[Float32, (64, 196, 2304), 0]) {
+  %a = Constant(value=dense<Int64>[0, 1], device=0)
+  %s = ReduceSum(%x, %a, keepdims=1)
+  %t = Neg(%s)
+  return %t
+}""")
+    staged = reduce_staging_bytes((64, 196, 2304), (0, 1), 132)
+    assert staged == 139_198_976  # (132.75 MiB, its semaphores 512 bytes more)
+    trace: list[tuple[int, int]] = []
+    x = 64 * 196 * 2304 * 4
+    with_sms = replay(fn, trace, sm_count=132)
+    # x, the axes (a 512-byte block), the sum and the buffer; then the buffer freed
+    assert with_sms.allocated_bytes == x + 512 + 2304 * 4 + staged
+    assert replay(fn).allocated_bytes == x + 2 * 2304 * 4  # (the sum and its negation)
+    assert trace[1][0] == x + 2304 * 4  # (after the op: the axes freed, the sum kept)
