@@ -47,7 +47,7 @@ def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
     (``memory.reduce_staging_bytes``, of a contiguous input, its axes a ``Constant``):
     what ``Simulator`` counts for that device."""
     from distir.analysis.hardware import load_hardware
-    from distir.analysis.memory import ALIASED, liveness, staged_bytes, transient_bytes
+    from distir.analysis.memory import ALIASED, liveness, staged_in_program, transient_bytes
     from distir.analysis.simulator import Simulator
     from distir.errors import DistIRError
 
@@ -76,7 +76,7 @@ def model_bytes(fn: Any, hardware: str = "h100-sxm") -> list[tuple[int, int]]:
         if sig[3:4] != (ALIASED,):  # (a view holds its storage's bytes, counted already)
             live += sum(map(size, op.outputs))
         during = live + transient_bytes(op.op_type, tuple(
-            None if v is None else v.type for v in op.inputs)) + staged_bytes(op, consts, sms)
+            None if v is None else v.type for v in op.inputs)) + staged_in_program(op, consts, sms)
         live -= sum(size(op.inputs[i]) for i in free_in)
         live -= sum(size(op.outputs[i]) for i in free_out)
         live -= sum(size(root) for _, root, pi in roots.get(op, ()) if pi < 0)

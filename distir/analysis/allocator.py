@@ -339,7 +339,7 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
          refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any,
          sm_count: int = 0) -> None:
     """``replay``'s walk over the program: its allocations and frees, in order."""
-    from distir.analysis.memory import STAGED_REDUCE, liveness, staged_bytes
+    from distir.analysis.memory import STAGED_REDUCE, liveness, staged_in_program
 
     for p in fn.params:
         alloc(p)
@@ -373,7 +373,7 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
             alloc(v)
         if temp is not None:
             release(temp)
-        staged = staged_bytes(op, consts, sm_count) if consts else 0
+        staged = staged_in_program(op, consts, sm_count) if consts else 0
         if staged and src is not None and src.type is not None:
             temp = Value("staging", TensorType(DType.Int8, (staged,),
                                                src.type.devices[0]))  # type: ignore[union-attr]

@@ -64,7 +64,7 @@ from distir.ir.types import TensorType, TupleType, Type
 
 __all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes", "VIEW_ALIASES",
            "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies",
-           "STAGED_REDUCE", "reduce_staging_bytes", "staged_bytes"]
+           "STAGED_REDUCE", "reduce_staging_bytes", "staged_bytes", "staged_in_program"]
 
 
 OpLiveness = tuple
@@ -146,9 +146,8 @@ class Memo:
         self.facts: dict[tuple, tuple[Function, FunctionLiveness]] = {}
         self.sigs: dict[tuple, tuple] = {}
         self.resolve: Callable[[Function], Function] | None = None
-        # per (function, entry): its layout-sensitive ops, its MAYBE_VIEWS ops' guesses,
-        # peers and positions (``_maybe_views``)
-        self.views: dict[tuple, tuple] = {}
+        # per (function, entry): what its views are, whatever the flips (``_ViewFacts``)
+        self.views: dict[tuple, tuple[Function, _ViewFacts]] = {}
 
 
 def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_DROP,
@@ -177,12 +176,10 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
         return hit[1]
     sigs = memo.sigs
     annotated = False
-    if views:
-        sensitive, guesses, peers, at = _maybe_views(fn, memo, entry)
-    else:
-        sensitive, guesses, peers, at = layout_sensitive(fn, entry), {}, {}, {}
-    alias, sized, broadcast, aliased, maybe = _aliases(fn, memo, views, sensitive, flips,
-                                                       guesses, entry)
+    vf = _view_facts(fn, memo, entry) if views else None
+    sensitive = layout_sensitive(fn, entry) if vf is None else vf.sensitive
+    peers = {} if vf is None else vf.peers
+    alias, sized, broadcast, aliased, maybe = _aliases(fn, memo, views, sensitive, flips, vf)
     root_frees: dict[Op, tuple[tuple[int, Value, int], ...]] = {}
     param_index: dict[Value, int] = {p: i for i, p in enumerate(fn.params)}
     kept = [alias.get(r, r) for i, r in enumerate(fn.returns) if i not in drop]
@@ -190,7 +187,7 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     live.add(None)                        # omitted input, never freed)
     infos: dict[Op, OpLiveness] = {}
     live_add = live.add
-    for op in reversed(fn.ops if after is None else fn.ops[at[after]:]):
+    for op in reversed(fn.ops if after is None or vf is None else fn.ops[vf.at[after]:]):
         outs = op.outputs
         akey = op._key
         if akey is None:
@@ -402,7 +399,7 @@ copies where it moves a batch axis or a row of unaligned bytes
 no view gives its result (``layout.Layouts.reshape_layout``); a view holds its input's
 storage alive. The liveness guesses (``guess_copies`` for a ``Transpose``; a reshape
 whose input may be strided, ``layout_sensitive``, copies but of a chain of parts of a
-tensor: ``_maybe_views``) and the simulator, which knows the types and strides where the
+tensor: ``_view_facts``) and the simulator, which knows the types and strides where the
 op runs, flips a wrong guess (``liveness``'s ``flips``). Hiera-B's k, a ``Transpose`` of
 the last two axes of a ``Slice`` of its projection, and its q reshaped, are views that the
 allocator never held twice. One whose result the function returns (through views) is
@@ -426,18 +423,42 @@ def guess_copies(op: Op) -> bool:
 _PART_CHAIN = PARTS | {"Squeeze", "Unsqueeze", "Identity", *RESHAPE_OPS}
 
 
-def _maybe_views(fn: Function, memo: Memo, entry: bool) -> tuple[
-        frozenset[Op], dict[Op, bool], dict[Op, tuple[tuple[Op, ...], int]], dict[Op, int]]:
+@dataclass(frozen=True, slots=True)
+class _ViewFacts:
+    """What a function's views are, whatever the flips, found once per function
+    (``_view_facts``)."""
+
+    sensitive: frozenset[Op]
+    """``layout_sensitive(fn, entry)``."""
+    guesses: dict[Op, bool]
+    """Per ``MAYBE_VIEWS`` op, the liveness's guess whether it copies."""
+    peers: dict[Op, tuple[tuple[Op, ...], int]]
+    """``FunctionLiveness.peers``."""
+    at: dict[Op, int]
+    """Per ``MAYBE_VIEWS`` op, its position in the function."""
+    steps: dict[Op, bool]
+    """``_slice_steps``."""
+    returned: frozenset[Op]
+    """``_returned_copies``."""
+
+
+_VIEWISH = VIEW_ALIASES | {"Transpose"}
+"""The ops whose results may be views of their input's storage (``VIEW_ALIASES`` and the
+``MAYBE_VIEWS`` ``Transpose``)."""
+
+
+def _view_facts(fn: Function, memo: Memo, entry: bool) -> _ViewFacts:
     """``layout_sensitive(fn, entry)``, and the ``MAYBE_VIEWS`` ops of ``fn`` (its
     transposes, and its reshapes whose input may be strided), each with the liveness's
     guess (whether it copies: ``guess_copies``; a reshape copies but of a chain of parts of
     a tensor, ``Split`` or ``Slice`` and reshapes), its peers (``FunctionLiveness.peers``):
     ops alike by their chain of views (op types and attributes), and its position in
-    ``fn``; computed once per function."""
+    ``fn``; the ``Slice``s of known positive steps, and the views a returned value makes
+    copies of (``_returned_copies``); computed once per function."""
     key = (id(fn), entry)
     hit = memo.views.get(key)
     if hit is not None:
-        return hit[1], hit[2], hit[3], hit[4]
+        return hit[1]
     sensitive = layout_sensitive(fn, entry)
     # Each chain of views (op types and attributes down to its start) as a number, with
     # whether it takes only parts and reshapes of its start (and some part).
@@ -449,10 +470,9 @@ def _maybe_views(fn: Function, memo: Memo, entry: bool) -> tuple[
     guesses: dict[Op, bool] = {}
     at: dict[Op, int] = {}
     groups: dict[int, list[Op]] = {}
-    watched = VIEW_ALIASES | {"Transpose"}
     for i, op in enumerate(fn.ops):
         t = op.op_type
-        if t not in watched or op.callee is not None or not op.outputs or not op.inputs or \
+        if t not in _VIEWISH or op.callee is not None or not op.outputs or not op.inputs or \
                 op.inputs[0] is None:
             continue
         below = chain.get(op.inputs[0], -1)
@@ -485,13 +505,15 @@ def _maybe_views(fn: Function, memo: Memo, entry: bool) -> tuple[
         members = tuple(ops)
         for i, op in enumerate(members):
             peers[op] = (members, i)
-    memo.views[key] = (fn, sensitive, guesses, peers, at)
-    return sensitive, guesses, peers, at
+    steps = _slice_steps(fn)
+    vf = _ViewFacts(sensitive, guesses, peers, at, steps,
+                    _returned_copies(fn, memo, sensitive, guesses, steps))
+    memo.views[key] = (fn, vf)
+    return vf
 
 
 def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = frozenset(),
-             flips: frozenset[Op] = frozenset(), guesses: dict[Op, bool] | None = None,
-             entry: bool = False,
+             flips: frozenset[Op] = frozenset(), vf: _ViewFacts | None = None,
              ) -> tuple[dict[Value, Value], set[Value], set[Value], set[Op], dict[Op, bool]]:
     """``liveness``' forward pass: the values that are another's storage (by value: the
     value owning it), among them those of other bytes than it (``OTHER_BYTES`` views:
@@ -502,16 +524,10 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
     input's; the ops that make a returned value a view of other bytes or a view by types
     and strides hold storage of their own (``_returned_copies``), whatever the flips: a
     caller's facts and those of the ops before a flip do not depend on them."""
-    steps = _slice_steps(fn) if views else {}
-    copied: frozenset[Op] = frozenset()
-    if views:
-        key = (id(fn), entry, "returned")
-        hit = memo.views.get(key)
-        if hit is None:
-            hit = memo.views[key] = (fn, _returned_copies(fn, memo, sensitive, guesses, steps))
-        copied = hit[1]
     alias, sized, broadcast, aliased, maybe, _ = _forward(
-        fn, memo, views, sensitive, flips, guesses, steps, copied, False)
+        fn, memo, views and vf is not None, sensitive, flips,
+        None if vf is None else vf.guesses, {} if vf is None else vf.steps,
+        frozenset() if vf is None else vf.returned, False)
     return alias, sized, broadcast, aliased, maybe
 
 
@@ -533,7 +549,7 @@ def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
     for op in fn.ops:
         if op.callee is None:
             t = op.op_type
-            if views and (t in VIEW_ALIASES or t == "Transpose") and op.outputs and \
+            if views and t in _VIEWISH and op.outputs and \
                     op.inputs and op.inputs[0] is not None and op not in copied:
                 x = op.inputs[0]
                 if t in RESHAPE_OPS and x in broadcast:
@@ -588,8 +604,7 @@ def _returned_copies(fn: Function, memo: Memo, sensitive: frozenset[Op],
     depend on them). Where a returned value is still such a view after that (a path not
     followed), every such op of ``fn``."""
     returned = set(fn.returns)
-    watched = VIEW_ALIASES | {"Transpose"}
-    if not any((op.callee is not None or op.op_type in watched) and
+    if not any((op.callee is not None or op.op_type in _VIEWISH) and
                not returned.isdisjoint(op.outputs) for op in fn.ops):
         return frozenset()  # (no returned value is a view or a call's result)
     found: set[Op] = set()
@@ -824,34 +839,45 @@ def reduce_staging_bytes(shape: tuple[int, ...], axes: tuple[int, ...], sm_count
     # blocks)
 
 
-def staged_bytes(op: Op, consts: dict[Value, Op], sm_count: int) -> int:
-    """``reduce_staging_bytes`` of one op of a flat typed program (a rank's, as
-    ``calibration.memory_trace`` and the allocator replay read one): a ``STAGED_REDUCE``
-    op's input taken as contiguous, its axes the value of a ``Constant`` of the program
-    (``consts``: by its result) or its ``axes`` attribute; 0 for other ops, or where the
-    axes are not known."""
+def staged_bytes(op: Op, t: Any, axes: Any, sm_count: int,
+                 strides: tuple[int, ...] | None = None) -> int:
+    """``reduce_staging_bytes`` of ``op`` where it is a ``STAGED_REDUCE`` op of a floating
+    input of type ``t`` (element strides ``strides``; contiguous if ``None``): ``axes`` the
+    value of its axes input (an array), ``None`` where it has none (its ``axes`` attribute,
+    else every axis; none with ``noop_with_empty_axes``); 0 for other ops."""
+    if op.op_type not in STAGED_REDUCE or not sm_count or not isinstance(t, TensorType) or \
+            not t.dtype.is_float:
+        return 0
+    if axes is not None:
+        reduced = [int(a) for a in axes.reshape(-1)]
+    else:
+        raw = op.attrs.get("axes")
+        reduced = [int(a) for a in raw] if isinstance(raw, tuple | list) else []
+    if not reduced:
+        if op.attrs.get("noop_with_empty_axes", 0):
+            return 0
+        reduced = list(range(len(t.shape)))
+    return reduce_staging_bytes(tuple(t.shape), tuple(reduced), sm_count,
+                                8 if t.dtype.itemsize == 8 else 4, strides)
+
+
+def staged_in_program(op: Op, consts: dict[Value, Op], sm_count: int) -> int:
+    """``staged_bytes`` of one op of a flat typed program (a rank's, as
+    ``calibration.memory_trace`` and the allocator replay read one), its input taken as
+    contiguous and its axes input the value of a ``Constant`` of the program (``consts``:
+    by its result); 0 where that input is something else."""
     if op.op_type not in STAGED_REDUCE or not sm_count or not op.inputs or \
             op.inputs[0] is None:
         return 0
-    t = op.inputs[0].type
-    if not isinstance(t, TensorType) or not t.dtype.is_float:
-        return 0
+    axes = None
     if len(op.inputs) > 1 and op.inputs[1] is not None:
         c = consts.get(op.inputs[1])
         if c is None:
             return 0
         from distir.analysis.numpy_rules.onnx_ops import constant_value
 
-        axes = [int(a) for a in constant_value(c.attrs).reshape(-1)]
-    else:
-        raw = op.attrs.get("axes")
-        axes = [int(a) for a in raw] if isinstance(raw, tuple | list) else []
-    if not axes:
-        if op.attrs.get("noop_with_empty_axes", 0):
-            return 0
-        axes = list(range(len(t.shape)))
-    return reduce_staging_bytes(tuple(t.shape), tuple(axes), sm_count,
-                                8 if t.dtype.itemsize == 8 else 4)
+        axes = constant_value(c.attrs)
+    return staged_bytes(op, op.inputs[0].type, axes, sm_count)
 
 
 def placed_bytes(t: Any) -> tuple[tuple[int, int], ...]:

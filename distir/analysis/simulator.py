@@ -73,7 +73,7 @@ from distir.analysis.memory import (
     guess_copies,
     liveness,
     placed_bytes,
-    reduce_staging_bytes,
+    staged_bytes,
     transient_bytes,
 )
 from distir.analysis.renaming import (
@@ -888,27 +888,16 @@ class Simulator(TypeInterpreter):
 
     def _staging(self, op: Op, args: tuple, in_types: tuple, fmt: Any) -> int:
         """The staging buffer a reduction's kernel allocates while it runs
-        (``memory.reduce_staging_bytes``), by its input's type and strides (``fmt``'s
-        ``INPUT_STRIDES`` where it is a strided view) and its axes (an input, or before
-        opset 18 an attribute; none: every axis)."""
-        t = in_types[0] if in_types else None
-        if not isinstance(t, TensorType) or not t.dtype.is_float:
-            return 0
-        axes: Any = None
+        (``memory.staged_bytes``), by its input's type and strides (``fmt``'s
+        ``INPUT_STRIDES`` where it is a strided view) and its axes' value."""
+        axes = None
         if len(args) > 1 and args[1] is not None:
             axes = concrete(args[1])
             if axes is None:
                 return 0
-            axes = [int(a) for a in axes.reshape(-1)]
-        elif isinstance(op.attrs.get("axes"), tuple | list):
-            axes = [int(a) for a in op.attrs["axes"]]  # type: ignore[union-attr]
-        if not axes:
-            if op.attrs.get("noop_with_empty_axes", 0):
-                return 0
-            axes = list(range(len(t.shape)))
         strides = dict(fmt).get(INPUT_STRIDES) if fmt else None
-        return reduce_staging_bytes(tuple(t.shape), tuple(axes), self.hw.sm_count,
-                                    8 if t.dtype.itemsize == 8 else 4, strides)
+        return staged_bytes(op, in_types[0] if in_types else None, axes, self.hw.sm_count,
+                            strides)
 
     def _cost(self, op: Op, ins: tuple[Type | None, ...], outs: tuple[Type | None, ...],
               fmt: tuple[tuple[str, Any], ...] | None = None) -> OpCost:
