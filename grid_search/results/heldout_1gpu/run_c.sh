@@ -21,7 +21,7 @@ IMG="--train --loss cross_entropy --optimizer adam"
 AUD="--train --loss mse --optimizer adam"
 case $1 in
   c) EXPORTS="hgnetv2 electra swiftformer textnet bloom phi modernbert pvt" ;;
-  d) EXPORTS="falcon gpt_neo roformer ast clip_vision whisper" ;;
+  d) EXPORTS="falcon gpt_neo ast clip_vision whisper" ;;
 esac
 for n in $EXPORTS; do
   timeout 240 python3 $R/heldout_1gpu/export.py $n $S/$n.onnx > $S/$n.export.log 2>&1 &
@@ -65,7 +65,6 @@ case $1 in
   d)
     check falcon "4 6 8 10 12 14 16" $TOK
     check gpt_neo "4 6 8 10 12 14 16" $TOK
-    check roformer "4 6 8 10 12 14 16" $TOK
     check ast "2 3 4 5 6 7 8" $AUD
     check clip_vision "64 96 128 160 192 224 256" $IMG
     check whisper "4 6 8 10 12 14 16" $AUD ;;
