@@ -362,13 +362,17 @@ lowerings registered with ``view=True``, less those that copy for some types: a
 strided input that no view gives copies: one whose input may be strided
 (``layout_sensitive``) is a view or a copy by its input's strides where it runs
 (``MAYBE_VIEWS``), as is a ``Transpose``. An ``Expand`` is a view
-of other bytes than its storage (``SIZED``): a ``Reshape`` or ``Flatten`` of it copies. A
-part (``PARTS``) is a view of fewer bytes than its storage, which lives while any part
-does."""
+of other bytes than its storage (``SIZED``): a ``Reshape`` or ``Flatten`` of it is a
+``MAYBE_VIEWS`` op, guessed a copy (no view merges a broadcast axis with an axis of
+another stride: a grouped-query attention's keys repeated over query heads), which the
+simulator checks by strides (merging it with an axis of length 1 is a view: the keys of
+one key-value head repeated so), and a copy where nothing checks it. A part (``PARTS``) is
+a view of fewer bytes than its storage, which lives while any part does."""
 
 SIZED = frozenset({"Expand"})
 """The ``VIEW_ALIASES`` whose results are broadcast views of their storage: a ``Reshape``
-or ``Flatten`` of such a view copies (``OTHER_BYTES``)."""
+or ``Flatten`` of such a view copies but where the simulator finds a view by its strides
+(``OTHER_BYTES``, ``VIEW_ALIASES``)."""
 
 PARTS = frozenset({"Split", "Slice"})
 """The ``VIEW_ALIASES`` whose results are parts of their input's storage. PyTorch keeps the
@@ -552,9 +556,9 @@ def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
             if views and t in _VIEWISH and op.outputs and \
                     op.inputs and op.inputs[0] is not None and op not in copied:
                 x = op.inputs[0]
-                if t in RESHAPE_OPS and x in broadcast:
-                    continue  # (a copy: no view reshapes a broadcast)
                 guess = guesses.get(op) if guesses else None
+                if t in RESHAPE_OPS and x in broadcast and guess is None:
+                    continue  # (a copy, unless the simulator checks it by strides)
                 if guess is not None:  # (by types and strides: the simulator's check)
                     copies = False if every_view else guess != (op in flips)
                     maybe[op] = copies

@@ -332,6 +332,34 @@ def test_a_broadcast_view_holds_its_base_storage() -> None:
     assert peaks(_broadcast(BIG)) == {0: 84 + 256}
 
 
+def _repeated_keys(kv: int) -> str:
+    """Keys of ``kv`` key-value heads repeated for 3 query heads each, as Hugging Face's
+    ``repeat_kv`` writes it: ``Unsqueeze``, ``Expand``, ``Reshape``."""
+    h = 3 * kv
+    return f"""
+func @main(%k: Tensor[Float32, (2, {kv}, 4, 8), 0], %q: Tensor[Float32, (2, {h}, 4, 8), 0]) {{
+  %a = Constant(value=dense<Int64>[2], device=0)
+  %s = Constant(value=dense<Int64>[2, {kv}, 3, 4, 8], device=0)
+  %t = Constant(value=dense<Int64>[2, {h}, 4, 8], device=0)
+  %u = Unsqueeze(%k, %a)
+  %e = Expand(%u, %s)
+  %r = Reshape(%e, %t)
+  %m = Mul(%q, %r)
+  %o = ReduceSum(%m, keepdims=0)
+  return %o
+}}"""
+
+
+def test_a_reshape_of_a_broadcast_is_a_view_where_strides_give_one() -> None:
+    """One key-value head (multi-query attention): the reshape merges the head axis (of
+    length 1) with the broadcast one, a view of the keys' storage, as PyTorch makes it: k
+    256 + q 768 + m 768 + o 4 = 1796 (a copy of 768 bytes counted before: 2560). Two
+    key-value heads (grouped-query): no view merges an axis of stride 128 with one of
+    stride 0, so the reshape copies: k 512 + q 1536 + r 1536 + m 1536 = 5120."""
+    assert peaks(_repeated_keys(1)) == {0: 1796}
+    assert peaks(_repeated_keys(2)) == {0: 5120}
+
+
 def test_a_broadcast_view_passed_to_a_call_is_freed_by_its_caller() -> None:
     """A broadcast view passed to a call is never handed over (the callee would free its
     64 bytes): x 64 + w 16 + r 16 = 96 after the shape dies, o 64 inside @f: 160, the

@@ -7,8 +7,9 @@ fills each skeleton into WORK/full/NAME.onnx once (the device's own export, its 
 weights given seeded values: `python -m grid_search.skeleton`), runs `python -m
 grid_search.study compare` on each model's rows (reports in WORK/reports/), and prints
 one line per model and batch size, then the error over the models at their smaller and
-at their larger batch size. With one configuration per batch size there is no rank to
-correlate: what this study shows is the error of one-GPU steps across models.
+at their larger batch size, then the out-of-memory checks of calls C and D. With one
+configuration per batch size there is no rank to correlate: what this study shows is the
+error of one-GPU steps across models.
 """
 
 from __future__ import annotations
@@ -29,6 +30,11 @@ ROOT = HERE.parents[2]
 TOK = ["--dim", "seq=512", "--train", "--loss", "mse", "--optimizer", "adam"]
 IMG = ["--train", "--loss", "cross_entropy", "--optimizer", "adam"]
 AUD = ["--train", "--loss", "mse", "--optimizer", "adam"]
+
+MEMORY = {  # name: call of run_c.sh that ran its out-of-memory check
+    "bloom": "c", "phi": "c", "modernbert": "c", "pvt": "c", "hgnetv2": "c",
+    "falcon": "d", "gpt_neo": "d", "ast": "d", "clip_vision": "d", "whisper": "d",
+}
 
 MODELS = {  # name: (call, what, options), as run.sh measured them
     "distilbert": ("a", "DistilBERT-base, 6 x 768", TOK),
@@ -66,6 +72,41 @@ def _unpack(work: Path, calls: list[str]) -> None:
                                stdout=subprocess.DEVNULL)
 
 
+def _memory(work: Path, profile: str) -> None:
+    """The out-of-memory checks of calls C and D: each model's batch sizes run under the
+    cap pick_cap.py chose, against what the simulator (eager profile) predicts there."""
+    right = total = fit_oom = 0
+    print()
+    print("out of memory under a cap (eager, one H200), simulated on h200-sxm:")
+    for name, call in MEMORY.items():
+        with tarfile.open(HERE / f"call_{call}" / f"mem_{call}.tgz") as t:
+            t.extractall(work / call, filter="data")
+        out = work / "reports" / f"{name}_memory"
+        r = subprocess.run([sys.executable, "-m", "grid_search.study", "compare",
+                            str(work / call / "mem" / f"{name}.csv"), "--model",
+                            str(work / "full" / f"{name}.onnx"), *MODELS[name][2],
+                            "--hardware", profile, "-o", str(out)], cwd=ROOT, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for line in r.stderr.splitlines():
+            if not line.startswith("wrote "):
+                print(f"  ({name}) {line}")
+        for row in sorted(csv.DictReader(open(f"{out}.csv")), key=lambda x: int(x["batch_size"])):
+            ran = row["measured_status"] == "ok"
+            fits = row["predicted_fits"] == "true"
+            total += 1
+            right += ran == fits
+            fit_oom += fits and not ran
+            cap = float(row["memory_limit_bytes"])
+            pred = float(row["peak_memory_bytes"])
+            got = (f"peak {float(row['measured_peak_memory_bytes']) / 2**30:.2f} GiB "
+                   f"({_pct(pred / float(row['measured_peak_memory_bytes']) - 1)})"
+                   if ran else "ran out")
+            print(f"  {MODELS[name][1]:34} {row['batch_size']:>5} cap {cap / 2**30:6.2f} GiB, "
+                  f"predicted {pred / 2**30:6.2f} GiB ({'fits' if fits else 'out of memory'})"
+                  f", {got}")
+    print(f"  {right} of {total} right; predicted to fit but ran out: {fit_oom}")
+
+
 def _pct(x: float) -> str:
     return f"{100 * x:+.1f}%"
 
@@ -75,6 +116,8 @@ def main() -> None:
     ap.add_argument("work", type=Path)
     ap.add_argument("--profile", default="h200-sxm-graph")
     ap.add_argument("--calls", nargs="+", default=["a", "b"])
+    ap.add_argument("--memory-profile", default="h200-sxm",
+                    help="the profile the out-of-memory checks were predicted on")
     a = ap.parse_args()
     work = a.work.resolve()
     _unpack(work, a.calls)
@@ -88,12 +131,15 @@ def main() -> None:
         if call not in a.calls:
             continue
         out = work / "reports" / name
-        subprocess.run([sys.executable, "-m", "grid_search.study", "compare",
+        r = subprocess.run([sys.executable, "-m", "grid_search.study", "compare",
                         str(work / call / "rows" / f"{name}.csv"), "--model",
                         str(work / "full" / f"{name}.onnx"), *opts, "--hardware",
                         a.profile, "-o", str(out)], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL)
-        rows = sorted(csv.DictReader(open(f"{out}.csv")), key=lambda r: int(r["batch_size"]))
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+        for line in r.stderr.splitlines():  # its warnings, not the files it wrote
+            if not line.startswith("wrote "):
+                print(f"  ({name}) {line}")
+        rows = sorted(csv.DictReader(open(f"{out}.csv")), key=lambda x: int(x["batch_size"]))
         for i, r in enumerate(rows):
             m, p = float(r["measured_latency_s"]), float(r["latency_s"])
             e = p / m - 1
@@ -114,6 +160,8 @@ def main() -> None:
     ab = [abs(e) for e in mem]
     print(f"  peak memory against max_memory_allocated: {100 * statistics.median(ab):.1f}% / "
           f"{100 * float(np.percentile(ab, 90)):.1f}% / {100 * max(ab):.1f}%")
+    if set(a.calls) >= {"a", "b"}:
+        _memory(work, a.memory_profile)
 
 
 if __name__ == "__main__":
