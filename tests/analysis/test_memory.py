@@ -360,6 +360,39 @@ def test_a_reshape_of_a_broadcast_is_a_view_where_strides_give_one() -> None:
     assert peaks(_repeated_keys(2)) == {0: 5120}
 
 
+def test_a_reshape_of_a_broadcast_in_a_called_layer_is_checked_there() -> None:
+    """The same repeat inside a layer called twice (the liveness is per function, its
+    guesses flipped where the layer runs): k 256 + q 768, k2 256 and m1 768 live when the
+    second call's product m2 (768) is made: 2816, the inlined program's figure, with no
+    copy of the repeated keys (768 more each before)."""
+    from distir.ir.inline import inline_calls
+
+    k, q = "Tensor[Float32, (2, 1, 4, 8), 0]", "Tensor[Float32, (2, 3, 4, 8), 0]"
+    text = f"""
+func @attend(%k: {k}, %q: {q}) {{
+  %a = Constant(value=dense<Int64>[2], device=0)
+  %s = Constant(value=dense<Int64>[2, 1, 3, 4, 8], device=0)
+  %t = Constant(value=dense<Int64>[2, 3, 4, 8], device=0)
+  %u = Unsqueeze(%k, %a)
+  %e = Expand(%u, %s)
+  %r = Reshape(%e, %t)
+  %m = Mul(%q, %r)
+  return %m
+}}
+
+func @main(%k: {k}, %q: {q}) {{
+  %k1 = Relu(%k)
+  %m1 = call @attend(%k1, %q)
+  %k2 = Neg(%k)
+  %m2 = call @attend(%k2, %m1)
+  %o = ReduceSum(%m2, keepdims=0)
+  return %o
+}}"""
+    assert peaks(text) == {0: 2816}
+    m = distir.parse(text)
+    assert simulate(inline_calls(m.entry), "h100-sxm").peak_memory_bytes == {0: 2816}
+
+
 def test_a_broadcast_view_passed_to_a_call_is_freed_by_its_caller() -> None:
     """A broadcast view passed to a call is never handed over (the callee would free its
     64 bytes): x 64 + w 16 + r 16 = 96 after the shape dies, o 64 inside @f: 160, the
