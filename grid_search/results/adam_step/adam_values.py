@@ -25,6 +25,41 @@ import torch
 from torch.profiler import ProfilerActivity, profile
 
 
+def replayed_kernel_us(sets: list, step: torch.Tensor) -> float:
+    """The median time (us) of ``torch._fused_adam_``'s kernel over updates of ``sets``
+    (``(w, g, m, v)`` each, one call a tensor, as the backend runs it) captured in a CUDA
+    graph and replayed three times under ``torch.profiler``."""
+
+    def updates() -> None:
+        for w, g, m, v in sets:
+            torch._fused_adam_([w.clone()], [g], [m.clone()], [v.clone()], [], [step],
+                               lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.0,
+                               eps=1e-8, amsgrad=False, maximize=False)
+
+    side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(side):
+        for _ in range(2):
+            updates()
+    torch.cuda.current_stream().wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        updates()
+    for _ in range(3):
+        graph.replay()
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        for _ in range(3):
+            graph.replay()
+        torch.cuda.synchronize()
+    prof.export_chrome_trace("/tmp/adam_values.json")
+    with open("/tmp/adam_values.json", encoding="utf-8") as f:
+        events = json.load(f)["traceEvents"]
+    ks = [e["dur"] for e in events
+          if e.get("cat") == "kernel" and "FusedAdam" in e.get("name", "")]
+    return statistics.median(ks)
+
+
 def main() -> None:
     dev = torch.device("cuda")
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}")
@@ -42,35 +77,8 @@ def main() -> None:
                     v.abs_()
                 sets.append((w, g, m, v))
 
-            def updates(sets: list = sets, step: torch.Tensor = step) -> None:
-                for w, g, m, v in sets:
-                    torch._fused_adam_([w.clone()], [g], [m.clone()], [v.clone()], [], [step],
-                                       lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.0,
-                                       eps=1e-8, amsgrad=False, maximize=False)
-
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    updates()
-            torch.cuda.current_stream().wait_stream(side)
-            g = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(g):
-                updates()
-            for _ in range(3):
-                g.replay()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    g.replay()
-                torch.cuda.synchronize()
-            prof.export_chrome_trace("/tmp/adam_values.json")
-            with open("/tmp/adam_values.json", encoding="utf-8") as f:
-                events = json.load(f)["traceEvents"]
-            ks = [e["dur"] for e in events
-                  if e.get("cat") == "kernel" and "FusedAdam" in e.get("name", "")]
-            print(f"{n:9d}  {name:12s}  {statistics.median(ks):18.1f}", flush=True)
-            del g
+            us = replayed_kernel_us(sets, step)
+            print(f"{n:9d}  {name:12s}  {us:18.1f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -10,15 +10,23 @@ normals, step 1), gradients normal times a scale: 1e-3 (a trained model's), 1e-1
 Prints, per size and scale, the median kernel time (us).
 
     python adam_tiny_grads.py
+
+The timing is ``../adam_step/adam_values.py``'s (``replayed_kernel_us``); call E ran this
+script at 765637e, when it held a copy of that loop.
 """
 
 from __future__ import annotations
 
-import json
-import statistics
+import importlib.util
+from pathlib import Path
 
 import torch
-from torch.profiler import ProfilerActivity, profile
+
+_spec = importlib.util.spec_from_file_location(
+    "adam_values", Path(__file__).resolve().parent.parent / "adam_step" / "adam_values.py")
+assert _spec is not None and _spec.loader is not None
+adam_values = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(adam_values)
 
 
 def main() -> None:
@@ -35,35 +43,8 @@ def main() -> None:
                 v.mul_(v)
                 sets.append((w, g, m, v))
 
-            def updates(sets: list = sets, step: torch.Tensor = step) -> None:
-                for w, g, m, v in sets:
-                    torch._fused_adam_([w.clone()], [g], [m.clone()], [v.clone()], [], [step],
-                                       lr=0.01, beta1=0.9, beta2=0.999, weight_decay=0.0,
-                                       eps=1e-8, amsgrad=False, maximize=False)
-
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    updates()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                updates()
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            with profile(activities=[ProfilerActivity.CUDA]) as prof:
-                for _ in range(3):
-                    graph.replay()
-                torch.cuda.synchronize()
-            prof.export_chrome_trace("/tmp/adam_tiny.json")
-            with open("/tmp/adam_tiny.json", encoding="utf-8") as f:
-                events = json.load(f)["traceEvents"]
-            ks = [e["dur"] for e in events
-                  if e.get("cat") == "kernel" and "FusedAdam" in e.get("name", "")]
-            print(f"{n:9d}  {scale:10.0e}  {statistics.median(ks):18.1f}", flush=True)
-            del graph
+            us = adam_values.replayed_kernel_us(sets, step)
+            print(f"{n:9d}  {scale:10.0e}  {us:18.1f}", flush=True)
 
 
 if __name__ == "__main__":
