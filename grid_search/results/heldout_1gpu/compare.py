@@ -72,6 +72,20 @@ def _unpack(work: Path, calls: list[str]) -> None:
                                stdout=subprocess.DEVNULL)
 
 
+def _compare(work: Path, name: str, rows: Path, profile: str, out: Path) -> list[dict]:
+    """`study compare` of ``rows`` (a model's CSV) on the device's own export of ``name``,
+    its report written to ``out``; prints its warnings (not the files it wrote) and
+    returns its rows by batch size."""
+    r = subprocess.run([sys.executable, "-m", "grid_search.study", "compare", str(rows),
+                        "--model", str(work / "full" / f"{name}.onnx"), *MODELS[name][2],
+                        "--hardware", profile, "-o", str(out)], cwd=ROOT, check=True,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    for line in r.stderr.splitlines():
+        if not line.startswith("wrote "):
+            print(f"  ({name}) {line}")
+    return sorted(csv.DictReader(open(f"{out}.csv")), key=lambda x: int(x["batch_size"]))
+
+
 def _memory(work: Path, profile: str) -> None:
     """The out-of-memory checks of calls C and D: each model's batch sizes run under the
     cap pick_cap.py chose, against what the simulator (eager profile) predicts there."""
@@ -81,16 +95,8 @@ def _memory(work: Path, profile: str) -> None:
     for name, call in MEMORY.items():
         with tarfile.open(HERE / f"call_{call}" / f"mem_{call}.tgz") as t:
             t.extractall(work / call, filter="data")
-        out = work / "reports" / f"{name}_memory"
-        r = subprocess.run([sys.executable, "-m", "grid_search.study", "compare",
-                            str(work / call / "mem" / f"{name}.csv"), "--model",
-                            str(work / "full" / f"{name}.onnx"), *MODELS[name][2],
-                            "--hardware", profile, "-o", str(out)], cwd=ROOT, check=True,
-                           stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for line in r.stderr.splitlines():
-            if not line.startswith("wrote "):
-                print(f"  ({name}) {line}")
-        for row in sorted(csv.DictReader(open(f"{out}.csv")), key=lambda x: int(x["batch_size"])):
+        for row in _compare(work, name, work / call / "mem" / f"{name}.csv", profile,
+                            work / "reports" / f"{name}_memory"):
             ran = row["measured_status"] == "ok"
             fits = row["predicted_fits"] == "true"
             total += 1
@@ -127,19 +133,11 @@ def main() -> None:
           f"{'memory':>7}")
     errors: dict[str, list[float]] = {"smaller": [], "larger": []}
     mem: list[float] = []
-    for name, (call, what, opts) in MODELS.items():
+    for name, (call, what, _) in MODELS.items():
         if call not in a.calls:
             continue
-        out = work / "reports" / name
-        r = subprocess.run([sys.executable, "-m", "grid_search.study", "compare",
-                        str(work / call / "rows" / f"{name}.csv"), "--model",
-                        str(work / "full" / f"{name}.onnx"), *opts, "--hardware",
-                        a.profile, "-o", str(out)], cwd=ROOT, check=True,
-                       stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-        for line in r.stderr.splitlines():  # its warnings, not the files it wrote
-            if not line.startswith("wrote "):
-                print(f"  ({name}) {line}")
-        rows = sorted(csv.DictReader(open(f"{out}.csv")), key=lambda x: int(x["batch_size"]))
+        rows = _compare(work, name, work / call / "rows" / f"{name}.csv", a.profile,
+                        work / "reports" / name)
         for i, r in enumerate(rows):
             m, p = float(r["measured_latency_s"]), float(r["latency_s"])
             e = p / m - 1
