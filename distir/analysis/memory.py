@@ -19,8 +19,9 @@ The model (what ``Simulation.peak_memory_bytes`` measures):
   view's; so is a storage whose parts a ``Split`` or a ``Slice`` (of positive steps)
   views, when the last of them dies (``PARTS``): Hiera's q, k and v sliced from one
   projection, counted each on its own, under-predicted its step by 5%.
-- Views by types and strides (``MAYBE_VIEWS``): a ``Transpose``, and a reshape whose input
-  may be strided, is a view or a copy as the backend finds it where it runs. The facts
+- Views by types and strides (``MAYBE_VIEWS``): a ``Transpose``, a reshape whose input
+  may be strided, and a ``Slice`` whose steps are passed in (a called layer's constants
+  are its parameters), is a view or a copy as the backend finds it where it runs. The facts
   take a guess for each (``guess_copies``; ``FunctionLiveness.maybe``), which the
   simulator checks and flips where it is wrong (``liveness``'s ``flips``, ``after``).
 - Calls: a callee's temporaries are counted inside the callee; its results are allocated
@@ -31,7 +32,12 @@ The model (what ``Simulation.peak_memory_bytes`` measures):
   last use there: exactly as if the callee were written inline. A part whose storage dies
   at the call is handed over with the rest of its storage's bytes; a broadcast view (or a
   storage passed as two views) is freed by the caller when the call returns
-  (``OTHER_BYTES``).
+  (``OTHER_BYTES``). A result that is a view of a storage the callee made (a part saved
+  for the backward pass) holds that storage for the caller, which frees it with the last
+  of its views, by the storage's bytes (``FunctionLiveness.return_sized``; the simulator's
+  ``CallSummary.held``): counted by its own bytes, Phi's layers under-counted its step by
+  1.9% (their rotary halves of q and k) and Gemma's over-counted it by 6% (its keys
+  repeated over the query heads, a broadcast view).
 
 ``FunctionLiveness`` holds, per op, what to free after it; it depends only on the
 program's structure (and the guesses flipped), never on types, so it is computed once per
@@ -129,6 +135,17 @@ class FunctionLiveness:
     """Per ``MAYBE_VIEWS`` op, the ops of its function made alike (the same op of the same
     chain of views: a layer's reshape in each layer), in order, and its index among them:
     where the simulator finds one guess wrong, it flips those after it with it."""
+    return_sized: tuple[int, ...] = ()
+    """With ``views`` (empty where none is): per return, ``1`` where it is (or, by types
+    and strides, may be) a view of other bytes than its storage's (a part, a transpose of
+    a part), ``2`` where a broadcast, else ``0``. The caller frees such a result with its
+    storage (``root_frees``): by its storage's bytes, which the simulator takes from the
+    callee's run (``return_storage``), and with the other results of that storage
+    (``return_dup``). Whatever the types: a caller's facts do not depend on them."""
+    return_storage: tuple[tuple[int, Value], ...] = ()
+    """``(return index, its storage's value)`` of the returns of ``return_sized`` that
+    alias no parameter and no earlier return, not dropped, as the flips give them: their
+    storage's bytes are what the caller frees with them."""
 
 
 class Memo:
@@ -335,7 +352,12 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
     ret_param: list[int | None] = []
     ret_dup: list[int | None] = []
     first_ret: dict[Value, int] = {}
+    own = frozenset() if vf is None else vf.own
     for i, r in enumerate(fn.returns):
+        if i in own:  # (a storage of its own or a view, by the flips: the caller's facts
+            ret_param.append(None)  # take it for one of its own, by its storage's bytes)
+            ret_dup.append(None)
+            continue
         rr = alias.get(r, r)
         ret_param.append(param_index.get(rr))
         if rr in first_ret and rr not in param_index:
@@ -345,9 +367,13 @@ def liveness(fn: Function, memo: Memo | None = None, drop: frozenset[int] = _NO_
             first_ret.setdefault(rr, i)
     returned_params = frozenset(j for i, j in enumerate(ret_param)
                                 if j is not None and i not in drop)
+    rsized = () if vf is None else vf.sized
+    storage = () if not rsized else tuple(
+        (i, alias.get(r, r)) for i, r in enumerate(fn.returns)
+        if rsized[i] and i not in drop and ret_param[i] is None and ret_dup[i] is None)
     fl = FunctionLiveness(infos, unused, tuple(ret_param), tuple(ret_dup), returned_params,
                           drop, annotated, root_frees or None, maybe or None, flips,
-                          peers or None)
+                          peers or None, rsized, storage)
     if after is None:
         memo.facts[key] = (fn, fl)
     return fl
@@ -388,26 +414,31 @@ broadcast, a part): the storage is freed by its own bytes
 the storage's bytes where it is a part passed once (the callee frees them all at its last
 use, as the inlined program would), else freed by the caller after the call (held until
 the call returns where the inlined program would free it at its last use inside); and it
-is not aliased where the function returns such a view (its caller frees a result by its
-type's bytes): the op that made it then holds storage of its own."""
+is a view where the function returns it: its storage is held for the caller, which
+frees it with the result (``FunctionLiveness.return_sized``)."""
 
 ALIASED = ("storage", "a view")
 """Ends the signature of a view computed as an alias of its input's storage (``liveness``
 with ``views``): its record allocates nothing."""
 
 
-MAYBE_VIEWS = frozenset({"Transpose", *RESHAPE_OPS})
+MAYBE_VIEWS = frozenset({"Transpose", "Slice", *RESHAPE_OPS})
 """Ops the backend computes as views or copies by their types and strides: a ``Transpose``
 copies where it moves a batch axis or a row of unaligned bytes
 (``cost.compute.copied_transpose``), a ``Reshape`` or ``Flatten`` of a strided input where
-no view gives its result (``layout.Layouts.reshape_layout``); a view holds its input's
-storage alive. The liveness guesses (``guess_copies`` for a ``Transpose``; a reshape
-whose input may be strided, ``layout_sensitive``, copies but of a chain of parts of a
-tensor: ``_view_facts``) and the simulator, which knows the types and strides where the
+no view gives its result (``layout.Layouts.reshape_layout``), a ``Slice`` where its steps
+are not all positive (``index_select``); a view holds its input's storage alive. The
+liveness guesses (``guess_copies`` for a ``Transpose``; a reshape whose input may be
+strided, ``layout_sensitive``, copies but of a chain of parts of a tensor:
+``_view_facts``) and the simulator, which knows the types and strides where the
 op runs, flips a wrong guess (``liveness``'s ``flips``). Hiera-B's k, a ``Transpose`` of
 the last two axes of a ``Slice`` of its projection, and its q reshaped, are views that the
-allocator never held twice. One whose result the function returns (through views) is
-taken for a copy: its caller's facts must not depend on types."""
+allocator never held twice. A ``Slice`` whose steps are not a ``Constant`` of its
+function is guessed a view, which the simulator checks by their value. One whose result
+the function returns (through views) is a storage of its own to the caller, of the bytes
+the callee's run finds, and taken for a copy where it would make the result a
+parameter's storage or another return's (``_returns``): its caller's facts must not
+depend on types."""
 
 
 def guess_copies(op: Op) -> bool:
@@ -440,10 +471,16 @@ class _ViewFacts:
     """``FunctionLiveness.peers``."""
     at: dict[Op, int]
     """Per ``MAYBE_VIEWS`` op, its position in the function."""
-    steps: dict[Op, bool]
+    steps: dict[Op, bool | None]
     """``_slice_steps``."""
     returned: frozenset[Op]
-    """``_returned_copies``."""
+    """The views taken for copies because a returned value may be their view
+    (``_returns``)."""
+    sized: tuple[int, ...]
+    """``FunctionLiveness.return_sized`` (``_returns``)."""
+    own: frozenset[int]
+    """The returns whose storage is a view or not by types and strides, each taken by its
+    caller for a storage of its own (``_returns``)."""
 
 
 _VIEWISH = VIEW_ALIASES | {"Transpose"}
@@ -458,12 +495,14 @@ def _view_facts(fn: Function, memo: Memo, entry: bool) -> _ViewFacts:
     a tensor, ``Split`` or ``Slice`` and reshapes), its peers (``FunctionLiveness.peers``):
     ops alike by their chain of views (op types and attributes), and its position in
     ``fn``; the ``Slice``s of known positive steps, and the views a returned value makes
-    copies of (``_returned_copies``); computed once per function."""
+    copies of and what the returns are to a caller (``_returns``); computed once per
+    function."""
     key = (id(fn), entry)
     hit = memo.views.get(key)
     if hit is not None:
         return hit[1]
     sensitive = layout_sensitive(fn, entry)
+    steps = _slice_steps(fn)
     # Each chain of views (op types and attributes down to its start) as a number, with
     # whether it takes only parts and reshapes of its start (and some part).
     chain: dict[Value, int] = {}
@@ -500,7 +539,9 @@ def _view_facts(fn: Function, memo: Memo, entry: bool) -> _ViewFacts:
             guesses[op] = g
         elif t in RESHAPE_OPS and op in sensitive:
             guesses[op] = below < 0 or not (only[below] and has[below])
-        else:
+        elif t == "Slice" and steps.get(op, True) is None:
+            guesses[op] = False  # (steps passed in: a view where the simulator finds them
+        else:                    # positive)
             continue
         at[op] = i
         groups.setdefault(k, []).append(op)
@@ -509,9 +550,8 @@ def _view_facts(fn: Function, memo: Memo, entry: bool) -> _ViewFacts:
         members = tuple(ops)
         for i, op in enumerate(members):
             peers[op] = (members, i)
-    steps = _slice_steps(fn)
     vf = _ViewFacts(sensitive, guesses, peers, at, steps,
-                    _returned_copies(fn, memo, sensitive, guesses, steps))
+                    *_returns(fn, memo, sensitive, guesses, steps))
     memo.views[key] = (fn, vf)
     return vf
 
@@ -524,10 +564,12 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
     ``sized``; among them the broadcasts, ``SIZED``), the view ops computed as aliases, and
     the ``MAYBE_VIEWS`` ops checked where they run (``FunctionLiveness.maybe``). A call's
     result that is one of the callee's parameters (or the same storage as an earlier
-    result) is its argument's storage. With ``views``, a ``VIEW_ALIASES`` result is its
-    input's; the ops that make a returned value a view of other bytes or a view by types
-    and strides hold storage of their own (``_returned_copies``), whatever the flips: a
-    caller's facts and those of the ops before a flip do not depend on them."""
+    result) is its argument's storage, and one that is a view of other bytes
+    (``FunctionLiveness.return_sized``) is sized. With ``views``, a ``VIEW_ALIASES``
+    result is its input's; the views by types and strides that a returned value would make
+    its storage a parameter's or another return's hold storage of their own
+    (``_returns``), whatever the flips: a caller's facts and those of the ops before a flip
+    do not depend on them."""
     alias, sized, broadcast, aliased, maybe, _ = _forward(
         fn, memo, views and vf is not None, sensitive, flips,
         None if vf is None else vf.guesses, {} if vf is None else vf.steps,
@@ -536,8 +578,8 @@ def _aliases(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op] = f
 
 
 def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
-             flips: frozenset[Op], guesses: dict[Op, bool] | None, steps: dict[Op, bool],
-             copied: frozenset[Op], every_view: bool,
+             flips: frozenset[Op], guesses: dict[Op, bool] | None,
+             steps: dict[Op, bool | None], copied: frozenset[Op], every_view: bool,
              ) -> tuple[dict[Value, Value], set[Value], set[Value], set[Op], dict[Op, bool],
                         dict[Value, tuple[Op, Value]]]:
     """``_aliases``' pass over ``fn``'s ops, the ops ``copied`` taken for copies, the
@@ -566,8 +608,8 @@ def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
                         continue
                 elif t == "Transpose" or (t in RESHAPE_OPS and op in sensitive):
                     continue  # (without ``views``' guesses: taken for a copy)
-                if t == "Slice" and not steps.get(op, True):
-                    continue  # (steps not known positive: maybe an index_select)
+                if t == "Slice" and steps.get(op, True) is False:
+                    continue  # (steps not all positive: an index_select)
                 r = alias.get(x, x)
                 aliased.add(op)
                 for v in op.outputs:
@@ -580,8 +622,14 @@ def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
             continue
         cl = liveness(op.callee if resolve is None else resolve(op.callee), memo, views=views)
         outs = op.outputs
+        rs = cl.return_sized
         for i, (j, dup) in enumerate(zip(cl.return_param, cl.return_dup)):
+            k = rs[i] if rs else 0  # a view of other bytes (its storage's: the callee's)
             if j is None and dup is None:
+                if k:
+                    sized.add(outs[i])
+                    if k == 2:
+                        broadcast.add(outs[i])
                 continue
             arg = op.inputs[j] if j is not None and j < len(op.inputs) else None
             src = arg if arg is not None else outs[dup] if dup is not None else None
@@ -589,60 +637,68 @@ def _forward(fn: Function, memo: Memo, views: bool, sensitive: frozenset[Op],
                 v = outs[i]
                 alias[v] = alias.get(src, src)
                 made[v] = (op, src)
-                if src in sized:
+                if k or src in sized:
                     sized.add(v)
-                    if src in broadcast:
+                    if k == 2 or src in broadcast:
                         broadcast.add(v)
     for p in copied.intersection(maybe):
         del maybe[p]  # (taken for copies whatever the types)
     return alias, sized, broadcast, aliased, maybe, made
 
 
-def _returned_copies(fn: Function, memo: Memo, sensitive: frozenset[Op],
-                     guesses: dict[Op, bool] | None, steps: dict[Op, bool]) -> frozenset[Op]:
-    """The view ops of ``fn`` to take for copies because a returned value may be their view:
-    walking back from each returned value through views and calls' aliased results (every
-    ``MAYBE_VIEWS`` op taken for a view: the most chains any flips give), the first op that
-    makes a view of other bytes (``OTHER_BYTES``: its caller frees a result by its type's
-    bytes) or a view by types and strides (``MAYBE_VIEWS``: a caller's facts must not
-    depend on them). Where a returned value is still such a view after that (a path not
-    followed), every such op of ``fn``."""
+def _returns(fn: Function, memo: Memo, sensitive: frozenset[Op],
+             guesses: dict[Op, bool] | None, steps: dict[Op, bool | None],
+             ) -> tuple[frozenset[Op], tuple[int, ...], frozenset[int]]:
+    """What ``fn``'s returns are to its callers, whatever the flips: the views to take for
+    copies, ``FunctionLiveness.return_sized``, and the returns each taken for a storage of
+    its own (``_ViewFacts``). Walking back from each returned value through views and
+    calls' aliased results with every ``MAYBE_VIEWS`` op a view (the most chains any flips
+    give), a return reached through such an op is a view or a storage of its own by types
+    and strides: its caller takes it for a storage of its own, freed by the bytes of what
+    the callee's run finds its storage (``return_storage``); but where its storage would
+    be a parameter's, or another return's (or it is returned twice), its caller's facts
+    would depend on the flips: the first such op on its way is taken for a copy. A view
+    of other bytes reached through none (a part, a broadcast) is one: its storage is held
+    for the caller, which frees it with the result."""
     returned = set(fn.returns)
     if not any((op.callee is not None or op.op_type in _VIEWISH) and
                not returned.isdisjoint(op.outputs) for op in fn.ops):
-        return frozenset()  # (no returned value is a view or a call's result)
+        return frozenset(), (), frozenset()  # (no returned value is a view or a call's)
+    params = set(fn.params)
     found: set[Op] = set()
-    every = frozenset(guesses or ())
-
-    def walk(made: dict[Value, tuple[Op, Value]], maybe: dict[Op, bool]) -> set[Op]:
-        hit: set[Op] = set()
+    while True:
+        alias, sized, broadcast, _, maybe, made = _forward(
+            fn, memo, True, sensitive, frozenset(), guesses, steps, frozenset(found), True)
+        firsts: list[Op | None] = []  # per return, the first MAYBE_VIEWS op on its way
         for r in fn.returns:
-            v = r
+            v, first = r, None
             seen: set[Value] = set()
             while v in made and v not in seen:
                 seen.add(v)
                 op, src = made[v]
-                if op.callee is None and (op in maybe or op.op_type in OTHER_BYTES):
-                    hit.add(op)
+                if op.callee is None and op in maybe:
+                    first = op
                     break
                 v = src
-        return hit
+            firsts.append(first)
+        roots = [alias.get(r, r) for r in fn.returns]
+        count = Counter(roots)
+        new = {op for op, root in zip(firsts, roots)
+               if op is not None and (root in params or count[root] > 1)}
+        if not new:
+            break
+        found |= new
+    sized_of = tuple(2 if r in broadcast else 1 if r in sized or first is not None else 0
+                     for r, first in zip(fn.returns, firsts))
+    return (frozenset(found), sized_of if any(sized_of) else (),
+            frozenset(i for i, first in enumerate(firsts) if first is not None))
 
-    _, _, _, _, maybe, made = _forward(fn, memo, True, sensitive, frozenset(), guesses,
-                                       steps, frozenset(), True)
-    found = walk(made, maybe)
-    if found:
-        _, sized, _, _, maybe, made = _forward(fn, memo, True, sensitive, frozenset(), guesses,
-                                               steps, frozenset(found), True)
-        if walk(made, maybe) or not sized.isdisjoint(fn.returns):
-            found |= {op for op in fn.ops if op.callee is None and
-                      (op in every or op.op_type in OTHER_BYTES)}
-    return frozenset(found)
 
-
-def _slice_steps(fn: Function) -> dict[Op, bool]:
-    """Per ``Slice`` of ``fn`` given steps, whether they are known positive (a view): its
-    steps a ``Constant`` of ``fn`` whose values all are."""
+def _slice_steps(fn: Function) -> dict[Op, bool | None]:
+    """Per ``Slice`` of ``fn`` given steps, whether they are all positive (a view), by the
+    ``Constant`` of ``fn`` that gives them; ``None`` where another op or a parameter gives
+    them (a layer's constants are its parameters): the simulator checks them by their
+    value (``MAYBE_VIEWS``)."""
     sliced = [op for op in fn.ops if op.op_type == "Slice" and len(op.inputs) > 4 and
               op.inputs[4] is not None]
     if not sliced:
@@ -651,11 +707,14 @@ def _slice_steps(fn: Function) -> dict[Op, bool]:
 
     consts = {op.outputs[0]: op for op in fn.ops
               if op.op_type == "Constant" and len(op.outputs) == 1}
-    out: dict[Op, bool] = {}
+    out: dict[Op, bool | None] = {}
     for op in sliced:
         c = consts.get(op.inputs[4])  # type: ignore[arg-type]
+        if c is None:
+            out[op] = None
+            continue
         try:
-            out[op] = c is not None and bool((constant_value(c.attrs) > 0).all())
+            out[op] = bool((constant_value(c.attrs) > 0).all())
         except (TypeError, ValueError):  # (a malformed Constant: its rule names it)
             out[op] = False
     return out

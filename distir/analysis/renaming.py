@@ -166,7 +166,8 @@ def rename_summary(s: CallSummary, m: dict[int, int],
         {m[d]: b for d, b in s.peak.items()}, {m[d]: b for d, b in s.net.items()},
         s.events, s.n_ops,
         tuple((i, m[d], vec(v)) for i, d, v in s.pending), events_map,
-        {m[d]: t for d, t in s.host.items()}, s.has_async)
+        {m[d]: t for d, t in s.host.items()}, s.has_async,
+        tuple((i, tuple((m[d], b) for d, b in h)) for i, h in s.held))
 
 
 def rename_detail(detail: tuple, m: dict[int, int]) -> tuple:

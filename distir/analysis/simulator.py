@@ -198,14 +198,15 @@ class CallSummary:
     the events (for traces) and the number of ops."""
 
     __slots__ = ("fn", "outs", "vecs", "compute", "comm", "peak", "net", "events", "n_ops",
-                 "pending", "rename", "host", "has_async")
+                 "pending", "rename", "host", "has_async", "held")
 
     def __init__(self, fn: Function, outs: tuple, vecs: dict[int, dict[int, float]],
                  compute: dict[int, float], comm: dict[int, float], peak: dict[int, int],
                  net: dict[int, int], events: list, n_ops: int,
                  pending: tuple[tuple[int, int, dict[int, float]], ...] = (),
                  rename: dict[int, int] | None = None,
-                 host: dict[int, float] | None = None, has_async: bool = False) -> None:
+                 host: dict[int, float] | None = None, has_async: bool = False,
+                 held: tuple[tuple[int, tuple[tuple[int, int], ...]], ...] = ()) -> None:
         self.fn = fn
         self.outs = outs
         self.vecs = vecs
@@ -227,6 +228,10 @@ class CallSummary:
         self.has_async = has_async
         """Whether the call runs an asynchronous collective (``ASYNC_OPS``), itself or in
         its calls."""
+        self.held = held
+        """``(result index, ((device, bytes), ...))`` of the results that are views of a
+        storage the callee made (``memory.FunctionLiveness.return_storage``): the bytes
+        its caller frees with them."""
 
 
 # A record of one op evaluated on given argument values, memoized by ((op type, attributes,
@@ -300,6 +305,7 @@ class Simulator(TypeInterpreter):
         # found its liveness's guesses wrong about; per (type, attributes), whether a
         # ``Transpose`` copies
         self._fl: FunctionLiveness | None = None
+        self._ret_held: tuple = ()  # (``_loop``: the last run's ``CallSummary.held``)
         self._fn_now: Function | None = None
         self._maybe: dict[Op, bool] | None = None
         self._flips: dict[tuple[int, frozenset[int]], frozenset[Op]] = {}
@@ -366,6 +372,9 @@ class Simulator(TypeInterpreter):
         # Per parameter handed over as a part of a storage, the rest of its storage's bytes,
         # freed with it (``memory.OpLiveness``'s give)
         self._extra = extra
+        # Per call result that is a view of a storage its callee made, that storage's
+        # bytes, freed with it (``CallSummary.held``)
+        self._held: dict[Value, tuple] = {}
         # Results of asynchronous collectives not read yet: value -> (device, ready vector).
         self._pending: dict[Value, tuple[int, dict[int, float]]] = {}
         self._async = False  # whether an asynchronous collective ran (here or in a call)
@@ -373,12 +382,14 @@ class Simulator(TypeInterpreter):
     def _save(self) -> tuple:
         return (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
                 self._owned, self._lv, self._drop, self._pending, self._async,
-                self._root_frees, self._fl, self._fn_now, self._maybe, self._extra)
+                self._root_frees, self._fl, self._fn_now, self._maybe, self._extra,
+                self._held)
 
     def _restore(self, s: tuple) -> None:
         (self._base, self._shift, self._mem, self._peak, self._events, self._calls,
          self._owned, self._lv, self._drop, self._pending, self._async,
-         self._root_frees, self._fl, self._fn_now, self._maybe, self._extra) = s
+         self._root_frees, self._fl, self._fn_now, self._maybe, self._extra,
+         self._held) = s
 
     def _wait(self, inputs: Sequence[Value | None]) -> None:
         """The pending inputs of an op: each one's device waits for its collective."""
@@ -480,6 +491,9 @@ class Simulator(TypeInterpreter):
         """Whether the backend computes ``op`` (one of ``memory.MAYBE_VIEWS``) as a copy:
         a ``Transpose`` by its input's type (``cost.compute.copied_transpose``), a reshape
         by its input's strides (``fmt``, its layout: ``layout.COPIED_INPUTS``)."""
+        if op.op_type == "Slice":  # (steps passed in: a copy where not all positive)
+            steps = concrete(args[4]) if len(args) > 4 and args[4] is not None else None
+            return steps is not None and not bool((steps > 0).all())
         if op.op_type != "Transpose":
             return fmt is not None and any(k == COPIED_INPUTS for k, _ in fmt)
         t = type_of(args[0]) if args and args[0] is not None else None
@@ -519,6 +533,17 @@ class Simulator(TypeInterpreter):
         super()._loop(fn, env)
         if self._layouts is not None:
             self._layouts.returned(fn)
+        fl = self._fl
+        # The storages of the results that are views of one made here, for the caller
+        # (``CallSummary.held``), as the run's flips left them.
+        self._ret_held = () if fl is None or not fl.return_storage else tuple(
+            (i, self._storage_bytes(root, env)) for i, root in fl.return_storage)
+
+    def _storage_bytes(self, root: Value, env: dict) -> tuple:
+        """The bytes of the storage ``root`` per device: a call's result that is a view of
+        one its callee made holds that storage's (``CallSummary.held``)."""
+        b = self._held.get(root)
+        return b if b is not None else self._bytes(env[root])
 
     def eval_op(self, op: Op, args: tuple) -> tuple:
         """Time one op and account for its memory (see ``_op_evaluator``)."""
@@ -640,7 +665,7 @@ class Simulator(TypeInterpreter):
         extra = self._extra
         for _, root, pi in frees:
             if pi < 0 or self._owned[pi]:
-                for d, b in self._bytes(env[root]):
+                for d, b in self._storage_bytes(root, env):
                     mem[d] -= b
                 if pi >= 0 and extra is not None and pi in extra:
                     for d, b in extra[pi]:
@@ -755,7 +780,7 @@ class Simulator(TypeInterpreter):
                 env = self.env
                 assert env is not None
                 for pos, r in parts:
-                    ex = (*ex, (pos, self._rest(env[r], args[pos])))
+                    ex = (*ex, (pos, self._rest(self._storage_bytes(r, env), args[pos])))
         if given is None:
             given = self._no_owned.get(len(args))
             if given is None:
@@ -788,6 +813,10 @@ class Simulator(TypeInterpreter):
         if layouts is not None:
             layouts.after_call(op, callee, strided)
         self._apply(s, op, waiting)
+        if s.held:
+            outs = op.outputs
+            for i, b in s.held:
+                self._held[outs[i]] = b
         mem = self._mem
         nbytes = self._bytes
         for i in free_in:
@@ -973,9 +1002,10 @@ class Simulator(TypeInterpreter):
                 return rename_summary(cs, inv, lambda v: self._rename_value(v, inv))
         return self._summarize(callee, args, given, drop, waiting, cls, ex)
 
-    def _rest(self, storage: Any, part: Any) -> tuple:
-        """The bytes of ``storage`` beyond those of its ``part``, per device."""
-        rest = dict(self._bytes(storage))
+    def _rest(self, storage: tuple, part: Any) -> tuple:
+        """The bytes of a storage (``storage``: per device) beyond those of its ``part``,
+        per device."""
+        rest = dict(storage)
         for d, b in self._bytes(part):
             rest[d] = rest.get(d, 0) - b
         return tuple((d, b) for d, b in rest.items() if b)
@@ -1032,7 +1062,7 @@ class Simulator(TypeInterpreter):
             return CallSummary(callee, outs, vecs, comp, comm,
                                {d: p for d, p in self._peak.items() if p},
                                {d: x for d, x in self._mem.items() if x}, self._events, n,
-                               left, host=host, has_async=self._async)
+                               left, host=host, has_async=self._async, held=self._ret_held)
         finally:
             self._restore(saved)
 
