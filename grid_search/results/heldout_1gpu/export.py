@@ -112,6 +112,62 @@ def _modernbert() -> torch.nn.Module:
         sep_token_id=1))))
 
 
+def _stablelm() -> torch.nn.Module:
+    from transformers import StableLmConfig, StableLmModel
+
+    # StableLM's block (layer norms, SwiGLU, rotary on a quarter of each head), 1024 x 12
+    return _FirstOutput(StableLmModel(_eager(StableLmConfig(
+        vocab_size=VOCAB, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+        num_attention_heads=16, num_key_value_heads=16))))
+
+
+def _gpt_neox() -> torch.nn.Module:
+    from transformers import GPTNeoXConfig, GPTNeoXModel
+
+    # Pythia-160M's sizes: fused q, k, v split by a view, rotary on a quarter of each head,
+    # attention and MLP in parallel
+    return _FirstOutput(GPTNeoXModel(_eager(GPTNeoXConfig(
+        vocab_size=VOCAB, hidden_size=768, num_hidden_layers=12, num_attention_heads=12,
+        intermediate_size=3072))))
+
+
+def _qwen2() -> torch.nn.Module:
+    from transformers import Qwen2Config, Qwen2Model
+
+    # Qwen2-0.5B's width and heads (14 query, 2 key-value heads of 64; q, k, v biases),
+    # half its depth
+    return _FirstOutput(Qwen2Model(_eager(Qwen2Config(
+        vocab_size=VOCAB, hidden_size=896, intermediate_size=4864, num_hidden_layers=12,
+        num_attention_heads=14, num_key_value_heads=2))))
+
+
+def _llama() -> torch.nn.Module:
+    from transformers import LlamaConfig, LlamaModel
+
+    # Llama's block (RMS norms, SwiGLU, rotary, 4 key-value heads for 16), at 1024 x 12
+    return _FirstOutput(LlamaModel(_eager(LlamaConfig(
+        vocab_size=VOCAB, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+        num_attention_heads=16, num_key_value_heads=4))))
+
+
+def _olmo() -> torch.nn.Module:
+    from transformers import OlmoConfig, OlmoModel
+
+    # OLMo's block (layer norms without weights, SwiGLU, rotary), at 1024 x 12
+    return _FirstOutput(OlmoModel(_eager(OlmoConfig(
+        vocab_size=VOCAB, hidden_size=1024, intermediate_size=2816, num_hidden_layers=12,
+        num_attention_heads=16))))
+
+
+def _gptj() -> torch.nn.Module:
+    from transformers import GPTJConfig, GPTJModel
+
+    # GPT-J's block (parallel attention and MLP, rotary on 32 of each head's 64, its
+    # pairs interleaved), at 1024 x 12
+    return _FirstOutput(GPTJModel(_eager(GPTJConfig(
+        vocab_size=VOCAB, n_embd=1024, n_layer=12, n_head=16, rotary_dim=32))))
+
+
 def _ast() -> torch.nn.Module:
     from transformers import ASTConfig, ASTForAudioClassification
 
@@ -209,6 +265,18 @@ MODELS: dict[str, tuple[Callable[[], torch.nn.Module], Callable[[int, int], tupl
                 "HF GPT-Neo at 125M's sizes (local attention every other layer)"),
     "modernbert": (_modernbert, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
                    "HF ModernBERT-base (22 x 768)"),
+    "stablelm": (_stablelm, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+                 "HF StableLM block at 1024 x 12 (rotary on a quarter)"),
+    "gpt_neox": (_gpt_neox, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+                 "HF GPT-NeoX at Pythia-160M's sizes (fused q, k, v; parallel)"),
+    "qwen2": (_qwen2, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+              "HF Qwen2 at 0.5B's width, 12 layers (2 key-value heads of 14)"),
+    "llama": (_llama, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+              "HF Llama block at 1024 x 12 (4 key-value heads of 16)"),
+    "olmo": (_olmo, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+             "HF OLMo block at 1024 x 12 (layer norms without weights)"),
+    "gptj": (_gptj, _tokens(VOCAB, False), "input_ids", _BS, "dynamo",
+             "HF GPT-J block at 1024 x 12 (parallel, interleaved partial rotary)"),
     "ast": (_ast, _spectrogram, "input_values", _B, "dynamo",
             "HF AST (12 x 768 over 1212 overlapping patches of a spectrogram)"),
     "whisper": (_whisper, _mel, "input_features", _B, "dynamo",
