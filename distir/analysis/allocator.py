@@ -40,10 +40,13 @@ the allocator as the backend runs it (``expandable_segments:True``, one stream):
   op's first input) holds no block of its own: it keeps its base's block alive until the
   base and its views are all dead; but a ``Transpose`` that the backend makes contiguous
   (``copied_transpose``: one that moves a batch axis, or the last axis of unaligned rows)
-  is a copy. (A reshape that PyTorch must
-  copy, of a transposed view, is taken for a view too: the allocator's counts per op
-  agreed better so, within 0.03 GiB on the traces below against 0.3 GiB when such
-  reshapes were copies, measured before the backend made those transposes contiguous.)
+  is a copy, and so is a ``Reshape`` or ``Flatten`` that no view of its input's strides
+  gives (``layout.view_strides``: grouped-query attention's keys repeated over the query
+  heads, a broadcast merged with another axis) and a ``Slice`` of steps not all positive:
+  the replay follows each value's strides as the simulator's liveness does
+  (``memory.MAYBE_VIEWS``). (Such reshapes were views here, and the replay held less than
+  the liveness peak: Qwen2's and Llama's steps at 1% from a cap were taken to fit, and
+  ran out, ``grid_search/results/heldout_1gpu``.)
 
 After a release, placement stays best fit over the free blocks as if they were mapped,
 mapping the pages a block needs; PyTorch serves a request from its mapped free pieces,
@@ -339,11 +342,35 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
          refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any,
          sm_count: int = 0) -> None:
     """``replay``'s walk over the program: its allocations and frees, in order."""
-    from distir.analysis.memory import STAGED_REDUCE, liveness, staged_in_program
+    from distir.analysis.layout import contiguous_strides, strides_through, view_strides
+    from distir.analysis.memory import STAGED_REDUCE, liveness, slice_steps, staged_in_program
 
     for p in fn.params:
         alloc(p)
     lv = liveness(fn).ops
+    # The strides (elements) of the views made so far (others are contiguous), by which a
+    # reshape is a view or a copy, as the backend finds it.
+    strided: dict[Value, tuple[int, ...]] = {}
+    steps = slice_steps(fn)
+
+    def view_of_strides(op: Any, x: Value, out: Any) -> tuple[int, ...] | None:
+        """The strides of ``op``'s result as a view of ``x``, or ``None`` for a copy."""
+        t_in = x.type
+        if not isinstance(t_in, TensorType) or not isinstance(out, TensorType) or \
+                not all(isinstance(d, int) for d in (*t_in.shape, *out.shape)):
+            return ()  # (not known: a view, as before)
+        shape, oshape = tuple(t_in.shape), tuple(out.shape)
+        st = strided.get(x)
+        if st is None:
+            st = contiguous_strides(shape)
+        t = op.op_type
+        if t == "Slice" and steps.get(op) is False:
+            return None  # (an index_select)
+        if t in ("Reshape", "Flatten"):
+            return view_strides(shape, st, oshape) if shape != oshape else st
+        if t in ("Split", "Slice", "Expand", "Transpose", "Squeeze", "Unsqueeze"):
+            return strides_through(op, shape, st, t_in.dtype.itemsize, oshape)
+        return st
     consts = {op.outputs[0]: op for op in fn.ops
               if op.op_type == "Constant" and len(op.outputs) == 1} \
         if sm_count and any(op.op_type in STAGED_REDUCE for op in fn.ops) else {}
@@ -366,9 +393,12 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
             if view_of is not None and out is not None and \
                     getattr(out, "dtype", None) == getattr(view_of.type, "dtype", None):
                 r = root.get(view_of, view_of)
-                if r in refs:
+                vs = view_of_strides(op, view_of, out) if r in refs else None
+                if vs is not None:
                     root[v] = r
                     refs[r] += 1
+                    if vs and vs != contiguous_strides(tuple(getattr(out, "shape", ()))):
+                        strided[v] = vs
                     continue
             alloc(v)
         if temp is not None:

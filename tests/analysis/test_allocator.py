@@ -344,3 +344,38 @@ def test_a_reductions_staging_buffer_is_replayed_where_the_profile_gives_its_sms
     assert with_sms.allocated_bytes == x + 512 + 2304 * 4 + staged
     assert replay(fn).allocated_bytes == x + 2 * 2304 * 4  # (the sum and its negation)
     assert trace[1][0] == x + 2304 * 4  # (after the op: the axes freed, the sum kept)
+
+
+def _repeat_kv(kv: int) -> str:
+    """Keys of ``kv`` heads repeated for 3 query heads each (``repeat_kv``: ``Unsqueeze``,
+    ``Expand``, ``Reshape``), then a transpose of the last two axes merged by a reshape."""
+    h = 3 * kv
+    return f"""func @main(%k: Tensor[Float32, (2, {kv}, 512, 256), 0]) {{
+  %a = Constant(value=dense<Int64>[2], device=0)
+  %s = Constant(value=dense<Int64>[2, {kv}, 3, 512, 256], device=0)
+  %t = Constant(value=dense<Int64>[2, {h}, 512, 256], device=0)
+  %f = Constant(value=dense<Int64>[2, {h}, 131072], device=0)
+  %r0 = Relu(%k)
+  %u = Unsqueeze(%r0, %a)
+  %e = Expand(%u, %s)
+  %r = Reshape(%e, %t)
+  %m = Relu(%r)
+  %p = Transpose(%m, perm=[0, 1, 3, 2])
+  %q = Reshape(%p, %f)
+  %o = ReduceMax(%q, keepdims=0)
+  return %o
+}}"""
+
+
+def test_a_reshape_is_a_view_only_where_the_strides_give_one() -> None:
+    """As the simulator's liveness finds them: the keys of one head repeated are a view of
+    its storage, of two heads a copy (no view merges a broadcast axis with another); the
+    reshape merging the last two axes of a transposed view copies. One head (1 MiB): k,
+    m (3 MiB, held by its transposed view) and q's copy: 7 MiB (5 with q a view). Two
+    heads: k 2 + m 6 + q's copy 6: 14 MiB (10 with both reshapes views). The replay's
+    peak is the liveness peak, but for its 512-byte rounding."""
+    for kv, mib in ((1, 7), (2, 14)):
+        fn = _program(_repeat_kv(kv))
+        r = replay(fn)
+        assert mib * MIB <= r.allocated_bytes <= mib * MIB + 512 * 8
+        assert abs(r.allocated_bytes - distir.simulate(fn).peak_memory_bytes[0]) <= 512 * 8
