@@ -29,7 +29,7 @@ ReduceMin ReduceProd ReduceL2 ReduceL1 ReduceSumSquare ReduceLogSumExp
 Pad Resize DepthToSpace SpaceToDepth InstanceNormalization GroupNormalization
 Tan Asin Acos Sinh Cosh Asinh Acosh Atanh Softsign Celu ThresholdedRelu Shrink BitwiseNot
 BitwiseAnd BitwiseOr BitwiseXor Mean Size GlobalMaxPool ReduceLogSum Hardmax LpNormalization
-MeanVarianceNormalization ConvTranspose LSTM GRU GridSample
+MeanVarianceNormalization ConvTranspose LSTM GRU GridSample Col2Im
 """.split()
 
 _KIND = {

@@ -1,5 +1,5 @@
-"""Lowerings of ONNX ``Resize`` (opset 19, the version in force at 21) and ``GridSample``
-(opset 20).
+"""Lowerings of ONNX ``Resize`` (opset 19, the version in force at 21), ``GridSample``
+(opset 20) and ``Col2Im`` (opset 18).
 
 ``Resize``: every mode
 (nearest, linear, cubic, antialiased linear and cubic), coordinate transformation, nearest
@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from distir.analysis.type_rules.spatial import resize_shape
+from distir.analysis.type_rules.spatial import col2im_geometry, resize_shape
 from distir.analysis.values import Concrete
 from distir.backend._dynamic import by_value, unknown
 from distir.backend.lowering import LOWERINGS, Kernel, Static, torch_dtype
@@ -228,3 +228,34 @@ def _grid_sample(s: Static) -> Kernel:
     f = torch.nn.functional.grid_sample
     return lambda x, g: (f(x, g.to(x.dtype), mode=mode, padding_mode=pad,
                            align_corners=corners),)
+
+
+@LOWERINGS.register("Col2Im")
+def _col2im(s: Static) -> Kernel:
+    """``torch.nn.functional.fold`` of one or two spatial axes (one as a row of height 1),
+    onto the padded image, then cropped (ONNX's pads may differ at the two ends; fold's are
+    equal); ``image_shape`` and ``block_shape`` known before the run."""
+    if unknown(s, (1, 2)):
+        return by_value(s, (1, 2), _col2im)
+    image = [int(v) for v in np.asarray(s.const(1)).reshape(-1)]
+    block = [int(v) for v in np.asarray(s.const(2)).reshape(-1)]
+    dil, pads, strides, _ = col2im_geometry(s.attrs, image, block)
+    k = len(image)
+    if k > 2:
+        raise UnsupportedError(f"Col2Im of {k} spatial axes: the backend folds one or two "
+                               "(torch.nn.functional.fold)")
+    lo, hi = pads[:k], pads[k:]
+    if k == 1:  # a row of height 1
+        image, block, dil, strides, lo, hi = ([1, *image], [1, *block], [1, *dil],
+                                              [1, *strides], [0, *lo], [0, *hi])
+    size = (image[0] + lo[0] + hi[0], image[1] + lo[1] + hi[1])
+    crop = (slice(lo[0], lo[0] + image[0]), slice(lo[1], lo[1] + image[1]))
+    fold = torch.nn.functional.fold
+    one = k == 1
+
+    def kernel(x: torch.Tensor, *_: Any) -> tuple:
+        y = fold(x, size, tuple(block), dilation=tuple(dil), stride=tuple(strides))
+        y = y[(..., *crop)]
+        return (y.squeeze(-2) if one else y.contiguous(),)
+
+    return kernel

@@ -59,7 +59,7 @@ SHAPE_OPERANDS: dict[str, tuple[int, ...]] = {
     "ReduceMax": (1,), "Split": (1,), "Range": (0, 1, 2), "Tile": (1,),
     **dict.fromkeys(("ReduceMin", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceSumSquare",
                      "ReduceLogSumExp", "ReduceLogSum"), (1,)),
-    "OneHot": (1,), "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3),
+    "OneHot": (1,), "TopK": (1,), "Pad": (1, 3), "Resize": (1, 2, 3), "Col2Im": (1, 2),
     "NonZero": (0,),  # its result's shape is the count of its input's non-zero values
     "LSTM": (4,),  # sequence_lens: DistIR runs full-length sequences only, checked by value
 }

@@ -309,6 +309,16 @@ def depth_space(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dic
     return ((_keep_except(op_type, lay, list(range(1, len(lay.marks))), "moves"), ""),)
 
 
+@register("Col2Im")
+def col2im(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
+           const: Callable) -> RuleResult:
+    """Folds each row's columns into an image: a split of the batch carries over; its rows
+    (channels and block positions) and columns are not split."""
+    lay = ins[0]
+    _keep_except(op_type, lay, [1, 2], "folds")
+    return ((_lay(lay.marks[:1] + (None,) * (len(outs[0]) - 1), lay), ""),)
+
+
 @register("Resize")
 def resize(op_type: str, ins: tuple, shapes: tuple, outs: tuple, attrs: dict,
            const: Callable) -> RuleResult:

@@ -226,6 +226,8 @@ CASES += [(op, [f32(3, 4) * 0.5], {}, 1) for op in (
     ("GRU", [f32(5, 2, 3), f32(1, 12, 3), f32(1, 12, 4), f32(1, 24)],
      {"linear_before_reset": 1}, 2),
     ("GridSample", [f32(1, 2, 4, 5), f32(1, 3, 6, 2) * 0.8], {}, 1),
+    ("Col2Im", [f32(1, 12, 12), i64(5, 4), i64(2, 3)],
+     {"dilations": (2, 1), "pads": (1, 0, 0, 1)}, 1),
 ]
 
 _ONNX_DTYPE = {DType.Float16: TensorProto.FLOAT16, DType.Float32: TensorProto.FLOAT,

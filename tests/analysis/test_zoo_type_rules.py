@@ -115,6 +115,9 @@ CASES: list[base.Case] = [
     Case("GridSample", [X((2, 3, 4, 5, 6), F64), X((2, 2, 3, 4, 3), F64)],
          {"mode": "nearest", "padding_mode": "border"}),
     Case("GroupNormalization", [X((2, 4, 3, 3)), X((4,)), X((4,))], {"num_groups": 2}),
+    Case("Col2Im", [X((2, 12, 9)), K([6, 6]), K([2, 2])], {"strides": (2, 2)}),
+    Case("Col2Im", [X((1, 12, 12)), K([5, 4]), K([2, 3])],
+         {"dilations": (2, 1), "pads": (1, 0, 0, 1)}),
 ]
 
 
@@ -161,6 +164,12 @@ def _k(value: object, dt: DType = DType.Int64) -> Concrete:
      "full length"),
     ("LSTM", (_t(5, 2, 3), _t(1, 16, 3), _t(1, 12, 4)), {}, "R must have shape"),
     ("GridSample", (_t(1, 2, 4, 5), _t(1, 3, 6, 3)), {}, "grid must be"),
+    ("Col2Im", (_t(2, 12, 8), _k([6, 6]), _k([2, 2])), {"strides": (2, 2)},
+     "give 9 \\(3 x 3\\)"),
+    ("Col2Im", (_t(2, 10, 9), _k([6, 6]), _k([2, 2])), {"strides": (2, 2)},
+     "not a multiple of the block's 4"),
+    ("Col2Im", (_t(2, 12, 9), _k([6, 6]), _k([2])), {}, "same spatial axes"),
+    ("Col2Im", (_t(2, 12, 9), _k([1, 1]), _k([2, 2])), {}, "larger than axis 0"),
     ("GRU", (_t(5, 2, 3), _t(1, 12, 3), _t(1, 12, 4)),
      {"activations": ("Sigmoid", "Relu")}, "Sigmoid, Tanh cell"),
 ])

@@ -399,3 +399,22 @@ def test_grid_sample(mode: str, padding: str, corners: int) -> None:
         fn3 = one_op("GridSample", [(F32, x3.shape), (F32, g3.shape)], mode=mode,
                      padding_mode=padding, align_corners=corners)
         check(fn3, [x3, g3], rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("rows, cols, image, block, attrs", [
+    (12, 9, (6, 6), (2, 2), {"strides": [2, 2]}),  # tiles (MobileViTV2's patches)
+    (12, 12, (5, 4), (2, 3), {"dilations": [2, 1], "pads": [1, 0, 0, 1]}),  # overlapping
+    (6, 4, (6,), (3,), {}),  # one spatial axis
+    (6, 3, (7,), (3,), {"strides": [2], "pads": [1, 0]}),
+])
+def test_col2im(rows: int, cols: int, image: tuple, block: tuple, attrs: dict) -> None:
+    """``torch.nn.functional.fold`` against ONNX's reference: overlapping blocks summed,
+    unequal pads at the two ends cropped, one spatial axis as a row of height 1."""
+    check(one_op("Col2Im", [(F32, (2, rows, cols)), i64(*image), i64(*block)], **attrs),
+          rtol=1e-5, atol=1e-5)
+
+
+def test_col2im_of_three_spatial_axes_is_refused_in_one_line() -> None:
+    fn = one_op("Col2Im", [(F32, (1, 8, 8)), i64(3, 3, 3), i64(2, 2, 2)])
+    with pytest.raises(UnsupportedError, match="3 spatial axes"):
+        base.run_local(fn, [np.ones((1, 8, 8), np.float32)])

@@ -1,5 +1,6 @@
-"""Layout rules of recurrent, grid-sampling and batch-norm gradient ops: the distributed
-program (batch split over replicas and microbatches) equals the sequential one."""
+"""Layout rules of recurrent, grid-sampling, folding (``Col2Im``) and batch-norm gradient
+ops: the distributed program (batch split over replicas and microbatches) equals the
+sequential one."""
 
 from __future__ import annotations
 
@@ -34,6 +35,12 @@ PROGRAMS = {
   %y = GridSample(%x, %g)
   return %y
 }}""", ["x", "g"]),
+    "col2im": (f"""func @main(%x: Tensor[{F}, (4, 8, 9), 0]) {{
+  %i = Constant(value=dense<Int64>[6, 6], device=0)
+  %b = Constant(value=dense<Int64>[2, 2], device=0)
+  %y = Col2Im(%x, %i, %b, strides=[2, 2])
+  return %y
+}}""", ["x"]),
     "batch_norm_grad": (f"""func @main(%x: Tensor[{F}, (4, 3, 2, 2), 0],
            %s: Tensor[{F}, (3,), 0], %dy: Tensor[{F}, (4, 3, 2, 2), 0]) {{
   %dx, %ds, %db = BatchNormGrad(%x, %s, %dy)

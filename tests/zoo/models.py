@@ -520,6 +520,15 @@ def _swin() -> nn.Module:
         window_size=4, num_labels=10)))
 
 
+def _mobilevitv2() -> nn.Module:
+    # its transformer blocks unfold patches (a gather) and fold them back: nn.Fold, exported
+    # as ONNX Col2Im
+    from transformers import MobileViTV2Config, MobileViTV2ForImageClassification
+
+    return _FirstOutput(MobileViTV2ForImageClassification(MobileViTV2Config(
+        image_size=64, width_multiplier=0.5, num_labels=10)))
+
+
 _B = {0: "batch"}
 _BS = {0: "batch", 1: "seq"}
 
@@ -564,9 +573,12 @@ MOBILEBERT = Spec("mobilebert", "transformers", _seeded(_mobilebert), _tokens(_V
                   ("input_ids",), (_BS,))
 SQUEEZEBERT = Spec("squeezebert", "transformers", _seeded(_squeezebert),
                    _tokens(_VOCAB, False), ("input_ids",), (_BS,))
-"""FOCALNET, SWIN, DEBERTA_V3, BEIT, CONVBERT, ALBERT, MOBILEBERT and SQUEEZEBERT are not
-in the zoo's tables: ``tests/transforms/test_as_strided.py``,
-``test_relative_attention.py`` and ``test_shared_layers.py`` train them distributed."""
+MOBILEVITV2 = Spec("mobilevitv2", "transformers", _seeded(_mobilevitv2), _image(64),
+                   ("pixel_values",), (_B,))
+"""FOCALNET, SWIN, DEBERTA_V3, BEIT, CONVBERT, ALBERT, MOBILEBERT, SQUEEZEBERT and
+MOBILEVITV2 are not in the zoo's tables: ``tests/transforms/test_as_strided.py``,
+``test_relative_attention.py``, ``test_shared_layers.py`` and ``test_fold.py`` train them
+distributed."""
 
 BY_NAME = {s.name: s for s in SPECS}
 EXPORTERS = ("torchscript", "dynamo")

@@ -102,7 +102,7 @@ REDUCING = ("ReduceMean", "ReduceSum", "ReduceMax", "ArgMax", "Softmax", "LogSof
             "MeanVarianceNormalization")
 COPIES = ("Concat", "Gather", "Tile", "Trilu", "ScatterND", "ConstantOfShape", "Range",
           "GatherElements", "GatherND", "ScatterElements", "OneHot", "Pad", "DepthToSpace",
-          "SpaceToDepth", "NonZero")
+          "SpaceToDepth", "NonZero", "Col2Im")
 
 _FLOPS_PER_ELEMENT = {**dict.fromkeys(SIMPLE, 1.0), **dict.fromkeys(TRANSCENDENTAL, 8.0),
                       **dict.fromkeys(REDUCING, 5.0), **dict.fromkeys(COPIES, 0.0),

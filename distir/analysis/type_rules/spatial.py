@@ -1,5 +1,5 @@
 """Type rules of ops that resample or rearrange the spatial axes: Pad, Resize, GridSample,
-DepthToSpace, SpaceToDepth.
+DepthToSpace, SpaceToDepth, Col2Im.
 
 Semantics are ONNX opset 21's (Resize: opset 19's, the version in force at 21); every result
 lives on the device of the inputs. Pad's ``pads`` and ``axes``, and Resize's ``scales`` or
@@ -21,7 +21,7 @@ from distir.analysis.type_rules._util import (
 )
 from distir.ir.types import DType, TensorType
 
-__all__ = ["resize_shape", "RESIZE_MODES", "COORDINATE_MODES"]
+__all__ = ["resize_shape", "RESIZE_MODES", "COORDINATE_MODES", "col2im_geometry"]
 
 _PAD_MODES = ("constant", "reflect", "edge", "wrap")
 RESIZE_MODES = ("nearest", "linear", "cubic")
@@ -183,3 +183,53 @@ def space_to_depth(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int)
     if h % b or w % b:
         raise fail(f"the height and width of {x.shape} must be multiples of blocksize {b}")
     return (x.with_shape((n, c * b * b, h // b, w // b)),)
+
+
+def col2im_geometry(attrs: dict[str, Any], image: list[int], block: list[int],
+                    ) -> tuple[list[int], list[int], list[int], list[int]]:
+    """``Col2Im``'s dilations, pads (begins, then ends), strides and the number of block
+    positions along each spatial axis, from its attributes (ONNX's defaults: 1, 0, 1) and
+    its ``image_shape`` and ``block_shape``; raises the rule's error where they disagree."""
+    k = len(image)
+    if k < 1 or len(block) != k:
+        raise fail(f"image_shape {image} and block_shape {block} must name the same spatial "
+                   "axes (at least one)")
+    dil = list(attrs.get("dilations") or [1] * k)
+    pads = list(attrs.get("pads") or [0] * (2 * k))
+    strides = list(attrs.get("strides") or [1] * k)
+    if len(dil) != k or len(strides) != k or len(pads) != 2 * k:
+        raise fail(f"dilations {dil} and strides {strides} need {k} entries, pads {pads} "
+                   f"{2 * k}")
+    if min(dil + strides + block + image) < 1 or min(pads) < 0:
+        raise fail(f"image_shape {image}, block_shape {block}, dilations {dil} and strides "
+                   f"{strides} must be positive and pads {pads} not negative")
+    counts = []
+    for i in range(k):
+        span = image[i] + pads[i] + pads[k + i] - dil[i] * (block[i] - 1) - 1
+        if span < 0:
+            raise fail(f"block {block[i]} (dilation {dil[i]}) is larger than axis {i} of "
+                       f"image_shape {image} with its pads")
+        counts.append(span // strides[i] + 1)
+    return dil, pads, strides, counts
+
+
+@TYPE_RULES.register("Col2Im")
+def col2im(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """Columns ``(N, C * prod(block_shape), L)`` summed into an image ``(N, C,
+    *image_shape)`` (``torch.nn.functional.fold``): ``L`` is the number of block positions
+    the strides, pads and dilations give; ``image_shape`` and ``block_shape`` must be
+    known."""
+    x = tensor(args[0], "input")
+    image = const_ints(args[1], "image_shape")
+    block = const_ints(args[2], "block_shape")
+    if x.rank != 3:
+        raise fail(f"the input must be (N, C x prod(block_shape), L), got {x.shape}")
+    _, _, _, counts = col2im_geometry(attrs, image, block)
+    per = math.prod(block)
+    if x.shape[1] % per:
+        raise fail(f"the {x.shape[1]} rows of {x.shape} are not a multiple of the block's "
+                   f"{per} positions")
+    if x.shape[2] != math.prod(counts):
+        raise fail(f"the input has {x.shape[2]} columns, image_shape {image} and block_shape "
+                   f"{block} give {math.prod(counts)} ({' x '.join(map(str, counts))})")
+    return (x.with_shape((x.shape[0], x.shape[1] // per, *image)),)

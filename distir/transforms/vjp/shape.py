@@ -11,6 +11,8 @@ requires of them, and never get a gradient.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from distir.ir.core import Value
@@ -283,6 +285,38 @@ def depth_to_space(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     if cx.attrs.get("mode", "DCR") == "DCR":
         return (_view_back(cx, douts[0], (n, b, b, c // (b * b), h, w), [0, 3, 4, 1, 5, 2]),)
     return (_view_back(cx, douts[0], (n, c // (b * b), b, b, h, w), [0, 1, 4, 2, 5, 3]),)
+
+
+@VJP_RULES.register("Col2Im")
+def col2im(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """Folding's adjoint is unfolding (im2col) the image's cotangent. Where the blocks tile
+    the image (strides equal to the block, no dilation, no pads: MobileViTV2's patches) it
+    is a reshape, a transpose and a reshape; else a depthwise convolution whose kernels
+    are one-hot, one output channel per block position, in ``Col2Im``'s row order."""
+    from distir.analysis.type_rules.spatial import col2im_geometry
+
+    image = cx.known_ints(1, "image_shape")
+    block = cx.known_ints(2, "block_shape")
+    dil, pads, strides, counts = col2im_geometry(cx.attrs, image, block)
+    x = cx.tx(0)
+    n, rows = x.shape[0], x.shape[1]
+    per = math.prod(block)
+    c = rows // per
+    k = len(image)
+    d = douts[0]
+    if set(dil) == {1} and not any(pads) and strides == block and \
+            all(p * b == i for p, b, i in zip(counts, block, image, strict=True)):
+        mid = (n, c, *(v for pb in zip(counts, block, strict=True) for v in pb))
+        perm = [0, 1, *(3 + 2 * i for i in range(k)), *(2 + 2 * i for i in range(k))]
+        g = cx.emit("Transpose", cx.reshape(d, mid), perm=perm)
+        return (cx.reshape(g, tuple(x.shape)), None, None)
+    w = np.zeros((c * per, 1, *block), dtype=np.float32)
+    for ch in range(c):
+        for j, at in enumerate(np.ndindex(*block)):
+            w[(ch * per + j, 0, *at)] = 1.0
+    g = cx.emit("Conv", d, cx.const(w, x.dtype), group=c, kernel_shape=list(block),
+                strides=list(strides), dilations=list(dil), pads=list(pads))
+    return (cx.reshape(g, tuple(x.shape)), None, None)
 
 
 @VJP_RULES.register("GatherElements")
