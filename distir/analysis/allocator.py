@@ -42,7 +42,8 @@ the allocator as the backend runs it (``expandable_segments:True``, one stream):
   (``copied_transpose``: one that moves a batch axis, or the last axis of unaligned rows)
   is a copy, and so is a ``Reshape`` or ``Flatten`` that no view of its input's strides
   gives (``layout.view_strides``: grouped-query attention's keys repeated over the query
-  heads, a broadcast merged with another axis) and a ``Slice`` of steps not all positive:
+  heads, a broadcast merged with another axis; a reshape of a ``Slice`` of steps above 1,
+  whose strides its steps multiply) and a ``Slice`` of steps not all positive:
   the replay follows each value's strides as the simulator's liveness does
   (``memory.MAYBE_VIEWS``). (Such reshapes were views here, and the replay held less than
   the liveness peak: Qwen2's and Llama's steps at 1% from a cap were taken to fit, and
@@ -342,8 +343,14 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
          refs: dict[Value, int], trace: list[tuple[int, int]] | None, now: Any,
          sm_count: int = 0) -> None:
     """``replay``'s walk over the program: its allocations and frees, in order."""
-    from distir.analysis.layout import contiguous_strides, strides_through, view_strides
+    from distir.analysis.layout import (
+        contiguous_strides,
+        slice_steps_by_axis,
+        strides_through,
+        view_strides,
+    )
     from distir.analysis.memory import STAGED_REDUCE, liveness, slice_steps, staged_in_program
+    from distir.analysis.numpy_rules.onnx_ops import constant_value
 
     for p in fn.params:
         alloc(p)
@@ -352,6 +359,16 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
     # reshape is a view or a copy, as the backend finds it.
     strided: dict[Value, tuple[int, ...]] = {}
     steps = slice_steps(fn)
+    constants = {op.outputs[0]: op for op in fn.ops
+                 if op.op_type == "Constant" and len(op.outputs) == 1}
+
+    def known(v: Value | None) -> Any:
+        """``v``'s value where a ``Constant`` gives it (a ``Slice``'s axes and steps)."""
+        c = constants.get(v) if v is not None else None
+        try:
+            return None if c is None else constant_value(c.attrs)
+        except (TypeError, ValueError):
+            return None
 
     def view_of_strides(op: Any, x: Value, out: Any) -> tuple[int, ...] | None:
         """The strides of ``op``'s result as a view of ``x``, or ``None`` for a copy."""
@@ -368,8 +385,12 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
             return None  # (an index_select)
         if t in ("Reshape", "Flatten"):
             return view_strides(shape, st, oshape) if shape != oshape else st
+        by_axis = None
+        if t == "Slice" and len(op.inputs) > 4 and op.inputs[4] is not None:
+            by_axis = slice_steps_by_axis(len(shape), known(op.inputs[3]),
+                                          known(op.inputs[4]))
         if t in ("Split", "Slice", "Expand", "Transpose", "Squeeze", "Unsqueeze"):
-            return strides_through(op, shape, st, t_in.dtype.itemsize, oshape)
+            return strides_through(op, shape, st, t_in.dtype.itemsize, oshape, by_axis)
         return st
     consts = {op.outputs[0]: op for op in fn.ops
               if op.op_type == "Constant" and len(op.outputs) == 1} \

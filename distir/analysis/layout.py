@@ -59,6 +59,7 @@ __all__ = ["LAYOUT_OPS", "ALWAYS_LOOKED_AT", "RESTRIDING", "CONV_OPS", "INDEX_OP
            "WHEN_STRIDED", "STRIDE_OPS", "MEMORY_FORMAT",
            "COPIED_INPUTS", "INDEX_ELEMENTS", "INPUT_STRIDES", "STRIDED_INPUTS", "READ_ACROSS",
            "Layouts", "strides_through", "view_strides", "contiguous_strides",
+           "slice_steps_by_axis",
            "channels_last_strides", "is_channels_last", "reshape_target", "iteration_order"]
 
 CONV_OPS = frozenset({"Conv", "ConvGrad"})
@@ -305,11 +306,19 @@ def _broadcast_strides(shape: tuple[int, ...], strides: Strides,
 
 
 def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: int,
-                    out_shape: tuple[int, ...]) -> Strides:
+                    out_shape: tuple[int, ...],
+                    steps: dict[int, int] | None = None) -> Strides:
     """The strides of ``op``'s result (one of ``STRIDE_OPS``), given its input's shape and
-    strides, as the backend computes it (a copy is contiguous)."""
-    if op.op_type in ("Split", "Slice"):
+    strides, as the backend computes it (a copy is contiguous); ``steps``: a ``Slice``'s
+    step per axis (``slice_steps_by_axis``), where known."""
+    if op.op_type == "Split":
         return strides  # a part of the input, with its strides
+    if op.op_type == "Slice":  # a part, every step-th element along a stepped axis
+        if not steps:
+            return strides
+        if min(steps.values()) < 1:
+            return contiguous_strides(out_shape)  # (an index_select: a copy)
+        return tuple(st * steps.get(a, 1) for a, st in enumerate(strides))
     if op.op_type == "Expand":  # stride 0 along the broadcast axes (new ones, or of 1)
         lead = len(out_shape) - len(shape)
         return tuple(0 if d < lead or (shape[d - lead] == 1 and out_shape[d] != 1)
@@ -329,6 +338,20 @@ def strides_through(op: Op, shape: tuple[int, ...], strides: Strides, itemsize: 
         return strides
     v = view_strides(shape, strides, out_shape)
     return contiguous_strides(out_shape) if v is None else v
+
+
+def slice_steps_by_axis(rank: int, axes: Any, steps: Any) -> dict[int, int] | None:
+    """A ``Slice``'s step per axis of a ``rank``-axis input, from the concrete values of its
+    ``axes`` (``None``: the leading axes, one per step) and ``steps`` inputs; ``None`` where
+    the steps are not known (or are all 1)."""
+    if steps is None:
+        return None
+    st = [int(x) for x in steps.reshape(-1).tolist()]
+    ax = list(range(len(st))) if axes is None else \
+        [int(a) % rank for a in axes.reshape(-1).tolist()]
+    if len(ax) != len(st) or all(x == 1 for x in st):
+        return None
+    return dict(zip(ax, st, strict=True))
 
 
 def reshape_target(op: Op, shape: tuple[int, ...], args: tuple) -> tuple[int, ...] | None:
