@@ -418,3 +418,11 @@ def test_col2im_of_three_spatial_axes_is_refused_in_one_line() -> None:
     fn = one_op("Col2Im", [(F32, (1, 8, 8)), i64(3, 3, 3), i64(2, 2, 2)])
     with pytest.raises(UnsupportedError, match="3 spatial axes"):
         base.run_local(fn, [np.ones((1, 8, 8), np.float32)])
+
+
+def test_pad_with_negative_pads_crops() -> None:
+    """A negative pad crops (``ZeroPad2d((0, 0, 1, -1))``, RWKV's token shift): the
+    reference executor crops, then pads (ONNX's reference kernel fails on it), as
+    ``F.pad`` does."""
+    check(one_op("Pad", [(F32, (2, 5, 4)), i64(0, 1, 0, 0, -1, 0)]))
+    check(one_op("Pad", [(F32, (2, 5, 4)), i64(-2, 3), np.array(1.5, np.float32), i64(-1)]))

@@ -8,6 +8,8 @@ valid inputs (``onnx_ops.OWN_KERNELS``); every other ONNX op runs the reference'
   axis (it fails, or is wrong, for every grouped case).
 - ``LpNormalization``: the reference sums ``x ** p``, not ``|x| ** p`` (wrong for ``p=1``
   on negative values), and reads ``axis=0`` as the default.
+- ``Pad``: the reference fails on negative pads (a crop, which the spec allows); they
+  crop first, then the reference pads by the others.
 
 Both follow the ONNX spec; tests compare them with onnxruntime and with ONNX's node cases.
 """
@@ -119,3 +121,28 @@ def conv_transpose(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int)
     if b is not None:
         res += b.reshape((1, -1) + (1,) * n)
     return (res.astype(x.dtype),)
+
+
+@NUMPY_RULES.register("Pad")
+def pad(op_type: str, args: tuple, attrs: dict[str, Any], n_out: int) -> tuple:
+    """The reference's kernel, but where a pad is negative (a crop: PyTorch's
+    ``ZeroPad2d((0, 0, 1, -1))``, RWKV's token shift), which it fails on: the input cropped
+    by the negative pads first, then padded by the others."""
+    from distir.analysis.numpy_rules.onnx_ops import KERNELS
+
+    pads = np.asarray(args[1]).reshape(-1).astype(np.int64)
+    if (pads >= 0).all():
+        return KERNELS.run(op_type, args, attrs, n_out)
+    x = np.asarray(args[0])
+    rank = x.ndim
+    axes = list(range(rank)) if len(args) < 4 or args[3] is None else \
+        [int(a) % rank for a in np.asarray(args[3]).reshape(-1)]
+    k = len(pads) // 2
+    if len(axes) != k:
+        raise ExecutionError(f"Pad: {len(pads)} pads for {len(axes)} axes")
+    index = [slice(None)] * rank
+    for i, a in enumerate(axes):
+        b, e = int(pads[i]), int(pads[k + i])
+        index[a] = slice(max(-b, 0), x.shape[a] + min(e, 0))
+    cropped = np.ascontiguousarray(x[tuple(index)])
+    return KERNELS.run(op_type, (cropped, np.maximum(pads, 0), *args[2:]), attrs, n_out)

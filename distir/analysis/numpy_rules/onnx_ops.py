@@ -255,10 +255,11 @@ def _nonnegative_axes(op_type: str, args: tuple, attrs: dict[str, Any]) -> dict[
     return {**attrs, name: tuple(a + rank if a < 0 else a for a in v)}
 
 
-OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization", "AveragePool")
+OWN_KERNELS = ("GatherElements", "ConvTranspose", "LpNormalization", "AveragePool", "Pad")
 """Ops whose ``onnx.reference`` kernel is wrong on valid inputs: ``numpy_rules.kernels``
 implements them instead (``AveragePool``: ``numpy_rules.train``, beside its gradient, where
-a ``ceil_mode`` window reaches past the padded input; the reference's elsewhere)."""
+a ``ceil_mode`` window reaches past the padded input; ``Pad``: where a pad is negative, a
+crop; the reference's elsewhere)."""
 
 
 @NUMPY_RULES.register(*(name for name in ONNX_SCHEMAS

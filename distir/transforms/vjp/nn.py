@@ -64,6 +64,41 @@ def conv(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     return (gx if need[0] else None, gw if need[1] else None, gb)[:len(need)]
 
 
+@VJP_RULES.register("ConvTranspose")
+def conv_transpose(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
+    """A transposed convolution is a convolution's input gradient, with the same weight
+    (``(C, M / group, k...)``, a convolution's from ``M`` channels to ``C``), strides and
+    dilations, cut from its unpadded result (``conv_transpose_geometry``: from its begin
+    pad, zero-extended past the end). So its input's gradient is that convolution of the
+    output's gradient, padded back to the unpadded result (begin and end pads; what
+    ``output_padding`` or ``output_shape`` adds past the end no window reads), its
+    weight's the convolution's weight gradient (``ConvGrad`` of the output's gradient
+    against the input, the input gradient unused), its bias's the output's gradient
+    summed over the batch and the pixels."""
+    from distir.analysis.numpy_rules.kernels import conv_transpose_geometry
+
+    x, w, y = cx.tx(0), cx.tx(1), cx.ty()
+    n = x.rank - 2
+    full, begin, out, sd = conv_transpose_geometry(x.shape, w.shape, cx.attrs)
+    strides, dil = sd[:n], sd[n:]
+    end = [f - b - o for f, b, o in zip(full, begin, out, strict=True)]
+    if min(begin) < 0 or any(-e >= s for e, s in zip(end, strides, strict=True)):
+        raise cx.fail(f"ConvTranspose whose result (sizes {out}) reaches a stride or more "
+                      f"past its unpadded result ({full}) or starts before it")
+    sp: dict[str, Any] = {"strides": list(strides), "dilations": list(dil),
+                          "pads": list(begin) + [max(e, 0) for e in end]}
+    group = int(cx.attrs.get("group", 1))
+    d = douts[0]
+    gx = gw = gb = None
+    if need[0]:
+        gx = cx.emit("Conv", d, cx.x(1), group=group, kernel_shape=list(w.shape[2:]), **sp)
+    if need[1]:
+        _, gw = cx.emit("ConvGrad", d, cx.x(1), cx.x(0), group=group, **sp)
+    if len(need) > 2 and need[2]:
+        gb = cx.reduce_sum(d, [0] + list(range(2, y.rank)), keepdims=False)
+    return (gx, gw, gb)[:len(need)]
+
+
 @VJP_RULES.register("MaxPool")
 def max_pool(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
     kernel = list(cx.attrs["kernel_shape"])

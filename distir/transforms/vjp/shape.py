@@ -230,15 +230,18 @@ def reduce_smooth(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
 
 @VJP_RULES.register("Pad")
 def pad(cx: VJPContext, douts: tuple, need: tuple) -> tuple:
-    """Constant padding: the part of the cotangent that lies over the input (``Slice``)."""
+    """Constant padding: the part of the cotangent that lies over the input (``Slice``).
+    With negative pads (a crop, RWKV's token shift ``ZeroPad2d((0, 0, 1, -1))``): the
+    cotangent padded by the negated pads, zeros where the crop took the input away."""
     if cx.attrs.get("mode", "constant") != "constant":
         raise cx.fail(f"Pad with mode={cx.attrs['mode']!r} (only \"constant\")")
     shape = cx.tx(0).shape
     rank = len(shape)
     pads = cx.known_ints(1, "pads")
-    if any(p < 0 for p in pads):
-        raise cx.fail("Pad with negative pads (cropping)")
     axes = [a % rank for a in cx.known_ints(3, "axes")] if cx.has(3) else list(range(rank))
+    if any(p < 0 for p in pads):
+        g = cx.emit("Pad", douts[0], cx.ints([-p for p in pads]), None, cx.ints(axes))
+        return (g,) + (None,) * (len(need) - 1)
     starts = pads[:len(axes)]
     ends = [b + shape[a] for b, a in zip(starts, axes)]
     g = cx.emit("Slice", douts[0], cx.ints(starts), cx.ints(ends), cx.ints(axes))
