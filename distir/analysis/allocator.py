@@ -349,7 +349,7 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
         strides_through,
         view_strides,
     )
-    from distir.analysis.memory import STAGED_REDUCE, liveness, slice_steps, staged_in_program
+    from distir.analysis.memory import STAGED_REDUCE, liveness, staged_in_program
     from distir.analysis.numpy_rules.onnx_ops import constant_value
 
     for p in fn.params:
@@ -358,7 +358,6 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
     # The strides (elements) of the views made so far (others are contiguous), by which a
     # reshape is a view or a copy, as the backend finds it.
     strided: dict[Value, tuple[int, ...]] = {}
-    steps = slice_steps(fn)
     constants = {op.outputs[0]: op for op in fn.ops
                  if op.op_type == "Constant" and len(op.outputs) == 1}
 
@@ -381,20 +380,19 @@ def _run(fn: Function, alloc: Any, release: Any, block: dict, root: dict[Value, 
         if st is None:
             st = contiguous_strides(shape)
         t = op.op_type
-        if t == "Slice" and steps.get(op) is False:
-            return None  # (an index_select)
         if t in ("Reshape", "Flatten"):
             return view_strides(shape, st, oshape) if shape != oshape else st
         by_axis = None
         if t == "Slice" and len(op.inputs) > 4 and op.inputs[4] is not None:
             by_axis = slice_steps_by_axis(len(shape), known(op.inputs[3]),
                                           known(op.inputs[4]))
+            if by_axis and min(by_axis.values()) < 1:
+                return None  # (an index_select: a copy)
         if t in ("Split", "Slice", "Expand", "Transpose", "Squeeze", "Unsqueeze"):
             return strides_through(op, shape, st, t_in.dtype.itemsize, oshape, by_axis)
         return st
-    consts = {op.outputs[0]: op for op in fn.ops
-              if op.op_type == "Constant" and len(op.outputs) == 1} \
-        if sm_count and any(op.op_type in STAGED_REDUCE for op in fn.ops) else {}
+    consts = constants if sm_count and any(op.op_type in STAGED_REDUCE for op in fn.ops) \
+        else {}
     for op in fn.ops:
         if op.callee is not None:
             from distir.errors import SimulationError

@@ -70,8 +70,7 @@ from distir.ir.types import TensorType, TupleType, Type
 
 __all__ = ["OpLiveness", "FunctionLiveness", "Memo", "liveness", "placed_bytes", "VIEW_ALIASES",
            "ALIASED", "transient_bytes", "PARTS", "OTHER_BYTES", "MAYBE_VIEWS", "guess_copies",
-           "STAGED_REDUCE", "reduce_staging_bytes", "staged_bytes", "staged_in_program",
-           "slice_steps"]
+           "STAGED_REDUCE", "reduce_staging_bytes", "staged_bytes", "staged_in_program"]
 
 
 OpLiveness = tuple
@@ -473,7 +472,7 @@ class _ViewFacts:
     at: dict[Op, int]
     """Per ``MAYBE_VIEWS`` op, its position in the function."""
     steps: dict[Op, bool | None]
-    """``slice_steps``."""
+    """``_slice_steps``."""
     returned: frozenset[Op]
     """The views taken for copies because a returned value may be their view
     (``_returns``)."""
@@ -503,7 +502,7 @@ def _view_facts(fn: Function, memo: Memo, entry: bool) -> _ViewFacts:
     if hit is not None:
         return hit[1]
     sensitive = layout_sensitive(fn, entry)
-    steps = slice_steps(fn)
+    steps = _slice_steps(fn)
     # Each chain of views (op types and attributes down to its start) as a number, with
     # whether it takes only parts and reshapes of its start (and some part).
     chain: dict[Value, int] = {}
@@ -695,7 +694,7 @@ def _returns(fn: Function, memo: Memo, sensitive: frozenset[Op],
             frozenset(i for i, first in enumerate(firsts) if first is not None))
 
 
-def slice_steps(fn: Function) -> dict[Op, bool | None]:
+def _slice_steps(fn: Function) -> dict[Op, bool | None]:
     """Per ``Slice`` of ``fn`` given steps, whether they are all positive (a view), by the
     ``Constant`` of ``fn`` that gives them; ``None`` where another op or a parameter gives
     them (a layer's constants are its parameters): the simulator checks them by their
